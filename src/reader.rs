@@ -1,0 +1,167 @@
+//! The reader stage: loads whole files into memory for compute.
+//!
+//! Engine `std` (this module): `io.threads` threads take jobs from a shared
+//! cursor in job order, `open` + `fstat` + `read` each file into a recycled
+//! buffer, and push a [`Loaded`] handle onto the compute ring. The ring's
+//! capacity (`io.queue_depth`) bounds the bytes held in memory. Buffers come
+//! back from compute through the `free` queue, so steady state allocates
+//! nothing.
+//!
+//! A per-file failure (vanished, unreadable, not a regular file, larger than
+//! `io.max_file_bytes`) is not an error of the stage: it travels down the ring
+//! as a [`Loaded`] with a reason, and becomes a rejection line.
+
+use std::fs::File;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::config::IoConfig;
+use crate::ring::Ring;
+use crate::source::Job;
+use crate::telemetry::{Local, Stage, Telemetry};
+
+/// Why one file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
+    #[error("cannot stat: {0}")]
+    Stat(std::io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("file is {size} bytes, larger than io.max_file_bytes = {limit}")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    #[error("file changed size while being read: {expected} bytes at open, {got} read")]
+    SizeChanged { expected: u64, got: u64 },
+}
+
+/// One file's bytes (or why there are none), addressed by job index.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Index into the job list the reader was started with.
+    pub job: usize,
+    pub bytes: Result<Vec<u8>, Error>,
+}
+
+/// Reads one file into `buf` (cleared first), enforcing the size limit.
+pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Result<(), Error> {
+    buf.clear();
+    let mut f = File::open(path).map_err(Error::Open)?;
+    let meta = f.metadata().map_err(Error::Stat)?;
+    if !meta.is_file() {
+        return Err(Error::NotAFile);
+    }
+    let size = meta.len();
+    if size > limit {
+        return Err(Error::TooLarge { size, limit });
+    }
+    buf.reserve(size as usize);
+    // Read at most one byte past the stat size, so a growing file is noticed
+    // without reading an unbounded amount.
+    let got = (&mut f)
+        .take(size + 1)
+        .read_to_end(buf)
+        .map_err(Error::Read)? as u64;
+    if got != size {
+        return Err(Error::SizeChanged {
+            expected: size,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// Running reader threads.
+pub struct Readers {
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Readers {
+    /// Starts `cfg.threads` std-engine readers over `jobs`. When every job has
+    /// been pushed, the last reader to finish closes `out`.
+    pub fn start(
+        cfg: &IoConfig,
+        jobs: Arc<[Job]>,
+        out: Arc<Ring<Loaded>>,
+        free: Arc<ArrayQueue<Vec<u8>>>,
+        telemetry: Arc<Telemetry>,
+    ) -> std::io::Result<Readers> {
+        let cursor = Arc::new(AtomicUsize::new(0));
+        let running = Arc::new(AtomicUsize::new(cfg.threads));
+        let limit = cfg.max_file_bytes;
+        let mut threads = Vec::with_capacity(cfg.threads);
+        for i in 0..cfg.threads {
+            let (jobs, out, free, telemetry, cursor, running) = (
+                Arc::clone(&jobs),
+                Arc::clone(&out),
+                Arc::clone(&free),
+                Arc::clone(&telemetry),
+                Arc::clone(&cursor),
+                Arc::clone(&running),
+            );
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("reader-{i}"))
+                    .spawn(move || {
+                        let mut local = Local::default();
+                        loop {
+                            let job = cursor.fetch_add(1, Ordering::Relaxed);
+                            let Some(j) = jobs.get(job) else { break };
+                            let mut buf = free.pop().unwrap_or_default();
+                            let res = local.time(Stage::Read, || read_file(&j.path, limit, &mut buf));
+                            let bytes = res.map(|()| {
+                                local.add_bytes(buf.len() as u64);
+                                buf
+                            });
+                            if out.push(Loaded { job, bytes }).is_err() {
+                                break; // downstream shut down early
+                            }
+                        }
+                        local.publish(&telemetry);
+                        if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                            out.close();
+                        }
+                    })?,
+            );
+        }
+        Ok(Readers { threads })
+    }
+
+    /// Waits for every reader thread; a panicked reader is reported.
+    pub fn join(self) -> Result<(), String> {
+        for t in self.threads {
+            t.join().map_err(|_| "a reader thread panicked".to_string())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_file_reasons() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.wav");
+        std::fs::write(&p, vec![7u8; 100]).unwrap();
+        let mut buf = vec![1, 2, 3];
+        read_file(&p, 100, &mut buf).unwrap();
+        assert_eq!(buf, vec![7u8; 100]);
+        let e = read_file(&p, 99, &mut buf).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "file is 100 bytes, larger than io.max_file_bytes = 99"
+        );
+        let e = read_file(&d.path().join("gone.wav"), 100, &mut buf).unwrap_err();
+        assert!(e.to_string().starts_with("cannot open: "), "{e}");
+        let e = read_file(d.path(), 100, &mut buf).unwrap_err();
+        assert!(matches!(e, Error::NotAFile | Error::Read(_)), "{e}");
+    }
+}

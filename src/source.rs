@@ -1,0 +1,241 @@
+//! The job source for `build`: a sorted walk of the input tree.
+//!
+//! Finds every `*.wav` file (extension matched case-insensitively) below the
+//! input directory, assigns each its split, label and sequence number by the
+//! DESIGN.md rule, and fixes the order in which rows will appear:
+//!
+//! * `<INPUT>/c1/…/ck/name.wav`: k ≥ 2 → split c1, label ck; k = 1 → split
+//!   "all", label c1; k = 0 → split "all", no label (-1).
+//! * Label ids index the sorted set of label names of the whole build, so they
+//!   are identical across splits. Splits are sorted by name.
+//! * Within a split, files are in sorted relative-path order (byte order of the
+//!   `/`-joined path); `seq` is the position in that order.
+//!
+//! Hidden entries (names starting with `.`) are skipped, symlinked directories
+//! are not followed (no cycles), and unreadable directories are reported as
+//! warnings rather than aborting the walk.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// One file to process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// Absolute (or input-joined) path used to open the file.
+    pub path: PathBuf,
+    /// Path relative to the input directory, `/`-separated; recorded in `path`.
+    pub rel_path: String,
+    /// Index into [`Plan::splits`].
+    pub split: usize,
+    /// Position within its split (row order before rejections are removed).
+    pub seq: usize,
+    /// Index into [`Plan::label_names`], or -1.
+    pub label: i32,
+}
+
+/// The outcome of a walk: every job, grouped by split, in row order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Split names, sorted.
+    pub splits: Vec<String>,
+    /// Label names, sorted; label ids index this.
+    pub label_names: Vec<String>,
+    /// All jobs, ordered by (split, seq).
+    pub jobs: Vec<Job>,
+    /// Problems met while walking (unreadable directories), as sentences.
+    pub warnings: Vec<String>,
+    /// Regular files seen that are not `.wav`.
+    pub skipped_non_wav: usize,
+}
+
+impl Plan {
+    /// Jobs of split `i`, in seq order.
+    pub fn split_jobs(&self, i: usize) -> impl Iterator<Item = &Job> {
+        self.jobs.iter().filter(move |j| j.split == i)
+    }
+}
+
+/// Split and label names of a relative path's parent folders (DESIGN.md rule).
+pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
+    let parents = &components[..components.len().saturating_sub(1)];
+    match parents {
+        [] => ("all".to_string(), None),
+        [only] => ("all".to_string(), Some((*only).to_string())),
+        [first, .., last] => ((*first).to_string(), Some((*last).to_string())),
+    }
+}
+
+fn is_wav(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("wav"))
+}
+
+fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            plan.warnings
+                .push(format!("Skipped directory {}: {e}.", dir.display()));
+            return;
+        }
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                plan.warnings
+                    .push(format!("Could not list an entry of {}: {e}.", dir.display()));
+                continue;
+            }
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            plan.warnings.push(format!(
+                "Skipped {}: the name is not valid UTF-8.",
+                entry.path().display()
+            ));
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let child_rel = if rel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
+        if file_type.is_dir() {
+            walk(&entry.path(), &child_rel, found, plan);
+        } else if is_wav(name) {
+            // Regular files and symlinks to files; a dangling link becomes a
+            // per-file rejection when the reader opens it.
+            found.push(child_rel);
+        } else if file_type.is_file() {
+            plan.skipped_non_wav += 1;
+        }
+    }
+}
+
+/// Walks `input` and builds the plan. Fails only if `input` itself is not a
+/// readable directory.
+pub fn scan(input: &Path) -> std::io::Result<Plan> {
+    let meta = std::fs::metadata(input)?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", input.display()),
+        ));
+    }
+    let mut plan = Plan::default();
+    let mut found = Vec::new();
+    walk(input, "", &mut found, &mut plan);
+    found.sort_unstable();
+
+    let mut splits = BTreeSet::new();
+    let mut labels = BTreeSet::new();
+    let assigned: Vec<(String, String, Option<String>)> = found
+        .into_iter()
+        .map(|rel| {
+            let parts: Vec<&str> = rel.split('/').collect();
+            let (split, label) = split_and_label(&parts);
+            splits.insert(split.clone());
+            if let Some(l) = &label {
+                labels.insert(l.clone());
+            }
+            (rel, split, label)
+        })
+        .collect();
+    plan.splits = splits.into_iter().collect();
+    plan.label_names = labels.into_iter().collect();
+
+    let mut next_seq = vec![0usize; plan.splits.len()];
+    let mut jobs: Vec<Job> = assigned
+        .into_iter()
+        .map(|(rel, split, label)| {
+            let split = plan.splits.binary_search(&split).expect("split was inserted");
+            let label = label.map_or(-1, |l| {
+                plan.label_names.binary_search(&l).expect("label was inserted") as i32
+            });
+            let seq = next_seq[split];
+            next_seq[split] += 1;
+            Job {
+                path: input.join(&rel),
+                rel_path: rel,
+                split,
+                seq,
+                label,
+            }
+        })
+        .collect();
+    jobs.sort_by_key(|j| (j.split, j.seq));
+    plan.jobs = jobs;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_for_each_depth() {
+        assert_eq!(split_and_label(&["a.wav"]), ("all".into(), None));
+        assert_eq!(
+            split_and_label(&["leak", "a.wav"]),
+            ("all".into(), Some("leak".into()))
+        );
+        assert_eq!(
+            split_and_label(&["TRAINING", "leak", "a.wav"]),
+            ("TRAINING".into(), Some("leak".into()))
+        );
+        assert_eq!(
+            split_and_label(&["TRAINING", "site3", "leak", "a.wav"]),
+            ("TRAINING".into(), Some("leak".into()))
+        );
+    }
+
+    #[test]
+    fn scan_sorts_and_assigns_ids_shared_across_splits() {
+        let d = tempfile::tempdir().unwrap();
+        for p in [
+            "TRAINING/b/2.wav",
+            "TRAINING/a/1.WAV",
+            "TESTING/b/0.wav",
+            "TESTING/b/notes.txt",
+            "TESTING/.hidden/x.wav",
+            "loose.wav",
+        ] {
+            let f = d.path().join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, b"").unwrap();
+        }
+        let plan = scan(d.path()).unwrap();
+        assert_eq!(plan.splits, ["TESTING", "TRAINING", "all"]);
+        assert_eq!(plan.label_names, ["a", "b"]);
+        assert_eq!(plan.skipped_non_wav, 1);
+        let got: Vec<_> = plan
+            .jobs
+            .iter()
+            .map(|j| (j.rel_path.as_str(), j.split, j.seq, j.label))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("TESTING/b/0.wav", 0, 0, 1),
+                ("TRAINING/a/1.WAV", 1, 0, 0),
+                ("TRAINING/b/2.wav", 1, 1, 1),
+                ("loose.wav", 2, 0, -1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_as_input_is_an_error() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        assert!(scan(f.path()).is_err());
+    }
+}

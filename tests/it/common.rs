@@ -1,0 +1,107 @@
+//! Helpers shared by the integration tests: temp corpora, WAV bytes, reading
+//! an output file back.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use melforge::config::Config;
+use melforge::pipeline::{self, Outcomes};
+
+/// Writes `bytes` at `root/rel`, creating folders.
+pub fn put(root: &Path, rel: &str, bytes: &[u8]) -> PathBuf {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// A synthetic corpus of `files` clips in a fresh temp dir.
+pub fn synth_corpus(files: u64, seed: u64) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    melforge::synth::generate(d.path(), files, seed).unwrap();
+    d
+}
+
+/// Runs a build with `cfg` (no progress bar).
+pub fn build(input: &Path, out: &Path, cfg: &Config) -> Outcomes {
+    pipeline::build(input, out, cfg, &pipeline::Options::default()).unwrap()
+}
+
+/// A config with `workers` CPU workers and small chunks, else defaults.
+pub fn config(workers: usize) -> Config {
+    let mut c = Config::default();
+    c.compute.workers = workers;
+    c.output.chunk_files = 8;
+    c
+}
+
+/// One split file read back.
+pub struct Split {
+    pub mel: ndarray::ArrayD<f32>,
+    pub label: Vec<i32>,
+    pub path: Vec<String>,
+    pub label_names: Vec<String>,
+    pub file: hdf5::File,
+}
+
+pub fn read_split(path: &Path) -> Split {
+    let file = hdf5::File::open(path).unwrap();
+    let mel = file.dataset("mel").unwrap().read_dyn::<f32>().unwrap();
+    let label = file.dataset("label").unwrap().read_raw::<i32>().unwrap();
+    let path = file
+        .dataset("path")
+        .unwrap()
+        .read_raw::<VarLenUnicode>()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.as_str().to_string())
+        .collect();
+    let label_names = file
+        .attr("label_names")
+        .unwrap()
+        .read_raw::<VarLenUnicode>()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.as_str().to_string())
+        .collect();
+    Split {
+        mel,
+        label,
+        path,
+        label_names,
+        file,
+    }
+}
+
+/// The features of one WAV file computed directly (decode + plan), for
+/// comparing against what a build wrote.
+pub fn features_of(bytes: &[u8], cfg: &Config) -> Vec<f32> {
+    let spec = &cfg.spec;
+    let plan = melforge::mel::Plan::new(spec);
+    let mut scratch = melforge::mel::Scratch::new(&plan);
+    let mut clip = vec![0f32; spec.clip_samples()];
+    melforge::wav::decode(bytes, spec.sample_rate, &mut clip).unwrap();
+    let mut out = vec![0f32; spec.row_len()];
+    plan.compute(&clip, &mut scratch, &mut out);
+    out
+}
+
+/// A PCM16 WAV with arbitrary header fields, for malformed-input corpora.
+pub fn wav_with(format: u16, channels: u16, rate: u32, bits: u16, block_align: u16, data: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"RIFF");
+    b.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&format.to_le_bytes());
+    b.extend_from_slice(&channels.to_le_bytes());
+    b.extend_from_slice(&rate.to_le_bytes());
+    b.extend_from_slice(&(rate * u32::from(block_align)).to_le_bytes());
+    b.extend_from_slice(&block_align.to_le_bytes());
+    b.extend_from_slice(&bits.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    b.extend_from_slice(data);
+    b
+}

@@ -1,0 +1,5 @@
+//! Integration tests: one binary, one module per topic. `common` makes
+//! temporary corpora and reads outputs back.
+mod build;
+mod cli;
+mod common;
