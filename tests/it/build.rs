@@ -62,6 +62,13 @@ fn output_is_byte_identical_whatever_the_worker_count() {
     }
 }
 
+/// RIFF + fmt + a LIST chunk, and no data chunk.
+fn no_data_chunk() -> Vec<u8> {
+    let mut b = wav_with(1, 1, 4096, 16, 2, &[])[..36].to_vec();
+    b.extend_from_slice(b"LIST\x05\x00\x00\x00INFO!\x00");
+    b
+}
+
 /// Every kind of bad file next to good ones: exactly the good rows are written
 /// and each bad file gets one rejection line with a specific reason.
 #[test]
@@ -83,15 +90,15 @@ fn mixed_corpus_rejects_each_bad_file_and_keeps_every_good_one() {
         ("TRAINING/LEAK/bad_zero_ch.wav", wav_with(1, 0, 4096, 16, 2, &pcm), "channels"),
         ("TRAINING/LEAK/bad_rate.wav", wav_with(1, 1, 8000, 16, 2, &pcm), "8000"),
         ("TRAINING/LEAK/bad_align.wav", wav_with(1, 2, 4096, 16, 3, &pcm), "block_align"),
-        ("TRAINING/LEAK/bad_no_data.wav", wav_with(1, 1, 4096, 16, 2, &[])[..36].to_vec(), "data"),
+        ("TRAINING/LEAK/bad_no_data.wav", no_data_chunk(), "data chunk"),
         ("TRAINING/LEAK/bad_empty_data.wav", wav_with(1, 1, 4096, 16, 2, &[]), "empty"),
         ("TRAINING/LEAK/bad_bits.wav", wav_with(1, 1, 4096, 12, 2, &pcm), "12"),
     ];
     for (p, bytes, _) in bad {
         put(r, p, bytes);
     }
-    // A directory that looks like a WAV file, and a file over the size limit.
-    std::fs::create_dir_all(r.join("TRAINING/LEAK/bad_dir.wav")).unwrap();
+    // A link whose target vanished, and a file over the size limit.
+    std::os::unix::fs::symlink(r.join("gone.wav"), r.join("TRAINING/LEAK/bad_link.wav")).unwrap();
     let mut big = good.clone();
     big.extend(vec![0u8; 200_000]);
     put(r, "TRAINING/LEAK/bad_big.wav", &big);
@@ -117,7 +124,7 @@ fn mixed_corpus_rejects_each_bad_file_and_keeps_every_good_one() {
         assert!(why.contains(word), "{p}: reason {why:?} should mention {word:?}");
     }
     assert!(reason("TRAINING/LEAK/bad_big.wav").contains("150000"));
-    assert!(reason("TRAINING/LEAK/bad_dir.wav").contains("not a regular file"));
+    assert!(reason("TRAINING/LEAK/bad_link.wav").starts_with("cannot open: "));
     assert_eq!(lines.len(), bad.len() + 2);
 
     let train = read_split(&out.path().join("TRAINING.h5"));
