@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Check every <split>.h5 in a melforge output directory against the schema.
+
+Usage: check_h5.py OUT_DIR [--expect-rows SPLIT=N ...] [--quiet]
+
+Opens each <split>.h5 with h5py and checks: the three datasets and their dtypes;
+mel's shape against the n_long/n_short/n_mels/n_frames attributes; chunking along N
+(chunk = (chunk_files, n_long, n_short, n_mels, n_frames), N resizable); label and
+path lengths equal N; label in -1..len(label_names); every path decodes as a UTF-8
+str; every documented root attribute present with the right kind; optionally the
+row count of named splits. Prints one summary line per file and every problem found;
+exits 1 if there was any problem (2 for usage errors). Leftover *.h5.partial files
+are reported as problems too (an interrupted build).
+
+See docs/FORMAT.md for the schema.
+"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+INT_ATTRS = [
+    "sample_rate", "clip_samples", "n_fft", "hop_length", "win_length", "n_mels",
+    "long_window", "long_hop", "short_window", "short_hop",
+    "n_long", "n_short", "n_frames", "chunk_files",
+]
+REAL_ATTRS = ["clip_seconds", "power", "fmin", "fmax", "ref", "amin"]
+BOOL_ATTRS = ["center", "segmentation_enabled"]
+STR_ATTRS = {
+    "melforge_version": None,
+    "split": None,
+    "window": {"hann", "hamming", "blackman", "boxcar"},
+    "pad_mode": {"constant", "reflect"},
+    "mel_scale": {"slaney", "htk"},
+    "norm": {"slaney", "none"},
+    "dtype": {"float32", "float16"},
+}
+MEL_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def as_str(v):
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    return v
+
+
+def check_file(path, expect_rows):
+    """Returns (summary line, list of problems)."""
+    problems = []
+    bad = problems.append
+    split = path.name[: -len(".h5")]
+    with h5py.File(path, "r") as f:
+        a = f.attrs
+        # --- attributes ---
+        for k in INT_ATTRS:
+            if k not in a:
+                bad(f"attribute {k} missing")
+            elif not np.issubdtype(np.asarray(a[k]).dtype, np.integer):
+                bad(f"attribute {k} is {np.asarray(a[k]).dtype}, expected an integer")
+        for k in REAL_ATTRS:
+            if k not in a:
+                bad(f"attribute {k} missing")
+            elif not np.issubdtype(np.asarray(a[k]).dtype, np.floating):
+                bad(f"attribute {k} is {np.asarray(a[k]).dtype}, expected a float")
+        if "top_db" in a and not (
+            np.issubdtype(np.asarray(a["top_db"]).dtype, np.floating)
+            and math.isfinite(a["top_db"]) and a["top_db"] >= 0
+        ):
+            bad(f"attribute top_db = {a['top_db']!r}, expected a float ≥ 0 or absent")
+        for k in BOOL_ATTRS:
+            if k not in a:
+                bad(f"attribute {k} missing")
+            elif np.asarray(a[k]).dtype != np.bool_:
+                bad(f"attribute {k} is {np.asarray(a[k]).dtype}, expected bool")
+        for k, allowed in STR_ATTRS.items():
+            if k not in a:
+                bad(f"attribute {k} missing")
+                continue
+            v = as_str(a[k])
+            if not isinstance(v, str):
+                bad(f"attribute {k} is {type(v).__name__}, expected str")
+            elif allowed is not None and v not in allowed:
+                bad(f"attribute {k} = {v!r}, expected one of {sorted(allowed)}")
+        if as_str(a.get("split")) != split:
+            bad(f"attribute split = {as_str(a.get('split'))!r}, file name says {split!r}")
+        label_names = []
+        if "label_names" not in a:
+            bad("attribute label_names missing")
+        else:
+            label_names = [as_str(x) for x in np.asarray(a["label_names"]).reshape(-1)]
+            if label_names != sorted(set(label_names)):
+                bad("label_names are not sorted and distinct")
+        if problems:
+            return f"{path}: unreadable attributes", problems
+
+        row_shape = tuple(int(a[k]) for k in ("n_long", "n_short", "n_mels", "n_frames"))
+        chunk_files = int(a["chunk_files"])
+        if a["segmentation_enabled"]:
+            for k, want in (
+                ("n_long", (a["clip_samples"] - a["long_window"]) // a["long_hop"] + 1),
+                ("n_short", (a["long_window"] - a["short_window"]) // a["short_hop"] + 1),
+            ):
+                if a[k] != want:
+                    bad(f"attribute {k} = {a[k]}, the window/hop attributes give {want}")
+        elif row_shape[:2] != (1, 1):
+            bad(f"segmentation off but (n_long, n_short) = {row_shape[:2]}")
+
+        # --- datasets ---
+        for name in ("mel", "label", "path"):
+            if name not in f or not isinstance(f[name], h5py.Dataset):
+                bad(f"dataset {name} missing")
+        if problems:
+            return f"{path}: missing datasets", problems
+        mel, label, paths = f["mel"], f["label"], f["path"]
+        n = mel.shape[0] if mel.ndim == 5 else -1
+
+        want_dtype = MEL_DTYPES[as_str(a["dtype"])]
+        if mel.dtype != want_dtype:
+            bad(f"mel is {mel.dtype}, attribute dtype says {as_str(a['dtype'])}")
+        if mel.ndim != 5 or mel.shape[1:] != row_shape:
+            bad(f"mel shape {mel.shape}, attributes give (N, {', '.join(map(str, row_shape))})")
+        if label.dtype != np.int32:
+            bad(f"label is {label.dtype}, expected int32")
+        info = h5py.check_string_dtype(paths.dtype)
+        if info is None or info.encoding != "utf-8" or info.length is not None:
+            bad(f"path is {paths.dtype}, expected variable-length UTF-8 strings")
+        for name, ds, chunk in (
+            ("mel", mel, (chunk_files,) + row_shape),
+            ("label", label, (chunk_files,)),
+            ("path", paths, (chunk_files,)),
+        ):
+            if ds.shape[0] != n:
+                bad(f"{name} has {ds.shape[0]} rows, mel has {n}")
+            if ds.chunks != chunk:
+                bad(f"{name} chunks {ds.chunks}, expected {chunk}")
+            if ds.maxshape[0] is not None:
+                bad(f"{name} is not resizable along N (maxshape {ds.maxshape})")
+        if problems:
+            return f"{path}: bad layout", problems
+
+        # --- contents ---
+        labels = label[:]
+        lo, hi = -1, len(label_names)
+        out = labels[(labels < lo) | (labels >= hi)]
+        if out.size:
+            bad(f"{out.size} labels outside -1..{hi}, e.g. {out[0]}")
+        if not label_names and (labels != -1).any():
+            bad("labels set but label_names is empty")
+        try:
+            strs = paths.asstr()[:]
+        except UnicodeDecodeError as e:
+            bad(f"a path is not valid UTF-8: {e}")
+            strs = []
+        for p in strs:
+            if not p or p.startswith("/") or "\\" in p:
+                bad(f"path {p!r} is not a relative '/'-separated path")
+                break
+        if n > 0:
+            # Spot-check the data: first and last rows readable and finite.
+            for i in sorted({0, n - 1}):
+                row = mel[i]
+                if not np.isfinite(row).all():
+                    bad(f"mel[{i}] has non-finite values")
+        if split in expect_rows and expect_rows[split] != n:
+            bad(f"{n} rows, expected {expect_rows[split]}")
+
+        used = np.unique(labels[labels >= 0]) if n else []
+        summary = (
+            f"{path.name}: split={split} N={n} mel={mel.dtype}{tuple(mel.shape)} "
+            f"chunk={chunk_files} labels={len(label_names)} (used {len(used)}) "
+            f"unlabelled={int((labels == -1).sum())} version={as_str(a['melforge_version'])}"
+        )
+        return summary, problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--expect-rows", nargs="*", default=[], metavar="SPLIT=N",
+                    help="fail unless SPLIT.h5 has exactly N rows (and exists)")
+    ap.add_argument("--quiet", action="store_true", help="print problems only")
+    args = ap.parse_args()
+
+    expect = {}
+    for item in args.expect_rows:
+        name, sep, num = item.partition("=")
+        if not sep or not num.isdigit():
+            ap.error(f"--expect-rows takes SPLIT=N, got {item!r}")
+        expect[name] = int(num)
+
+    if not args.out_dir.is_dir():
+        print(f"{args.out_dir}: not a directory", file=sys.stderr)
+        return 1
+    files = sorted(args.out_dir.glob("*.h5"))
+    failed = False
+    if not files:
+        print(f"{args.out_dir}: no *.h5 files", file=sys.stderr)
+        failed = True
+    for leftover in sorted(args.out_dir.glob("*.h5.partial")):
+        print(f"{leftover}: unfinished .partial file", file=sys.stderr)
+        failed = True
+    for name in sorted(set(expect) - {p.name[:-3] for p in files}):
+        print(f"{args.out_dir}/{name}.h5: missing (expected {expect[name]} rows)",
+              file=sys.stderr)
+        failed = True
+    for path in files:
+        try:
+            summary, problems = check_file(path, expect)
+        except Exception as e:  # noqa: BLE001 - any failure to read is a problem
+            summary, problems = f"{path}: cannot be read", [f"{type(e).__name__}: {e}"]
+        if not args.quiet:
+            print(summary)
+        for p in problems:
+            print(f"  PROBLEM {path.name}: {p}", file=sys.stderr)
+        failed |= bool(problems)
+    if not args.quiet:
+        print("FAILED" if failed else "OK")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

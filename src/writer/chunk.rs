@@ -1,0 +1,105 @@
+//! The chunk buffer: up to `chunk_files` consecutive accepted rows of one split,
+//! already in the on-disk element type, with their labels and paths.
+//!
+//! It is filled one row at a time in seq order and handed whole to
+//! [`super::h5::SplitFile::append`], which writes it with one call per dataset.
+//! Storage is allocated on the first push and reused after every `clear`.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use hdf5::types::VarLenUnicode;
+
+use super::{Dtype, Error};
+
+/// Row values in the element type of the `mel` dataset.
+pub(super) enum MelBuf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+pub(super) struct ChunkBuf {
+    mel: MelBuf,
+    labels: Vec<i32>,
+    paths: Vec<VarLenUnicode>,
+    row_shape: [usize; 4],
+    row_len: usize,
+    /// Rows that make a full chunk (≤ chunk_files when the split is smaller).
+    capacity: usize,
+}
+
+impl ChunkBuf {
+    /// A buffer that is full at `capacity` rows of `row_shape`.
+    pub(super) fn new(dtype: Dtype, row_shape: [usize; 4], capacity: usize) -> Self {
+        let mel = match dtype {
+            Dtype::Float32 => MelBuf::F32(Vec::new()),
+            Dtype::Float16 => MelBuf::F16(Vec::new()),
+        };
+        ChunkBuf {
+            mel,
+            labels: Vec::new(),
+            paths: Vec::new(),
+            row_shape,
+            row_len: row_shape.iter().product(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Appends one row (`row_len` values; the caller has checked the length).
+    pub(super) fn push(&mut self, row: &[f32], label: i32, path: &str) -> Result<(), Error> {
+        debug_assert_eq!(row.len(), self.row_len);
+        let path: VarLenUnicode = path
+            .parse()
+            .map_err(|e| Error::Plan(format!("path {path:?} cannot be stored: {e}")))?;
+        let total = self.capacity * self.row_len;
+        match &mut self.mel {
+            MelBuf::F32(buf) => {
+                buf.reserve_exact(total - buf.len());
+                buf.extend_from_slice(row);
+            }
+            MelBuf::F16(buf) => {
+                buf.reserve_exact(total - buf.len());
+                let start = buf.len();
+                buf.resize(start + row.len(), f16::ZERO);
+                buf[start..].convert_from_f32_slice(row);
+            }
+        }
+        self.labels.push(label);
+        self.paths.push(path);
+        Ok(())
+    }
+
+    pub(super) fn rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub(super) fn is_full(&self) -> bool {
+        self.rows() >= self.capacity
+    }
+
+    pub(super) fn clear(&mut self) {
+        match &mut self.mel {
+            MelBuf::F32(buf) => buf.clear(),
+            MelBuf::F16(buf) => buf.clear(),
+        }
+        self.labels.clear();
+        self.paths.clear();
+    }
+
+    pub(super) fn mel(&self) -> &MelBuf {
+        &self.mel
+    }
+
+    pub(super) fn labels(&self) -> &[i32] {
+        &self.labels
+    }
+
+    pub(super) fn paths(&self) -> &[VarLenUnicode] {
+        &self.paths
+    }
+
+    /// Shape of the buffered block: (rows, n_long, n_short, n_mels, n_frames).
+    pub(super) fn shape(&self) -> (usize, usize, usize, usize, usize) {
+        let [a, b, c, d] = self.row_shape;
+        (self.rows(), a, b, c, d)
+    }
+}

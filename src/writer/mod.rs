@@ -1,0 +1,442 @@
+//! The writer: the only code in melforge that calls HDF5.
+//!
+//! A [`DatasetWriter`] is a plain synchronous object; the pipeline runs it on one
+//! dedicated thread and feeds it the outcome of every planned file with
+//! [`DatasetWriter::submit`]. It owns one `<split>.h5.partial` per split and renames
+//! each to `<split>.h5` in [`DatasetWriter::finish`].
+//!
+//! Invariants:
+//! * **Rows are in plan order.** Each split's [`SplitPlan::files`] lists the files in
+//!   sorted path order and a file's index there is its `seq`. Outcomes may arrive in
+//!   any order; early arrivals wait in a reorder buffer until every lower seq has
+//!   arrived. Rejected files (`None`) leave no row, so row `i` of the output is the
+//!   `i`-th *accepted* file in sorted path order, and `label[i]`, `path[i]` and
+//!   `mel[i]` always describe the same file.
+//! * **Whole chunks.** Accepted rows are copied (converted to float16 when asked)
+//!   into a chunk buffer of `chunk_files` rows; a full buffer is written with one
+//!   `write_slice` per dataset, exactly covering one HDF5 chunk. The last, partial
+//!   chunk is written by `finish`. Memory is the chunk buffer of each split plus the
+//!   reorder buffer, whose size the caller bounds by how many files it has in flight.
+//! * **Reproducible bytes.** Object time stamps are off and the call sequence
+//!   depends only on the plan and the row contents, never on arrival order, so two
+//!   runs over the same inputs give byte-identical files.
+//! * **Protocol errors change nothing.** A bad split index, out-of-range or duplicate
+//!   seq, or wrong row length is reported before any state changes; the writer stays
+//!   usable. After an HDF5 or I/O error the writer is failed: every later call
+//!   returns [`Error::Failed`]. Dropping a writer without `finish` closes the files
+//!   and leaves the `.partial` files behind.
+//!
+//! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
+//! in [`h5`], the chunk buffer in [`chunk`].
+
+mod chunk;
+mod h5;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::mel::Spec;
+use chunk::ChunkBuf;
+use h5::{Header, SplitFile};
+
+/// Element type of the `mel` dataset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Float32,
+    Float16,
+}
+
+impl Dtype {
+    /// The config / attribute spelling: `"float32"` or `"float16"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Float32 => "float32",
+            Dtype::Float16 => "float16",
+        }
+    }
+}
+
+/// The files of one split, in sorted path order; a file's index is its `seq`.
+#[derive(Clone, Debug)]
+pub struct SplitPlan {
+    /// Split name; the output is `<out_dir>/<name>.h5`.
+    pub name: String,
+    pub files: Vec<PlannedFile>,
+}
+
+/// One input file as the writer records it.
+#[derive(Clone, Debug)]
+pub struct PlannedFile {
+    /// Path relative to INPUT with `/` separators (stored in `path`).
+    pub rel_path: String,
+    /// Index into [`OutputPlan::label_names`], or -1 for no label.
+    pub label: i32,
+}
+
+/// Everything the writer needs to know before the first row arrives.
+#[derive(Clone, Debug)]
+pub struct OutputPlan {
+    pub out_dir: PathBuf,
+    pub splits: Vec<SplitPlan>,
+    /// Sorted, distinct; label ids index this.
+    pub label_names: Vec<String>,
+    pub spec: Spec,
+    pub dtype: Dtype,
+    /// Rows per HDF5 chunk along N, ≥ 1.
+    pub chunk_files: usize,
+    /// Extra root attributes, stored as UTF-8 strings (e.g. `("input", "/abs/path")`).
+    pub extra_attrs: Vec<(String, String)>,
+}
+
+/// What [`DatasetWriter::finish`] produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteReport {
+    /// (split name, final path, rows written), in plan order.
+    pub files: Vec<(String, PathBuf, usize)>,
+    /// Total size on disk of the finished files.
+    pub bytes_written: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: cannot {action}: {source}", file.display())]
+    Hdf5 {
+        file: PathBuf,
+        /// What was being done, e.g. "write rows 0..64 of dataset `mel`".
+        action: String,
+        source: hdf5::Error,
+    },
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: std::io::Error,
+    },
+    #[error("invalid output plan: {0}")]
+    Plan(String),
+    #[error("no split with index {split} (the plan has {n_splits})")]
+    UnknownSplit { split: usize, n_splits: usize },
+    #[error("split `{split}`: seq {seq} is out of range (the split has {n_files} files)")]
+    SeqOutOfRange {
+        split: String,
+        seq: usize,
+        n_files: usize,
+    },
+    #[error("split `{split}`: seq {seq} was submitted twice")]
+    DuplicateSeq { split: String, seq: usize },
+    #[error("split `{split}`: seq {seq} has a row of {got} values, expected {expected}")]
+    RowLength {
+        split: String,
+        seq: usize,
+        got: usize,
+        expected: usize,
+    },
+    #[error(
+        "split `{split}`: {missing} of {n_files} files never arrived (first missing seq {first})"
+    )]
+    Incomplete {
+        split: String,
+        missing: usize,
+        n_files: usize,
+        first: usize,
+    },
+    #[error("the writer failed earlier and accepts no more calls")]
+    Failed,
+}
+
+/// Writes every split of one build; see the module documentation.
+pub struct DatasetWriter {
+    splits: Vec<SplitWriter>,
+    row_len: usize,
+    failed: bool,
+}
+
+/// One split's reorder state, chunk buffer and open file.
+struct SplitWriter {
+    name: String,
+    files: Vec<PlannedFile>,
+    /// Lowest seq not yet consumed; every seq below it is in the file or the chunk.
+    next_seq: usize,
+    /// Early arrivals (seq > next_seq), held until their turn.
+    pending: BTreeMap<usize, Option<Vec<f32>>>,
+    chunk: ChunkBuf,
+    out: SplitFile,
+}
+
+impl DatasetWriter {
+    /// Creates `<out_dir>/<split>.h5.partial` for every split (out_dir created if missing).
+    pub fn create(plan: OutputPlan) -> Result<DatasetWriter, Error> {
+        validate(&plan)?;
+        std::fs::create_dir_all(&plan.out_dir).map_err(|source| Error::Io {
+            path: plan.out_dir.clone(),
+            action: "create the output directory",
+            source,
+        })?;
+        let row_shape = plan.spec.row_shape();
+        let row_len = plan.spec.row_len();
+        let mut splits = Vec::with_capacity(plan.splits.len());
+        for split in plan.splits {
+            let header = Header {
+                split: &split.name,
+                label_names: &plan.label_names,
+                spec: &plan.spec,
+                dtype: plan.dtype,
+                chunk_files: plan.chunk_files,
+                extra_attrs: &plan.extra_attrs,
+            };
+            let final_path = plan.out_dir.join(format!("{}.h5", split.name));
+            let out = SplitFile::create(final_path, &header)?;
+            let chunk_rows = plan.chunk_files.min(split.files.len());
+            tracing::debug!(
+                "Created {} for {} planned files of split {}.",
+                out.partial_path().display(),
+                split.files.len(),
+                split.name
+            );
+            splits.push(SplitWriter {
+                name: split.name,
+                files: split.files,
+                next_seq: 0,
+                pending: BTreeMap::new(),
+                chunk: ChunkBuf::new(plan.dtype, row_shape, chunk_rows),
+                out,
+            });
+        }
+        Ok(DatasetWriter {
+            splits,
+            row_len,
+            failed: false,
+        })
+    }
+
+    /// Hands over the outcome of file `seq` of split `split`: `Some(row)`
+    /// (`spec.row_len()` f32 values in dB, layout `[n_long][n_short][n_mels][n_frames]`)
+    /// or `None` when the file was rejected.
+    ///
+    /// Outcomes may arrive in any order; rows land in seq order. Returns the row
+    /// buffers no longer needed, for the caller to recycle.
+    pub fn submit(
+        &mut self,
+        split: usize,
+        seq: usize,
+        row: Option<Vec<f32>>,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        if self.failed {
+            return Err(Error::Failed);
+        }
+        let n_splits = self.splits.len();
+        let s = self
+            .splits
+            .get_mut(split)
+            .ok_or(Error::UnknownSplit { split, n_splits })?;
+        s.check(seq, row.as_deref(), self.row_len)?;
+        let mut recycled = Vec::new();
+        if seq != s.next_seq {
+            s.pending.insert(seq, row);
+            return Ok(recycled);
+        }
+        let result = s.consume(row, &mut recycled).and_then(|()| {
+            while let Some(row) = s.pending.remove(&s.next_seq) {
+                s.consume(row, &mut recycled)?;
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => Ok(recycled),
+            Err(e) => {
+                self.failed = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Rows waiting in the reorder buffers of all splits (for telemetry).
+    pub fn pending_rows(&self) -> usize {
+        self.splits.iter().map(|s| s.pending.len()).sum()
+    }
+
+    /// Writes the remaining partial chunk of every split, closes the files and
+    /// renames every `.partial` to `<split>.h5`. Errors, renaming nothing, if some
+    /// seq never arrived.
+    pub fn finish(self) -> Result<WriteReport, Error> {
+        if self.failed {
+            return Err(Error::Failed);
+        }
+        for s in &self.splits {
+            if s.next_seq < s.files.len() {
+                return Err(Error::Incomplete {
+                    split: s.name.clone(),
+                    missing: s.files.len() - s.next_seq - s.pending.len(),
+                    n_files: s.files.len(),
+                    first: s.next_seq,
+                });
+            }
+        }
+        let mut report = WriteReport {
+            files: Vec::with_capacity(self.splits.len()),
+            bytes_written: 0,
+        };
+        for mut s in self.splits {
+            if s.chunk.rows() > 0 {
+                s.out.append(&s.chunk)?;
+            }
+            let (path, rows, bytes) = s.out.close()?;
+            tracing::debug!(
+                "Wrote {} rows of split {} to {} ({bytes} bytes).",
+                rows,
+                s.name,
+                path.display()
+            );
+            report.files.push((s.name, path, rows));
+            report.bytes_written += bytes;
+        }
+        Ok(report)
+    }
+}
+
+impl SplitWriter {
+    /// Rejects a submission that would break the protocol, changing nothing.
+    fn check(&self, seq: usize, row: Option<&[f32]>, row_len: usize) -> Result<(), Error> {
+        if seq >= self.files.len() {
+            return Err(Error::SeqOutOfRange {
+                split: self.name.clone(),
+                seq,
+                n_files: self.files.len(),
+            });
+        }
+        if seq < self.next_seq || self.pending.contains_key(&seq) {
+            return Err(Error::DuplicateSeq {
+                split: self.name.clone(),
+                seq,
+            });
+        }
+        if let Some(row) = row
+            && row.len() != row_len
+        {
+            return Err(Error::RowLength {
+                split: self.name.clone(),
+                seq,
+                got: row.len(),
+                expected: row_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Consumes the outcome of `next_seq`, writing the chunk when it fills up.
+    fn consume(
+        &mut self,
+        row: Option<Vec<f32>>,
+        recycled: &mut Vec<Vec<f32>>,
+    ) -> Result<(), Error> {
+        let file = &self.files[self.next_seq];
+        self.next_seq += 1;
+        if let Some(row) = row {
+            self.chunk.push(&row, file.label, &file.rel_path)?;
+            recycled.push(row);
+            if self.chunk.is_full() {
+                self.out.append(&self.chunk)?;
+                self.chunk.clear();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Attribute names the writer sets itself; `extra_attrs` may not reuse them.
+const RESERVED_ATTRS: &[&str] = &[
+    "label_names",
+    "melforge_version",
+    "split",
+    "sample_rate",
+    "clip_seconds",
+    "clip_samples",
+    "n_fft",
+    "hop_length",
+    "win_length",
+    "window",
+    "center",
+    "pad_mode",
+    "power",
+    "n_mels",
+    "fmin",
+    "fmax",
+    "mel_scale",
+    "norm",
+    "ref",
+    "amin",
+    "top_db",
+    "segmentation_enabled",
+    "long_window",
+    "long_hop",
+    "short_window",
+    "short_hop",
+    "n_long",
+    "n_short",
+    "n_frames",
+    "dtype",
+    "chunk_files",
+];
+
+fn validate(plan: &OutputPlan) -> Result<(), Error> {
+    let bad = |m: String| Err(Error::Plan(m));
+    if plan.chunk_files == 0 {
+        return bad("chunk_files must be ≥ 1".into());
+    }
+    if let Err(e) = plan.spec.validate() {
+        return bad(format!("feature spec: {e}"));
+    }
+    for w in plan.label_names.windows(2) {
+        if w[0] >= w[1] {
+            return bad(format!(
+                "label_names must be sorted and distinct (`{}` before `{}`)",
+                w[0], w[1]
+            ));
+        }
+    }
+    let n_labels = plan.label_names.len();
+    for (i, split) in plan.splits.iter().enumerate() {
+        let name = &split.name;
+        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+            return bad(format!("`{name}` is not usable as a split file name"));
+        }
+        if plan.splits[..i].iter().any(|s| &s.name == name) {
+            return bad(format!("split `{name}` appears twice"));
+        }
+        for f in &split.files {
+            let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
+            if f.label != -1 && !known {
+                return bad(format!(
+                    "{}: label {} is outside -1..{n_labels}",
+                    f.rel_path, f.label
+                ));
+            }
+            if f.rel_path.contains('\0') {
+                return bad(format!("path {:?} contains a NUL byte", f.rel_path));
+            }
+        }
+    }
+    for name in plan
+        .label_names
+        .iter()
+        .chain(plan.extra_attrs.iter().map(|(_, v)| v))
+    {
+        if name.contains('\0') {
+            return bad(format!("string {name:?} contains a NUL byte"));
+        }
+    }
+    for (i, (key, _)) in plan.extra_attrs.iter().enumerate() {
+        if key.is_empty() || key.contains('\0') || key == "." {
+            return bad(format!("`{key}` is not a usable attribute name"));
+        }
+        if RESERVED_ATTRS.contains(&key.as_str())
+            || plan.extra_attrs[..i].iter().any(|(k, _)| k == key)
+        {
+            return bad(format!("extra attribute `{key}` is set twice"));
+        }
+    }
+    Ok(())
+}
