@@ -1,0 +1,26 @@
+//! Log-mel spectrograms identical to librosa 0.11 (DESIGN.md "Mel definition").
+//!
+//! * [`spec`]: the validated definition ([`Spec`]) and the shapes it implies.
+//! * [`window`](mod@window): scipy/librosa analysis windows, centred-padded to `n_fft`.
+//! * [`filterbank`]: `librosa.filters.mel`, dense for tests and sparse for compute.
+//! * `layout`: the distinct STFT frames of a clip and where each lands in the
+//!   output (overlapping segments share frames).
+//! * [`plan`]: [`Plan`] (precomputed, shared by workers) and [`Scratch`] (per
+//!   worker); [`Plan::compute`] turns one clip into one output row.
+//!
+//! The CPU path computes everything in the precision librosa uses (float64 window
+//! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
+//! about 1e-5 dB; `tests/golden_parity.rs` checks this against committed fixtures.
+pub mod filterbank;
+mod layout;
+pub mod plan;
+pub mod spec;
+pub mod window;
+
+#[cfg(test)]
+mod tests;
+
+pub use filterbank::mel_filterbank;
+pub use plan::{Plan, Scratch};
+pub use spec::{MelNorm, MelScale, PadMode, Segmentation, Spec, SpecError, Window};
+pub use window::window;
