@@ -253,7 +253,10 @@ impl Ctx<'_> {
             .map(|&(_, t)| t)
             .ok_or_else(|| {
                 let names: Vec<_> = options.iter().map(|(n, _)| format!("\"{n}\"")).collect();
-                self.invalid(key, format!("\"{v}\"; expected one of {}", names.join(", ")))
+                self.invalid(
+                    key,
+                    format!("\"{v}\"; expected one of {}", names.join(", ")),
+                )
             })
     }
 
@@ -326,7 +329,10 @@ impl Config {
                 "mel.pad_mode",
                 m.pad_mode.as_deref(),
                 d.pad_mode,
-                &[("constant", PadMode::Constant), ("reflect", PadMode::Reflect)],
+                &[
+                    ("constant", PadMode::Constant),
+                    ("reflect", PadMode::Reflect),
+                ],
             )?,
             power: m.power.unwrap_or(d.power),
             n_mels: m.n_mels.unwrap_or(d.n_mels),
@@ -363,7 +369,12 @@ impl Config {
 
         let i = &raw.io;
         let io = IoConfig {
-            engine: cx.choice("io.engine", i.engine.as_deref(), Engine::Std, &[("std", Engine::Std)])?,
+            engine: cx.choice(
+                "io.engine",
+                i.engine.as_deref(),
+                Engine::Std,
+                &[("std", Engine::Std)],
+            )?,
             threads: cx.positive("io.threads", i.threads, 1)?,
             queue_depth: cx.positive("io.queue_depth", i.queue_depth, 64)?,
             direct: i.direct.unwrap_or(true),
@@ -385,7 +396,11 @@ impl Config {
                 "compute.backend",
                 c.backend.as_deref(),
                 Backend::Auto,
-                &[("auto", Backend::Auto), ("cpu", Backend::Cpu), ("cuda", Backend::Cuda)],
+                &[
+                    ("auto", Backend::Auto),
+                    ("cpu", Backend::Cpu),
+                    ("cuda", Backend::Cuda),
+                ],
             )?,
             workers,
             batch_files: cx.positive("compute.batch_files", c.batch_files, 256)?,
@@ -423,7 +438,10 @@ mod tests {
     fn bad_value_names_key_and_line() {
         let e = Config::parse("[mel]\n\nfmax = 9000\n", "f.toml").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("f.toml:3: invalid value for `mel.fmax`"), "{msg}");
+        assert!(
+            msg.starts_with("f.toml:3: invalid value for `mel.fmax`"),
+            "{msg}"
+        );
         assert!(msg.contains("Nyquist"), "{msg}");
     }
 
@@ -431,7 +449,10 @@ mod tests {
     fn bad_choice_lists_the_options() {
         let e = Config::parse("[mel]\nwindow = \"kaiser\"\n", "f.toml").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("mel.window") && msg.contains("\"hann\""), "{msg}");
+        assert!(
+            msg.contains("mel.window") && msg.contains("\"hann\""),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -101,7 +101,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
             println!("{} is valid. Resolved settings:", file.display());
-            println!("{}", toml::to_string_pretty(&cfg).context("cannot print the config")?);
+            println!(
+                "{}",
+                toml::to_string_pretty(&cfg).context("cannot print the config")?
+            );
             let s = &cfg.spec;
             println!(
                 "# per file: mel shape ({}, {}, {}, {}), {} segments",

@@ -199,7 +199,9 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     let telemetry = Arc::new(Telemetry::default());
     let loaded = Arc::new(Ring::<Loaded>::new(cfg.io.queue_depth));
     let outcomes = Arc::new(Ring::<Outcome>::new(cfg.compute.queue_depth));
-    let free_bytes = Arc::new(ArrayQueue::new(cfg.io.queue_depth + cfg.compute.workers + 1));
+    let free_bytes = Arc::new(ArrayQueue::new(
+        cfg.io.queue_depth + cfg.compute.workers + 1,
+    ));
     let free_rows = Arc::new(ArrayQueue::new(
         cfg.compute.queue_depth + cfg.compute.workers + cfg.output.chunk_files,
     ));

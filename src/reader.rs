@@ -114,7 +114,8 @@ impl Readers {
                             let job = cursor.fetch_add(1, Ordering::Relaxed);
                             let Some(j) = jobs.get(job) else { break };
                             let mut buf = free.pop().unwrap_or_default();
-                            let res = local.time(Stage::Read, || read_file(&j.path, limit, &mut buf));
+                            let res =
+                                local.time(Stage::Read, || read_file(&j.path, limit, &mut buf));
                             let bytes = res.map(|()| {
                                 local.add_bytes(buf.len() as u64);
                                 buf
@@ -136,7 +137,8 @@ impl Readers {
     /// Waits for every reader thread; a panicked reader is reported.
     pub fn join(self) -> Result<(), String> {
         for t in self.threads {
-            t.join().map_err(|_| "a reader thread panicked".to_string())?;
+            t.join()
+                .map_err(|_| "a reader thread panicked".to_string())?;
         }
         Ok(())
     }

@@ -85,8 +85,10 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                plan.warnings
-                    .push(format!("Could not list an entry of {}: {e}.", dir.display()));
+                plan.warnings.push(format!(
+                    "Could not list an entry of {}: {e}.",
+                    dir.display()
+                ));
                 continue;
             }
         };
@@ -157,9 +159,14 @@ pub fn scan(input: &Path) -> std::io::Result<Plan> {
     let mut jobs: Vec<Job> = assigned
         .into_iter()
         .map(|(rel, split, label)| {
-            let split = plan.splits.binary_search(&split).expect("split was inserted");
+            let split = plan
+                .splits
+                .binary_search(&split)
+                .expect("split was inserted");
             let label = label.map_or(-1, |l| {
-                plan.label_names.binary_search(&l).expect("label was inserted") as i32
+                plan.label_names
+                    .binary_search(&l)
+                    .expect("label was inserted") as i32
             });
             let seq = next_seq[split];
             next_seq[split] += 1;

@@ -219,7 +219,10 @@ mod tests {
         for label in 0..4 {
             let c = clip(7, 3, label);
             assert_eq!(c.len(), CLIP_SAMPLES);
-            assert!(c.iter().any(|&v| v.unsigned_abs() > 1000), "label {label} is silent");
+            assert!(
+                c.iter().any(|&v| v.unsigned_abs() > 1000),
+                "label {label} is silent"
+            );
         }
     }
 
@@ -237,6 +240,9 @@ mod tests {
     fn splits_follow_the_70_15_15_pattern() {
         let names: Vec<_> = (0..20).map(|i| file_name(i).0).collect();
         let count = |s: &str| names.iter().filter(|n| n.starts_with(s)).count();
-        assert_eq!((count("TRAINING/"), count("VALIDATION/"), count("TESTING/")), (14, 3, 3));
+        assert_eq!(
+            (count("TRAINING/"), count("VALIDATION/"), count("TESTING/")),
+            (14, 3, 3)
+        );
     }
 }

@@ -58,39 +58,49 @@ impl Workers {
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
             let (plan, w, running) = (Arc::clone(&plan), Arc::clone(&wiring), Arc::clone(&running));
-            threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(move || {
-                let spec = plan.spec();
-                let mut clip = vec![0f32; spec.clip_samples()];
-                let row_len = spec.row_len();
-                let mut scratch = Scratch::new(&plan);
-                let mut local = Local::default();
-                while let Some(Loaded { job, bytes }) = w.input.pop() {
-                    let row = match bytes {
-                        Err(e) => Err(e.to_string()),
-                        Ok(bytes) => {
-                            let mut row = w.free_rows.pop().unwrap_or_default();
-                            row.resize(row_len, 0.0);
-                            let r = process(&plan, &bytes, &mut clip, &mut scratch, &mut row, &mut local);
-                            let _full = w.free_bytes.push(bytes);
-                            r.map(|()| row)
+            threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
+                move || {
+                    let spec = plan.spec();
+                    let mut clip = vec![0f32; spec.clip_samples()];
+                    let row_len = spec.row_len();
+                    let mut scratch = Scratch::new(&plan);
+                    let mut local = Local::default();
+                    while let Some(Loaded { job, bytes }) = w.input.pop() {
+                        let row = match bytes {
+                            Err(e) => Err(e.to_string()),
+                            Ok(bytes) => {
+                                let mut row = w.free_rows.pop().unwrap_or_default();
+                                row.resize(row_len, 0.0);
+                                let r = process(
+                                    &plan,
+                                    &bytes,
+                                    &mut clip,
+                                    &mut scratch,
+                                    &mut row,
+                                    &mut local,
+                                );
+                                let _full = w.free_bytes.push(bytes);
+                                r.map(|()| row)
+                            }
+                        };
+                        if w.output.push(Outcome { job, row }).is_err() {
+                            break;
                         }
-                    };
-                    if w.output.push(Outcome { job, row }).is_err() {
-                        break;
                     }
-                }
-                local.publish(&w.telemetry);
-                if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    w.output.close();
-                }
-            })?);
+                    local.publish(&w.telemetry);
+                    if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        w.output.close();
+                    }
+                },
+            )?);
         }
         Ok(Workers { threads })
     }
 
     pub fn join(self) -> Result<(), String> {
         for t in self.threads {
-            t.join().map_err(|_| "a compute worker panicked".to_string())?;
+            t.join()
+                .map_err(|_| "a compute worker panicked".to_string())?;
         }
         Ok(())
     }

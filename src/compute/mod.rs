@@ -57,6 +57,11 @@ mod tests {
         let c = select(Backend::Auto).unwrap();
         assert_eq!(c.backend, Backend::Cpu);
         assert!(c.reason.contains("CPU"));
-        assert!(select(Backend::Cuda).unwrap_err().to_string().contains("no CUDA"));
+        assert!(
+            select(Backend::Cuda)
+                .unwrap_err()
+                .to_string()
+                .contains("no CUDA")
+        );
     }
 }

@@ -13,8 +13,15 @@ fn synth_build_read_back_shape_labels_paths_values() {
     assert_eq!(done.report.files_rejected, 0);
     assert!(done.rejected.is_empty());
 
-    let splits: Vec<_> = done.outputs.iter().map(|o| (o.split.as_str(), o.rows)).collect();
-    assert_eq!(splits, [("TESTING", 6), ("TRAINING", 28), ("VALIDATION", 6)]);
+    let splits: Vec<_> = done
+        .outputs
+        .iter()
+        .map(|o| (o.split.as_str(), o.rows))
+        .collect();
+    assert_eq!(
+        splits,
+        [("TESTING", 6), ("TRAINING", 28), ("VALIDATION", 6)]
+    );
     assert!(!out.path().join("TRAINING.h5.partial").exists());
 
     let s = read_split(&out.path().join("TRAINING.h5"));
@@ -35,7 +42,9 @@ fn synth_build_read_back_shape_labels_paths_values() {
     }
     // Different labels give different spectra: the mean spectra differ clearly.
     let mean_of = |label: i32| -> f32 {
-        let rows: Vec<usize> = (0..s.label.len()).filter(|&i| s.label[i] == label).collect();
+        let rows: Vec<usize> = (0..s.label.len())
+            .filter(|&i| s.label[i] == label)
+            .collect();
         let v: f32 = rows
             .iter()
             .map(|&i| s.mel.index_axis(ndarray::Axis(0), i).iter().sum::<f32>())
@@ -82,17 +91,57 @@ fn mixed_corpus_rejects_each_bad_file_and_keeps_every_good_one() {
     put(r, "TESTING/LEAK/good_c.wav", &good);
     let pcm = vec![0u8; 400];
     let bad: &[(&str, Vec<u8>, &str)] = &[
-        ("TRAINING/LEAK/bad_not_riff.wav", b"ID3\x03 this is an mp3".to_vec(), "RIFF"),
+        (
+            "TRAINING/LEAK/bad_not_riff.wav",
+            b"ID3\x03 this is an mp3".to_vec(),
+            "RIFF",
+        ),
         ("TRAINING/LEAK/bad_empty_file.wav", Vec::new(), "truncated"),
-        ("TRAINING/LEAK/bad_header.wav", good[..30].to_vec(), "truncated"),
-        ("TRAINING/LEAK/bad_data.wav", good[..2000].to_vec(), "truncated"),
-        ("TRAINING/LEAK/bad_adpcm.wav", wav_with(0x11, 1, 4096, 4, 256, &pcm), "ADPCM"),
-        ("TRAINING/LEAK/bad_zero_ch.wav", wav_with(1, 0, 4096, 16, 2, &pcm), "channels"),
-        ("TRAINING/LEAK/bad_rate.wav", wav_with(1, 1, 8000, 16, 2, &pcm), "8000"),
-        ("TRAINING/LEAK/bad_align.wav", wav_with(1, 2, 4096, 16, 3, &pcm), "block_align"),
-        ("TRAINING/LEAK/bad_no_data.wav", no_data_chunk(), "data chunk"),
-        ("TRAINING/LEAK/bad_empty_data.wav", wav_with(1, 1, 4096, 16, 2, &[]), "empty"),
-        ("TRAINING/LEAK/bad_bits.wav", wav_with(1, 1, 4096, 12, 2, &pcm), "12"),
+        (
+            "TRAINING/LEAK/bad_header.wav",
+            good[..30].to_vec(),
+            "truncated",
+        ),
+        (
+            "TRAINING/LEAK/bad_data.wav",
+            good[..2000].to_vec(),
+            "truncated",
+        ),
+        (
+            "TRAINING/LEAK/bad_adpcm.wav",
+            wav_with(0x11, 1, 4096, 4, 256, &pcm),
+            "ADPCM",
+        ),
+        (
+            "TRAINING/LEAK/bad_zero_ch.wav",
+            wav_with(1, 0, 4096, 16, 2, &pcm),
+            "channels",
+        ),
+        (
+            "TRAINING/LEAK/bad_rate.wav",
+            wav_with(1, 1, 8000, 16, 2, &pcm),
+            "8000",
+        ),
+        (
+            "TRAINING/LEAK/bad_align.wav",
+            wav_with(1, 2, 4096, 16, 3, &pcm),
+            "block_align",
+        ),
+        (
+            "TRAINING/LEAK/bad_no_data.wav",
+            no_data_chunk(),
+            "data chunk",
+        ),
+        (
+            "TRAINING/LEAK/bad_empty_data.wav",
+            wav_with(1, 1, 4096, 16, 2, &[]),
+            "empty",
+        ),
+        (
+            "TRAINING/LEAK/bad_bits.wav",
+            wav_with(1, 1, 4096, 12, 2, &pcm),
+            "12",
+        ),
     ];
     for (p, bytes, _) in bad {
         put(r, p, bytes);
@@ -116,23 +165,43 @@ fn mixed_corpus_rejects_each_bad_file_and_keeps_every_good_one() {
         .collect();
     let reason = |p: &str| -> String {
         let hits: Vec<_> = lines.iter().filter(|l| l["path"] == p).collect();
-        assert_eq!(hits.len(), 1, "{p}: expected one rejection line, got {hits:?}");
+        assert_eq!(
+            hits.len(),
+            1,
+            "{p}: expected one rejection line, got {hits:?}"
+        );
         hits[0]["reason"].as_str().unwrap().to_string()
     };
     for (p, _, word) in bad {
         let why = reason(p);
-        assert!(why.contains(word), "{p}: reason {why:?} should mention {word:?}");
+        assert!(
+            why.contains(word),
+            "{p}: reason {why:?} should mention {word:?}"
+        );
     }
     assert!(reason("TRAINING/LEAK/bad_big.wav").contains("150000"));
     assert!(reason("TRAINING/LEAK/bad_link.wav").starts_with("cannot open: "));
     assert_eq!(lines.len(), bad.len() + 2);
 
     let train = read_split(&out.path().join("TRAINING.h5"));
-    assert_eq!(train.path, ["TRAINING/LEAK/good_a.wav", "TRAINING/PUMP/good_b.wav"]);
+    assert_eq!(
+        train.path,
+        ["TRAINING/LEAK/good_a.wav", "TRAINING/PUMP/good_b.wav"]
+    );
     assert_eq!(train.mel.shape()[0], 2);
     let want = features_of(&short_good, &cfg);
-    assert_eq!(train.mel.index_axis(ndarray::Axis(0), 1).as_slice().unwrap(), &want[..]);
-    assert_eq!(read_split(&out.path().join("TESTING.h5")).path, ["TESTING/LEAK/good_c.wav"]);
+    assert_eq!(
+        train
+            .mel
+            .index_axis(ndarray::Axis(0), 1)
+            .as_slice()
+            .unwrap(),
+        &want[..]
+    );
+    assert_eq!(
+        read_split(&out.path().join("TESTING.h5")).path,
+        ["TESTING/LEAK/good_c.wav"]
+    );
 }
 
 #[test]

@@ -15,14 +15,21 @@ fn check_config_names_the_bad_key_and_line() {
     let o = melforge().arg("check-config").arg(&f).output().unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("bad.toml:3") && err.contains("mel.fmax"), "{err}");
+    assert!(
+        err.contains("bad.toml:3") && err.contains("mel.fmax"),
+        "{err}"
+    );
 
     let ok = melforge()
         .arg("check-config")
         .arg("config/melforge.toml")
         .output()
         .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(String::from_utf8_lossy(&ok.stdout).contains("(79, 3, 32, 1), 237 segments"));
 }
 

@@ -88,7 +88,14 @@ pub fn features_of(bytes: &[u8], cfg: &Config) -> Vec<f32> {
 }
 
 /// A PCM16 WAV with arbitrary header fields, for malformed-input corpora.
-pub fn wav_with(format: u16, channels: u16, rate: u32, bits: u16, block_align: u16, data: &[u8]) -> Vec<u8> {
+pub fn wav_with(
+    format: u16,
+    channels: u16,
+    rate: u32,
+    bits: u16,
+    block_align: u16,
+    data: &[u8],
+) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(b"RIFF");
     b.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
