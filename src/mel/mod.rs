@@ -10,7 +10,7 @@
 //!
 //! The CPU path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
-//! about 1e-5 dB; `tests/golden_parity.rs` checks this against committed fixtures.
+//! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
 pub mod filterbank;
 mod layout;
 pub mod plan;

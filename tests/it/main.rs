@@ -3,3 +3,4 @@
 mod build;
 mod cli;
 mod common;
+mod golden;

@@ -4,8 +4,12 @@
 //! real config parser, decode every WAV with the real decoder (pad/trim included),
 //! compute with `mel::Plan`, and compare with the float32 output librosa produced.
 //! The contract (DESIGN.md "Mel definition") is 1e-3 dB; the per-case maximum
-//! error is printed so it can be quoted (`cargo test --test golden_parity --
+//! error is printed so it can be quoted (`cargo test --test it golden --
 //! --nocapture`).
+//!
+//! The second test runs the whole `build` pipeline on each case's input tree and
+//! compares the rows of the HDF5 file it writes, so the contract is checked on
+//! the product's output, not only on the library call.
 
 use std::path::{Path, PathBuf};
 
@@ -38,13 +42,31 @@ fn shape_of(v: &serde_json::Value) -> [usize; 4] {
     a.try_into().expect("shape has 4 entries")
 }
 
+fn manifest() -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(golden_dir().join("manifest.json"))
+            .expect("tests/golden/manifest.json"),
+    )
+    .expect("manifest is JSON")
+}
+
+/// Largest |a - b| in dB, a NaN counting as infinite; with its index.
+fn max_error(got: &[f32], want: &[f32]) -> (f64, usize) {
+    let (mut err, mut at) = (0f64, 0usize);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let e = (f64::from(g) - f64::from(w)).abs();
+        let e = if e.is_nan() { f64::INFINITY } else { e };
+        if e > err {
+            (err, at) = (e, i);
+        }
+    }
+    (err, at)
+}
+
 #[test]
 fn every_golden_case_matches_librosa() {
     let dir = golden_dir();
-    let manifest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("manifest.json")).expect("tests/golden/manifest.json"),
-    )
-    .expect("manifest is JSON");
+    let manifest = manifest();
     let cases = manifest["cases"].as_object().expect("manifest.cases");
     assert!(
         cases.len() >= MIN_CASES,
@@ -79,15 +101,7 @@ fn every_golden_case_matches_librosa() {
 
             let want = read_f32(&dir.join(c["expected"].as_str().expect("expected path")));
             assert_eq!(want.len(), out.len(), "{case}/{name}: length");
-            let (mut err, mut at) = (0f64, 0usize);
-            for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
-                // A NaN counts as an infinite error.
-                let e = (f64::from(g) - f64::from(w)).abs();
-                let e = if e.is_nan() { f64::INFINITY } else { e };
-                if e > err {
-                    (err, at) = (e, i);
-                }
-            }
+            let (err, at) = max_error(&out, &want);
             if err > TOLERANCE_DB {
                 failures.push(format!(
                     "{case}/{name}: max error {err:.3e} dB at index {at} (got {}, librosa {})",
@@ -103,4 +117,39 @@ fn every_golden_case_matches_librosa() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `build` on each case's input tree writes rows equal to librosa's output.
+#[test]
+fn build_output_matches_librosa_for_every_case() {
+    let dir = golden_dir();
+    let manifest = manifest();
+    let cases = manifest["cases"].as_object().expect("manifest.cases");
+    let mut worst = 0f64;
+    for (case, entry) in cases {
+        let cfg = Config::load(&dir.join(entry["config"].as_str().unwrap()))
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let out = tempfile::tempdir().unwrap();
+        let done = crate::common::build(&dir.join(case).join("input"), out.path(), &cfg);
+        let clips = entry["clips"].as_object().expect("clips");
+        assert_eq!(done.report.files_ok as usize, clips.len(), "{case}");
+        let split = crate::common::read_split(&out.path().join("all.h5"));
+        let row_len = cfg.spec.row_len();
+        assert_eq!(split.mel.len(), clips.len() * row_len, "{case}");
+        let rows = split.mel.as_slice().expect("contiguous");
+        for c in clips.values() {
+            // Manifest paths are `<case>/input/<kind>/<clip>.wav`; rows are keyed
+            // by the path relative to the input tree.
+            let wav = c["wav"].as_str().unwrap();
+            let rel = wav.strip_prefix(&format!("{case}/input/")).unwrap();
+            let i = split.path.iter().position(|p| p == rel).unwrap_or_else(|| {
+                panic!("{case}: {rel} not among the written paths {:?}", split.path)
+            });
+            let want = read_f32(&dir.join(c["expected"].as_str().unwrap()));
+            let (err, at) = max_error(&rows[i * row_len..(i + 1) * row_len], &want);
+            assert!(err <= TOLERANCE_DB, "{case}/{rel}: {err:.3e} dB at {at}");
+            worst = worst.max(err);
+        }
+    }
+    eprintln!("golden build: max |error| over all cases {worst:.2e} dB");
 }
