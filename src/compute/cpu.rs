@@ -16,7 +16,7 @@ use crossbeam_queue::ArrayQueue;
 
 use super::Outcome;
 use crate::mel::{Plan, Scratch};
-use crate::reader::Loaded;
+use crate::reader::{FileBytes, Loaded};
 use crate::ring::Ring;
 use crate::telemetry::{Local, Stage, Telemetry};
 
@@ -79,7 +79,13 @@ impl Workers {
                                     &mut row,
                                     &mut local,
                                 );
-                                let _full = w.free_bytes.push(bytes);
+                                // Heap buffers go back to the reader; other kinds
+                                // release their storage when dropped.
+                                match bytes {
+                                    FileBytes::Heap(v) => {
+                                        let _full = w.free_bytes.push(v);
+                                    }
+                                }
                                 r.map(|()| row)
                             }
                         };

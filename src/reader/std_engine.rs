@@ -1,6 +1,6 @@
-//! The reader stage: loads whole files into memory for compute.
+//! Engine `std`: plain blocking reads on dedicated threads.
 //!
-//! Engine `std` (this module): `io.threads` threads take jobs from a shared
+//! `io.threads` threads take jobs from a shared
 //! cursor in job order, `open` + `fstat` + `read` each file into a recycled
 //! buffer, and push a [`Loaded`] handle onto the compute ring. The ring's
 //! capacity (`io.queue_depth`) bounds the bytes held in memory. Buffers come
@@ -19,35 +19,11 @@ use std::thread::JoinHandle;
 
 use crossbeam_queue::ArrayQueue;
 
+use super::{Error, FileBytes, Loaded};
 use crate::config::IoConfig;
 use crate::ring::Ring;
 use crate::source::Job;
 use crate::telemetry::{Local, Stage, Telemetry};
-
-/// Why one file could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("cannot open: {0}")]
-    Open(std::io::Error),
-    #[error("cannot stat: {0}")]
-    Stat(std::io::Error),
-    #[error("not a regular file")]
-    NotAFile,
-    #[error("file is {size} bytes, larger than io.max_file_bytes = {limit}")]
-    TooLarge { size: u64, limit: u64 },
-    #[error("read failed: {0}")]
-    Read(std::io::Error),
-    #[error("file changed size while being read: {expected} bytes at open, {got} read")]
-    SizeChanged { expected: u64, got: u64 },
-}
-
-/// One file's bytes (or why there are none), addressed by job index.
-#[derive(Debug)]
-pub struct Loaded {
-    /// Index into the job list the reader was started with.
-    pub job: usize,
-    pub bytes: Result<Vec<u8>, Error>,
-}
 
 /// Reads one file into `buf` (cleared first), enforcing the size limit.
 pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Result<(), Error> {
@@ -118,7 +94,7 @@ impl Readers {
                                 local.time(Stage::Read, || read_file(&j.path, limit, &mut buf));
                             let bytes = res.map(|()| {
                                 local.add_bytes(buf.len() as u64);
-                                buf
+                                FileBytes::Heap(buf)
                             });
                             if out.push(Loaded { job, bytes }).is_err() {
                                 break; // downstream shut down early

@@ -1,0 +1,55 @@
+//! The reader stage: loads whole files into memory for compute.
+//!
+//! Engines share one contract: every job index is pushed exactly once onto the
+//! `loaded` ring as a [`Loaded`], carrying either the file's bytes
+//! ([`FileBytes`]) or the reason they could not be read ([`Error`]). A per-file
+//! failure is data, not a failure of the stage. When the last reader thread
+//! has pushed its last job, it closes the ring.
+//!
+//! * [`std_engine`]: `open` + `fstat` + `read` per file on `io.threads` threads,
+//!   into recycled heap buffers.
+
+pub mod std_engine;
+
+pub use std_engine::{Readers, read_file};
+
+/// Why one file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
+    #[error("cannot stat: {0}")]
+    Stat(std::io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("file is {size} bytes, larger than io.max_file_bytes = {limit}")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    #[error("file changed size while being read: {expected} bytes at open, {got} read")]
+    SizeChanged { expected: u64, got: u64 },
+}
+
+/// The bytes of one loaded file. Dereferences to exactly the file's bytes.
+#[derive(Debug)]
+pub enum FileBytes {
+    /// A heap buffer; hand it back to the reader's free queue when done.
+    Heap(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Heap(v) => v,
+        }
+    }
+}
+
+/// One file's bytes (or why there are none), addressed by job index.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Index into the job list the reader was started with.
+    pub job: usize,
+    pub bytes: Result<FileBytes, Error>,
+}
