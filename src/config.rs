@@ -101,8 +101,13 @@ pub struct RawOutput {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIo {
-    /// "std" (plain reads on a thread).
+    /// "uring" (io_uring, the default) | "std" (plain reads on threads).
     pub engine: Option<String>,
+    /// When io_uring is unusable, fall back to the std engine with a warning
+    /// (true) or fail at start-up (false).
+    pub fallback: Option<bool>,
+    /// Reader thread placement: "auto" | "off" | CPU list like "0,2-3".
+    pub pin: Option<String>,
     /// Reader threads.
     pub threads: Option<usize>,
     /// Files loaded ahead of compute (bounds memory: queue_depth × file size).
@@ -127,6 +132,8 @@ pub struct RawCompute {
     pub batch_files: Option<usize>,
     /// Feature rows in flight between compute and the writer.
     pub queue_depth: Option<usize>,
+    /// Worker thread placement: "auto" | "off" | CPU list like "1,3".
+    pub pin: Option<String>,
 }
 
 /// The whole file as written by users.
@@ -158,6 +165,9 @@ pub enum Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
+    /// io_uring: the whole file lifecycle in the ring, O_DIRECT into an arena.
+    Uring,
+    /// Blocking open/read/close per file.
     Std,
 }
 
@@ -165,6 +175,8 @@ pub enum Engine {
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct IoConfig {
     pub engine: Engine,
+    pub fallback: bool,
+    pub pin: String,
     pub threads: usize,
     pub queue_depth: usize,
     pub direct: bool,
@@ -180,6 +192,7 @@ pub struct ComputeConfig {
     pub workers: usize,
     pub batch_files: usize,
     pub queue_depth: usize,
+    pub pin: String,
 }
 
 /// Validated output settings.
@@ -372,9 +385,11 @@ impl Config {
             engine: cx.choice(
                 "io.engine",
                 i.engine.as_deref(),
-                Engine::Std,
-                &[("std", Engine::Std)],
+                Engine::Uring,
+                &[("uring", Engine::Uring), ("std", Engine::Std)],
             )?,
+            fallback: i.fallback.unwrap_or(true),
+            pin: i.pin.clone().unwrap_or_else(|| "auto".into()),
             threads: cx.positive("io.threads", i.threads, 1)?,
             queue_depth: cx.positive("io.queue_depth", i.queue_depth, 64)?,
             direct: i.direct.unwrap_or(true),
@@ -405,6 +420,7 @@ impl Config {
             workers,
             batch_files: cx.positive("compute.batch_files", c.batch_files, 256)?,
             queue_depth: cx.positive("compute.queue_depth", c.queue_depth, 256)?,
+            pin: c.pin.clone().unwrap_or_else(|| "auto".into()),
         };
         Ok(Config {
             spec,

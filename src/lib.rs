@@ -19,6 +19,7 @@
 pub mod compute;
 pub mod config;
 pub mod mel;
+pub mod pin;
 pub mod pipeline;
 pub mod reader;
 pub mod ring;
