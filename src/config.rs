@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::mel::{MelNorm, MelScale, PadMode, Segmentation, Spec, Window};
+use crate::pin::PinPolicy;
 use crate::writer::Dtype;
 
 /// A configuration problem, with the key and line it concerns.
@@ -176,7 +177,7 @@ pub enum Engine {
 pub struct IoConfig {
     pub engine: Engine,
     pub fallback: bool,
-    pub pin: String,
+    pub pin: PinPolicy,
     pub threads: usize,
     pub queue_depth: usize,
     pub direct: bool,
@@ -192,7 +193,7 @@ pub struct ComputeConfig {
     pub workers: usize,
     pub batch_files: usize,
     pub queue_depth: usize,
-    pub pin: String,
+    pub pin: PinPolicy,
 }
 
 /// Validated output settings.
@@ -271,6 +272,18 @@ impl Ctx<'_> {
                     format!("\"{v}\"; expected one of {}", names.join(", ")),
                 )
             })
+    }
+
+    /// A placement policy; explicit CPUs must exist and be allowed.
+    fn pin(&self, key: &str, value: Option<&str>) -> Result<PinPolicy, Error> {
+        let Some(v) = value else {
+            return Ok(PinPolicy::Auto);
+        };
+        let policy: PinPolicy = v.parse().map_err(|e| self.invalid(key, format!("{e}")))?;
+        if let PinPolicy::Cores(cpus) = &policy {
+            crate::pin::validate_cores(cpus).map_err(|e| self.invalid(key, e))?;
+        }
+        Ok(policy)
     }
 
     fn positive(&self, key: &str, value: Option<usize>, default: usize) -> Result<usize, Error> {
@@ -389,7 +402,7 @@ impl Config {
                 &[("uring", Engine::Uring), ("std", Engine::Std)],
             )?,
             fallback: i.fallback.unwrap_or(true),
-            pin: i.pin.clone().unwrap_or_else(|| "auto".into()),
+            pin: cx.pin("io.pin", i.pin.as_deref())?,
             threads: cx.positive("io.threads", i.threads, 1)?,
             queue_depth: cx.positive("io.queue_depth", i.queue_depth, 64)?,
             direct: i.direct.unwrap_or(true),
@@ -420,7 +433,7 @@ impl Config {
             workers,
             batch_files: cx.positive("compute.batch_files", c.batch_files, 256)?,
             queue_depth: cx.positive("compute.queue_depth", c.queue_depth, 256)?,
-            pin: c.pin.clone().unwrap_or_else(|| "auto".into()),
+            pin: cx.pin("compute.pin", c.pin.as_deref())?,
         };
         Ok(Config {
             spec,
@@ -476,6 +489,19 @@ mod tests {
         let e = Config::parse("[output]\nchunk_files = \"many\"\n", "f.toml").unwrap_err();
         assert!(matches!(e, Error::Syntax { .. }));
         assert!(e.to_string().contains("chunk_files"), "{e}");
+    }
+
+    #[test]
+    fn pin_lists_are_parsed_and_unknown_cpus_rejected() {
+        let c = Config::parse("[io]\npin = \"0\"\n[compute]\npin = \"off\"\n", "t").unwrap();
+        assert_eq!(c.io.pin, PinPolicy::Cores(vec![0]));
+        assert_eq!(c.compute.pin, PinPolicy::Off);
+        let e = Config::parse("[io]\npin = \"4000\"\n", "f.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("f.toml:2: invalid value for `io.pin`"),
+            "{e}"
+        );
     }
 
     #[test]

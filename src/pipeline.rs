@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::compute::{self, Choice, Outcome, cpu};
 use crate::config::Config;
 use crate::mel::Plan;
+use crate::pin::{self, PinPolicy, Placement};
 use crate::reader::{Loaded, Readers};
 use crate::ring::Ring;
 use crate::source::{self, Job};
@@ -166,6 +167,19 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// Thread placement: hwloc's plan for both roles, with an explicit `io.pin` or
+/// `compute.pin` list (or "off") overriding its role.
+fn place_threads(cfg: &Config) -> Placement {
+    let mut placement = pin::plan(&PinPolicy::Auto, cfg.io.threads, cfg.compute.workers, None);
+    if cfg.io.pin != PinPolicy::Auto {
+        placement.readers = pin::plan(&cfg.io.pin, cfg.io.threads, 0, None).readers;
+    }
+    if cfg.compute.pin != PinPolicy::Auto {
+        placement.workers = pin::plan(&cfg.compute.pin, 0, cfg.compute.workers, None).workers;
+    }
+    placement
+}
+
 /// Runs a whole build of `input` into `out`.
 pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<Outcomes, Error> {
     let started = Instant::now();
@@ -215,9 +229,11 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         Arc::clone(&telemetry),
     )
     .map_err(Error::Spawn)?;
+    let placement = place_threads(cfg);
+    tracing::info!("{placement}");
     let workers = cpu::Workers::start(
         mel_plan,
-        cfg.compute.workers,
+        &placement.workers,
         cpu::Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),

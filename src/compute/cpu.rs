@@ -52,14 +52,26 @@ fn process(
 }
 
 impl Workers {
-    pub fn start(plan: Arc<Plan>, workers: usize, wiring: Wiring) -> std::io::Result<Workers> {
+    /// Starts one worker per entry of `cpus`, each pinned to its CPU when one
+    /// is given (a failed pin is logged; the worker runs unpinned).
+    pub fn start(
+        plan: Arc<Plan>,
+        cpus: &[Option<usize>],
+        wiring: Wiring,
+    ) -> std::io::Result<Workers> {
+        let workers = cpus.len();
         let wiring = Arc::new(wiring);
         let running = Arc::new(AtomicUsize::new(workers));
         let mut threads = Vec::with_capacity(workers);
-        for i in 0..workers {
+        for (i, &cpu) in cpus.iter().enumerate() {
             let (plan, w, running) = (Arc::clone(&plan), Arc::clone(&wiring), Arc::clone(&running));
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
+                    if let Some(cpu) = cpu
+                        && let Err(e) = crate::pin::pin_current(cpu)
+                    {
+                        tracing::warn!("Compute worker {i} runs unpinned: {e}.");
+                    }
                     let spec = plan.spec();
                     let mut clip = vec![0f32; spec.clip_samples()];
                     let row_len = spec.row_len();
@@ -85,6 +97,7 @@ impl Workers {
                                     FileBytes::Heap(v) => {
                                         let _full = w.free_bytes.push(v);
                                     }
+                                    FileBytes::Arena(_) => {}
                                 }
                                 r.map(|()| row)
                             }
