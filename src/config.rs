@@ -151,6 +151,8 @@ pub struct RawConfig {
     pub io: RawIo,
     #[serde(default)]
     pub compute: RawCompute,
+    /// `[serve]`: only `melforge serve` reads it.
+    pub serve: Option<crate::serve::config::RawServe>,
 }
 
 /// Compute backend selection.
@@ -210,6 +212,8 @@ pub struct Config {
     pub output: OutputConfig,
     pub io: IoConfig,
     pub compute: ComputeConfig,
+    /// Present when the file has a `[serve]` section.
+    pub serve: Option<crate::serve::config::ServeConfig>,
 }
 
 impl Default for Config {
@@ -311,12 +315,34 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| Error::Syntax {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::from_raw_in(raw, &text, &path.display().to_string(), base)
     }
 
-    /// Applies defaults and validates. `text` is only used to find line numbers.
+    /// Applies defaults and validates. `text` is only used to find line numbers;
+    /// relative paths resolve against the current directory.
     pub fn from_raw(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Error> {
+        Config::from_raw_in(raw, text, origin, Path::new("."))
+    }
+
+    /// As [`Config::from_raw`], resolving relative paths against `base`.
+    pub fn from_raw_in(
+        raw: RawConfig,
+        text: &str,
+        origin: &str,
+        base: &Path,
+    ) -> Result<Config, Error> {
         let cx = Ctx { text, origin };
+        let serve = raw
+            .serve
+            .as_ref()
+            .map(|s| s.validate(base))
+            .transpose()
+            .map_err(|(key, message)| cx.invalid(key, message))?;
         let d = Spec::default();
         let m = &raw.mel;
         let sample_rate = match m.sample_rate {
@@ -440,6 +466,7 @@ impl Config {
             output,
             io,
             compute,
+            serve,
         })
     }
 }

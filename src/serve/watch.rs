@@ -54,11 +54,13 @@ impl Ignore {
         if name.starts_with('.') {
             return true;
         }
-        self.patterns.iter().any(|p| match (p.strip_prefix('*'), p.strip_suffix('*')) {
-            (Some(suffix), _) => name.ends_with(suffix),
-            (None, Some(prefix)) => name.starts_with(prefix),
-            (None, None) => name == p,
-        })
+        self.patterns
+            .iter()
+            .any(|p| match (p.strip_prefix('*'), p.strip_suffix('*')) {
+                (Some(suffix), _) => name.ends_with(suffix),
+                (None, Some(prefix)) => name.starts_with(prefix),
+                (None, None) => name == p,
+            })
     }
 
     /// Whether `name` is a WAV file that should be ingested.
@@ -181,7 +183,9 @@ impl State {
                     {
                         new_dirs.push(path);
                     }
-                } else if ev.mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
+                } else if ev
+                    .mask
+                    .intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
                     && self.ignore.wants(name)
                 {
                     files.push(path);
@@ -369,7 +373,13 @@ mod tests {
     #[test]
     fn scan_tree_skips_temporary_names() {
         let d = tempfile::tempdir().unwrap();
-        for p in ["x/a.wav", "x/.b.wav", "x/c.wav.part", ".hidden/d.wav", "e.WAV"] {
+        for p in [
+            "x/a.wav",
+            "x/.b.wav",
+            "x/c.wav.part",
+            ".hidden/d.wav",
+            "e.WAV",
+        ] {
             let f = d.path().join(p);
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(f, b"").unwrap();

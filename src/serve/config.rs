@@ -1,0 +1,176 @@
+//! The `[serve]` config section: raw keys as users write them and the
+//! validated form the service runs with. Part of `config`'s two-step scheme;
+//! kept beside the service because only `serve` reads it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// `[serve]` as written by users.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServe {
+    /// Drop directory watched for new WAV files (required for `serve`).
+    pub watch_dir: Option<PathBuf>,
+    /// Where `<split>.h5` files are appended (required for `serve`).
+    pub output_dir: Option<PathBuf>,
+    /// Journal and service state (default: `<output_dir>/.melforge`).
+    pub state_dir: Option<PathBuf>,
+    /// Rows become visible to SWMR readers at least this often.
+    pub flush_interval_ms: Option<u64>,
+    /// File name patterns never ingested (`*suffix`, `prefix*`, exact); dotfiles always.
+    pub ignore: Option<Vec<String>>,
+    /// Rejected files are moved here (absent: left in place).
+    pub quarantine_dir: Option<PathBuf>,
+    /// What happens to an ingested file: "keep" | "move" | "delete".
+    pub on_success: Option<String>,
+    /// Destination for `on_success = "move"`.
+    pub done_dir: Option<PathBuf>,
+}
+
+/// What to do with a file once its row is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSuccess {
+    Keep,
+    Move,
+    Delete,
+}
+
+/// Validated `[serve]`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ServeConfig {
+    pub watch_dir: PathBuf,
+    pub output_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub flush_interval_ms: u64,
+    pub ignore: Vec<String>,
+    pub quarantine_dir: Option<PathBuf>,
+    pub on_success: OnSuccess,
+    pub done_dir: Option<PathBuf>,
+}
+
+/// A `[serve]` problem: (key, message).
+pub type Problem = (&'static str, String);
+
+impl RawServe {
+    /// Validates; relative paths are resolved against `base` (the config
+    /// file's directory).
+    pub fn validate(&self, base: &Path) -> Result<ServeConfig, Problem> {
+        let resolve = |p: &PathBuf| {
+            if p.is_absolute() {
+                p.clone()
+            } else {
+                base.join(p)
+            }
+        };
+        let watch_dir = self
+            .watch_dir
+            .as_ref()
+            .map(resolve)
+            .ok_or(("serve.watch_dir", "is required for `serve`".to_string()))?;
+        let output_dir = self
+            .output_dir
+            .as_ref()
+            .map(resolve)
+            .ok_or(("serve.output_dir", "is required for `serve`".to_string()))?;
+        if output_dir.starts_with(&watch_dir) {
+            return Err((
+                "serve.output_dir",
+                format!(
+                    "{} is inside the watched directory {}",
+                    output_dir.display(),
+                    watch_dir.display()
+                ),
+            ));
+        }
+        let state_dir = self
+            .state_dir
+            .as_ref()
+            .map(resolve)
+            .unwrap_or_else(|| output_dir.join(".melforge"));
+        let flush_interval_ms = match self.flush_interval_ms {
+            Some(0) => return Err(("serve.flush_interval_ms", "0; expected ≥ 1".into())),
+            Some(v) => v,
+            None => 500,
+        };
+        let on_success = match self.on_success.as_deref() {
+            None | Some("keep") => OnSuccess::Keep,
+            Some("move") => OnSuccess::Move,
+            Some("delete") => OnSuccess::Delete,
+            Some(other) => {
+                return Err((
+                    "serve.on_success",
+                    format!("\"{other}\"; expected one of \"keep\", \"move\", \"delete\""),
+                ));
+            }
+        };
+        let done_dir = self.done_dir.as_ref().map(resolve);
+        if on_success == OnSuccess::Move && done_dir.is_none() {
+            return Err((
+                "serve.done_dir",
+                "is required when on_success = \"move\"".into(),
+            ));
+        }
+        Ok(ServeConfig {
+            watch_dir,
+            output_dir,
+            state_dir,
+            flush_interval_ms,
+            ignore: self
+                .ignore
+                .clone()
+                .unwrap_or_else(|| vec!["*.part".into(), "*.tmp".into()]),
+            quarantine_dir: self.quarantine_dir.as_ref().map(resolve),
+            on_success,
+            done_dir,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_keys_and_defaults() {
+        let raw = RawServe::default();
+        assert_eq!(
+            raw.validate(Path::new("/etc")).unwrap_err().0,
+            "serve.watch_dir"
+        );
+        let raw = RawServe {
+            watch_dir: Some("drop".into()),
+            output_dir: Some("/data/out".into()),
+            ..RawServe::default()
+        };
+        let c = raw.validate(Path::new("/etc/melforge")).unwrap();
+        assert_eq!(c.watch_dir, Path::new("/etc/melforge/drop"));
+        assert_eq!(c.state_dir, Path::new("/data/out/.melforge"));
+        assert_eq!(c.flush_interval_ms, 500);
+        assert_eq!(c.on_success, OnSuccess::Keep);
+    }
+
+    #[test]
+    fn move_needs_a_done_dir_and_output_must_be_outside_the_drop_dir() {
+        let raw = RawServe {
+            watch_dir: Some("/d".into()),
+            output_dir: Some("/o".into()),
+            on_success: Some("move".into()),
+            ..RawServe::default()
+        };
+        assert_eq!(
+            raw.validate(Path::new("/")).unwrap_err().0,
+            "serve.done_dir"
+        );
+        let raw = RawServe {
+            watch_dir: Some("/d".into()),
+            output_dir: Some("/d/out".into()),
+            ..RawServe::default()
+        };
+        assert_eq!(
+            raw.validate(Path::new("/")).unwrap_err().0,
+            "serve.output_dir"
+        );
+    }
+}
