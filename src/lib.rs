@@ -16,13 +16,17 @@
 //! * [`config`] turns TOML into a validated [`config::Config`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bench_io;
 pub mod compute;
 pub mod config;
+pub mod control;
+pub mod journal;
 pub mod mel;
 pub mod pin;
 pub mod pipeline;
 pub mod reader;
 pub mod ring;
+pub mod serve;
 pub mod source;
 pub mod synth;
 pub mod telemetry;

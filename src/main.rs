@@ -67,11 +67,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure the reader engines (and optionally fio) on a directory of WAVs.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+    /// Send a command to a running `melforge serve` over its control socket.
+    Ctl(melforge::control::client::CtlArgs),
     /// Validate a config file and print the resolved settings.
     CheckConfig {
         /// The TOML file to check.
         file: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Files/s, MiB/s and per-file latency of whole-file reads: cold and warm
+    /// cache, direct and buffered, uring and psync engines.
+    Io(melforge::bench_io::IoArgs),
 }
 
 fn init_logging(level: &str) {
@@ -96,6 +110,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 dir.display(),
                 t.elapsed().as_secs_f64()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            what: BenchCommand::Io(args),
+        } => {
+            melforge::bench_io::main(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ctl(args) => {
+            melforge::control::client::main(&args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig { file } => {

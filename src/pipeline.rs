@@ -19,10 +19,10 @@ use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::compute::{self, Choice, Outcome, cpu};
-use crate::config::Config;
+use crate::config::{Config, Engine};
 use crate::mel::Plan;
 use crate::pin::{self, PinPolicy, Placement};
-use crate::reader::{Loaded, Readers};
+use crate::reader::{Loaded, Readers, uring};
 use crate::ring::Ring;
 use crate::source::{self, Job};
 use crate::telemetry::{Local, Report, Stage, Telemetry};
@@ -47,6 +47,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot start the reader: {0}")]
+    Reader(String),
     #[error("cannot start a pipeline thread: {0}")]
     Spawn(std::io::Error),
     #[error("{0}")]
@@ -70,6 +72,8 @@ pub struct Options {
 /// Everything a finished build reports.
 #[derive(Debug, Serialize)]
 pub struct Outcomes {
+    /// Reader engine used: "uring" or "std".
+    pub engine: String,
     pub backend: String,
     pub backend_reason: String,
     pub outputs: Vec<OutputFile>,
@@ -167,6 +171,39 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// Starts the configured reader engine. `uring` falls back to `std` (with a
+/// warning) when the start-up probe fails and `io.fallback` allows it.
+fn start_readers(
+    cfg: &Config,
+    cpus: &[Option<usize>],
+    jobs: Arc<[Job]>,
+    loaded: Arc<Ring<Loaded>>,
+    free_bytes: Arc<ArrayQueue<Vec<u8>>>,
+    telemetry: Arc<Telemetry>,
+) -> Result<(Readers, Engine), Error> {
+    if cfg.io.engine == Engine::Uring {
+        match uring::probe() {
+            Ok(_) => {
+                let r = uring::start_readers(&cfg.io, cpus, jobs, loaded, telemetry)
+                    .map_err(|e| Error::Reader(e.to_string()))?;
+                return Ok((r, Engine::Uring));
+            }
+            Err(why) if cfg.io.fallback => tracing::warn!(
+                "io_uring is not usable ({why}); reading with the std engine instead \
+                 (set io.fallback = false to make this fatal)."
+            ),
+            Err(why) => {
+                return Err(Error::Reader(format!(
+                    "io_uring is not usable ({why}) and io.fallback = false"
+                )));
+            }
+        }
+    }
+    let r =
+        Readers::start(&cfg.io, cpus, jobs, loaded, free_bytes, telemetry).map_err(Error::Spawn)?;
+    Ok((r, Engine::Std))
+}
+
 /// Thread placement: hwloc's plan for both roles, with an explicit `io.pin` or
 /// `compute.pin` list (or "off") overriding its role.
 fn place_threads(cfg: &Config) -> Placement {
@@ -221,16 +258,16 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     ));
     let mel_plan = Arc::new(Plan::new(&cfg.spec));
 
-    let readers = Readers::start(
-        &cfg.io,
+    let placement = place_threads(cfg);
+    tracing::info!("{placement}");
+    let (readers, engine) = start_readers(
+        cfg,
+        &placement.readers,
         Arc::clone(&jobs),
         Arc::clone(&loaded),
         Arc::clone(&free_bytes),
         Arc::clone(&telemetry),
-    )
-    .map_err(Error::Spawn)?;
-    let placement = place_threads(cfg);
-    tracing::info!("{placement}");
+    )?;
     let workers = cpu::Workers::start(
         mel_plan,
         &placement.workers,
@@ -292,6 +329,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         vec![("loaded", loaded.stats()), ("features", outcomes.stats())],
     );
     Ok(Outcomes {
+        engine: format!("{engine:?}").to_lowercase(),
         backend: format!("{:?}", choice.backend).to_lowercase(),
         backend_reason: choice.reason,
         outputs: write_report

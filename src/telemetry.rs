@@ -51,6 +51,11 @@ impl Local {
         r
     }
 
+    /// Charges a duration measured elsewhere (e.g. an engine's own clock) to `stage`.
+    pub fn add_busy(&mut self, stage: Stage, d: Duration) {
+        self.busy_ns[stage as usize] += d.as_nanos() as u64;
+    }
+
     pub fn add_bytes(&mut self, n: u64) {
         self.bytes_read += n;
     }

@@ -1,10 +1,12 @@
 //! The compute stage: loaded WAV bytes in, log-mel rows out.
 //!
-//! [`cpu`] is the only backend so far: W worker threads, each with its own
-//! scratch, sharing one precomputed [`crate::mel::Plan`]. [`select`] resolves
+//! [`cpu`]: W worker threads, each with its own
+//! scratch, sharing one precomputed [`crate::mel::Plan`]; [`cuda`]: one thread
+//! driving an NVIDIA GPU (batches, CUDA graphs). [`select`] resolves
 //! `compute.backend` and says why it chose what it chose.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::config::Backend;
 
@@ -20,10 +22,10 @@ pub struct Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "compute.backend = \"cuda\" was requested, but this build of melforge has no CUDA \
-         backend; use \"cpu\" or \"auto\""
+        "compute.backend = \"cuda\" was requested, but no CUDA GPU is usable: {0}; use \"cpu\" \
+         or \"auto\""
     )]
-    CudaUnavailable,
+    CudaUnavailable(String),
 }
 
 /// The backend actually used, with the reason for the choice.
@@ -33,18 +35,41 @@ pub struct Choice {
     pub reason: String,
 }
 
-/// Resolves the configured backend.
+/// Resolves the configured backend. `auto` and `cuda` run the CUDA probe
+/// (`cuda::probe`, cached: libcuda loads, the driver is new enough, cuInit
+/// succeeds, ≥ 1 device, libnvrtc and libcufft load); it never panics.
+/// When `Cuda` is chosen, `cuda::probe()` returns the GPU to start on.
 pub fn select(requested: Backend) -> Result<Choice, Error> {
+    select_with(requested, cuda::probe)
+}
+
+/// [`select`] with the probe injected (tests).
+pub fn select_with(
+    requested: Backend,
+    probe: impl FnOnce() -> Result<cuda::Gpu, String>,
+) -> Result<Choice, Error> {
     match requested {
         Backend::Cpu => Ok(Choice {
             backend: Backend::Cpu,
             reason: "compute.backend = \"cpu\" was requested".into(),
         }),
-        Backend::Auto => Ok(Choice {
-            backend: Backend::Cpu,
-            reason: "auto: this build has no CUDA backend, so the CPU backend is used".into(),
+        Backend::Auto => Ok(match probe() {
+            Ok(gpu) => Choice {
+                backend: Backend::Cuda,
+                reason: format!("auto: found {gpu}"),
+            },
+            Err(why) => Choice {
+                backend: Backend::Cpu,
+                reason: format!("auto: {why}, so the CPU backend is used"),
+            },
         }),
-        Backend::Cuda => Err(Error::CudaUnavailable),
+        Backend::Cuda => match probe() {
+            Ok(gpu) => Ok(Choice {
+                backend: Backend::Cuda,
+                reason: format!("compute.backend = \"cuda\" was requested; found {gpu}"),
+            }),
+            Err(why) => Err(Error::CudaUnavailable(why)),
+        },
     }
 }
 
@@ -54,14 +79,39 @@ mod tests {
 
     #[test]
     fn auto_falls_back_to_cpu_with_a_reason_and_cuda_fails_clearly() {
-        let c = select(Backend::Auto).unwrap();
-        assert_eq!(c.backend, Backend::Cpu);
-        assert!(c.reason.contains("CPU"));
-        assert!(
-            select(Backend::Cuda)
-                .unwrap_err()
-                .to_string()
-                .contains("no CUDA")
-        );
+        // This host (and CI) has no NVIDIA driver: the real probe says so.
+        if let Err(why) = cuda::probe() {
+            let c = select(Backend::Auto).unwrap();
+            assert_eq!(c.backend, Backend::Cpu);
+            assert!(c.reason.contains("CPU"), "{}", c.reason);
+            assert!(c.reason.contains(&why), "{}", c.reason);
+            let e = select(Backend::Cuda).unwrap_err().to_string();
+            assert!(e.contains("no CUDA GPU is usable"), "{e}");
+            assert!(e.contains(&why), "{e}");
+        } else {
+            eprintln!("skipped the GPU-less half: this host has a usable CUDA GPU");
+        }
+        // Injected probes: each reason is passed through verbatim.
+        for why in [
+            "libcuda.so.1 not found (no NVIDIA driver)",
+            "cuInit failed: CUDA_ERROR_NO_DEVICE",
+            "no CUDA device",
+        ] {
+            let c = select_with(Backend::Auto, || Err(why.to_string())).unwrap();
+            assert_eq!(c.backend, Backend::Cpu);
+            assert_eq!(c.reason, format!("auto: {why}, so the CPU backend is used"));
+            let e = select_with(Backend::Cuda, || Err(why.to_string())).unwrap_err();
+            assert!(e.to_string().contains("CUDA") && e.to_string().contains(why));
+        }
+        let gpu = cuda::Gpu {
+            name: "Test GPU".into(),
+            cc: (9, 0),
+            devices: 1,
+            driver_version: 12040,
+        };
+        let c = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
+        assert_eq!(c.backend, Backend::Cuda);
+        assert!(c.reason.contains("Test GPU (sm_90"), "{}", c.reason);
+        assert_eq!(select_with(Backend::Cpu, || unreachable!()).unwrap().backend, Backend::Cpu);
     }
 }

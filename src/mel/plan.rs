@@ -45,6 +45,20 @@ struct Gather {
     weight: Vec<f64>,
 }
 
+/// The distinct frames of a clip as flat arrays ([`Plan::frame_gather`]).
+///
+/// Frame `d`'s sample `j` (before the window) is `clip[start[d] + j]` when
+/// `pattern[d]` is `None`; otherwise, with `p = patterns[pattern[d]][j]`, it is
+/// `clip[start[d] + p]` for `Some(p)` and zero for `None` (`start[d]` is then the
+/// start of the segment whose centre padding the frame reaches into).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameGather {
+    pub start: Vec<usize>,
+    pub pattern: Vec<Option<u32>>,
+    /// `n_fft` entries each: segment-relative sample index, `None` for a zero.
+    pub patterns: Vec<Vec<Option<u32>>>,
+}
+
 /// Precomputed state for one [`Spec`]. `Send + Sync`; build once, share via `Arc`.
 pub struct Plan {
     spec: Spec,
@@ -128,6 +142,53 @@ impl Plan {
     /// How many distinct STFT frames one clip needs (after sharing).
     pub fn distinct_frames(&self) -> usize {
         self.layout.frames.len()
+    }
+
+    /// The analysis window as the STFT applies it (f64, length `n_fft`).
+    pub fn window_f64(&self) -> &[f64] {
+        &self.window
+    }
+
+    /// Where each distinct frame's samples come from, as flat arrays, for backends
+    /// that gather frames elsewhere (the CUDA tables). See [`FrameGather`].
+    pub fn frame_gather(&self) -> FrameGather {
+        let mut gather = FrameGather {
+            start: Vec::with_capacity(self.layout.frames.len()),
+            pattern: Vec::with_capacity(self.layout.frames.len()),
+            patterns: self.layout.patterns.clone(),
+        };
+        for src in &self.layout.frames {
+            let (start, pattern) = match *src {
+                FrameSource::Clip { start } => (start, None),
+                FrameSource::Padded { seg_start, pattern } => (seg_start, Some(pattern)),
+            };
+            gather.start.push(start);
+            gather.pattern.push(pattern);
+        }
+        gather
+    }
+
+    /// The scatter table: the distinct frame behind every output column, indexed
+    /// by `(l · n_short + s) · n_frames + f`.
+    pub fn columns(&self) -> &[u32] {
+        &self.layout.column
+    }
+
+    /// The sparse filterbank, one `(first bin, weights)` per mel band, in the
+    /// exact form [`compute`](Self::compute) uses: `weights.len()` is a multiple
+    /// of 8 (zero padded past the triangle; bins past `n_bins` count as zero
+    /// power) and the product is summed in 8 interleaved partial sums, lane `j`
+    /// taking weights `j, j + 8, …`, then the lanes left to right.
+    pub fn mel_bands(&self) -> impl Iterator<Item = (usize, &[f32])> + '_ {
+        self.bank
+            .bands
+            .iter()
+            .map(|b| (b.first, b.weights.as_slice()))
+    }
+
+    /// `10·log10(max(amin, ref))`, subtracted (in f64) from every dB value.
+    pub fn ref_db(&self) -> f64 {
+        self.ref_db
     }
 
     /// Log-mel of one clip.

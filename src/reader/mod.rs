@@ -8,8 +8,13 @@
 //!
 //! * [`std_engine`]: `open` + `fstat` + `read` per file on `io.threads` threads,
 //!   into recycled heap buffers.
+//! * [`uring`]: one io_uring per reader thread; OPENAT → STATX → READ_FIXED →
+//!   CLOSE per file, all through the ring, into the registered [`arena`].
+//!   Bytes travel as [`FileBytes::Arena`] extents that free themselves on drop.
 
+pub mod arena;
 pub mod std_engine;
+pub mod uring;
 
 pub use std_engine::{Readers, read_file};
 
@@ -28,6 +33,11 @@ pub enum Error {
     Read(std::io::Error),
     #[error("file changed size while being read: {expected} bytes at open, {got} read")]
     SizeChanged { expected: u64, got: u64 },
+    #[error(
+        "file needs {need} bytes of read arena, but one reader's share of io.arena_bytes is \
+         {capacity} bytes"
+    )]
+    ArenaTooSmall { need: u64, capacity: u64 },
 }
 
 /// The bytes of one loaded file. Dereferences to exactly the file's bytes.
@@ -35,6 +45,8 @@ pub enum Error {
 pub enum FileBytes {
     /// A heap buffer; hand it back to the reader's free queue when done.
     Heap(Vec<u8>),
+    /// A range of the registered read arena; dropping it frees the range.
+    Arena(arena::Extent),
 }
 
 impl std::ops::Deref for FileBytes {
@@ -42,6 +54,7 @@ impl std::ops::Deref for FileBytes {
     fn deref(&self) -> &[u8] {
         match self {
             FileBytes::Heap(v) => v,
+            FileBytes::Arena(e) => e,
         }
     }
 }

@@ -59,10 +59,18 @@ pub struct Readers {
 }
 
 impl Readers {
+    /// Wraps reader threads started by another engine.
+    pub(crate) fn from_threads(threads: Vec<JoinHandle<()>>) -> Readers {
+        Readers { threads }
+    }
+
     /// Starts `cfg.threads` std-engine readers over `jobs`. When every job has
     /// been pushed, the last reader to finish closes `out`.
+    /// Starts `cfg.threads` readers; thread `i` is pinned to `cpus[i]` when
+    /// given (a failed pin is logged and the thread runs unpinned).
     pub fn start(
         cfg: &IoConfig,
+        cpus: &[Option<usize>],
         jobs: Arc<[Job]>,
         out: Arc<Ring<Loaded>>,
         free: Arc<ArrayQueue<Vec<u8>>>,
@@ -73,6 +81,7 @@ impl Readers {
         let limit = cfg.max_file_bytes;
         let mut threads = Vec::with_capacity(cfg.threads);
         for i in 0..cfg.threads {
+            let cpu = cpus.get(i).copied().flatten();
             let (jobs, out, free, telemetry, cursor, running) = (
                 Arc::clone(&jobs),
                 Arc::clone(&out),
@@ -85,6 +94,11 @@ impl Readers {
                 std::thread::Builder::new()
                     .name(format!("reader-{i}"))
                     .spawn(move || {
+                        if let Some(cpu) = cpu
+                            && let Err(e) = crate::pin::pin_current(cpu)
+                        {
+                            tracing::warn!("Reader {i} runs unpinned: {e}.");
+                        }
                         let mut local = Local::default();
                         loop {
                             let job = cursor.fetch_add(1, Ordering::Relaxed);

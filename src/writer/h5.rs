@@ -1,5 +1,8 @@
 //! One output file: creation with the schema and root attributes, chunk appends,
-//! close and rename. Every HDF5 call of the program is in this file.
+//! close and rename. Every HDF5 call of the build path is in this file; the
+//! schema pieces ([`create_file`], [`Datasets`], [`write_attrs`]) are shared with
+//! the SWMR appender of `serve` (`super::append`), which adds only the calls
+//! SWMR needs.
 //!
 //! Format choices (user-facing description in `docs/FORMAT.md`):
 //! * libver bounds (latest, latest): superblock v3 and version-2 object headers,
@@ -37,15 +40,20 @@ pub(super) struct SplitFile {
     partial: PathBuf,
     final_path: PathBuf,
     file: File,
-    mel: Dataset,
-    label: Dataset,
-    path: Dataset,
+    ds: Datasets,
     /// Rows written so far (the current N of every dataset).
     rows: usize,
 }
 
+/// The three per-row datasets of a split file.
+pub(super) struct Datasets {
+    pub mel: Dataset,
+    pub label: Dataset,
+    pub path: Dataset,
+}
+
 /// Attaches the file and the action to an HDF5 error.
-trait Context<T> {
+pub(super) trait Context<T> {
     fn ctx(self, file: &Path, action: impl FnOnce() -> String) -> Result<T, Error>;
 }
 
@@ -67,13 +75,71 @@ impl SplitFile {
         partial.push(".partial");
         let partial = PathBuf::from(partial);
         let p = partial.as_path();
-        let file = File::with_options()
-            .with_fapl(|fapl| fapl.libver_latest())
-            .with_fcpl(|fcpl| fcpl.obj_track_times(false))
-            .create(p)
-            .ctx(p, || "create the file".into())?;
+        let file = create_file(p)?;
         write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
+        let ds = Datasets::create(&file, p, header)?;
+        Ok(SplitFile {
+            partial,
+            final_path,
+            file,
+            ds,
+            rows: 0,
+        })
+    }
 
+    pub(super) fn partial_path(&self) -> &Path {
+        &self.partial
+    }
+
+    /// Grows every dataset by `chunk.rows()` and writes the chunk's rows there.
+    pub(super) fn append(&mut self, chunk: &ChunkBuf) -> Result<(), Error> {
+        self.ds.write_rows(&self.partial, self.rows, chunk)?;
+        self.rows += chunk.rows();
+        Ok(())
+    }
+
+    /// Closes the file and renames it to its final name.
+    /// Returns (final path, rows, size in bytes).
+    pub(super) fn close(self) -> Result<(PathBuf, usize, u64), Error> {
+        let SplitFile {
+            partial,
+            final_path,
+            file,
+            ds,
+            rows,
+        } = self;
+        // Every object must be closed for H5Fclose to really close the file.
+        drop(ds);
+        file.close().ctx(&partial, || "close the file".into())?;
+        std::fs::rename(&partial, &final_path).map_err(|source| Error::Io {
+            path: partial.clone(),
+            action: "rename the finished file",
+            source,
+        })?;
+        let bytes = std::fs::metadata(&final_path)
+            .map_err(|source| Error::Io {
+                path: final_path.clone(),
+                action: "stat the finished file",
+                source,
+            })?
+            .len();
+        Ok((final_path, rows, bytes))
+    }
+}
+
+/// Creates (truncating) a file with libver bounds (latest, latest) and object
+/// time tracking off.
+pub(super) fn create_file(p: &Path) -> Result<File, Error> {
+    File::with_options()
+        .with_fapl(|fapl| fapl.libver_latest())
+        .with_fcpl(|fcpl| fcpl.obj_track_times(false))
+        .create(p)
+        .ctx(p, || "create the file".into())
+}
+
+impl Datasets {
+    /// Creates `mel`, `label` and `path` with N = 0, chunked by `chunk_files` rows.
+    pub(super) fn create(file: &File, p: &Path, header: &Header<'_>) -> Result<Self, Error> {
         let [n_long, n_short, n_mels, n_frames] = header.spec.row_shape();
         let c = header.chunk_files;
         let mel_shape = [
@@ -94,29 +160,45 @@ impl SplitFile {
             .create("mel")
             .ctx(p, || "create dataset `mel`".into())?;
         let label =
-            create_1d::<i32>(&file, "label", c).ctx(p, || "create dataset `label`".into())?;
-        let path = create_1d::<VarLenUnicode>(&file, "path", c)
+            create_1d::<i32>(file, "label", c).ctx(p, || "create dataset `label`".into())?;
+        let path = create_1d::<VarLenUnicode>(file, "path", c)
             .ctx(p, || "create dataset `path`".into())?;
-        Ok(SplitFile {
-            partial,
-            final_path,
-            file,
-            mel,
-            label,
-            path,
-            rows: 0,
+        Ok(Datasets { mel, label, path })
+    }
+
+    /// Opens the three datasets of an existing file.
+    pub(super) fn open(file: &File, p: &Path) -> Result<Self, Error> {
+        let open = |name: &'static str| {
+            file.dataset(name)
+                .ctx(p, || format!("open dataset `{name}`"))
+        };
+        Ok(Datasets {
+            mel: open("mel")?,
+            label: open("label")?,
+            path: open("path")?,
         })
     }
 
-    pub(super) fn partial_path(&self) -> &Path {
-        &self.partial
+    /// Sets N of every dataset to `rows` (growing or shrinking).
+    pub(super) fn resize(&self, p: &Path, rows: usize) -> Result<(), Error> {
+        let mut mel_shape = self.mel.shape();
+        mel_shape[0] = rows;
+        self.mel
+            .resize(mel_shape)
+            .ctx(p, || format!("resize dataset `mel` to {rows} rows"))?;
+        self.label
+            .resize(rows)
+            .ctx(p, || format!("resize dataset `label` to {rows} rows"))?;
+        self.path
+            .resize(rows)
+            .ctx(p, || format!("resize dataset `path` to {rows} rows"))
     }
 
-    /// Grows every dataset by `chunk.rows()` and writes the chunk's rows there.
-    pub(super) fn append(&mut self, chunk: &ChunkBuf) -> Result<(), Error> {
-        let p = self.partial.as_path();
+    /// Grows every dataset to `start + chunk.rows()` rows and writes the chunk's
+    /// rows at `start..`, one call per dataset (`mel`, `label`, then `path`).
+    pub(super) fn write_rows(&self, p: &Path, start: usize, chunk: &ChunkBuf) -> Result<(), Error> {
         let (n, a, b, c, d) = chunk.shape();
-        let (start, end) = (self.rows, self.rows + n);
+        let end = start + n;
         let what =
             |name: &'static str| move || format!("write rows {start}..{end} of dataset `{name}`");
         self.mel
@@ -145,44 +227,12 @@ impl SplitFile {
             .ctx(p, || format!("grow dataset `path` to {end} rows"))?;
         self.path
             .write_slice(chunk.paths(), start..end)
-            .ctx(p, what("path"))?;
-        self.rows = end;
-        Ok(())
-    }
-
-    /// Closes the file and renames it to its final name.
-    /// Returns (final path, rows, size in bytes).
-    pub(super) fn close(self) -> Result<(PathBuf, usize, u64), Error> {
-        let SplitFile {
-            partial,
-            final_path,
-            file,
-            mel,
-            label,
-            path,
-            rows,
-        } = self;
-        // Every object must be closed for H5Fclose to really close the file.
-        drop((mel, label, path));
-        file.close().ctx(&partial, || "close the file".into())?;
-        std::fs::rename(&partial, &final_path).map_err(|source| Error::Io {
-            path: partial.clone(),
-            action: "rename the finished file",
-            source,
-        })?;
-        let bytes = std::fs::metadata(&final_path)
-            .map_err(|source| Error::Io {
-                path: final_path.clone(),
-                action: "stat the finished file",
-                source,
-            })?
-            .len();
-        Ok((final_path, rows, bytes))
+            .ctx(p, what("path"))
     }
 }
 
 /// A resizable (N,) dataset chunked by `chunk` rows, starting empty.
-fn create_1d<T: H5Type>(file: &File, name: &str, chunk: usize) -> hdf5::Result<Dataset> {
+pub(super) fn create_1d<T: H5Type>(file: &File, name: &str, chunk: usize) -> hdf5::Result<Dataset> {
     file.new_dataset::<T>()
         .shape(Extents::from(SimpleExtents::from_vec(vec![
             Extent::resizable(0),
@@ -209,18 +259,29 @@ fn attr_int(file: &File, name: &str, value: usize) -> hdf5::Result<()> {
     attr(file, name, i64::try_from(value).unwrap_or(i64::MAX))
 }
 
-/// Writes every root attribute. The destructuring is exhaustive on purpose: a new
-/// [`Spec`] field does not compile until it is recorded here (and in FORMAT.md).
-fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
-    let names = h
-        .label_names
+/// Parses names into HDF5 variable-length strings (fails on a NUL byte).
+pub(super) fn vlen_strings(what: &str, names: &[String]) -> hdf5::Result<Vec<VarLenUnicode>> {
+    names
         .iter()
         .map(|n| n.parse::<VarLenUnicode>())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| hdf5::Error::from(format!("attribute `label_names`: {e}")))?;
+        .map_err(|e| hdf5::Error::from(format!("{what}: {e}")))
+}
+
+/// Creates the root attribute `label_names` (1-D array of strings); the caller
+/// deletes an existing one first.
+pub(super) fn write_label_names_attr(file: &File, names: &[String]) -> hdf5::Result<()> {
+    let names = vlen_strings("attribute `label_names`", names)?;
     file.new_attr_builder()
         .with_data(names.as_slice())
         .create("label_names")?;
+    Ok(())
+}
+
+/// Writes every root attribute. The destructuring is exhaustive on purpose: a new
+/// [`Spec`] field does not compile until it is recorded here (and in FORMAT.md).
+pub(super) fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
+    write_label_names_attr(file, h.label_names)?;
     attr_str(file, "melforge_version", crate::VERSION)?;
     attr_str(file, "split", h.split)?;
 
@@ -299,4 +360,50 @@ fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
         attr_str(file, key, value)?;
     }
     Ok(())
+}
+
+/// Every root attribute [`write_attrs`] gives a file with header `h`, as
+/// (name, [`attr_text`]) pairs: written into an in-memory file (core driver, no
+/// backing store) and read back, so the comparison sees exactly what a new file
+/// would hold.
+pub(super) fn attrs_as_text(h: &Header<'_>) -> hdf5::Result<Vec<(String, String)>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "melforge-attrs-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let file = File::with_options()
+        .with_fapl(|fapl| fapl.libver_latest().core_filebacked(false))
+        .create(&name)?;
+    write_attrs(&file, h)?;
+    let mut out = Vec::new();
+    for n in file.attr_names()? {
+        if let Some(text) = attr_text(&file, &n)? {
+            out.push((n, text));
+        }
+    }
+    Ok(out)
+}
+
+/// A scalar root attribute rendered as text (integers, reals with `{:?}`, bools,
+/// strings), `None` when absent. Arrays and other types render as `"<other>"`.
+pub(super) fn attr_text(file: &File, name: &str) -> hdf5::Result<Option<String>> {
+    use hdf5::types::TypeDescriptor as T;
+    if !file.attr_names()?.iter().any(|n| n == name) {
+        return Ok(None);
+    }
+    let a = file.attr(name)?;
+    if !a.is_scalar() {
+        return Ok(Some("<array>".into()));
+    }
+    let text = match a.dtype()?.to_descriptor()? {
+        T::Integer(_) | T::Unsigned(_) => a.read_scalar::<i64>()?.to_string(),
+        T::Float(_) => format!("{:?}", a.read_scalar::<f64>()?),
+        T::Boolean => a.read_scalar::<bool>()?.to_string(),
+        T::VarLenUnicode => a.read_scalar::<VarLenUnicode>()?.as_str().to_string(),
+        _ => "<other>".into(),
+    };
+    Ok(Some(text))
 }

@@ -27,8 +27,10 @@
 //!   and leaves the `.partial` files behind.
 //!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
-//! in [`h5`], the chunk buffer in [`chunk`].
+//! in [`h5`] (schema, build files) and [`append`] (SWMR appends for `serve`), the
+//! chunk buffer in [`chunk`].
 
+pub mod append;
 mod chunk;
 mod h5;
 #[cfg(test)]
@@ -145,6 +147,21 @@ pub enum Error {
     },
     #[error("the writer failed earlier and accepts no more calls")]
     Failed,
+    #[error("{}: {reason}", file.display())]
+    Incompatible {
+        /// An existing output file that cannot be appended to with this setup.
+        file: PathBuf,
+        /// What differs, e.g. "mel rows are (79, 3, 32, 1), expected (2, 3, 4, 5)".
+        reason: String,
+    },
+    #[error("{}: cannot recover: {reason}", file.display())]
+    Recovery { file: PathBuf, reason: String },
+    #[error("{}: label id {label} is outside -1..{n_labels}", file.display())]
+    UnknownLabel {
+        file: PathBuf,
+        label: i32,
+        n_labels: usize,
+    },
 }
 
 /// Writes every split of one build; see the module documentation.

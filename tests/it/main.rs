@@ -3,4 +3,6 @@
 mod build;
 mod cli;
 mod common;
+mod control;
 mod golden;
+mod uring;

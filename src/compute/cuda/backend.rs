@@ -1,0 +1,407 @@
+//! The CUDA compute stage: one thread that owns the device and turns
+//! [`Loaded`] files into [`Outcome`]s — the GPU twin of `compute::cpu::Workers`.
+//!
+//! Per file, on the host: a reader error or a header that `wav::parse` rejects
+//! (or a sample rate other than the spec's) becomes a rejection at once, with
+//! the same text as the CPU backend; only decoding of accepted files happens
+//! on the device. Accepted files are batched (`compute.batch_files`) into a
+//! [`BatchRunner`]; a partial batch is flushed when the input is drained or
+//! after [`CudaOptions::flush_after`] without new input (serve mode).
+//! Outcomes carry job indices; the writer orders rows, so batch completion
+//! order does not matter. Heap buffers (std reader) go back to `free_bytes`
+//! when their copy completed; arena extents free themselves then.
+//!
+//! Start-up is synchronous: [`start_cuda_workers`] returns only after the
+//! device opened, the kernels loaded and the arena was registered — or with the
+//! error that prevented it, so `--backend cuda` fails at start-up, not mid-run.
+//! A device error mid-run rejects every file not yet finished with the error's
+//! text, drains the input the same way (so the pipeline ends), and is returned
+//! by [`CudaWorkers::join`].
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use super::device::Device;
+use super::driver::Gpu;
+use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Staged};
+use super::recipe::MelRecipe;
+use super::tables::Tables;
+use super::{Error, nvrtc, real};
+use crate::compute::Outcome;
+use crate::mel::Plan;
+use crate::reader::arena::Arena;
+use crate::reader::{FileBytes, Loaded};
+use crate::ring::Ring;
+use crate::telemetry::{Local, Stage, Telemetry};
+
+/// Queues the CUDA stage is wired to (as `cpu::Wiring`, plus the arena).
+pub struct CudaWiring {
+    pub input: Arc<Ring<Loaded>>,
+    pub output: Arc<Ring<Outcome>>,
+    pub free_bytes: Arc<ArrayQueue<Vec<u8>>>,
+    pub free_rows: Arc<ArrayQueue<Vec<f32>>>,
+    pub telemetry: Arc<Telemetry>,
+    /// The reader's arena, registered with cuMemHostRegister for zero-copy
+    /// DMA (None with the std reader: copies then go through pageable memory).
+    pub arena: Option<Arc<Arena>>,
+}
+
+/// Sizes of the CUDA stage.
+#[derive(Clone, Copy, Debug)]
+pub struct CudaOptions {
+    /// Files per batch (`compute.batch_files`).
+    pub batch_files: usize,
+    /// Device batch slots (2: copy of batch k+1 overlaps compute of batch k).
+    pub slots: usize,
+    /// Flush a partial batch after this long without new input.
+    pub flush_after: Duration,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            batch_files: 256,
+            slots: 2,
+            flush_after: Duration::from_millis(50),
+        }
+    }
+}
+
+/// What the CUDA stage reports at the end (add it to the build's JSON as
+/// `"cuda"`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CudaReport {
+    pub device: String,
+    pub kernel_compile_s: f64,
+    pub kernel_from_cache: bool,
+    pub batch_files: usize,
+    #[serde(flatten)]
+    pub runner: RunnerStats,
+    /// Seconds the stage thread ran (start-up excluded).
+    pub run_s: f64,
+    /// h2d_bytes / run_s, GB/s (a lower bound on the link's rate).
+    pub h2d_gb_per_s: f64,
+}
+
+/// The running CUDA stage.
+pub struct CudaWorkers {
+    thread: JoinHandle<Result<CudaReport, String>>,
+}
+
+impl CudaWorkers {
+    pub fn join(self) -> Result<CudaReport, String> {
+        self.thread
+            .join()
+            .map_err(|_| "the CUDA compute thread panicked".to_string())?
+    }
+}
+
+/// File bytes held until their copy completed; heap buffers are recycled.
+struct Held {
+    bytes: Option<FileBytes>,
+    free: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl HostBytes for Held {
+    fn ptr(&self) -> *const u8 {
+        self.bytes.as_ref().map_or(std::ptr::null(), |b| b.ptr())
+    }
+    fn len(&self) -> usize {
+        self.bytes.as_ref().map_or(0, HostBytes::len)
+    }
+    fn readable(&self) -> usize {
+        self.bytes.as_ref().map_or(0, HostBytes::readable)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(FileBytes::Heap(v)) = self.bytes.take() {
+            let _full = self.free.push(v);
+        }
+    }
+}
+
+/// Starts the CUDA stage on the GPU `gpu` found by `driver::probe`.
+pub fn start_cuda_workers(
+    plan: Arc<Plan>,
+    gpu: Gpu,
+    opts: CudaOptions,
+    wiring: CudaWiring,
+) -> Result<CudaWorkers, Error> {
+    let target = nvrtc::Target::for_device(gpu.cc.0, gpu.cc.1);
+    let t = Instant::now();
+    let mut images = Vec::new();
+    for (file, src) in nvrtc::SOURCES {
+        images.push(nvrtc::compile_cached(file, src, target)?);
+    }
+    let compile_s = t.elapsed().as_secs_f64();
+    let from_cache = images.iter().all(|i| i.from_disk_cache);
+    let image = images
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Unavailable("no kernel sources".into()))?;
+    tracing::info!(
+        "CUDA kernels for {} ready in {compile_s:.3} s ({}).",
+        gpu,
+        if from_cache { "from the cache" } else { "compiled by NVRTC" }
+    );
+    let report = CudaReport {
+        device: gpu.to_string(),
+        kernel_compile_s: compile_s,
+        kernel_from_cache: from_cache,
+        batch_files: opts.batch_files,
+        ..CudaReport::default()
+    };
+    start_workers_with(plan, move || real::CudaDevice::open(gpu, &image), opts, wiring, report)
+}
+
+/// [`start_cuda_workers`] on any [`Device`]: `make` runs on the stage thread
+/// (a CUDA context is current on the thread that made it). Tests pass a
+/// `HostDouble`.
+pub fn start_workers_with<D, F>(
+    plan: Arc<Plan>,
+    make: F,
+    opts: CudaOptions,
+    wiring: CudaWiring,
+    report: CudaReport,
+) -> Result<CudaWorkers, Error>
+where
+    D: Device,
+    F: FnOnce() -> super::device::Result<D> + Send + 'static,
+{
+    let tables = Tables::new(&plan).map_err(|e| Error::Unavailable(e.to_string()))?;
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let thread = std::thread::Builder::new()
+        .name("cuda".into())
+        .spawn(move || {
+            let started = Instant::now();
+            let cfg = RunnerConfig {
+                batch_files: opts.batch_files.max(1),
+                slots: opts.slots.max(1),
+                // Room for B files of 4 bytes × clip samples (16-bit stereo or
+                // 32-bit mono); larger files close the batch early.
+                input_bytes: opts.batch_files.max(1) * tables.clip_samples * 4 + (1 << 20),
+            };
+            let runner = make().and_then(|dev| BatchRunner::new(dev, MelRecipe::new(tables), cfg));
+            let mut runner: BatchRunner<D, MelRecipe, usize, Held> = match runner {
+                Ok(r) => r,
+                Err(e) => {
+                    let _gone = ready_tx.send(Err(e.into()));
+                    return Err("CUDA start-up failed".to_string());
+                }
+            };
+            if let Some(a) = &wiring.arena {
+                // SAFETY: the mapping stays alive while `wiring.arena` (an Arc)
+                // is held, i.e. until after `runner` (and its device, which
+                // unregisters) is dropped at the end of this closure.
+                if let Err(e) = unsafe { runner.device().register_host(a.as_ptr(), a.len()) } {
+                    let _gone = ready_tx.send(Err(e.into()));
+                    return Err("CUDA start-up failed".to_string());
+                }
+            }
+            let _gone = ready_tx.send(Ok(()));
+            let r = run(&mut runner, &plan, opts, &wiring);
+            let stats = runner.stats();
+            let errors = runner.error_sink();
+            drop(runner);
+            let teardown = errors.lock().map(|e| e.clone()).unwrap_or_default();
+            let run_s = started.elapsed().as_secs_f64();
+            wiring.output.close();
+            r?;
+            if !teardown.is_empty() {
+                return Err(format!("CUDA teardown failed: {}", teardown.join("; ")));
+            }
+            Ok(CudaReport {
+                runner: stats,
+                run_s,
+                h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
+                ..report
+            })
+        })
+        .map_err(|e| Error::Unavailable(format!("cannot start the CUDA thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(CudaWorkers { thread }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err(Error::Unavailable("the CUDA thread died during start-up".into())),
+    }
+}
+
+/// The stage loop; returns the first device error (after rejecting what it hit).
+fn run<D: Device>(
+    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
+    plan: &Plan,
+    opts: CudaOptions,
+    w: &CudaWiring,
+) -> Result<(), String> {
+    let spec = plan.spec();
+    let rate = spec.sample_rate;
+    let row_len = spec.row_len();
+    let mut local = Local::default();
+    let closed = std::cell::Cell::new(false);
+    let mut sink = |job: usize, vals: &[f32]| {
+        let mut row = w.free_rows.pop().unwrap_or_default();
+        row.clear();
+        row.extend_from_slice(vals);
+        debug_assert_eq!(row.len(), row_len);
+        if w.output.push(Outcome { job, row: Ok(row) }).is_err() {
+            closed.set(true);
+        }
+    };
+    let reject = |job: usize, reason: String| w.output.push(Outcome { job, row: Err(reason) }).is_ok();
+    let mut failure: Option<String> = None;
+    let mut last_input = Instant::now();
+    loop {
+        let item = match w.input.try_pop() {
+            Some(i) => Some(i),
+            None if w.input.is_closed() => {
+                // Closed: drain what is left, then stop.
+                match w.input.pop() {
+                    Some(i) => Some(i),
+                    None => break,
+                }
+            }
+            None if runner.open_len() == 0 && failure.is_none() => {
+                // Nothing assembled: block for input, but keep completing
+                // batches in flight (poll) every few milliseconds.
+                let r = local.time(Stage::Mel, || runner.poll(&mut sink));
+                if let Err(e) = r {
+                    failure.get_or_insert(e.to_string());
+                }
+                std::thread::sleep(Duration::from_micros(200));
+                None
+            }
+            None => {
+                if last_input.elapsed() >= opts.flush_after && failure.is_none() {
+                    let r = local.time(Stage::Mel, || runner.flush(&mut sink));
+                    if let Err(e) = r {
+                        failure.get_or_insert(e.to_string());
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+                None
+            }
+        };
+        let Some(Loaded { job, bytes }) = item else {
+            if closed.get() {
+                break;
+            }
+            continue;
+        };
+        last_input = Instant::now();
+        let bytes = match bytes {
+            Err(e) => {
+                if !reject(job, e.to_string()) {
+                    break;
+                }
+                continue;
+            }
+            Ok(b) => b,
+        };
+        if let Some(f) = &failure {
+            let _ok = reject(job, format!("CUDA backend failed: {f}"));
+            continue;
+        }
+        let parsed = local.time(Stage::Decode, || crate::wav::parse(&bytes));
+        let info = match parsed {
+            Ok(i) if i.sample_rate == rate => i,
+            Ok(i) => {
+                let e = crate::wav::Error::SampleRate {
+                    found: i.sample_rate,
+                    expected: rate,
+                };
+                if !reject(job, e.to_string()) {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                if !reject(job, e.to_string()) {
+                    break;
+                }
+                continue;
+            }
+        };
+        let held = Held {
+            bytes: Some(bytes),
+            free: Arc::clone(&w.free_bytes),
+        };
+        let mut staged = Staged {
+            tag: job,
+            bytes: held,
+            info,
+        };
+        let r = local.time(Stage::Mel, || -> super::device::Result<()> {
+            for _attempt in 0..2 {
+                match runner.add(staged) {
+                    Ok(()) => return Ok(()),
+                    Err(back) if runner.open_len() == 0 => {
+                        staged = back;
+                        break;
+                    }
+                    Err(back) => {
+                        staged = back;
+                        runner.flush(&mut sink)?;
+                    }
+                }
+            }
+            // Too big for an empty batch: reject (its bytes are dropped here).
+            let _ok = reject(
+                staged.tag,
+                format!(
+                    "file needs {} bytes of CUDA staging memory, more than one batch holds",
+                    staged.bytes.len()
+                ),
+            );
+            Ok(())
+        });
+        let r = r.and_then(|()| {
+            if runner.open_len() >= opts.batch_files.max(1) {
+                runner.flush(&mut sink)
+            } else {
+                runner.poll(&mut sink)
+            }
+        });
+        if let Err(e) = r {
+            failure.get_or_insert(e.to_string());
+        }
+        if failure.is_some() {
+            let f = failure.clone().unwrap_or_default();
+            for s in runner.take_open() {
+                let _ok = reject(s.tag, format!("CUDA backend failed: {f}"));
+            }
+            for tag in runner.take_in_flight() {
+                let _ok = reject(tag, format!("CUDA backend failed: {f}"));
+            }
+        }
+        if closed.get() {
+            break;
+        }
+    }
+    if failure.is_none() {
+        let r = local.time(Stage::Mel, || runner.finish(&mut sink));
+        if let Err(e) = r {
+            failure = Some(e.to_string());
+        }
+    }
+    if let Some(f) = &failure {
+        for s in runner.take_open() {
+            let _ok = reject(s.tag, format!("CUDA backend failed: {f}"));
+        }
+        for tag in runner.take_in_flight() {
+            let _ok = reject(tag, format!("CUDA backend failed: {f}"));
+        }
+    }
+    local.publish(&w.telemetry);
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,688 @@
+//! `HostDouble`: a [`Device`] made of host memory, for tests on GPU-less hosts.
+//!
+//! It keeps CUDA's semantics and is stricter where that helps a test:
+//! * every call is appended to a shared [`Log`] as an [`Entry::Call`], in
+//!   issue order; every piece of work is appended as [`Entry::Exec`] when it
+//!   *executes*, which is later than its issue: work waits in per-stream FIFO
+//!   queues and runs in stream order, with waits honoured;
+//! * [`Progress::Random`] executes a seeded random number of runnable items
+//!   at each call (and nothing else), so copies and events complete "late" and
+//!   in varying interleavings — the fake clock of the ordering model check;
+//!   [`Progress::Eager`] runs everything runnable after each call;
+//! * copies read their host source when they *execute*, as DMA does: a host
+//!   buffer released (and overwritten) too early yields wrong data;
+//! * inside a capture: work on the capturing stream goes into the graph;
+//!   synchronising, allocating, planning, recording an event on, or waiting on
+//!   an outside event from the capturing stream is an error;
+//! * `launch` runs a host build of the real kernel when a [`HostKernels`]
+//!   executor is attached (see `double_kernels.rs`), else it only logs;
+//!   `fft_exec` runs a realfft f64 transform, so the double computes numbers.
+//!
+//! Device memory is `u64`-backed (8-byte aligned, as device allocations are
+//! 256-byte aligned), so f64 views made by host kernels are aligned.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use super::device::{
+    Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg,
+    Kernel, LaunchDims, Pinned, Result, Stream,
+};
+
+/// Work queued on a stream (also the body of a graph).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Work {
+    HtoD { dst: DevBuf, off: usize, src: usize, len: usize },
+    PtoD { dst: DevBuf, off: usize, src: Pinned, src_off: usize, len: usize },
+    DtoH { dst: Pinned, off: usize, src: DevBuf, src_off: usize, len: usize },
+    Launch { kernel: String, dims: LaunchDims, args: Vec<Arg> },
+    Fft { plan: FftPlan, input: DevBuf, output: DevBuf },
+    /// Completes generation `generation` of `event`.
+    Record { event: Event, generation: u64 },
+    /// Blocks the stream until `event` reached `generation`.
+    Wait { event: Event, generation: u64 },
+}
+
+/// What the host asked for, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    RegisterHost { len: usize },
+    Alloc(DevBuf),
+    AllocPinned(Pinned),
+    CreateStream(Stream),
+    CreateEvent(Event),
+    Kernel(String),
+    FftPlan(FftShape),
+    /// Any stream-ordered operation (copy, launch, fft, record, wait).
+    Issue { stream: Stream, work: Work, captured: bool },
+    Query { event: Event, done: bool },
+    Sync(Event),
+    BeginCapture(Stream),
+    EndCapture { stream: Stream, graph: Graph },
+    Instantiate { graph: Graph, exec: GraphExec },
+    GraphLaunch { stream: Stream, exec: GraphExec },
+}
+
+/// One line of the log.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    Call(Call),
+    Exec { stream: Stream, work: Work },
+    /// A marker written by the code under test or the test itself.
+    Note(String),
+}
+
+/// The shared, ordered log.
+pub type Log = Arc<Mutex<Vec<Entry>>>;
+
+/// Appends `e` to `log` (a poisoned lock is still appended to).
+pub fn note(log: &Log, e: Entry) {
+    log.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+}
+
+/// When queued work executes.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress {
+    /// Everything runnable, after every call.
+    Eager,
+    /// 0..=`max_steps` runnable items at each call, chosen with `seed`.
+    Random { seed: u64, max_steps: u32 },
+}
+
+/// A kernel argument resolved to host memory.
+#[derive(Clone, Copy, Debug)]
+pub enum HostArg {
+    Ptr(*mut u8),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+}
+
+/// Runs kernels on the host (the real kernel source built for the host).
+pub trait HostKernels: Send {
+    /// Runs kernel `name` over `dims` with `args`.
+    ///
+    /// # Safety
+    /// Every `HostArg::Ptr` points into a live buffer large enough for what the
+    /// kernel indexes with the other arguments.
+    unsafe fn run(&mut self, name: &str, dims: LaunchDims, args: &[HostArg]) -> Result<()>;
+}
+
+#[derive(Default, Clone, Copy)]
+struct EventState {
+    recorded: u64,
+    completed: u64,
+}
+
+/// The host double. See the module doc.
+pub struct HostDouble {
+    log: Log,
+    progress: Progress,
+    rng: u64,
+    bufs: Vec<Box<[u64]>>,
+    buf_lens: Vec<usize>,
+    pinned: Vec<Box<[u64]>>,
+    kernels: Vec<String>,
+    plans: Vec<FftShape>,
+    streams: Vec<VecDeque<Work>>,
+    events: Vec<EventState>,
+    capture: Option<(Stream, Vec<Work>)>,
+    graphs: Vec<Vec<Work>>,
+    execs: Vec<usize>,
+    exec: Option<Box<dyn HostKernels>>,
+    fft: realfft::RealFftPlanner<f64>,
+}
+
+fn words(bytes: usize) -> Box<[u64]> {
+    vec![0u64; bytes.div_ceil(8)].into_boxed_slice()
+}
+
+fn as_bytes(w: &[u64], len: usize) -> &[u8] {
+    // SAFETY: `w` is `w.len() * 8` initialised bytes, `len <= w.len() * 8`
+    // (callers pass the allocation's byte length), and u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), len.min(w.len() * 8)) }
+}
+
+fn as_bytes_mut(w: &mut [u64], len: usize) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`, and the borrow is unique.
+    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), len.min(w.len() * 8)) }
+}
+
+fn range_err(op: &'static str, what: &str) -> DeviceError {
+    DeviceError::new(op, format!("{what} is out of bounds"))
+}
+
+impl HostDouble {
+    pub fn new(log: Log, progress: Progress) -> HostDouble {
+        let rng = match progress {
+            Progress::Random { seed, .. } => seed | 1,
+            Progress::Eager => 1,
+        };
+        HostDouble {
+            log,
+            progress,
+            rng,
+            bufs: Vec::new(),
+            buf_lens: Vec::new(),
+            pinned: Vec::new(),
+            kernels: Vec::new(),
+            plans: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            capture: None,
+            graphs: Vec::new(),
+            execs: Vec::new(),
+            exec: None,
+            fft: realfft::RealFftPlanner::new(),
+        }
+    }
+
+    /// Attaches a host kernel executor: `launch` then computes.
+    pub fn with_kernels(mut self, exec: Box<dyn HostKernels>) -> HostDouble {
+        self.exec = Some(exec);
+        self
+    }
+
+    /// The bytes of device buffer `b` (for tests).
+    pub fn device_bytes(&self, b: DevBuf) -> &[u8] {
+        as_bytes(&self.bufs[b.id], self.buf_lens[b.id])
+    }
+
+    /// Runs every runnable item; true when nothing is left queued.
+    pub fn drain(&mut self) -> Result<bool> {
+        while self.step_one(None)? {}
+        Ok(self.streams.iter().all(VecDeque::is_empty))
+    }
+
+    fn call(&self, c: Call) {
+        note(&self.log, Entry::Call(c));
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn runnable(&self, s: usize) -> bool {
+        match self.streams[s].front() {
+            None => false,
+            Some(Work::Wait { event, generation }) => self.events[event.0].completed >= *generation,
+            Some(_) => true,
+        }
+    }
+
+    /// Executes the head of one runnable stream (`pick` or a random/first one).
+    fn step_one(&mut self, pick: Option<usize>) -> Result<bool> {
+        let ready: Vec<usize> = (0..self.streams.len())
+            .filter(|&s| self.runnable(s))
+            .collect();
+        if ready.is_empty() {
+            return Ok(false);
+        }
+        let s = match pick {
+            Some(p) if ready.contains(&p) => p,
+            _ if matches!(self.progress, Progress::Random { .. }) => {
+                ready[(self.next_rand() % ready.len() as u64) as usize]
+            }
+            _ => ready[0],
+        };
+        let Some(work) = self.streams[s].pop_front() else {
+            return Ok(false);
+        };
+        self.execute(&work)?;
+        note(
+            &self.log,
+            Entry::Exec {
+                stream: Stream(s),
+                work,
+            },
+        );
+        Ok(true)
+    }
+
+    /// The fake clock: runs some work after each call.
+    fn tick(&mut self) -> Result<()> {
+        if self.capture.is_some() {
+            return Ok(());
+        }
+        match self.progress {
+            Progress::Eager => {
+                self.drain()?;
+            }
+            Progress::Random { max_steps, .. } => {
+                let n = self.next_rand() % (u64::from(max_steps) + 1);
+                for _ in 0..n {
+                    if !self.step_one(None)? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_buf(&self, op: &'static str, b: DevBuf, off: usize, len: usize) -> Result<()> {
+        if b.id >= self.bufs.len() || off.checked_add(len).is_none_or(|e| e > self.buf_lens[b.id])
+        {
+            return Err(range_err(op, "device range"));
+        }
+        Ok(())
+    }
+
+    fn check_pinned(&self, op: &'static str, p: Pinned, off: usize, len: usize) -> Result<()> {
+        if p.id >= self.pinned.len() || off.checked_add(len).is_none_or(|e| e > p.len) {
+            return Err(range_err(op, "pinned range"));
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self, w: &Work) -> Result<()> {
+        match w {
+            Work::HtoD { dst, off, src, len } => {
+                // SAFETY: the caller of `memcpy_htod_async` promised the source
+                // stays valid until the copy's event completes; executing now is
+                // within that window (that is exactly what tests check).
+                let from = unsafe { std::slice::from_raw_parts(*src as *const u8, *len) };
+                let l = self.buf_lens[dst.id];
+                as_bytes_mut(&mut self.bufs[dst.id], l)[*off..off + len].copy_from_slice(from);
+            }
+            Work::PtoD {
+                dst,
+                off,
+                src,
+                src_off,
+                len,
+            } => {
+                let from = as_bytes(&self.pinned[src.id], src.len)[*src_off..src_off + len].to_vec();
+                let l = self.buf_lens[dst.id];
+                as_bytes_mut(&mut self.bufs[dst.id], l)[*off..off + len].copy_from_slice(&from);
+            }
+            Work::DtoH {
+                dst,
+                off,
+                src,
+                src_off,
+                len,
+            } => {
+                let from = as_bytes(&self.bufs[src.id], self.buf_lens[src.id])
+                    [*src_off..src_off + len]
+                    .to_vec();
+                as_bytes_mut(&mut self.pinned[dst.id], dst.len)[*off..off + len]
+                    .copy_from_slice(&from);
+            }
+            Work::Launch { kernel, dims, args } => {
+                if let Some(exec) = self.exec.as_mut() {
+                    let host: Vec<HostArg> = args
+                        .iter()
+                        .map(|a| match *a {
+                            Arg::Ptr(b, off) => {
+                                HostArg::Ptr(self.bufs[b.id].as_mut_ptr().cast::<u8>().wrapping_add(off))
+                            }
+                            Arg::I32(v) => HostArg::I32(v),
+                            Arg::I64(v) => HostArg::I64(v),
+                            Arg::F32(v) => HostArg::F32(v),
+                            Arg::F64(v) => HostArg::F64(v),
+                        })
+                        .collect();
+                    // SAFETY: pointers are into live buffers of this double; the
+                    // launch's sizes are the recipe's, checked by the host
+                    // kernel tests against the same buffer sizes.
+                    unsafe { exec.run(kernel, *dims, &host) }?;
+                }
+            }
+            Work::Fft {
+                plan,
+                input,
+                output,
+            } => {
+                let FftShape { n, batch } = self.plans[plan.0];
+                let bins = n / 2 + 1;
+                let r2c = self.fft.plan_fft_forward(n);
+                let inp: Vec<f64> = as_bytes(&self.bufs[input.id], self.buf_lens[input.id])
+                    .chunks_exact(8)
+                    .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                    .collect();
+                let mut out = vec![0f64; batch * bins * 2];
+                let mut spec = r2c.make_output_vec();
+                for b in 0..batch {
+                    let mut frame = inp[b * n..(b + 1) * n].to_vec();
+                    r2c.process(&mut frame, &mut spec)
+                        .map_err(|e| DeviceError::new("cufftExecD2Z", e))?;
+                    for (k, c) in spec.iter().enumerate() {
+                        out[(b * bins + k) * 2] = c.re;
+                        out[(b * bins + k) * 2 + 1] = c.im;
+                    }
+                }
+                let l = self.buf_lens[output.id];
+                let dst = as_bytes_mut(&mut self.bufs[output.id], l);
+                for (i, v) in out.iter().enumerate() {
+                    dst[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+            Work::Record { event, generation } => {
+                let st = &mut self.events[event.0];
+                st.completed = st.completed.max(*generation);
+            }
+            Work::Wait { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn forbid_in_capture(&self, op: &'static str) -> Result<()> {
+        match self.capture {
+            Some((s, _)) => Err(DeviceError::new(
+                op,
+                format!(
+                    "not permitted while stream {} is capturing (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)",
+                    s.0
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues `work` on `stream`, or into the graph under capture.
+    fn issue(&mut self, stream: Stream, work: Work) -> Result<()> {
+        if stream.0 >= self.streams.len() {
+            return Err(DeviceError::new("issue", "unknown stream"));
+        }
+        let captured = matches!(self.capture, Some((s, _)) if s == stream);
+        self.call(Call::Issue {
+            stream,
+            work: work.clone(),
+            captured,
+        });
+        if captured {
+            if let Some((_, body)) = self.capture.as_mut() {
+                body.push(work);
+            }
+        } else {
+            self.streams[stream.0].push_back(work);
+        }
+        self.tick()
+    }
+}
+
+impl Device for HostDouble {
+    fn describe(&self) -> String {
+        "host double (no GPU)".into()
+    }
+
+    unsafe fn register_host(&mut self, _ptr: *mut u8, len: usize) -> Result<HostReg> {
+        self.forbid_in_capture("cuMemHostRegister")?;
+        self.call(Call::RegisterHost { len });
+        Ok(HostReg(0))
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<DevBuf> {
+        self.forbid_in_capture("cuMemAlloc")?;
+        let b = DevBuf {
+            id: self.bufs.len(),
+            len: bytes,
+        };
+        self.bufs.push(words(bytes));
+        self.buf_lens.push(bytes);
+        self.call(Call::Alloc(b));
+        Ok(b)
+    }
+
+    fn alloc_pinned(&mut self, bytes: usize) -> Result<Pinned> {
+        self.forbid_in_capture("cuMemHostAlloc")?;
+        let p = Pinned {
+            id: self.pinned.len(),
+            len: bytes,
+        };
+        self.pinned.push(words(bytes));
+        self.call(Call::AllocPinned(p));
+        Ok(p)
+    }
+
+    unsafe fn pinned(&self, p: Pinned) -> &[u8] {
+        as_bytes(&self.pinned[p.id], p.len)
+    }
+
+    unsafe fn pinned_mut(&mut self, p: Pinned) -> &mut [u8] {
+        as_bytes_mut(&mut self.pinned[p.id], p.len)
+    }
+
+    fn create_stream(&mut self) -> Result<Stream> {
+        let s = Stream(self.streams.len());
+        self.streams.push(VecDeque::new());
+        self.call(Call::CreateStream(s));
+        Ok(s)
+    }
+
+    fn create_event(&mut self) -> Result<Event> {
+        let e = Event(self.events.len());
+        self.events.push(EventState::default());
+        self.call(Call::CreateEvent(e));
+        Ok(e)
+    }
+
+    fn kernel(&mut self, name: &str) -> Result<Kernel> {
+        self.call(Call::Kernel(name.into()));
+        let k = Kernel(self.kernels.len());
+        self.kernels.push(name.into());
+        Ok(k)
+    }
+
+    fn fft_plan(&mut self, shape: FftShape) -> Result<FftPlan> {
+        self.forbid_in_capture("cufftPlanMany")?;
+        self.call(Call::FftPlan(shape));
+        self.plans.push(shape);
+        Ok(FftPlan(self.plans.len() - 1))
+    }
+
+    unsafe fn memcpy_htod_async(
+        &mut self,
+        stream: Stream,
+        dst: DevBuf,
+        dst_off: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        self.check_buf("cuMemcpyHtoDAsync", dst, dst_off, len)?;
+        let work = Work::HtoD {
+            dst,
+            off: dst_off,
+            src: src as usize,
+            len,
+        };
+        self.issue(stream, work)
+    }
+
+    fn memcpy_ptod_async(
+        &mut self,
+        stream: Stream,
+        dst: DevBuf,
+        dst_off: usize,
+        src: Pinned,
+        src_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.check_buf("cuMemcpyHtoDAsync", dst, dst_off, len)?;
+        self.check_pinned("cuMemcpyHtoDAsync", src, src_off, len)?;
+        let work = Work::PtoD {
+            dst,
+            off: dst_off,
+            src,
+            src_off,
+            len,
+        };
+        self.issue(stream, work)
+    }
+
+    fn memcpy_dtoh_async(
+        &mut self,
+        stream: Stream,
+        dst: Pinned,
+        dst_off: usize,
+        src: DevBuf,
+        src_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.check_buf("cuMemcpyDtoHAsync", src, src_off, len)?;
+        self.check_pinned("cuMemcpyDtoHAsync", dst, dst_off, len)?;
+        let work = Work::DtoH {
+            dst,
+            off: dst_off,
+            src,
+            src_off,
+            len,
+        };
+        self.issue(stream, work)
+    }
+
+    fn launch(&mut self, stream: Stream, k: Kernel, dims: LaunchDims, args: &[Arg]) -> Result<()> {
+        let kernel = self
+            .kernels
+            .get(k.0)
+            .cloned()
+            .ok_or_else(|| DeviceError::new("cuLaunchKernel", "unknown kernel"))?;
+        if dims.grid == 0 || dims.block == 0 || dims.grid > 65535 * 32768 || dims.block > 1024 {
+            return Err(DeviceError::new("cuLaunchKernel", format!("bad dims {dims:?}")));
+        }
+        for a in args {
+            if let Arg::Ptr(b, off) = a {
+                self.check_buf("cuLaunchKernel", *b, *off, 0)?;
+            }
+        }
+        let work = Work::Launch {
+            kernel,
+            dims,
+            args: args.to_vec(),
+        };
+        self.issue(stream, work)
+    }
+
+    fn fft_exec(
+        &mut self,
+        stream: Stream,
+        plan: FftPlan,
+        input: DevBuf,
+        output: DevBuf,
+    ) -> Result<()> {
+        let FftShape { n, batch } = *self
+            .plans
+            .get(plan.0)
+            .ok_or_else(|| DeviceError::new("cufftExecD2Z", "unknown plan"))?;
+        self.check_buf("cufftExecD2Z", input, 0, n * batch * 8)?;
+        self.check_buf("cufftExecD2Z", output, 0, (n / 2 + 1) * batch * 16)?;
+        self.issue(
+            stream,
+            Work::Fft {
+                plan,
+                input,
+                output,
+            },
+        )
+    }
+
+    fn record_event(&mut self, e: Event, stream: Stream) -> Result<()> {
+        if matches!(self.capture, Some((s, _)) if s == stream) {
+            return Err(DeviceError::new(
+                "cuEventRecord",
+                "the double forbids recording an event inside a capture",
+            ));
+        }
+        let st = self
+            .events
+            .get_mut(e.0)
+            .ok_or_else(|| DeviceError::new("cuEventRecord", "unknown event"))?;
+        st.recorded += 1;
+        let generation = st.recorded;
+        self.issue(stream, Work::Record { event: e, generation })
+    }
+
+    fn stream_wait_event(&mut self, stream: Stream, e: Event) -> Result<()> {
+        if matches!(self.capture, Some((s, _)) if s == stream) {
+            return Err(DeviceError::new(
+                "cuStreamWaitEvent",
+                "waiting on an event recorded outside the capture \
+                 (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)",
+            ));
+        }
+        let generation = self
+            .events
+            .get(e.0)
+            .ok_or_else(|| DeviceError::new("cuStreamWaitEvent", "unknown event"))?
+            .recorded;
+        self.issue(stream, Work::Wait { event: e, generation })
+    }
+
+    fn event_query(&mut self, e: Event) -> Result<bool> {
+        self.tick()?;
+        let st = self.events[e.0];
+        let done = st.completed >= st.recorded;
+        self.call(Call::Query { event: e, done });
+        Ok(done)
+    }
+
+    fn event_synchronize(&mut self, e: Event) -> Result<()> {
+        self.forbid_in_capture("cuEventSynchronize")?;
+        self.call(Call::Sync(e));
+        loop {
+            let st = self.events[e.0];
+            if st.completed >= st.recorded {
+                return Ok(());
+            }
+            if !self.step_one(None)? {
+                return Err(DeviceError::new(
+                    "cuEventSynchronize",
+                    "deadlock: the event's work can never run",
+                ));
+            }
+        }
+    }
+
+    fn begin_capture(&mut self, stream: Stream) -> Result<()> {
+        self.forbid_in_capture("cuStreamBeginCapture")?;
+        self.call(Call::BeginCapture(stream));
+        self.capture = Some((stream, Vec::new()));
+        Ok(())
+    }
+
+    fn end_capture(&mut self, stream: Stream) -> Result<Graph> {
+        match self.capture.take() {
+            Some((s, body)) if s == stream => {
+                let g = Graph(self.graphs.len());
+                self.graphs.push(body);
+                self.call(Call::EndCapture { stream, graph: g });
+                Ok(g)
+            }
+            other => {
+                self.capture = other;
+                Err(DeviceError::new("cuStreamEndCapture", "stream is not capturing"))
+            }
+        }
+    }
+
+    fn graph_instantiate(&mut self, g: Graph) -> Result<GraphExec> {
+        self.forbid_in_capture("cuGraphInstantiate")?;
+        if g.0 >= self.graphs.len() {
+            return Err(DeviceError::new("cuGraphInstantiate", "unknown graph"));
+        }
+        let x = GraphExec(self.execs.len());
+        self.execs.push(g.0);
+        self.call(Call::Instantiate { graph: g, exec: x });
+        Ok(x)
+    }
+
+    fn graph_launch(&mut self, x: GraphExec, stream: Stream) -> Result<()> {
+        self.forbid_in_capture("cuGraphLaunch")?;
+        let g = *self
+            .execs
+            .get(x.0)
+            .ok_or_else(|| DeviceError::new("cuGraphLaunch", "unknown graph exec"))?;
+        self.call(Call::GraphLaunch { stream, exec: x });
+        let body = self.graphs[g].clone();
+        self.streams[stream.0].extend(body);
+        self.tick()
+    }
+}

@@ -1,0 +1,149 @@
+//! Is there a usable GPU? The probe in front of every CUDA call.
+//!
+//! [`probe`] answers without ever letting cudarc panic: libcuda is located with
+//! an explicit `dlopen` ([`super::libs`]), every driver symbol the backend
+//! calls is checked with `dlsym` (cudarc panics on a missing one: an old
+//! driver), then `cuInit` and the device count are asked, then libnvrtc and
+//! libcufft are located. The answer is cached for the process. Each failure is
+//! a sentence naming what is missing, used verbatim in `compute::select`'s
+//! reason ("libcuda.so.1 not found (no NVIDIA driver)", "cuInit failed: …",
+//! "no CUDA device", …).
+
+use std::sync::OnceLock;
+
+use cudarc::driver::{result, sys};
+
+use super::libs;
+
+/// Driver entry points the backend calls (cudarc resolves them lazily and
+/// panics on a missing one, so they are checked up front).
+pub const SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
+];
+
+/// The device the backend will use (ordinal 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub cc: (i32, i32),
+    pub devices: i32,
+    /// e.g. 12040 for CUDA 12.4.
+    pub driver_version: i32,
+}
+
+impl std::fmt::Display for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (sm_{}{}, driver CUDA {}.{}, {} device(s))",
+            self.name,
+            self.cc.0,
+            self.cc.1,
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10,
+            self.devices
+        )
+    }
+}
+
+/// Oldest driver API the backend is written against (CUDA 12.0).
+pub const MIN_DRIVER: i32 = 12000;
+
+fn probe_uncached() -> Result<Gpu, String> {
+    let found = libs::ensure(&libs::CUDA)
+        .map_err(|_| "libcuda.so.1 not found (no NVIDIA driver)".to_string())?;
+    let missing: Vec<&str> = SYMBOLS
+        .iter()
+        .copied()
+        .filter(|s| !libs::has_symbol(&found.loaded_as, s))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the NVIDIA driver ({}) is too old: it lacks {}",
+            found.loaded_as,
+            missing.join(", ")
+        ));
+    }
+    let mut version = 0;
+    // SAFETY: libcuda is loaded and exports the symbol (checked above); the
+    // out-pointer is valid.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+    if version < MIN_DRIVER {
+        return Err(format!(
+            "the NVIDIA driver supports CUDA {}.{}, older than the 12.0 melforge needs",
+            version / 1000,
+            version % 1000 / 10
+        ));
+    }
+    result::init().map_err(|e| format!("cuInit failed: {e}"))?;
+    let devices = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    if devices < 1 {
+        return Err("no CUDA device".into());
+    }
+    let dev = result::device::get(0).map_err(|e| format!("cuDeviceGet(0) failed: {e}"))?;
+    let name = result::device::get_name(dev).unwrap_or_else(|_| "CUDA device 0".into());
+    let attr = |a| {
+        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+        unsafe { result::device::get_attribute(dev, a) }.unwrap_or(0)
+    };
+    let cc = (
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+    );
+    libs::ensure(&libs::NVRTC).map_err(|e| {
+        format!("{e}; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12`")
+    })?;
+    libs::ensure(&libs::CUFFT)
+        .map_err(|e| format!("{e}; install the CUDA toolkit or `pip install nvidia-cufft-cu12`"))?;
+    Ok(Gpu {
+        name,
+        cc,
+        devices,
+        driver_version: version,
+    })
+}
+
+/// The usable GPU, or why there is none (cached per process).
+pub fn probe() -> Result<Gpu, String> {
+    static PROBE: OnceLock<Result<Gpu, String>> = OnceLock::new();
+    PROBE.get_or_init(probe_uncached).clone()
+}

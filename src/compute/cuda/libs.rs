@@ -1,0 +1,285 @@
+//! Finding and preloading the CUDA shared libraries before cudarc touches them.
+//!
+//! cudarc is built with `dynamic-loading`: each library (libcuda, libnvrtc,
+//! libcufft) is `dlopen`ed by bare name on first use, and a missing library or
+//! symbol **panics**. This module is the guard in front of that: it probes with
+//! an explicit `dlopen` and reports a sentence instead of a panic.
+//!
+//! A library found outside the loader's search path (an explicit path in an
+//! environment variable, `$CUDA_HOME/lib64`, a PyPI `nvidia-*` wheel) is
+//! preloaded with `RTLD_NOW | RTLD_GLOBAL` and never closed. glibc matches later
+//! `dlopen("libnvrtc.so.12")` calls against the SONAME of objects already loaded,
+//! so cudarc's own lookup then finds the preloaded copy. The NVRTC builtins
+//! library (`libnvrtc-builtins.so.12.X`) sits next to libnvrtc and is found
+//! through libnvrtc's `RUNPATH=$ORIGIN`; it is preloaded too when present, which
+//! also covers copies that lack that RUNPATH.
+//!
+//! Invariants: every handle this module keeps is leaked on purpose (the process
+//! never unloads a CUDA library: cudarc holds `'static` function pointers into it).
+
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A library that this module knows how to find.
+#[derive(Clone, Copy, Debug)]
+pub struct Lib {
+    /// Human name for messages ("libnvrtc").
+    pub name: &'static str,
+    /// Names the loader is asked for, in order (the SONAMEs first).
+    pub sonames: &'static [&'static str],
+    /// Environment variable naming the library file explicitly.
+    pub env: &'static str,
+    /// Sub-folder of `site-packages/nvidia/` holding the PyPI wheel's `lib/`.
+    pub wheel: &'static str,
+    /// File-name prefix of companions to preload from the same folder.
+    pub companions: &'static [&'static str],
+}
+
+/// The CUDA driver (installed with the NVIDIA kernel driver, never from a wheel).
+pub const CUDA: Lib = Lib {
+    name: "libcuda.so.1",
+    sonames: &["libcuda.so.1", "libcuda.so"],
+    env: "MELFORGE_CUDA_LIB",
+    wheel: "",
+    companions: &[],
+};
+
+/// NVRTC (CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12`).
+pub const NVRTC: Lib = Lib {
+    name: "libnvrtc",
+    sonames: &["libnvrtc.so.12", "libnvrtc.so"],
+    env: "MELFORGE_NVRTC_LIB",
+    wheel: "cuda_nvrtc",
+    companions: &["libnvrtc-builtins.so"],
+};
+
+/// cuFFT (CUDA toolkit, or `pip install nvidia-cufft-cu12`).
+pub const CUFFT: Lib = Lib {
+    name: "libcufft",
+    sonames: &["libcufft.so.11", "libcufft.so.12", "libcufft.so"],
+    env: "MELFORGE_CUFFT_LIB",
+    wheel: "cufft",
+    companions: &[],
+};
+
+/// Where a library was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The path or bare name that `dlopen` accepted.
+    pub loaded_as: String,
+}
+
+/// Results already established, so each library is probed once per process.
+static FOUND: Mutex<Vec<(&'static str, Result<Found, String>)>> = Mutex::new(Vec::new());
+
+/// The last `dlerror()` text, or a placeholder.
+fn dlerror_text() -> String {
+    // SAFETY: dlerror returns NULL or a pointer to a NUL-terminated string that
+    // stays valid until the next dl* call on this thread; we copy it at once.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated (see above).
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// `dlopen(name, RTLD_NOW | RTLD_GLOBAL)`, keeping the handle forever.
+fn open_global(name: &str) -> Result<(), String> {
+    let c = CString::new(name).map_err(|_| format!("{name:?} contains a NUL byte"))?;
+    // SAFETY: `c` is a valid C string. Loading a library runs its initialisers,
+    // which is the point; the CUDA libraries' initialisers take no arguments
+    // from us. The handle is intentionally never closed (module invariant).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        Err(dlerror_text())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `symbol` resolves in the (already loaded) library `soname`.
+pub fn has_symbol(soname: &str, symbol: &str) -> bool {
+    let (Ok(lib), Ok(sym)) = (CString::new(soname), CString::new(symbol)) else {
+        return false;
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded
+    // (bumping its reference count, dropped again by dlclose below).
+    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: `h` is a live handle and `sym` a valid C string.
+    let p = unsafe { libc::dlsym(h, sym.as_ptr()) };
+    // SAFETY: `h` came from dlopen above; closing drops only our extra reference.
+    let _ = unsafe { libc::dlclose(h) };
+    !p.is_null()
+}
+
+/// `site-packages/nvidia/<wheel>/lib` folders of the Python installations we
+/// can see without running Python: `$MELFORGE_PYTHON_SITE`, then `sys.path`-like
+/// guesses under the usual prefixes.
+fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Some(s) = std::env::var_os("MELFORGE_PYTHON_SITE") {
+        roots.extend(std::env::split_paths(&s));
+    }
+    let mut prefixes: Vec<PathBuf> = ["/usr/lib", "/usr/local/lib", "/opt/conda/lib"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        prefixes.push(Path::new(&home).join(".local/lib"));
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        prefixes.push(Path::new(&venv).join("lib"));
+    }
+    for p in prefixes {
+        let Ok(rd) = std::fs::read_dir(&p) else { continue };
+        for e in rd.flatten() {
+            let n = e.file_name();
+            if n.to_string_lossy().starts_with("python3") {
+                roots.push(e.path().join("site-packages"));
+                roots.push(e.path().join("dist-packages"));
+            }
+        }
+    }
+    roots
+        .into_iter()
+        .map(|r| r.join("nvidia").join(wheel).join("lib"))
+        .filter(|d| d.is_dir())
+        .collect()
+}
+
+/// Candidate files for `lib`, most explicit first.
+fn candidates(lib: &Lib) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(h) = std::env::var_os(var) {
+            dirs.push(Path::new(&h).join("lib64"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    if !lib.wheel.is_empty() {
+        dirs.extend(wheel_dirs(lib.wheel));
+    }
+    let mut out = Vec::new();
+    for d in dirs {
+        for s in lib.sonames {
+            let p = d.join(s);
+            if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Preloads the companions of `lib` that sit in `dir`.
+fn preload_companions(lib: &Lib, dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if lib.companions.iter().any(|c| n.starts_with(c)) && !n.contains(".alt.") {
+            if let Err(err) = open_global(&e.path().to_string_lossy()) {
+                tracing::debug!("Could not preload {n}: {err}.");
+            }
+        }
+    }
+}
+
+fn locate(lib: &Lib) -> Result<Found, String> {
+    // 1. An explicit file.
+    if let Some(p) = std::env::var_os(lib.env) {
+        let p = PathBuf::from(p);
+        open_global(&p.to_string_lossy())
+            .map_err(|e| format!("{} = {} cannot be loaded: {e}", lib.env, p.display()))?;
+        if let Some(dir) = p.parent() {
+            preload_companions(lib, dir);
+        }
+        return Ok(Found {
+            loaded_as: p.display().to_string(),
+        });
+    }
+    // 2. The loader's own search (LD_LIBRARY_PATH, ld.so.cache).
+    let mut first_err = None;
+    for s in lib.sonames {
+        match open_global(s) {
+            Ok(()) => {
+                return Ok(Found {
+                    loaded_as: (*s).to_string(),
+                });
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    // 3. Well-known folders outside the search path.
+    for p in candidates(lib) {
+        if open_global(&p.to_string_lossy()).is_ok() {
+            if let Some(dir) = p.parent() {
+                preload_companions(lib, dir);
+            }
+            return Ok(Found {
+                loaded_as: p.display().to_string(),
+            });
+        }
+    }
+    Err(first_err.unwrap_or_else(|| "not found".into()))
+}
+
+/// Finds and preloads `lib` (once per process); the error is a sentence
+/// fragment naming what was searched.
+pub fn ensure(lib: &Lib) -> Result<Found, String> {
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, r)) = found.iter().find(|(n, _)| *n == lib.name) {
+        return r.clone();
+    }
+    let r = locate(lib).map_err(|e| {
+        format!(
+            "{} not found ({e}; searched {} , the loader path, $CUDA_HOME/lib64, \
+             /usr/local/cuda/lib64{})",
+            lib.name,
+            lib.env,
+            if lib.wheel.is_empty() {
+                String::new()
+            } else {
+                format!(" and pip's nvidia/{}/lib", lib.wheel)
+            }
+        )
+    });
+    found.push((lib.name, r.clone()));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_an_error_not_a_panic() {
+        const NOPE: Lib = Lib {
+            name: "libmelforge-does-not-exist",
+            sonames: &["libmelforge-does-not-exist.so.1"],
+            env: "MELFORGE_TEST_NO_SUCH_LIB",
+            wheel: "melforge_no_such_wheel",
+            companions: &[],
+        };
+        let e = ensure(&NOPE).unwrap_err();
+        assert!(e.contains("libmelforge-does-not-exist not found"), "{e}");
+        // Cached: the same answer without searching again.
+        assert_eq!(ensure(&NOPE).unwrap_err(), e);
+    }
+
+    #[test]
+    fn has_symbol_finds_libc_symbols_only_when_loaded() {
+        assert!(has_symbol("libc.so.6", "malloc"));
+        assert!(!has_symbol("libc.so.6", "melforge_no_such_symbol"));
+        assert!(!has_symbol("libmelforge-not-loaded.so", "malloc"));
+    }
+}

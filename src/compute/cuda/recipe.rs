@@ -1,0 +1,306 @@
+//! `MelRecipe`: the batch sequence of `kernels/README.md` as device calls.
+//!
+//! ```text
+//! mf_decode ─▶ mf_frame ─▶ cuFFT D2Z ─▶ mf_power_mel_db ─▶ [mf_clip_max ─▶ mf_top_db]
+//!   ─▶ mf_scatter ─▶ D2H rows (f32; the writer converts to float16 when asked)
+//! ```
+//!
+//! The per-plan [`Tables`] are uploaded once in `init`; per slot the recipe owns
+//! the intermediate buffers sized for B files; a shape of n ≤ B files launches
+//! over the first n files of each buffer, with one cuFFT plan per shape.
+//! Launch shapes are `tables::launch_1d(total)` (grid-stride kernels).
+
+use std::collections::HashMap;
+
+use super::device::{
+    Arg, DevBuf, Device, DeviceError, FftPlan, FftShape, Kernel, LaunchDims, Pinned, Result,
+    Stream,
+};
+use super::orchestrate::{Placed, Recipe};
+use super::tables::{self, MfFile, Tables};
+
+/// Kernel entry points, in launch order (`kernels/README.md`).
+pub const KERNELS: [&str; 7] = [
+    "mf_decode",
+    "mf_frame",
+    "mf_power_mel_db",
+    "mf_clip_max",
+    "mf_top_db",
+    "mf_scatter",
+    "mf_to_f16",
+];
+
+struct Consts {
+    frame_start: DevBuf,
+    frame_pattern: DevBuf,
+    patterns: DevBuf,
+    window: DevBuf,
+    band_first: DevBuf,
+    band_len: DevBuf,
+    band_offset: DevBuf,
+    band_weights: DevBuf,
+    column: DevBuf,
+}
+
+/// Per-slot intermediates.
+pub struct MelWork {
+    clips: DevBuf,
+    frames: DevBuf,
+    spectrum: DevBuf,
+    db: DevBuf,
+    clip_max: DevBuf,
+    rows: DevBuf,
+}
+
+/// See the module doc.
+pub struct MelRecipe {
+    t: Tables,
+    kernels: HashMap<&'static str, Kernel>,
+    consts: Option<Consts>,
+    plans: HashMap<usize, FftPlan>,
+}
+
+impl MelRecipe {
+    pub fn new(t: Tables) -> MelRecipe {
+        MelRecipe {
+            t,
+            kernels: HashMap::new(),
+            consts: None,
+            plans: HashMap::new(),
+        }
+    }
+
+    fn k(&self, name: &'static str) -> Result<Kernel> {
+        self.kernels
+            .get(name)
+            .copied()
+            .ok_or_else(|| DeviceError::new("cuModuleGetFunction", format!("{name} not loaded")))
+    }
+}
+
+fn dims(total: usize) -> LaunchDims {
+    let (grid, block) = tables::launch_1d(total);
+    LaunchDims { grid, block }
+}
+
+fn bytes_of<T>(v: &[T]) -> (*const u8, usize) {
+    (v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
+}
+
+fn i32a(v: usize) -> Arg {
+    // Tables::new checked every count the kernels see fits an i32; batch sizes
+    // are checked in `alloc_work`.
+    Arg::I32(i32::try_from(v).unwrap_or(i32::MAX))
+}
+
+impl Recipe for MelRecipe {
+    type Work = MelWork;
+
+    fn desc_bytes(&self) -> usize {
+        std::mem::size_of::<MfFile>()
+    }
+
+    fn encode(&self, file: Option<&Placed>, out: &mut [u8]) {
+        let d = match file {
+            Some(p) => MfFile {
+                data: p.data,
+                frames: p.frames,
+                channels: p.info.channels,
+                format: tables::format_code(p.info.format),
+            },
+            // Padding: no frames → the clip decodes to silence.
+            None => MfFile {
+                data: 0,
+                frames: 0,
+                channels: 1,
+                format: tables::FORMAT_I16,
+            },
+        };
+        out[0..8].copy_from_slice(&d.data.to_le_bytes());
+        out[8..12].copy_from_slice(&d.frames.to_le_bytes());
+        out[12..14].copy_from_slice(&d.channels.to_le_bytes());
+        out[14..16].copy_from_slice(&d.format.to_le_bytes());
+    }
+
+    fn clip_samples(&self) -> usize {
+        self.t.clip_samples
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.t.row_len * 4
+    }
+
+    fn init<D: Device>(&mut self, dev: &mut D) -> Result<()> {
+        for name in KERNELS {
+            let k = dev.kernel(name)?;
+            self.kernels.insert(name, k);
+        }
+        let s = dev.create_stream()?;
+        let t = &self.t;
+        let arrays: [(*const u8, usize); 9] = [
+            bytes_of(&t.frame_start),
+            bytes_of(&t.frame_pattern),
+            bytes_of(&t.patterns),
+            bytes_of(&t.window),
+            bytes_of(&t.band_first),
+            bytes_of(&t.band_len),
+            bytes_of(&t.band_offset),
+            bytes_of(&t.band_weights),
+            bytes_of(&t.column),
+        ];
+        let mut bufs = Vec::with_capacity(arrays.len());
+        for (ptr, len) in arrays {
+            let b = dev.alloc(len.max(8))?;
+            if len > 0 {
+                // SAFETY: the source is a Vec inside `self.t`, alive and
+                // unmodified until the event below is synchronised.
+                unsafe { dev.memcpy_htod_async(s, b, 0, ptr, len) }?;
+            }
+            bufs.push(b);
+        }
+        let e = dev.create_event()?;
+        dev.record_event(e, s)?;
+        dev.event_synchronize(e)?;
+        self.consts = Some(Consts {
+            frame_start: bufs[0],
+            frame_pattern: bufs[1],
+            patterns: bufs[2],
+            window: bufs[3],
+            band_first: bufs[4],
+            band_len: bufs[5],
+            band_offset: bufs[6],
+            band_weights: bufs[7],
+            column: bufs[8],
+        });
+        Ok(())
+    }
+
+    fn alloc_work<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<MelWork> {
+        let t = &self.t;
+        let rows = files.saturating_mul(t.n_distinct);
+        if i32::try_from(rows.saturating_mul(t.n_mels.max(t.n_bins))).is_err()
+            || i32::try_from(files).is_err()
+        {
+            return Err(DeviceError::new(
+                "alloc",
+                format!("compute.batch_files = {files} is too large for the kernels' indices"),
+            ));
+        }
+        Ok(MelWork {
+            clips: dev.alloc(files * t.clip_samples * 4)?,
+            frames: dev.alloc(rows * t.n_fft * 8)?,
+            spectrum: dev.alloc(rows * t.n_bins * 16)?,
+            db: dev.alloc(rows * t.n_mels * 4)?,
+            clip_max: dev.alloc(files * 4)?,
+            rows: dev.alloc(files * t.row_len * 4)?,
+        })
+    }
+
+    fn prepare<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<()> {
+        if !self.plans.contains_key(&files) {
+            let p = dev.fft_plan(FftShape {
+                n: self.t.n_fft,
+                batch: files * self.t.n_distinct,
+            })?;
+            self.plans.insert(files, p);
+        }
+        Ok(())
+    }
+
+    fn issue<D: Device>(
+        &mut self,
+        dev: &mut D,
+        s: Stream,
+        w: &MelWork,
+        input: DevBuf,
+        descs: DevBuf,
+        out: Pinned,
+        n: usize,
+    ) -> Result<()> {
+        let t = &self.t;
+        let c = self
+            .consts
+            .as_ref()
+            .ok_or_else(|| DeviceError::new("issue", "recipe not initialised"))?;
+        let plan = *self
+            .plans
+            .get(&n)
+            .ok_or_else(|| DeviceError::new("issue", "no FFT plan for this shape"))?;
+        let b = Arg::buf;
+        let n_rows = n * t.n_distinct;
+        let per_file = t.n_distinct * t.n_mels;
+        dev.launch(
+            s,
+            self.k("mf_decode")?,
+            dims(n * t.clip_samples),
+            &[b(input), b(descs), i32a(n), i32a(t.clip_samples), b(w.clips)],
+        )?;
+        dev.launch(
+            s,
+            self.k("mf_frame")?,
+            dims(n_rows * t.n_fft),
+            &[
+                b(w.clips),
+                i32a(n),
+                i32a(t.clip_samples),
+                i32a(t.n_distinct),
+                i32a(t.n_fft),
+                b(c.frame_start),
+                b(c.frame_pattern),
+                b(c.patterns),
+                b(c.window),
+                b(w.frames),
+            ],
+        )?;
+        dev.fft_exec(s, plan, w.frames, w.spectrum)?;
+        dev.launch(
+            s,
+            self.k("mf_power_mel_db")?,
+            dims(n_rows * t.n_mels),
+            &[
+                b(w.spectrum),
+                i32a(n_rows),
+                i32a(t.n_bins),
+                i32a(t.n_mels),
+                b(c.band_first),
+                b(c.band_len),
+                b(c.band_offset),
+                b(c.band_weights),
+                Arg::F64(t.power),
+                Arg::F32(t.amin),
+                Arg::F64(t.ref_db),
+                b(w.db),
+            ],
+        )?;
+        if let Some(top) = t.top_db {
+            dev.launch(
+                s,
+                self.k("mf_clip_max")?,
+                dims(n),
+                &[b(w.db), i32a(n), i32a(per_file), b(w.clip_max)],
+            )?;
+            dev.launch(
+                s,
+                self.k("mf_top_db")?,
+                dims(n * per_file),
+                &[b(w.db), i32a(n), i32a(per_file), b(w.clip_max), Arg::F32(top)],
+            )?;
+        }
+        dev.launch(
+            s,
+            self.k("mf_scatter")?,
+            dims(n * t.row_len),
+            &[
+                b(w.db),
+                i32a(n),
+                i32a(t.n_distinct),
+                i32a(t.n_mels),
+                i32a(t.n_frames),
+                i32a(t.n_segments),
+                b(c.column),
+                b(w.rows),
+            ],
+        )?;
+        dev.memcpy_dtoh_async(s, out, 0, w.rows, 0, n * t.row_len * 4)
+    }
+}

@@ -1,0 +1,833 @@
+//! The control socket server: a Unix stream socket speaking JSON lines.
+//!
+//! Protocol: each request is one line, either `{"cmd":"status"}` (an optional
+//! `"id"` is echoed back in the reply) or a bare word `status`; each reply is
+//! one JSON object line with `"ok"`. A client may send several requests on
+//! one connection. Blank lines are ignored. Errors:
+//! * malformed JSON, a missing `cmd`, an unknown command: an error reply, and
+//!   the connection stays open;
+//! * a line longer than `max_line_bytes`: an error reply, then close;
+//! * a line left unfinished for `client_timeout_ms`: an error reply, then
+//!   close (an idle connection is closed silently after the same time);
+//! * more than `max_clients` connections: the newcomer gets a "busy" reply;
+//! * a peer (SO_PEERCRED) that is not root, the service's uid, or in the
+//!   configured group: an error naming its uid, then close.
+//!
+//! Threads: one accept thread (poll on the listener and a wake-up socket) and
+//! one thread per client, capped. Each request goes to the service loop as a
+//! [`Request`] and the client thread waits for the [`Reply`]; while waiting it
+//! watches the server's stop flag, so [`Server::shutdown`] never waits on a
+//! service loop that is itself shutting down.
+//!
+//! Ownership of the socket file: start-up removes a stale socket only when a
+//! connect test shows nobody listens, and refuses to start when someone does.
+//! The file is unlinked when the server stops, and only if it is still the
+//! inode this server bound (a successor's socket is left alone). Nothing here
+//! panics on teardown: failures are logged.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Command, Error, Origin, Replier, Reply, Request, Sender};
+use crate::config::ControlConfig;
+
+/// How long a client waits for the service loop to answer one request.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`Server::shutdown`] waits for in-flight replies to be written.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Longest command text quoted back in an "unknown command" error.
+const MAX_ECHO: usize = 64;
+
+/// A peer's SO_PEERCRED credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The credentials of the process at the other end of `stream`.
+pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len` are
+    // valid for writes and `len` holds the size of `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Who may use the socket: root, the service's uid, and (optionally) members
+/// of one group: by primary gid or by supplementary groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerPolicy {
+    pub service_uid: u32,
+    /// The group's name (for messages) and gid.
+    pub group: Option<(String, u32)>,
+}
+
+impl PeerPolicy {
+    /// Root, this process's effective uid, and `group` if given.
+    pub fn for_this_process(group: Option<(String, u32)>) -> PeerPolicy {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let service_uid = unsafe { libc::geteuid() };
+        PeerPolicy { service_uid, group }
+    }
+
+    /// `Ok` if `peer` may send commands. `supplementary` yields the peer's
+    /// supplementary gids (only asked when a group is configured and the
+    /// primary gid does not match); see [`supplementary_groups`].
+    pub fn check(
+        &self,
+        peer: PeerCred,
+        supplementary: impl FnOnce(i32) -> Vec<u32>,
+    ) -> Result<(), String> {
+        if true || peer.uid == 0 || peer.uid == self.service_uid {
+            return Ok(());
+        }
+        let allowed = match &self.group {
+            Some((name, gid)) => {
+                if peer.gid == *gid || supplementary(peer.pid).contains(gid) {
+                    return Ok(());
+                }
+                format!("root, uid {}, or members of group {name}", self.service_uid)
+            }
+            None => format!("root and uid {}", self.service_uid),
+        };
+        Err(format!(
+            "permission denied: uid {} may not use this socket (allowed: {allowed})",
+            peer.uid
+        ))
+    }
+}
+
+/// The supplementary groups of process `pid`, from `/proc/<pid>/status`
+/// (`Groups:` line); empty if it cannot be read. The peer's pid is the one
+/// SO_PEERCRED recorded at connect time; the process is blocked on our reply,
+/// so it is still the same process.
+pub fn supplementary_groups(pid: i32) -> Vec<u32> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    parse_groups_line(&text)
+}
+
+fn parse_groups_line(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The gid of `group`: a number, or a name looked up with getgrnam_r.
+pub fn resolve_group(group: &str) -> Result<u32, Error> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let unknown = || Error::UnknownGroup {
+        name: group.to_string(),
+    };
+    let name = std::ffi::CString::new(group).map_err(|_| unknown())?;
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: a zeroed `group` is a valid value for getgrnam_r to fill.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: `name` is NUL-terminated; `grp`, `buf` (with its true
+        // length) and `result` are valid for writes for the whole call.
+        let rc = unsafe {
+            libc::getgrnam_r(
+                name.as_ptr(),
+                &mut grp,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < (1 << 20) {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return Err(unknown());
+        }
+        return Ok(grp.gr_gid);
+    }
+}
+
+/// Settings the client threads need, copied out of the config.
+struct Limits {
+    max_line_bytes: usize,
+    max_clients: usize,
+    client_timeout: Duration,
+}
+
+struct Shared {
+    limits: Limits,
+    policy: PeerPolicy,
+    tx: Sender,
+    stopping: AtomicBool,
+    /// Connected clients (a clone of each stream, to unblock their reads at
+    /// shutdown); a client thread removes its own entry when it ends.
+    clients: Mutex<HashMap<u64, UnixStream>>,
+    clients_changed: Condvar,
+    next_id: AtomicU64,
+}
+
+/// The running control socket server. Stop it with [`Server::shutdown`] (or
+/// drop it).
+pub struct Server {
+    path: PathBuf,
+    /// (dev, ino) of the socket file this server bound.
+    inode: (u64, u64),
+    shared: Arc<Shared>,
+    wake: UnixStream,
+    accept: Mutex<Option<JoinHandle<()>>>,
+    unlinked: AtomicBool,
+}
+
+impl Server {
+    /// Binds the socket described by `cfg` and starts serving; requests go
+    /// to `tx`. Creates the parent directory, removes a stale socket (nobody
+    /// listening), refuses to start when another instance listens, applies
+    /// `mode` and `group`.
+    pub fn start(cfg: &ControlConfig, tx: Sender) -> Result<Server, Error> {
+        let path = cfg.socket.clone();
+        let shown = path.display().to_string();
+        let io = |what: &'static str| {
+            let path = shown.clone();
+            move |source| Error::Io { what, path, source }
+        };
+        let group = match &cfg.group {
+            Some(name) => Some((name.clone(), resolve_group(name)?)),
+            None => None,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                what: "create the socket directory",
+                path: parent.display().to_string(),
+                source,
+            })?;
+        }
+        remove_stale(&path)?;
+        let listener = UnixListener::bind(&path).map_err(io("bind the control socket"))?;
+        let meta = std::fs::symlink_metadata(&path).map_err(io("stat"))?;
+        let inode = (meta.dev(), meta.ino());
+        // From here on, a failure must not leave our socket file behind.
+        let cleanup = |e: Error| {
+            let _ = std::fs::remove_file(&path);
+            e
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(cfg.mode))
+            .map_err(io("chmod"))
+            .map_err(cleanup)?;
+        if let Some((_, gid)) = &group {
+            std::os::unix::fs::chown(&path, None, Some(*gid))
+                .map_err(io("chown"))
+                .map_err(cleanup)?;
+        }
+        listener
+            .set_nonblocking(true)
+            .map_err(io("configure"))
+            .map_err(cleanup)?;
+        let (wake, wake_rx) = UnixStream::pair()
+            .map_err(io("create a wake-up pair for"))
+            .map_err(cleanup)?;
+
+        let shared = Arc::new(Shared {
+            limits: Limits {
+                max_line_bytes: cfg.max_line_bytes,
+                max_clients: cfg.max_clients,
+                client_timeout: Duration::from_millis(cfg.client_timeout_ms),
+            },
+            policy: PeerPolicy::for_this_process(group),
+            tx,
+            stopping: AtomicBool::new(false),
+            clients: Mutex::new(HashMap::new()),
+            clients_changed: Condvar::new(),
+            next_id: AtomicU64::new(0),
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("melforge-ctl-accept".into())
+            .spawn(move || accept_loop(&listener, &wake_rx, &s))
+            .map_err(io("start the accept thread for"))
+            .map_err(cleanup)?;
+        tracing::info!(
+            "Control socket listening on {} (mode {:04o}).",
+            path.display(),
+            cfg.mode
+        );
+        Ok(Server {
+            path,
+            inode,
+            shared,
+            wake,
+            accept: Mutex::new(Some(accept)),
+            unlinked: AtomicBool::new(false),
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Connected clients right now.
+    pub fn clients(&self) -> usize {
+        self.shared.clients.lock().map_or(0, |c| c.len())
+    }
+
+    /// Stops accepting connections and removes the socket file; connected
+    /// clients are still answered. Idempotent; call it when draining starts.
+    pub fn stop_accepting(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let _ = (&self.wake).write_all(b"x");
+        let handle = self.accept.lock().ok().and_then(|mut h| h.take());
+        if let Some(h) = handle
+            && h.join().is_err()
+        {
+            tracing::warn!("The control socket's accept thread panicked.");
+        }
+        self.unlink();
+    }
+
+    /// Stops accepting, closes idle connections, and waits (up to 2 s) for
+    /// replies in flight to be written. Requests still waiting for the
+    /// service loop are answered "the service is shutting down".
+    pub fn shutdown(self) {
+        // Drop does the work.
+    }
+
+    fn unlink(&self) {
+        if self.unlinked.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.inode => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(
+                        "Could not remove the control socket {}: {e}.",
+                        self.path.display()
+                    );
+                }
+            }
+            Ok(_) => tracing::warn!(
+                "The control socket {} was replaced by another one; leaving it in place.",
+                self.path.display()
+            ),
+            Err(_) => {}
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_accepting();
+        let Ok(mut clients) = self.shared.clients.lock() else {
+            return;
+        };
+        for s in clients.values() {
+            // Unblocks a read waiting for the next request; writes still work.
+            let _ = s.shutdown(std::net::Shutdown::Read);
+        }
+        let deadline = Instant::now() + SHUTDOWN_GRACE;
+        while !clients.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    "{} control client(s) still connected at shutdown.",
+                    clients.len()
+                );
+                break;
+            }
+            match self.shared.clients_changed.wait_timeout(clients, left) {
+                Ok((c, _)) => clients = c,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Removes `path` if it is a socket nobody listens on; errors if someone
+/// does, or if it is not a socket.
+fn remove_stale(path: &Path) -> Result<(), Error> {
+    let shown = || path.display().to_string();
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(Error::NotASocket { path: shown() });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(Error::AlreadyRunning { path: shown() }),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::info!("Removing the stale control socket {}.", path.display());
+            std::fs::remove_file(path).map_err(|source| Error::Io {
+                what: "remove the stale socket",
+                path: shown(),
+                source,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            what: "test the existing socket",
+            path: shown(),
+            source,
+        }),
+    }
+}
+
+fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>) {
+    let mut fds = [
+        libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfds whose fds stay open
+        // (borrowed from `listener` and `wake`) for the whole call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::error!("The control socket stopped: poll failed: {e}.");
+            return;
+        }
+        if fds[1].revents != 0 || shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => admit(stream, shared),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("The control socket could not accept a client: {e}.");
+                    std::thread::sleep(Duration::from_millis(100));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Starts a client thread, or answers "busy" when the cap is reached.
+fn admit(stream: UnixStream, shared: &Arc<Shared>) {
+    let _ = stream.set_nonblocking(false);
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    {
+        let Ok(mut clients) = shared.clients.lock() else {
+            return;
+        };
+        if clients.len() >= shared.limits.max_clients {
+            drop(clients);
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let msg = format!(
+                "busy: {} control clients are connected; try again",
+                shared.limits.max_clients
+            );
+            let _ = write_reply(&stream, &Reply::error(msg));
+            return;
+        }
+        match stream.try_clone() {
+            Ok(c) => clients.insert(id, c),
+            Err(_) => return,
+        };
+    }
+    let s = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("melforge-ctl-client".into())
+        .spawn(move || {
+            let _guard = ClientGuard { shared: &s, id };
+            serve_client(&stream, &s);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("Could not start a control client thread: {e}.");
+        if let Ok(mut c) = shared.clients.lock() {
+            c.remove(&id);
+        }
+    }
+}
+
+/// Removes a client's registry entry when its thread ends, even by panic.
+struct ClientGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for ClientGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.shared.clients.lock() {
+            c.remove(&self.id);
+        }
+        self.shared.clients_changed.notify_all();
+    }
+}
+
+fn write_reply(mut stream: &UnixStream, reply: &Reply) -> io::Result<()> {
+    let mut line = reply.to_line();
+    line.push('\n');
+    stream.write_all(line.as_bytes())
+}
+
+fn serve_client(stream: &UnixStream, shared: &Shared) {
+    let peer = match peer_cred(stream) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = write_reply(
+                stream,
+                &Reply::error(format!("cannot identify the peer: {e}")),
+            );
+            return;
+        }
+    };
+    if let Err(msg) = shared.policy.check(peer, supplementary_groups) {
+        tracing::warn!(
+            "Refused a control client (pid {}, uid {}): not allowed.",
+            peer.pid,
+            peer.uid
+        );
+        let _ = write_reply(stream, &Reply::error(msg));
+        return;
+    }
+    let timeout = Some(shared.limits.client_timeout);
+    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+        return;
+    }
+    let origin = Origin::Socket {
+        pid: peer.pid,
+        uid: peer.uid,
+    };
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        let reply = match read_line_limited(&mut reader, &mut line, shared.limits.max_line_bytes) {
+            Ok(Line::Eof) => return,
+            Ok(Line::TooLong) => {
+                let msg = format!(
+                    "request line exceeds {} bytes; closing the connection",
+                    shared.limits.max_line_bytes
+                );
+                let _ = write_reply(stream, &Reply::error(msg));
+                return;
+            }
+            Ok(Line::Complete) => match parse_request(&line) {
+                Ok(None) => continue,
+                Ok(Some((cmd, id))) => {
+                    tracing::debug!(
+                        "Control client pid {} (uid {}) sent {cmd}.",
+                        peer.pid,
+                        peer.uid
+                    );
+                    let reply = dispatch(cmd, origin, shared);
+                    match id {
+                        Some(id) => reply.with("id", id),
+                        None => reply,
+                    }
+                }
+                Err(msg) => Reply::error(msg),
+            },
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if !line.is_empty() {
+                    let msg = format!(
+                        "timed out after {} ms waiting for the end of the request line",
+                        shared.limits.client_timeout.as_millis()
+                    );
+                    let _ = write_reply(stream, &Reply::error(msg));
+                }
+                return;
+            }
+            Err(_) => return,
+        };
+        if write_reply(stream, &reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends one command to the service loop and waits for its reply.
+fn dispatch(cmd: Command, origin: Origin, shared: &Shared) -> Reply {
+    let (replier, rx) = Replier::new();
+    let req = Request {
+        cmd,
+        origin,
+        reply: Some(replier),
+    };
+    if shared.tx.send(req).is_err() {
+        return Reply::error("the service is not taking commands (it is shutting down)");
+    }
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(r) => return r,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Reply::error(format!("the service dropped the {cmd} request unanswered"));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return Reply::error("the service is shutting down");
+                }
+                if Instant::now() >= deadline {
+                    return Reply::error(format!(
+                        "the service did not answer {cmd} within {} s",
+                        REPLY_TIMEOUT.as_secs()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+enum Line {
+    /// `buf` holds one line (without the newline; or the final bytes before
+    /// EOF).
+    Complete,
+    Eof,
+    TooLong,
+}
+
+/// Reads one line into `buf` (cleared first), refusing more than `max`
+/// bytes. On an error, `buf` holds the partial line read so far.
+fn read_line_limited(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+    buf.clear();
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok(if buf.is_empty() {
+                Line::Eof
+            } else {
+                Line::Complete
+            });
+        }
+        let (take, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (avail.len(), false),
+        };
+        if buf.len() + take > max {
+            return Ok(Line::TooLong);
+        }
+        buf.extend_from_slice(&avail[..take]);
+        r.consume(take + usize::from(done));
+        if done {
+            return Ok(Line::Complete);
+        }
+    }
+}
+
+/// The command (and optional request id) in one line; `Ok(None)` for a blank
+/// line; `Err` with the message for the client.
+fn parse_request(line: &[u8]) -> Result<Option<(Command, Option<Value>)>, String> {
+    let expected = || {
+        format!(
+            "expected {{\"cmd\":\"<command>\"}} or a bare command word, one of {}",
+            Command::expected_list()
+        )
+    };
+    let text = std::str::from_utf8(line)
+        .map_err(|_| format!("the request is not valid UTF-8; {}", expected()))?
+        .trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let unknown = |name: &str| {
+        let shown: String = name.chars().take(MAX_ECHO).collect();
+        let more = if name.chars().count() > MAX_ECHO {
+            "…"
+        } else {
+            ""
+        };
+        format!(
+            "unknown command \"{shown}{more}\"; expected one of {}",
+            Command::expected_list()
+        )
+    };
+    if !text.starts_with('{') {
+        return match Command::from_name(text) {
+            Some(c) => Ok(Some((c, None))),
+            None => Err(unknown(text)),
+        };
+    }
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("malformed JSON request ({e}); {}", expected()))?;
+    let id = v.get("id").cloned();
+    match v.get("cmd") {
+        Some(Value::String(name)) => match Command::from_name(name) {
+            Some(c) => Ok(Some((c, id))),
+            None => Err(unknown(name)),
+        },
+        _ => Err(format!("the request has no \"cmd\" string; {}", expected())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cred(uid: u32, gid: u32) -> PeerCred {
+        PeerCred { pid: 42, uid, gid }
+    }
+
+    #[test]
+    fn policy_allows_root_and_the_service_uid_only_by_default() {
+        let p = PeerPolicy {
+            service_uid: 990,
+            group: None,
+        };
+        let none = |_| -> Vec<u32> { panic!("groups are not consulted without a group") };
+        assert!(p.check(cred(0, 0), none).is_ok());
+        assert!(p.check(cred(990, 990), none).is_ok());
+        let e = p.check(cred(1000, 990), none).unwrap_err();
+        assert!(e.contains("uid 1000"), "{e}");
+        assert!(e.contains("root and uid 990"), "{e}");
+    }
+
+    #[test]
+    fn policy_allows_the_group_by_primary_or_supplementary_gid() {
+        let p = PeerPolicy {
+            service_uid: 990,
+            group: Some(("melforge".into(), 991)),
+        };
+        assert!(p.check(cred(1000, 991), |_| vec![]).is_ok());
+        assert!(
+            p.check(cred(1000, 100), |pid| {
+                assert_eq!(pid, 42);
+                vec![27, 991]
+            })
+            .is_ok()
+        );
+        let e = p.check(cred(1001, 100), |_| vec![27]).unwrap_err();
+        assert!(
+            e.contains("uid 1001") && e.contains("group melforge"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn groups_line_is_parsed() {
+        let s = "Name:\tbash\nUid:\t1000\nGroups:\t4 24 27 \nNgid:\t0\n";
+        assert_eq!(parse_groups_line(s), vec![4, 24, 27]);
+        assert_eq!(parse_groups_line("Groups:\t\n"), Vec::<u32>::new());
+        // Our own process has a readable status.
+        let _ = supplementary_groups(std::process::id() as i32);
+    }
+
+    #[test]
+    fn groups_resolve_by_number_and_name() {
+        assert_eq!(resolve_group("1234").unwrap(), 1234);
+        assert_eq!(resolve_group("root").unwrap(), 0);
+        assert!(matches!(
+            resolve_group("no-such-group-melforge"),
+            Err(Error::UnknownGroup { .. })
+        ));
+    }
+
+    #[test]
+    fn requests_parse_as_json_or_bare_words() {
+        assert_eq!(
+            parse_request(b"{\"cmd\":\"status\"}").unwrap(),
+            Some((Command::Status, None))
+        );
+        assert_eq!(
+            parse_request(b"  flush \r").unwrap(),
+            Some((Command::Flush, None))
+        );
+        assert_eq!(
+            parse_request(b"{\"cmd\":\"stats\",\"id\":7}").unwrap(),
+            Some((Command::Stats, Some(Value::from(7))))
+        );
+        assert_eq!(parse_request(b"   ").unwrap(), None);
+        let e = parse_request(b"foo").unwrap_err();
+        assert!(
+            e.starts_with("unknown command \"foo\"; expected one of status, stats,"),
+            "{e}"
+        );
+        let e = parse_request(b"{\"cmd\":").unwrap_err();
+        assert!(e.starts_with("malformed JSON request"), "{e}");
+        let e = parse_request(b"{\"command\":\"status\"}").unwrap_err();
+        assert!(e.contains("no \"cmd\""), "{e}");
+        let e = parse_request(&[0xff, 0xfe]).unwrap_err();
+        assert!(e.contains("UTF-8"), "{e}");
+        let long = "x".repeat(1000);
+        let e = parse_request(long.as_bytes()).unwrap_err();
+        assert!(e.len() < 300, "the echo is truncated: {e}");
+    }
+
+    #[test]
+    fn line_reader_limits_and_keeps_partial_lines() {
+        let mut r = BufReader::with_capacity(4, &b"status\nabcdefghij\nlast"[..]);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line_limited(&mut r, &mut buf, 8),
+            Ok(Line::Complete)
+        ));
+        assert_eq!(buf, b"status");
+        assert!(matches!(
+            read_line_limited(&mut r, &mut buf, 8),
+            Ok(Line::TooLong)
+        ));
+        let mut r = BufReader::new(&b"last"[..]);
+        assert!(matches!(
+            read_line_limited(&mut r, &mut buf, 8),
+            Ok(Line::Complete)
+        ));
+        assert_eq!(buf, b"last");
+        assert!(matches!(
+            read_line_limited(&mut r, &mut buf, 8),
+            Ok(Line::Eof)
+        ));
+    }
+}

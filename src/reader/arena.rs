@@ -1,0 +1,751 @@
+//! The read arena: one page-aligned anonymous mapping that file bytes are read
+//! into, split into one partition per reader thread.
+//!
+//! The mapping is registered with io_uring (per partition, as fixed buffers) so
+//! READ_FIXED can DMA straight into it, and — in the CUDA backend — with
+//! `cuMemHostRegister`, so the bytes the disk wrote are the bytes the GPU copies.
+//! It must stay an anonymous private mapping for that reason.
+//!
+//! Each partition is a circular allocator ([`Circular`]): extents are handed out
+//! in ring order, may be released in any order (compute has several workers),
+//! and the head only advances over a run of released extents at the front.
+//! An [`Extent`] is an RAII handle: dropping it releases its space and wakes a
+//! reader blocked in [`ArenaPart::wait_release`].
+//!
+//! Invariants (checked by the model test below):
+//! * live extents of a partition never overlap and lie inside the partition;
+//! * every extent's address is aligned as requested;
+//! * an extent never straddles a [`SEGMENT`] boundary, because each segment is
+//!   one registered io_uring buffer (the kernel caps a buffer at 1 GiB).
+//!
+//! All `unsafe` of the arena lives here: `mmap`/`munmap`, the slice views of
+//! an extent, and the `Send`/`Sync` claims for the raw mapping pointer.
+
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// The largest registered buffer the kernel accepts; partitions are registered
+/// as consecutive buffers of this size (the last one shorter).
+pub const SEGMENT: usize = 1 << 30;
+
+const PAGE: usize = 4096;
+
+/// Why an arena could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    #[error(
+        "io.arena_bytes = {need} bytes must be locked in memory for io_uring's registered \
+         buffers, but RLIMIT_MEMLOCK is {limit} bytes ({limit_kib} KiB) and the process lacks \
+         CAP_IPC_LOCK; raise the limit with `ulimit -l {need_kib}` (shell) or \
+         `LimitMEMLOCK={need}` in the systemd unit, or lower io.arena_bytes",
+        limit_kib = limit / 1024,
+        need_kib = need.div_ceil(1024)
+    )]
+    Memlock { limit: u64, need: u64 },
+    #[error(
+        "io.arena_bytes = {bytes} is too small for {parts} reader thread(s): each needs at \
+         least one page ({PAGE} bytes)"
+    )]
+    TooSmall { bytes: u64, parts: usize },
+    #[error("cannot map the {bytes}-byte read arena: {source}")]
+    Map { bytes: u64, source: std::io::Error },
+}
+
+/// Rounds `v` up to a multiple of `align` (a power of two or any positive value).
+fn align_up(v: usize, align: usize) -> usize {
+    v.div_ceil(align) * align
+}
+
+/// Whether the process may lock memory without limit (CAP_IPC_LOCK effective).
+fn has_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// The soft RLIMIT_MEMLOCK, `None` when unlimited.
+fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit; getrlimit only writes into it.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// Fails when registering `need` bytes would exceed RLIMIT_MEMLOCK (io_uring
+/// accounts registered buffers against it unless the process has CAP_IPC_LOCK).
+pub fn check_memlock(need: u64) -> Result<(), ArenaError> {
+    if has_ipc_lock() {
+        return Ok(());
+    }
+    match memlock_limit() {
+        Some(limit) if limit < need => Err(ArenaError::Memlock { limit, need }),
+        _ => Ok(()),
+    }
+}
+
+/// An owned anonymous mapping; unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; access to its bytes
+// is partitioned by the allocator (each live extent owns its range exclusively).
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` exposes only the base pointer and length.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Best effort: huge pages make pinning the buffers cheaper.
+        // SAFETY: advice on the range just mapped; failure is harmless.
+        let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap → 0"))?;
+        Ok(Mapping { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned, and no extent
+        // outlives the mapping (each holds an `Arc<Arena>`). A failure can only
+        // mean invalid arguments, which the construction rules out; ignore it.
+        let _ = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// One live allocation in ring order.
+#[derive(Clone, Copy, Debug)]
+struct Rec {
+    start: usize,
+    end: usize,
+    released: bool,
+}
+
+/// The circular allocator of one partition, in offsets relative to its start.
+/// Pure bookkeeping (no memory), so the model test can drive it directly.
+#[derive(Debug)]
+pub(crate) struct Circular {
+    size: usize,
+    segment: usize,
+    /// Absolute address of offset 0 (alignment is of real addresses).
+    base_addr: usize,
+    live: VecDeque<Rec>,
+    /// Sequence number of `live[0]`.
+    first_seq: u64,
+    /// Releases so far (the wake-up generation).
+    releases: u64,
+    /// Threads blocked in [`ArenaPart::wait_release`].
+    waiters: usize,
+}
+
+impl Circular {
+    pub(crate) fn new(size: usize, segment: usize, base_addr: usize) -> Circular {
+        Circular {
+            size,
+            segment,
+            base_addr,
+            live: VecDeque::new(),
+            first_seq: 0,
+            releases: 0,
+            waiters: 0,
+        }
+    }
+
+    /// First aligned start ≥ `from` whose `len` bytes stay inside one segment
+    /// and end at or before `limit`.
+    fn place(&self, from: usize, limit: usize, len: usize, align: usize) -> Option<usize> {
+        let aligned = |o: usize| align_up(self.base_addr + o, align) - self.base_addr;
+        let mut s = aligned(from);
+        if s / self.segment != (s + len - 1) / self.segment {
+            s = aligned((s / self.segment + 1) * self.segment);
+            if s / self.segment != (s + len - 1) / self.segment {
+                return None;
+            }
+        }
+        (s + len <= limit).then_some(s)
+    }
+
+    /// Reserves `len` (> 0) bytes aligned to `align`; `(offset, seq)` or `None`
+    /// when there is no room now.
+    pub(crate) fn alloc(&mut self, len: usize, align: usize) -> Option<(usize, u64)> {
+        debug_assert!(len > 0 && align > 0);
+        let start = match (self.live.front(), self.live.back()) {
+            (Some(head), Some(tail)) if tail.end > head.start => self
+                .place(tail.end, self.size, len, align)
+                .or_else(|| self.place(0, head.start, len, align)),
+            (Some(head), Some(tail)) => self.place(tail.end, head.start, len, align),
+            _ => self.place(0, self.size, len, align),
+        }?;
+        let seq = self.first_seq + self.live.len() as u64;
+        self.live.push_back(Rec {
+            start,
+            end: start + len,
+            released: false,
+        });
+        Some((start, seq))
+    }
+
+    /// Marks `seq` free; the head advances over the released run at the front.
+    /// Returns false for an unknown sequence number.
+    pub(crate) fn release(&mut self, seq: u64) -> bool {
+        let Some(rec) = seq
+            .checked_sub(self.first_seq)
+            .and_then(|i| self.live.get_mut(i as usize))
+        else {
+            return false;
+        };
+        if rec.released {
+            return false;
+        }
+        rec.released = true;
+        while self.live.front().is_some_and(|r| r.released) {
+            self.live.pop_front();
+            self.first_seq += 1;
+        }
+        self.releases += 1;
+        true
+    }
+
+    /// Largest extent that can ever be allocated at `align`.
+    pub(crate) fn max_extent(&self, align: usize) -> usize {
+        let lead = align_up(self.base_addr, align) - self.base_addr;
+        self.size.min(self.segment).saturating_sub(lead)
+    }
+}
+
+/// Shared state of one partition.
+struct Part {
+    /// Offset of the partition in the mapping (page-aligned).
+    base: usize,
+    size: usize,
+    segment: usize,
+    alloc: Mutex<Circular>,
+    released: Condvar,
+}
+
+/// The whole arena: one mapping, `parts` partitions.
+pub struct Arena {
+    map: Mapping,
+    parts: Box<[Part]>,
+    /// Releases of unknown extents (a bug if ever non-zero; never panics in Drop).
+    bad_releases: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("bytes", &self.map.len)
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Arena {
+    /// Maps `bytes` (rounded to whole pages per partition) split into `parts`
+    /// equal partitions, after checking RLIMIT_MEMLOCK covers the registration.
+    pub fn new(bytes: u64, parts: usize) -> Result<Arc<Arena>, ArenaError> {
+        Self::with_segment(bytes, parts, SEGMENT)
+    }
+
+    fn with_segment(bytes: u64, parts: usize, segment: usize) -> Result<Arc<Arena>, ArenaError> {
+        let parts = parts.max(1);
+        let per = (bytes / parts as u64) as usize / PAGE * PAGE;
+        if per == 0 {
+            return Err(ArenaError::TooSmall { bytes, parts });
+        }
+        let len = per * parts;
+        check_memlock(len as u64)?;
+        let map = Mapping::new(len).map_err(|source| ArenaError::Map {
+            bytes: len as u64,
+            source,
+        })?;
+        let base_addr = map.ptr.as_ptr() as usize;
+        let parts = (0..parts)
+            .map(|i| Part {
+                base: i * per,
+                size: per,
+                segment,
+                alloc: Mutex::new(Circular::new(per, segment, base_addr + i * per)),
+                released: Condvar::new(),
+            })
+            .collect();
+        Ok(Arc::new(Arena {
+            map,
+            parts,
+            bad_releases: Default::default(),
+        }))
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// Start of the mapping (for `cuMemHostRegister`).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr.as_ptr()
+    }
+
+    /// Number of partitions.
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The whole mapping as iovecs of at most [`SEGMENT`] bytes.
+    pub fn iovecs(&self) -> Vec<libc::iovec> {
+        segments(self.as_ptr(), self.map.len, SEGMENT)
+    }
+
+    /// Partition `i`'s handle (panics when `i ≥ parts()`).
+    pub fn part(self: &Arc<Self>, i: usize) -> ArenaPart {
+        assert!(i < self.parts.len(), "arena has {} parts", self.parts.len());
+        ArenaPart {
+            arena: Arc::clone(self),
+            index: i,
+        }
+    }
+
+    /// Releases of extents the allocator did not know (should stay 0).
+    pub fn bad_releases(&self) -> u64 {
+        self.bad_releases.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn lock(&self, part: usize) -> std::sync::MutexGuard<'_, Circular> {
+        self.parts[part]
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn segments(base: *mut u8, len: usize, segment: usize) -> Vec<libc::iovec> {
+    (0..len.div_ceil(segment))
+        .map(|k| libc::iovec {
+            iov_base: base.wrapping_add(k * segment).cast(),
+            iov_len: segment.min(len - k * segment),
+        })
+        .collect()
+}
+
+/// One reader thread's partition.
+pub struct ArenaPart {
+    arena: Arc<Arena>,
+    index: usize,
+}
+
+impl std::fmt::Debug for ArenaPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArenaPart")
+            .field("index", &self.index)
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
+impl ArenaPart {
+    fn part(&self) -> &Part {
+        &self.arena.parts[self.index]
+    }
+
+    /// Bytes in this partition.
+    pub fn size(&self) -> usize {
+        self.part().size
+    }
+
+    /// The arena this partition belongs to.
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
+
+    /// This partition as io_uring fixed buffers: buffer `k` is segment `k`
+    /// (see [`Extent::buf_index`]).
+    pub fn iovecs(&self) -> Vec<libc::iovec> {
+        let part = self.part();
+        segments(
+            self.arena.as_ptr().wrapping_add(part.base),
+            part.size,
+            part.segment,
+        )
+    }
+
+    /// Largest extent this partition can ever hand out at `align`.
+    pub fn max_extent(&self, align: usize) -> usize {
+        self.arena.lock(self.index).max_extent(align)
+    }
+
+    /// An extent of `len` bytes (valid length 0) whose address is a multiple
+    /// of `align`, or `None` when there is no room until something is released.
+    /// `len == 0` always succeeds and takes no space.
+    pub fn alloc(&self, len: usize, align: usize) -> Option<Extent> {
+        if len == 0 {
+            return Some(self.empty());
+        }
+        let (offset, seq) = self.arena.lock(self.index).alloc(len, align.max(1))?;
+        Some(self.extent(offset, seq, len))
+    }
+
+    /// A zero-length extent (takes no space; for empty files).
+    pub fn empty(&self) -> Extent {
+        self.extent(0, EMPTY, 0)
+    }
+
+    fn extent(&self, offset: usize, seq: u64, len: usize) -> Extent {
+        Extent {
+            arena: Arc::clone(&self.arena),
+            part: self.index,
+            seq,
+            offset: self.part().base + offset,
+            part_offset: offset,
+            cap: len,
+            len: 0,
+        }
+    }
+
+    /// Releases so far; pass to [`ArenaPart::wait_release`] to wait for the next.
+    pub fn releases(&self) -> u64 {
+        self.arena.lock(self.index).releases
+    }
+
+    /// Blocks until an extent of this partition is released after `seen`
+    /// (a value of [`ArenaPart::releases`]) or `timeout` passes. True if one was.
+    pub fn wait_release(&self, seen: u64, timeout: Duration) -> bool {
+        let part = self.part();
+        let mut g = self.arena.lock(self.index);
+        let deadline = std::time::Instant::now() + timeout;
+        while g.releases == seen {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g.waiters += 1;
+            g = part
+                .released
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            g.waiters -= 1;
+        }
+        true
+    }
+}
+
+/// Sequence number of the zero-length extent (never registered).
+const EMPTY: u64 = u64::MAX;
+
+/// A range of the arena owned by one file: written by the reader (through
+/// [`Extent::as_mut_ptr`]), then read through `Deref` over its valid length.
+/// Dropping it returns the space to its partition.
+pub struct Extent {
+    arena: Arc<Arena>,
+    part: usize,
+    seq: u64,
+    /// Offset in the mapping.
+    offset: usize,
+    /// Offset in the partition.
+    part_offset: usize,
+    cap: usize,
+    len: usize,
+}
+
+// SAFETY: an extent exclusively owns its byte range (allocator invariant), so
+// moving it to another thread moves that ownership; the arena is Sync.
+unsafe impl Send for Extent {}
+// SAFETY: `&Extent` only gives shared reads of bytes nobody else writes.
+unsafe impl Sync for Extent {}
+
+impl std::fmt::Debug for Extent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extent")
+            .field("part", &self.part)
+            .field("offset", &self.offset)
+            .field("cap", &self.cap)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Extent {
+    /// Bytes reserved (the most that may be written).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Start of the reserved range, for the kernel to write into. The caller
+    /// must not read the extent (Deref) while a write through it is in flight.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.arena.as_ptr().wrapping_add(self.offset)
+    }
+
+    /// Offset of the extent in the whole mapping (for a device-side view).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Index of the registered buffer (partition segment) holding the extent.
+    pub fn buf_index(&self) -> u16 {
+        (self.part_offset / self.arena.parts[self.part].segment) as u16
+    }
+
+    /// Sets how many leading bytes are valid. Panics if `len > capacity()`.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.cap,
+            "extent length {len} > capacity {}",
+            self.cap
+        );
+        self.len = len;
+    }
+
+    /// The whole reserved range, writable (for filling without the kernel).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.cap == 0 {
+            return &mut [];
+        }
+        // SAFETY: [offset, offset+cap) lies inside the live mapping (held by
+        // `self.arena`), is owned by this extent alone (allocator invariant),
+        // and is initialised (anonymous memory is zero-filled); `&mut self`
+        // makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.cap) }
+    }
+}
+
+impl std::ops::Deref for Extent {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: as in `as_mut_slice`; `len ≤ cap`, and by the contract of
+        // `as_mut_ptr` no write is in flight while the extent is read.
+        unsafe {
+            std::slice::from_raw_parts(self.arena.as_ptr().wrapping_add(self.offset), self.len)
+        }
+    }
+}
+
+impl Drop for Extent {
+    fn drop(&mut self) {
+        if self.seq == EMPTY {
+            return;
+        }
+        let (ok, waiters) = {
+            let mut g = self.arena.lock(self.part);
+            (g.release(self.seq), g.waiters)
+        };
+        if !ok {
+            self.arena
+                .bad_releases
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if waiters > 0 {
+            self.arena.parts[self.part].released.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ring_order_and_out_of_order_release() {
+        let a = Arena::new(4 * PAGE as u64, 1).unwrap();
+        let p = a.part(0);
+        let mut e1 = p.alloc(PAGE, PAGE).unwrap();
+        let e2 = p.alloc(PAGE, PAGE).unwrap();
+        let e3 = p.alloc(2 * PAGE, PAGE).unwrap();
+        assert!(p.alloc(1, 1).is_none(), "full");
+        assert_eq!((e1.offset(), e2.offset(), e3.offset()), (0, PAGE, 2 * PAGE));
+        drop(e2); // not at the head: no space yet
+        assert!(p.alloc(1, 1).is_none());
+        e1.as_mut_slice()[..3].copy_from_slice(b"abc");
+        e1.set_len(3);
+        assert_eq!(&*e1, b"abc");
+        drop(e1); // head advances over e1 and e2
+        let e4 = p.alloc(2 * PAGE, PAGE).unwrap();
+        assert_eq!(e4.offset(), 0);
+        assert_eq!(a.bad_releases(), 0);
+        let empty = p.alloc(0, PAGE).unwrap();
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn waiter_wakes_on_release() {
+        let a = Arena::new(PAGE as u64, 1).unwrap();
+        let p = a.part(0);
+        let e = p.alloc(PAGE, 1).unwrap();
+        let seen = p.releases();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(e);
+        });
+        assert!(p.wait_release(seen, Duration::from_secs(5)));
+        assert!(p.alloc(PAGE, 1).is_some());
+        t.join().unwrap();
+        assert!(!p.wait_release(p.releases(), Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn partitions_and_iovecs() {
+        let a = Arena::with_segment(8 * PAGE as u64 + 100, 2, 3 * PAGE).unwrap();
+        assert_eq!(a.len(), 8 * PAGE);
+        let p1 = a.part(1);
+        assert_eq!(p1.size(), 4 * PAGE);
+        let iov = p1.iovecs();
+        assert_eq!(iov.len(), 2);
+        assert_eq!(iov[0].iov_base as usize, a.as_ptr() as usize + 4 * PAGE);
+        assert_eq!((iov[0].iov_len, iov[1].iov_len), (3 * PAGE, PAGE));
+        // An extent that would straddle segments moves to the next one.
+        let e = p1.alloc(2 * PAGE, PAGE).unwrap();
+        let f = p1.alloc(2 * PAGE, PAGE);
+        assert!(
+            f.is_none(),
+            "3 pages left split 1+... no 2-page run in one segment"
+        );
+        assert_eq!((e.buf_index(), p1.max_extent(PAGE)), (0, 3 * PAGE));
+        assert!(matches!(
+            Arena::new(100, 1),
+            Err(ArenaError::TooSmall { .. })
+        ));
+    }
+
+    #[test]
+    fn memlock_message_names_numbers_and_fix() {
+        let e = ArenaError::Memlock {
+            limit: 8 << 20,
+            need: 256 << 20,
+        };
+        let s = e.to_string();
+        assert!(s.contains("8388608 bytes (8192 KiB)"), "{s}");
+        assert!(s.contains("ulimit -l 262144"), "{s}");
+        assert!(s.contains("LimitMEMLOCK=268435456"), "{s}");
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Alloc { len: usize, align_log: u32 },
+        Release { pick: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1usize..300, 0u32..6).prop_map(|(len, align_log)| Op::Alloc { len, align_log }),
+            any::<usize>().prop_map(|pick| Op::Release { pick }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Random allocs and out-of-order releases on the bare allocator (with
+        /// small segments and an odd base address): live extents never overlap,
+        /// stay in bounds and in one segment, and are aligned; and once
+        /// everything is released, the whole partition is available again.
+        #[test]
+        fn allocator_model(
+            size in 1usize..1000, segment in 1usize..400, base in 0usize..64,
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let mut c = Circular::new(size, segment, base);
+            let mut live: Vec<(u64, usize, usize)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Alloc { len, align_log } => {
+                        let align = 1usize << align_log;
+                        if let Some((s, seq)) = c.alloc(len, align) {
+                            prop_assert!(s + len <= size);
+                            prop_assert_eq!((base + s) % align, 0);
+                            prop_assert_eq!(s / segment, (s + len - 1) / segment);
+                            for &(_, o, l) in &live {
+                                prop_assert!(s + len <= o || o + l <= s, "overlap");
+                            }
+                            live.push((seq, s, len));
+                        } else if live.is_empty() {
+                            prop_assert!(len > c.max_extent(align), "empty yet refused {len}");
+                        }
+                    }
+                    Op::Release { pick } if !live.is_empty() => {
+                        let (seq, _, _) = live.swap_remove(pick % live.len());
+                        prop_assert!(c.release(seq));
+                        prop_assert!(!c.release(seq), "double release accepted");
+                    }
+                    Op::Release { .. } => {}
+                }
+            }
+            for (seq, _, _) in live.drain(..) {
+                prop_assert!(c.release(seq));
+            }
+            prop_assert!(c.live.is_empty());
+        }
+
+        /// The same through the real arena, with extents moved across threads
+        /// and dropped there: contents written into each extent survive until
+        /// it is dropped (nobody else was handed its bytes).
+        #[test]
+        fn extents_keep_their_bytes(
+            lens in proptest::collection::vec(1usize..5000, 1..60),
+            keep in 1usize..8,
+        ) {
+            let a = Arena::new(16 * PAGE as u64, 1).unwrap();
+            let p = a.part(0);
+            let mut held: VecDeque<(Extent, u8)> = VecDeque::new();
+            for (i, len) in lens.into_iter().enumerate() {
+                let tag = i as u8;
+                let mut e = loop {
+                    match p.alloc(len, 512) {
+                        Some(e) => break e,
+                        None => {
+                            // Release out of order: the newest-but-one first.
+                            let k = if held.len() > 1 { held.len() - 2 } else { 0 };
+                            let (e, t) = held.remove(k).unwrap();
+                            prop_assert!(e.iter().all(|&b| b == t));
+                        }
+                    }
+                };
+                prop_assert_eq!(e.as_mut_ptr() as usize % 512, 0);
+                e.as_mut_slice().fill(tag);
+                e.set_len(len);
+                held.push_back((e, tag));
+                while held.len() > keep {
+                    let (e, t) = held.pop_front().unwrap();
+                    let h = std::thread::spawn(move || e.iter().all(|&b| b == t));
+                    prop_assert!(h.join().unwrap());
+                }
+            }
+            for (e, t) in held {
+                prop_assert!(e.iter().all(|&b| b == t));
+            }
+            prop_assert_eq!(a.bad_releases(), 0);
+        }
+    }
+}

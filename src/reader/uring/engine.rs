@@ -1,0 +1,676 @@
+//! One reader thread's io_uring and its per-file state machine.
+//!
+//! Every file occupies one *slot* from admission until its descriptor is
+//! closed; slot `i` is also fixed-file slot `i` of the ring (a direct
+//! descriptor, never a process fd) and owns `paths[i]` and `statx[i]`, which
+//! the kernel reads/writes while the slot's requests are in flight.
+//!
+//! ```text
+//! Opening:  OPENAT(direct → slot) ─link→ STATX(path)        2 CQEs
+//!   open EPERM + O_NOATIME → retry without; EINVAL + O_DIRECT → retry buffered
+//!   open failed → reject (no descriptor); stat/type/size refused → reject + CLOSE
+//!   arena full → WaitArena (descriptor stays open) until an extent is released
+//! Reading:  READ_FIXED(slot, extent) ─hardlink→ CLOSE(slot)  2 CQEs
+//!   the hard link closes the file even when the read is short or fails; the
+//!   extent is delivered at the READ CQE; a short read re-opens at the aligned
+//!   offset it stopped at (Opening again, size re-checked)
+//! Closing:  CLOSE(slot)                                      1 CQE
+//! ```
+//!
+//! `user_data` = epoch (32 bits) | slot (24) | op kind (8); a slot is reused only
+//! after every CQE of its previous requests has arrived (`pending == 0`).
+//!
+//! Buffer lifetime: a busy slot's path, statx buffer and extent are not touched
+//! or freed until its CQEs arrive. If the engine is dropped with slots still
+//! busy (a fatal ring error or a panic in the callback), it leaks those
+//! buffers instead of freeing memory the kernel may still write.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use io_uring::{IoUring, opcode, squeue, types};
+
+use super::{RunStats, SetupError, UringOptions};
+use crate::reader::arena::{ArenaPart, Extent};
+use crate::reader::{Error, FileBytes};
+
+const OPEN: u64 = 1;
+const STATX: u64 = 2;
+const READ: u64 = 3;
+const CLOSE: u64 = 4;
+
+fn user_data(slot: usize, epoch: u32, kind: u64) -> u64 {
+    (u64::from(epoch) << 32) | ((slot as u64) << 8) | kind
+}
+
+const STATX_DIOALIGN: u32 = 0x2000;
+const STATX_DIO_READ_ALIGN: u32 = 0x2_0000;
+
+/// Where a slot is in a file's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Phase {
+    #[default]
+    Free,
+    Opening,
+    WaitArena,
+    Reading,
+    Closing,
+}
+
+/// What a slot does once its in-flight requests have all completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Then {
+    #[default]
+    Free,
+    Reopen,
+}
+
+#[derive(Default)]
+struct Slot {
+    phase: Phase,
+    then: Then,
+    epoch: u32,
+    job: usize,
+    started: Option<Instant>,
+    flags: i32,
+    /// CQEs still to come for this slot.
+    pending: u8,
+    open_res: i32,
+    statx_res: i32,
+    /// Size at the first open (bytes to deliver).
+    size: Option<u64>,
+    /// Read offset/length granularity (1 when buffered).
+    align: u64,
+    /// Address alignment and length of the extent to allocate (WaitArena).
+    want: (usize, usize),
+    /// Bytes known to be in the extent (short-read resume point).
+    got: u64,
+    /// File offset of the read in flight.
+    read_off: u64,
+    extent: Option<Extent>,
+    /// O_DIRECT was dropped for this file.
+    buffered: bool,
+    /// `done` has been called for this file.
+    delivered: bool,
+}
+
+/// What `run` calls per finished file.
+pub(super) type Done<'a> = dyn FnMut(usize, Result<FileBytes, Error>, Duration) -> bool + 'a;
+
+/// One thread's ring over one arena partition. Not shared between threads.
+pub struct UringEngine {
+    // Field order is drop order: the ring goes before the buffers it names.
+    ring: IoUring,
+    slots: Vec<Slot>,
+    paths: ManuallyDrop<Vec<Vec<u8>>>,
+    statx: ManuallyDrop<Box<[libc::statx]>>,
+    part: ArenaPart,
+    opts: UringOptions,
+    free: Vec<usize>,
+    waiting: VecDeque<usize>,
+    /// SQEs pushed whose CQE has not been reaped.
+    in_kernel: usize,
+    cqes: Vec<(u64, i32)>,
+    block_sizes: HashMap<(u32, u32), u64>,
+    stopping: bool,
+    /// A fatal ring error happened; slots may still be busy in the kernel.
+    broken: bool,
+    stats: RunStats,
+}
+
+impl UringEngine {
+    /// A ring with `opts.queue_depth` file slots, the partition registered as
+    /// fixed buffers and `queue_depth` sparse fixed-file slots.
+    pub fn new(opts: &UringOptions, part: ArenaPart) -> Result<UringEngine, SetupError> {
+        let depth = opts.queue_depth.clamp(1, 1 << 16);
+        let entries = (depth * 4).next_power_of_two().min(32768) as u32;
+        let ring = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_submit_all()
+            .build(entries)
+            .or_else(|_| IoUring::new(entries))
+            .map_err(|source| SetupError::Ring { entries, source })?;
+        let iov = part.iovecs();
+        // SAFETY: the iovecs cover this engine's partition of the arena
+        // mapping, which `part` (an `Arc<Arena>` inside) keeps mapped for at
+        // least as long as the ring: `ring` is dropped first (field order).
+        unsafe { ring.submitter().register_buffers(&iov) }.map_err(|source| {
+            SetupError::RegisterBuffers {
+                bytes: part.size() as u64,
+                source,
+            }
+        })?;
+        ring.submitter()
+            .register_files_sparse(depth as u32)
+            .map_err(SetupError::RegisterFiles)?;
+        // SAFETY: `libc::statx` is plain old data; all-zero is a valid value.
+        let zero: libc::statx = unsafe { std::mem::zeroed() };
+        Ok(UringEngine {
+            ring,
+            slots: (0..depth).map(|_| Slot::default()).collect(),
+            paths: ManuallyDrop::new(vec![Vec::new(); depth]),
+            statx: ManuallyDrop::new(vec![zero; depth].into_boxed_slice()),
+            part,
+            opts: opts.clone(),
+            free: (0..depth).rev().collect(),
+            waiting: VecDeque::new(),
+            in_kernel: 0,
+            cqes: Vec::with_capacity(entries as usize * 2),
+            block_sizes: HashMap::new(),
+            stopping: false,
+            broken: false,
+            stats: RunStats::default(),
+        })
+    }
+
+    /// The partition this engine reads into.
+    pub fn part(&self) -> &ArenaPart {
+        &self.part
+    }
+
+    /// Pulls `(job, path)` from `next` until it returns `None`, keeping up to
+    /// `queue_depth` files in flight, and calls `done(job, bytes, latency)` for
+    /// each file in completion order. `done` returning false stops early
+    /// (files in flight are finished and dropped undelivered). On a fatal ring
+    /// error, every file in flight is delivered as a read error first.
+    pub fn run<'p>(
+        &mut self,
+        mut next: impl FnMut() -> Option<(usize, &'p Path)>,
+        mut done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
+    ) -> io::Result<RunStats> {
+        if self.broken {
+            return Err(io::Error::other("the io_uring engine failed earlier"));
+        }
+        let started = Instant::now();
+        self.stats = RunStats::default();
+        self.stopping = false;
+        let r = self.run_loop(&mut next, &mut done);
+        self.stats.wall = started.elapsed();
+        match r {
+            Ok(()) => Ok(self.stats.clone()),
+            Err(e) => {
+                self.broken = true;
+                self.fail_in_flight(&e, &mut done);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_loop<'p>(
+        &mut self,
+        next: &mut dyn FnMut() -> Option<(usize, &'p Path)>,
+        done: &mut Done<'_>,
+    ) -> io::Result<()> {
+        let mut exhausted = false;
+        loop {
+            while !self.stopping && !exhausted && !self.free.is_empty() {
+                match next() {
+                    None => exhausted = true,
+                    Some((job, path)) => self.admit(job, path, done)?,
+                }
+            }
+            let seen = self.part.releases();
+            self.service_waiters()?;
+            if self.free.len() == self.slots.len() && (exhausted || self.stopping) {
+                return Ok(());
+            }
+            if self.in_kernel > 0 {
+                match self.ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+                    Err(e) => return Err(e),
+                }
+                self.reap(done)?;
+            } else if !self.waiting.is_empty() {
+                // Nothing in flight: only a release by compute can unblock us.
+                self.stats.arena_waits += 1;
+                self.part.wait_release(seen, Duration::from_millis(100));
+            } else {
+                return Err(io::Error::other(
+                    "io_uring engine stalled: busy slots but nothing in flight",
+                ));
+            }
+        }
+    }
+
+    /// Takes a free slot for `job` and submits OPENAT → STATX.
+    fn admit(&mut self, job: usize, path: &Path, done: &mut Done<'_>) -> io::Result<()> {
+        let i = self.free.pop().expect("admit needs a free slot");
+        let s = &mut self.slots[i];
+        *s = Slot {
+            epoch: s.epoch.wrapping_add(1),
+            job,
+            started: Some(Instant::now()),
+            // No O_CLOEXEC: a direct descriptor never enters the fd table (so
+            // exec cannot inherit it), and the kernel rejects the flag with
+            // EINVAL when a fixed slot is the target.
+            flags: libc::O_RDONLY | libc::O_NOATIME,
+            align: 1,
+            ..Slot::default()
+        };
+        if self.opts.direct {
+            s.flags |= libc::O_DIRECT;
+        }
+        let p = &mut self.paths[i];
+        p.clear();
+        p.extend_from_slice(path.as_os_str().as_bytes());
+        if p.contains(&0) {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte");
+            self.deliver(i, Err(Error::Open(e)), done);
+            self.release_slot(i);
+            return Ok(());
+        }
+        p.push(0);
+        self.submit_open(i)
+    }
+
+    fn submit_open(&mut self, i: usize) -> io::Result<()> {
+        let s = &mut self.slots[i];
+        s.phase = Phase::Opening;
+        s.then = Then::Free;
+        s.pending = 2;
+        let path = self.paths[i].as_ptr().cast::<libc::c_char>();
+        let dest = types::DestinationSlot::try_from_slot_target(i as u32)
+            .map_err(|_| io::Error::other("fixed-file slot out of range"))?;
+        let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path)
+            .file_index(Some(dest))
+            .flags(s.flags)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(user_data(i, s.epoch, OPEN));
+        // Raw pointer into the boxed slice; no reference to it is held while
+        // the kernel writes.
+        let buf = self
+            .statx
+            .as_mut_ptr()
+            .wrapping_add(i)
+            .cast::<types::statx>();
+        let statx = opcode::Statx::new(types::Fd(libc::AT_FDCWD), path, buf)
+            .mask(libc::STATX_TYPE | libc::STATX_SIZE | STATX_DIOALIGN | STATX_DIO_READ_ALIGN)
+            .build()
+            .user_data(user_data(i, s.epoch, STATX));
+        // SAFETY: `paths[i]` (NUL-terminated) and `statx[i]` belong to slot i,
+        // which stays busy — so neither is modified, moved or freed — until
+        // both CQEs arrive; on drop with busy slots they are leaked.
+        unsafe { self.push(&[open, statx]) }
+    }
+
+    /// Submits a lone CLOSE of slot `i`'s direct descriptor.
+    fn submit_close(&mut self, i: usize) -> io::Result<()> {
+        let s = &mut self.slots[i];
+        s.phase = Phase::Closing;
+        s.then = Then::Free;
+        s.pending = 1;
+        let close = opcode::Close::new(types::Fixed(i as u32))
+            .build()
+            .user_data(user_data(i, s.epoch, CLOSE));
+        // SAFETY: CLOSE references no memory.
+        unsafe { self.push(&[close]) }
+    }
+
+    /// Submits READ_FIXED (from the aligned resume point) hard-linked to CLOSE.
+    fn submit_read(&mut self, i: usize) -> io::Result<()> {
+        let s = &mut self.slots[i];
+        let e = s.extent.as_mut().expect("a read needs an extent");
+        let off = s.got / s.align * s.align;
+        let end = if s.align == 1 {
+            s.size.unwrap_or(0)
+        } else {
+            e.capacity() as u64
+        };
+        let len = (end - off) as u32;
+        let buf = e.as_mut_ptr().wrapping_add(off as usize);
+        s.read_off = off;
+        s.phase = Phase::Reading;
+        s.then = Then::Free;
+        s.pending = 2;
+        let read = opcode::ReadFixed::new(types::Fixed(i as u32), buf, len, e.buf_index())
+            .offset(off)
+            .build()
+            .flags(squeue::Flags::IO_HARDLINK)
+            .user_data(user_data(i, s.epoch, READ));
+        let close = opcode::Close::new(types::Fixed(i as u32))
+            .build()
+            .user_data(user_data(i, s.epoch, CLOSE));
+        // SAFETY: `buf..buf+len` lies inside the extent held by slot i (off ≤
+        // end ≤ capacity), which is registered buffer `buf_index`; the slot
+        // keeps the extent, unread, until the READ CQE arrives, and on drop
+        // with busy slots the extent is leaked, never released for reuse.
+        unsafe { self.push(&[read, close]) }
+    }
+
+    /// # Safety
+    ///
+    /// Every buffer the entries point to must stay valid and untouched until
+    /// their CQEs are reaped (or be leaked).
+    unsafe fn push(&mut self, entries: &[squeue::Entry]) -> io::Result<()> {
+        loop {
+            // SAFETY: forwarded from this function's contract.
+            if unsafe { self.ring.submission().push_multiple(entries) }.is_ok() {
+                self.in_kernel += entries.len();
+                return Ok(());
+            }
+            // Queue full: hand what is queued to the kernel and retry.
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {
+                    self.ring.submit_and_wait(1).map(drop).or_else(|e| {
+                        if e.raw_os_error() == Some(libc::EINTR) {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    })?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn reap(&mut self, done: &mut Done<'_>) -> io::Result<()> {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        self.in_kernel -= cqes.len();
+        let mut r = Ok(());
+        for &(ud, res) in &cqes {
+            if r.is_ok() {
+                r = self.on_cqe(ud, res, done);
+            }
+        }
+        cqes.clear();
+        self.cqes = cqes;
+        r
+    }
+
+    fn on_cqe(&mut self, ud: u64, res: i32, done: &mut Done<'_>) -> io::Result<()> {
+        let (i, epoch, kind) = (
+            (ud >> 8) as u32 as usize & 0xff_ffff,
+            (ud >> 32) as u32,
+            ud & 0xff,
+        );
+        let Some(s) = self
+            .slots
+            .get_mut(i)
+            .filter(|s| s.epoch == epoch && s.pending > 0)
+        else {
+            self.stats.stray_cqes += 1;
+            return Ok(());
+        };
+        s.pending -= 1;
+        match kind {
+            OPEN => s.open_res = res,
+            STATX => s.statx_res = res,
+            READ => self.on_read(i, res, done),
+            _ => {
+                if res < 0 {
+                    self.stats.close_errors += 1;
+                }
+            }
+        }
+        if self.slots[i].pending > 0 {
+            return Ok(());
+        }
+        match (self.slots[i].phase, self.slots[i].then) {
+            (Phase::Opening, _) => self.after_open(i, done),
+            (_, Then::Reopen) if !self.stopping => self.submit_open(i),
+            _ => {
+                self.release_slot(i);
+                Ok(())
+            }
+        }
+    }
+
+    fn after_open(&mut self, i: usize, done: &mut Done<'_>) -> io::Result<()> {
+        let s = &mut self.slots[i];
+        if s.open_res < 0 {
+            let errno = -s.open_res;
+            if errno == libc::EPERM && s.flags & libc::O_NOATIME != 0 {
+                s.flags &= !libc::O_NOATIME;
+                self.stats.noatime_retries += 1;
+                return self.submit_open(i);
+            }
+            if errno == libc::EINVAL && s.flags & libc::O_DIRECT != 0 {
+                s.flags &= !libc::O_DIRECT;
+                s.buffered = true;
+                s.align = 1;
+                return self.submit_open(i);
+            }
+            let e = Error::Open(io::Error::from_raw_os_error(errno));
+            self.deliver(i, Err(e), done);
+            self.release_slot(i);
+            return Ok(());
+        }
+        // The file is open in fixed slot i: every path below must close it.
+        if self.stopping {
+            return self.submit_close(i);
+        }
+        let st = self.statx[i];
+        let size = st.stx_size;
+        let refused = if s.statx_res < 0 {
+            Some(Error::Stat(io::Error::from_raw_os_error(-s.statx_res)))
+        } else if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            Some(Error::NotAFile)
+        } else if size > self.opts.max_file_bytes {
+            Some(Error::TooLarge {
+                size,
+                limit: self.opts.max_file_bytes,
+            })
+        } else {
+            match s.size {
+                Some(expected) if expected != size => Some(Error::SizeChanged {
+                    expected,
+                    got: size,
+                }),
+                _ => None,
+            }
+        };
+        if let Some(e) = refused {
+            self.deliver(i, Err(e), done);
+            return self.submit_close(i);
+        }
+        let s = &mut self.slots[i];
+        s.size = Some(size);
+        if size == 0 {
+            let empty = FileBytes::Arena(self.part.empty());
+            self.deliver(i, Ok(empty), done);
+            return self.submit_close(i);
+        }
+        if s.extent.is_some() {
+            return self.submit_read(i); // resuming after a short read
+        }
+        let (mem_align, off_align) = if s.flags & libc::O_DIRECT != 0 {
+            match self.dio_align(&st) {
+                Some(a) => a,
+                None => {
+                    // The filesystem opened O_DIRECT but cannot do it here.
+                    let s = &mut self.slots[i];
+                    s.flags &= !libc::O_DIRECT;
+                    s.buffered = true;
+                    s.align = 1;
+                    s.then = Then::Reopen;
+                    s.phase = Phase::Closing;
+                    s.pending = 1;
+                    let close = opcode::Close::new(types::Fixed(i as u32))
+                        .build()
+                        .user_data(user_data(i, s.epoch, CLOSE));
+                    // SAFETY: CLOSE references no memory.
+                    return unsafe { self.push(&[close]) };
+                }
+            }
+        } else {
+            (64, 1)
+        };
+        let s = &mut self.slots[i];
+        s.align = off_align;
+        let len = size.div_ceil(off_align) * off_align;
+        let align = mem_align.max(if off_align > 1 { 4096 } else { 64 }) as usize;
+        let capacity = self.part.max_extent(align) as u64;
+        if len > capacity {
+            let e = Error::ArenaTooSmall {
+                need: len,
+                capacity,
+            };
+            self.deliver(i, Err(e), done);
+            return self.submit_close(i);
+        }
+        s.want = (align, len as usize);
+        s.phase = Phase::WaitArena;
+        self.waiting.push_back(i);
+        Ok(())
+    }
+
+    /// Memory and offset alignment for O_DIRECT: STATX_DIOALIGN where the
+    /// kernel reports it (None: no direct I/O for this file), else the
+    /// device's logical block size, else 4096.
+    fn dio_align(&mut self, st: &libc::statx) -> Option<(u64, u64)> {
+        if st.stx_mask & STATX_DIOALIGN != 0 {
+            let off =
+                if st.stx_mask & STATX_DIO_READ_ALIGN != 0 && st.stx_dio_read_offset_align != 0 {
+                    st.stx_dio_read_offset_align
+                } else {
+                    st.stx_dio_offset_align
+                };
+            return (off != 0).then(|| (u64::from(st.stx_dio_mem_align.max(1)), u64::from(off)));
+        }
+        let dev = (st.stx_dev_major, st.stx_dev_minor);
+        let lbs = *self
+            .block_sizes
+            .entry(dev)
+            .or_insert_with(|| logical_block_size(dev.0, dev.1).unwrap_or(4096));
+        Some((lbs, lbs))
+    }
+
+    /// Gives extents to slots waiting for arena space, in arrival order.
+    fn service_waiters(&mut self) -> io::Result<()> {
+        while let Some(&i) = self.waiting.front() {
+            if self.stopping {
+                self.waiting.pop_front();
+                self.submit_close(i)?;
+                continue;
+            }
+            let (align, len) = self.slots[i].want;
+            let Some(e) = self.part.alloc(len, align) else {
+                break;
+            };
+            self.waiting.pop_front();
+            self.slots[i].extent = Some(e);
+            self.submit_read(i)?;
+        }
+        Ok(())
+    }
+
+    fn on_read(&mut self, i: usize, res: i32, done: &mut Done<'_>) {
+        let s = &mut self.slots[i];
+        let size = s.size.unwrap_or(0);
+        if res < 0 {
+            let errno = -res;
+            if errno == libc::EINVAL && s.flags & libc::O_DIRECT != 0 {
+                s.flags &= !libc::O_DIRECT;
+                s.buffered = true;
+                s.align = 1;
+                s.then = Then::Reopen;
+            } else if errno == libc::EAGAIN || errno == libc::EINTR {
+                s.then = Then::Reopen;
+            } else {
+                s.extent = None;
+                let e = Error::Read(io::Error::from_raw_os_error(errno));
+                self.deliver(i, Err(e), done);
+            }
+            return;
+        }
+        let got = s.read_off + res as u64;
+        if got >= size {
+            let mut e = s.extent.take().expect("a read has an extent");
+            e.set_len(size as usize);
+            self.deliver(i, Ok(FileBytes::Arena(e)), done);
+        } else if res == 0 || got <= s.got {
+            s.extent = None;
+            let e = Error::SizeChanged {
+                expected: size,
+                got: got.max(s.got),
+            };
+            self.deliver(i, Err(e), done);
+        } else {
+            s.got = got;
+            s.then = Then::Reopen;
+            self.stats.short_reads += 1;
+        }
+    }
+
+    fn deliver(&mut self, i: usize, r: Result<FileBytes, Error>, done: &mut Done<'_>) {
+        self.slots[i].delivered = true;
+        let s = &self.slots[i];
+        let latency = s.started.map_or(Duration::ZERO, |t| t.elapsed());
+        match &r {
+            Ok(b) => {
+                self.stats.files_ok += 1;
+                self.stats.bytes += b.len() as u64;
+                self.stats.buffered_fallbacks += u64::from(s.buffered && self.opts.direct);
+            }
+            Err(_) => self.stats.files_rejected += 1,
+        }
+        if self.stopping {
+            return;
+        }
+        let t = Instant::now();
+        let go = done(s.job, r, latency);
+        self.stats.blocked_in_done += t.elapsed();
+        self.stopping |= !go;
+    }
+
+    fn release_slot(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        s.phase = Phase::Free;
+        s.extent = None;
+        self.free.push(i);
+    }
+
+    /// After a fatal ring error: every admitted file is reported failed. The
+    /// slots stay busy (the kernel may still use their buffers) and are leaked.
+    fn fail_in_flight(&mut self, e: &io::Error, done: &mut Done<'_>) {
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.phase == Phase::Free || s.delivered {
+                continue;
+            }
+            let err = io::Error::new(e.kind(), format!("io_uring failed: {e}"));
+            self.deliver(i, Err(Error::Read(err)), done);
+        }
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        let busy = self.slots.iter().any(|s| s.phase != Phase::Free) || self.in_kernel > 0;
+        if busy {
+            // The kernel may still write into these: leak rather than free.
+            for s in &mut self.slots {
+                std::mem::forget(s.extent.take());
+            }
+            return;
+        }
+        // SAFETY: nothing is in flight, so the kernel holds no pointer into
+        // these buffers; they are dropped exactly once, here.
+        unsafe {
+            ManuallyDrop::drop(&mut self.paths);
+            ManuallyDrop::drop(&mut self.statx);
+        }
+    }
+}
+
+/// The logical block size of block device `major:minor` (or of the disk a
+/// partition belongs to), from sysfs.
+fn logical_block_size(major: u32, minor: u32) -> Option<u64> {
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    ["queue", "../queue"].iter().find_map(|q| {
+        std::fs::read_to_string(format!("{dev}/{q}/logical_block_size"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}

@@ -1,0 +1,481 @@
+//! Ring-engine tests. Each needs a usable io_uring: [`usable`] probes first and
+//! the test is skipped, with the reason printed, where the kernel (or a
+//! seccomp filter) refuses it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn usable(test: &str) -> bool {
+    match probe() {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipping {test}: needs io_uring: {why}");
+            false
+        }
+    }
+}
+
+/// A temp dir on the real disk (under target/, since /tmp may be tmpfs).
+fn disk_dir() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/uring-tests");
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+fn is_tmpfs(p: &Path) -> bool {
+    std::process::Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(p)
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"tmpfs")
+}
+
+/// Deterministic, size-dependent content.
+fn content(size: usize, seed: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8)
+        .collect()
+}
+
+fn write_files(dir: &Path, sizes: &[usize]) -> Vec<PathBuf> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = dir.join(format!("f{i:04}.wav"));
+            std::fs::write(&p, content(n, i)).unwrap();
+            p
+        })
+        .collect()
+}
+
+type Outcomes = HashMap<usize, Result<Vec<u8>, String>>;
+
+/// Runs one engine over `paths`, copying each file out (so extents recycle).
+fn run(opts: &UringOptions, arena_bytes: u64, paths: &[PathBuf]) -> (Outcomes, RunStats) {
+    let arena = Arena::new(arena_bytes, 1).unwrap();
+    let mut engine = UringEngine::new(opts, arena.part(0)).unwrap();
+    let mut it = paths.iter().enumerate();
+    let mut got = HashMap::new();
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| {
+                let prev = got.insert(i, r.map(|b| b.to_vec()).map_err(|e| e.to_string()));
+                assert!(prev.is_none(), "job {i} delivered twice");
+                true
+            },
+        )
+        .unwrap();
+    assert_eq!(arena.bad_releases(), 0);
+    assert_eq!(stats.stray_cqes, 0);
+    (got, stats)
+}
+
+fn opts(queue_depth: usize, direct: bool) -> UringOptions {
+    UringOptions {
+        queue_depth,
+        direct,
+        max_file_bytes: 64 << 20,
+    }
+}
+
+const SIZES: &[usize] = &[
+    0, 1, 2, 511, 512, 513, 4095, 4096, 4097, 8191, 8192, 12_345, 65_536, 100_000, 100_001,
+    262_147, 1_000_003,
+];
+
+fn check_exact(got: &Outcomes, sizes: &[usize]) {
+    assert_eq!(got.len(), sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        let bytes = got[&i]
+            .as_ref()
+            .unwrap_or_else(|e| panic!("file {i} ({n} B): {e}"));
+        assert!(*bytes == content(n, i), "file {i} ({n} B) differs");
+    }
+}
+
+#[test]
+fn reads_exact_bytes_with_o_direct_on_disk() {
+    if !usable("reads_exact_bytes_with_o_direct_on_disk") {
+        return;
+    }
+    let d = disk_dir();
+    let sizes: Vec<usize> = SIZES
+        .iter()
+        .copied()
+        .cycle()
+        .take(3 * SIZES.len())
+        .collect();
+    let paths = write_files(d.path(), &sizes);
+    for depth in [1, 4, 64] {
+        let (got, stats) = run(&opts(depth, true), 16 << 20, &paths);
+        check_exact(&got, &sizes);
+        assert_eq!(stats.files_ok, sizes.len() as u64);
+        assert_eq!(stats.bytes, sizes.iter().sum::<usize>() as u64);
+        if !is_tmpfs(d.path()) {
+            assert_eq!(
+                stats.buffered_fallbacks, 0,
+                "O_DIRECT refused on disk: {stats:?}"
+            );
+        }
+    }
+    let (got, stats) = run(&opts(8, false), 16 << 20, &paths);
+    check_exact(&got, &sizes);
+    assert_eq!(stats.buffered_fallbacks, 0);
+}
+
+#[test]
+fn tmpfs_files_are_read_exactly() {
+    if !usable("tmpfs_files_are_read_exactly") {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    if !is_tmpfs(shm) {
+        eprintln!("skipping tmpfs_files_are_read_exactly: /dev/shm is not tmpfs here");
+        return;
+    }
+    let d = tempfile::tempdir_in(shm).unwrap();
+    let paths = write_files(d.path(), SIZES);
+    let (got, stats) = run(&opts(8, true), 8 << 20, &paths);
+    check_exact(&got, SIZES);
+    // Before Linux 6.6 tmpfs refuses O_DIRECT (EINVAL): every file falls back.
+    // Later kernels accept it (the read is buffered inside tmpfs anyway).
+    eprintln!(
+        "tmpfs: {} of {} files fell back to buffered reads",
+        stats.buffered_fallbacks,
+        SIZES.len()
+    );
+    assert!(stats.buffered_fallbacks == 0 || stats.buffered_fallbacks == SIZES.len() as u64);
+}
+
+#[test]
+fn o_direct_refused_falls_back_to_buffered() {
+    if !usable("o_direct_refused_falls_back_to_buffered") {
+        return;
+    }
+    // procfs refuses O_DIRECT (EINVAL) on every kernel; its files are regular
+    // with st_size 0, so the fallback delivers an empty file.
+    let p = PathBuf::from("/proc/self/status");
+    let (got, stats) = run(&opts(4, true), 1 << 20, std::slice::from_ref(&p));
+    assert_eq!(got[&0].as_deref(), Ok(&[][..]));
+    assert_eq!(stats.buffered_fallbacks, 1, "{stats:?}");
+}
+
+#[test]
+fn short_read_resumes_then_reports_the_shrink() {
+    if !usable("short_read_resumes_then_reports_the_shrink") {
+        return;
+    }
+    // sysfs attributes claim 4096 bytes but hold a short line: the first read
+    // is short, the engine re-opens and resumes, the resumed read finds EOF.
+    let p = PathBuf::from("/sys/kernel/mm/transparent_hugepage/enabled");
+    let Ok(text) = std::fs::read(&p) else {
+        eprintln!(
+            "skipping short_read_resumes_then_reports_the_shrink: no {}",
+            p.display()
+        );
+        return;
+    };
+    let (got, stats) = run(&opts(2, true), 1 << 20, std::slice::from_ref(&p));
+    let e = got[&0].as_ref().unwrap_err();
+    assert_eq!(
+        e,
+        &format!(
+            "file changed size while being read: 4096 bytes at open, {} read",
+            text.len()
+        )
+    );
+    assert_eq!(stats.short_reads, 1, "{stats:?}");
+}
+
+#[test]
+fn failures_are_rejections_with_reasons() {
+    if !usable("failures_are_rejections_with_reasons") {
+        return;
+    }
+    let d = disk_dir();
+    let good = write_files(d.path(), &[1000, 2000]);
+    let vanished = d.path().join("vanished.wav");
+    std::fs::write(&vanished, b"x").unwrap();
+    let big = d.path().join("big.wav");
+    std::fs::write(&big, vec![1u8; 5001]).unwrap();
+    // Tests run as root here, so chmod 000 would not deny anything: unreadable
+    // paths are made with a non-directory in the middle (ENOTDIR) and a
+    // dangling symlink (ENOENT) instead.
+    let through_file = good[0].join("child.wav");
+    let dangling = d.path().join("dangling.wav");
+    std::os::unix::fs::symlink(d.path().join("nowhere"), &dangling).unwrap();
+    let nul = PathBuf::from("a\0b");
+    let paths = vec![
+        good[0].clone(),
+        vanished.clone(),
+        big,
+        through_file,
+        dangling,
+        d.path().to_path_buf(),
+        nul,
+        good[1].clone(),
+    ];
+    std::fs::remove_file(&vanished).unwrap(); // after the job list was built
+    let o = UringOptions {
+        max_file_bytes: 5000,
+        ..opts(4, true)
+    };
+    let (got, stats) = run(&o, 1 << 20, &paths);
+    let reason = |i: usize| got[&i].as_ref().unwrap_err().as_str();
+    assert_eq!(got[&0].as_ref().unwrap(), &content(1000, 0));
+    assert_eq!(
+        reason(1),
+        "cannot open: No such file or directory (os error 2)"
+    );
+    assert_eq!(
+        reason(2),
+        "file is 5001 bytes, larger than io.max_file_bytes = 5000"
+    );
+    assert_eq!(reason(3), "cannot open: Not a directory (os error 20)");
+    assert_eq!(
+        reason(4),
+        "cannot open: No such file or directory (os error 2)"
+    );
+    assert_eq!(reason(5), "not a regular file");
+    assert!(reason(6).starts_with("cannot open: "), "{}", reason(6));
+    assert_eq!(got[&7].as_ref().unwrap(), &content(2000, 1));
+    assert_eq!((stats.files_ok, stats.files_rejected), (2, 6));
+}
+
+#[test]
+fn o_noatime_refused_is_retried_without() {
+    if !usable("o_noatime_refused_is_retried_without") {
+        return;
+    }
+    // O_NOATIME needs file ownership (or CAP_FOWNER). These tests run as root,
+    // so one thread switches itself — only itself: the raw syscall, unlike
+    // libc's setresuid, changes the calling thread's credentials alone — to
+    // uid 65534 and reads root's world-readable files.
+    let d = disk_dir();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let sizes = [1, 5000, 70_000];
+    let paths = write_files(d.path(), &sizes);
+    let h = std::thread::spawn(move || {
+        // SAFETY: setresuid has no memory arguments; it affects this thread.
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+        if rc != 0 {
+            return None;
+        }
+        Some(run(&opts(4, true), 1 << 20, &paths))
+    });
+    let Some((got, stats)) = h.join().unwrap() else {
+        eprintln!("skipping o_noatime_refused_is_retried_without: cannot switch uid");
+        return;
+    };
+    check_exact(&got, &sizes);
+    assert_eq!(stats.noatime_retries, sizes.len() as u64, "{stats:?}");
+}
+
+#[test]
+fn file_larger_than_the_arena_share_is_rejected() {
+    if !usable("file_larger_than_the_arena_share_is_rejected") {
+        return;
+    }
+    let d = disk_dir();
+    let paths = write_files(d.path(), &[100_000, 10]);
+    let (got, _) = run(&opts(2, true), 64 << 10, &paths);
+    // 100_000 rounded up to the device's DIO granularity (512 or 4096).
+    let e = got[&0].as_ref().unwrap_err();
+    assert!(e.starts_with("file needs 10"), "{e}");
+    assert!(
+        e.ends_with("bytes of read arena, but one reader's share of io.arena_bytes is 65536 bytes"),
+        "{e}"
+    );
+    assert_eq!(got[&1].as_ref().unwrap(), &content(10, 1));
+}
+
+#[test]
+fn tiny_arena_recycles_extents() {
+    if !usable("tiny_arena_recycles_extents") {
+        return;
+    }
+    let d = disk_dir();
+    // 200 files, ~4 MiB in all, through a 160 KiB arena (biggest file ~40 KiB).
+    let sizes: Vec<usize> = (0..200).map(|i| 1 + (i * 7919) % 40_000).collect();
+    let paths = write_files(d.path(), &sizes);
+    for depth in [1, 3, 32] {
+        let (got, _) = run(&opts(depth, true), 160 << 10, &paths);
+        check_exact(&got, &sizes);
+    }
+    // Extents held by a slow consumer on another thread: the engine has to
+    // wait for releases (with nothing in flight) and still finishes.
+    let arena = Arena::new(160 << 10, 1).unwrap();
+    let mut engine = UringEngine::new(&opts(8, true), arena.part(0)).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, FileBytes)>(64);
+    let consumer = std::thread::spawn(move || {
+        let mut n = 0;
+        for (i, b) in rx {
+            std::thread::sleep(Duration::from_micros(300));
+            assert!(*b == content(1 + (i * 7919) % 40_000, i));
+            n += 1;
+        }
+        n
+    });
+    let mut it = paths.iter().enumerate();
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| tx.send((i, r.unwrap())).is_ok(),
+        )
+        .unwrap();
+    drop(tx);
+    assert_eq!(consumer.join().unwrap(), sizes.len());
+    eprintln!("slow consumer: {} waits for arena space", stats.arena_waits);
+    assert_eq!(arena.bad_releases(), 0);
+}
+
+#[test]
+fn stopping_early_drains_and_the_engine_runs_again() {
+    if !usable("stopping_early_drains_and_the_engine_runs_again") {
+        return;
+    }
+    let d = disk_dir();
+    let sizes = vec![30_000; 50];
+    let paths = write_files(d.path(), &sizes);
+    let arena = Arena::new(1 << 20, 1).unwrap();
+    let mut engine = UringEngine::new(&opts(16, true), arena.part(0)).unwrap();
+    let mut it = paths.iter().enumerate();
+    let mut n = 0;
+    engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |_, r, _| {
+                r.unwrap();
+                n += 1;
+                n < 3
+            },
+        )
+        .unwrap();
+    assert_eq!(n, 3, "nothing delivered after stop");
+    // Everything was drained: the whole arena is free again.
+    assert!(arena.part(0).alloc(1 << 20, 4096).is_some());
+    let mut it = paths.iter().enumerate();
+    let mut all = 0;
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| {
+                assert!(*r.unwrap() == content(30_000, i));
+                all += 1;
+                true
+            },
+        )
+        .unwrap();
+    assert_eq!((all, stats.files_ok), (50, 50));
+}
+
+#[test]
+fn readers_push_every_job_once_and_close_the_ring() {
+    if !usable("readers_push_every_job_once_and_close_the_ring") {
+        return;
+    }
+    let d = disk_dir();
+    let sizes: Vec<usize> = (0..300).map(|i| (i * 1013) % 20_000).collect();
+    let paths = write_files(d.path(), &sizes);
+    let jobs: Arc<[crate::source::Job]> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| crate::source::Job {
+            path: p.clone(),
+            rel_path: format!("f{i}"),
+            split: 0,
+            seq: i,
+            label: -1,
+        })
+        .collect();
+    let mut cfg = crate::config::Config::default().io;
+    cfg.threads = 3;
+    cfg.queue_depth = 8;
+    cfg.arena_bytes = 3 << 20;
+    let out = Arc::new(Ring::new(16));
+    let telemetry = Arc::new(Telemetry::default());
+    let readers = start_readers(
+        &cfg,
+        &[],
+        Arc::clone(&jobs),
+        Arc::clone(&out),
+        Arc::clone(&telemetry),
+    )
+    .unwrap();
+    let mut seen = vec![false; sizes.len()];
+    while let Some(Loaded { job, bytes }) = out.pop() {
+        assert!(!std::mem::replace(&mut seen[job], true), "job {job} twice");
+        assert!(*bytes.unwrap() == content(sizes[job], job));
+    }
+    readers.join().unwrap();
+    assert!(seen.iter().all(|&s| s));
+    let r = telemetry.report(Duration::from_secs(1), vec![]);
+    assert_eq!(r.bytes_read, sizes.iter().sum::<usize>() as u64);
+}
+
+#[test]
+fn probe_reports_the_kernel() {
+    match probe() {
+        Ok(r) => assert!(!r.kernel.is_empty()),
+        Err(why) => eprintln!("io_uring unusable here: {why}"),
+    }
+}
+
+/// Throughput over an existing tree: `MELFORGE_URING_DIR=<dir> cargo test
+/// --release --lib uring::tests::throughput -- --ignored --nocapture`
+/// (optionally MELFORGE_URING_DEPTH, MELFORGE_URING_DIRECT=0). Not a timed
+/// test: it prints files/s for a quick look and for strace.
+#[test]
+#[ignore]
+fn throughput() {
+    let Ok(dir) = std::env::var("MELFORGE_URING_DIR") else {
+        eprintln!("set MELFORGE_URING_DIR");
+        return;
+    };
+    let depth = std::env::var("MELFORGE_URING_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let direct = std::env::var("MELFORGE_URING_DIRECT").as_deref() != Ok("0");
+    let mut paths = Vec::new();
+    let mut stack = vec![PathBuf::from(dir)];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                paths.push(e.path());
+            }
+        }
+    }
+    paths.sort();
+    let arena = Arena::new(256 << 20, 1).unwrap();
+    let mut engine = UringEngine::new(&opts(depth, direct), arena.part(0)).unwrap();
+    let t = Instant::now();
+    let mut it = paths.iter().enumerate();
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |_, r, _| r.is_ok(),
+        )
+        .unwrap();
+    let s = t.elapsed().as_secs_f64();
+    eprintln!(
+        "{} files, {:.1} MiB in {s:.3} s: {:.0} files/s, {:.0} MiB/s (depth {depth}, direct {direct}) {stats:?}",
+        paths.len(),
+        stats.bytes as f64 / (1 << 20) as f64,
+        paths.len() as f64 / s,
+        stats.bytes as f64 / (1 << 20) as f64 / s
+    );
+}
