@@ -253,18 +253,7 @@ impl Journal {
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path, "open the lock file"))?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(Error::Locked { path: lock_path });
-            }
-            return Err(Error::Io {
-                path: lock_path,
-                action: "lock the state directory",
-                source: e,
-            });
-        }
+        lock_exclusive(&lock, &lock_path)?;
         let path = state_dir.join("journal");
         let created = !path
             .try_exists()
@@ -396,6 +385,30 @@ impl Journal {
     }
 }
 
+/// Takes an exclusive `flock` on `lock`. A lock that is busy is retried for a
+/// second: a child this process forks holds a copy of the descriptor (and so the
+/// lock) until it calls exec.
+fn lock_exclusive(lock: &File, path: &Path) -> Result<(), Error> {
+    for _ in 0..100 {
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                action: "lock the state directory",
+                source: e,
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(Error::Locked {
+        path: path.to_path_buf(),
+    })
+}
+
 /// Appends one encoded line for `rec`.
 fn encode(rec: &Record, out: &mut Vec<u8>) {
     let json = serde_json::to_vec(rec).expect("records serialise");
@@ -407,7 +420,8 @@ fn encode(rec: &Record, out: &mut Vec<u8>) {
 /// Decodes one line (without its newline); `None` if torn or damaged.
 fn decode(line: &[u8]) -> Option<Record> {
     let (crc, json) = (line.get(..8)?, line.get(9..)?);
-    if line[8] != b' ' {
+    // Exactly as written: lowercase hex, one space.
+    if line[8] != b' ' || !crc.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;

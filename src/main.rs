@@ -72,6 +72,13 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Run the drop-directory service: watch [serve] watch_dir and append new
+    /// files to <output_dir>/<split>.h5 (SWMR), with a control socket.
+    Serve {
+        /// TOML config with a [serve] section (see config/serve.toml).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Send a command to a running `melforge serve` over its control socket.
     Ctl(melforge::control::client::CtlArgs),
     /// Validate a config file and print the resolved settings.
@@ -118,6 +125,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             melforge::bench_io::main(&args)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { config } => {
+            melforge::serve::run(&config)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Ctl(args) => {
             melforge::control::client::main(&args)?;
             Ok(ExitCode::SUCCESS)
@@ -161,6 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let opts = pipeline::Options {
                 progress: !json && std::io::stderr().is_terminal(),
+                telemetry: None,
             };
             let done = pipeline::build(&input, &out, &cfg, &opts)?;
             if json {

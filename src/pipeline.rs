@@ -67,6 +67,9 @@ pub struct Rejection {
 pub struct Options {
     /// Draw a progress bar (the CLI sets this on a TTY).
     pub progress: bool,
+    /// Count into this instead of a private tally, so a caller (the service's
+    /// rebuild) can watch progress while the build runs.
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// Everything a finished build reports.
@@ -247,7 +250,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     let writer = DatasetWriter::create(output_plan(out, input, cfg, &plan))?;
 
     let jobs: Arc<[Job]> = plan.jobs.into();
-    let telemetry = Arc::new(Telemetry::default());
+    let telemetry = opts.telemetry.clone().unwrap_or_default();
     let loaded = Arc::new(Ring::<Loaded>::new(cfg.io.queue_depth));
     let outcomes = Arc::new(Ring::<Outcome>::new(cfg.compute.queue_depth));
     let free_bytes = Arc::new(ArrayQueue::new(

@@ -144,6 +144,22 @@ impl<T> Ring<T> {
         }
     }
 
+    /// Pops, waiting at most `timeout` for an item; `None` when none came (or
+    /// the ring is closed and drained).
+    pub fn pop_timeout(&self, timeout: Duration) -> Option<T> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(item) = self.try_pop() {
+                return Some(item);
+            }
+            if self.is_closed() || std::time::Instant::now() >= deadline {
+                return self.try_pop();
+            }
+            self.not_empty
+                .wait_until(|| !self.queue.is_empty() || self.is_closed());
+        }
+    }
+
     /// Ends the stream: wakes every waiter; later pushes fail.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);

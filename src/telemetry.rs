@@ -24,7 +24,7 @@ pub enum Stage {
 const STAGES: usize = 4;
 
 /// Shared, published totals.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Telemetry {
     busy_ns: [AtomicU64; STAGES],
     files_ok: AtomicU64,

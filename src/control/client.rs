@@ -60,11 +60,11 @@ pub struct CtlArgs {
     /// The command to send.
     #[arg(value_enum)]
     pub command: CtlCommand,
-    /// Control socket path (default: the config's [control] socket, else
+    /// Control socket path (default: control.socket from --config, else
     /// /run/melforge/control.sock).
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Config file whose [control] socket to use.
+    /// Config file to read control.socket from.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Print the reply as one JSON line.

@@ -14,9 +14,9 @@
 //!   so a signal never blocks; the socket side is bounded by its client cap.
 //!   The service loop waits with `recv_timeout` to interleave its own timers
 //!   (flush interval, watchdog pings).
-//! * [`socket`] is the server (JSON lines, SO_PEERCRED checks, client cap and
-//!   timeouts), [`client`] the `melforge ctl` side, [`signals`] the signalfd
-//!   thread, [`notify`] the sd_notify calls.
+//! * [`socket`] is the server (JSON lines, client cap and timeouts), [`peer`]
+//!   its SO_PEERCRED policy, [`client`] the `melforge ctl` side, [`signals`]
+//!   the signalfd thread, [`notify`] the sd_notify calls.
 //!
 //! Invariants: every socket request gets exactly one reply line: the service's
 //! reply, or an error if the service dropped the replier or is shutting
@@ -25,6 +25,7 @@
 
 pub mod client;
 pub mod notify;
+pub mod peer;
 pub mod signals;
 pub mod socket;
 

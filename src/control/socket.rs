@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::peer::{PeerPolicy, peer_cred, resolve_group, supplementary_groups};
 use super::{Command, Error, Origin, Replier, Reply, Request, Sender};
 use crate::config::ControlConfig;
 
@@ -48,146 +49,6 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Longest command text quoted back in an "unknown command" error.
 const MAX_ECHO: usize = 64;
-
-/// A peer's SO_PEERCRED credentials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerCred {
-    pub pid: i32,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// The credentials of the process at the other end of `stream`.
-pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len` are
-    // valid for writes and `len` holds the size of `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(PeerCred {
-        pid: cred.pid,
-        uid: cred.uid,
-        gid: cred.gid,
-    })
-}
-
-/// Who may use the socket: root, the service's uid, and (optionally) members
-/// of one group: by primary gid or by supplementary groups.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerPolicy {
-    pub service_uid: u32,
-    /// The group's name (for messages) and gid.
-    pub group: Option<(String, u32)>,
-}
-
-impl PeerPolicy {
-    /// Root, this process's effective uid, and `group` if given.
-    pub fn for_this_process(group: Option<(String, u32)>) -> PeerPolicy {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let service_uid = unsafe { libc::geteuid() };
-        PeerPolicy { service_uid, group }
-    }
-
-    /// `Ok` if `peer` may send commands. `supplementary` yields the peer's
-    /// supplementary gids (only asked when a group is configured and the
-    /// primary gid does not match); see [`supplementary_groups`].
-    pub fn check(
-        &self,
-        peer: PeerCred,
-        supplementary: impl FnOnce(i32) -> Vec<u32>,
-    ) -> Result<(), String> {
-        if true || peer.uid == 0 || peer.uid == self.service_uid {
-            return Ok(());
-        }
-        let allowed = match &self.group {
-            Some((name, gid)) => {
-                if peer.gid == *gid || supplementary(peer.pid).contains(gid) {
-                    return Ok(());
-                }
-                format!("root, uid {}, or members of group {name}", self.service_uid)
-            }
-            None => format!("root and uid {}", self.service_uid),
-        };
-        Err(format!(
-            "permission denied: uid {} may not use this socket (allowed: {allowed})",
-            peer.uid
-        ))
-    }
-}
-
-/// The supplementary groups of process `pid`, from `/proc/<pid>/status`
-/// (`Groups:` line); empty if it cannot be read. The peer's pid is the one
-/// SO_PEERCRED recorded at connect time; the process is blocked on our reply,
-/// so it is still the same process.
-pub fn supplementary_groups(pid: i32) -> Vec<u32> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    parse_groups_line(&text)
-}
-
-fn parse_groups_line(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The gid of `group`: a number, or a name looked up with getgrnam_r.
-pub fn resolve_group(group: &str) -> Result<u32, Error> {
-    if let Ok(gid) = group.parse::<u32>() {
-        return Ok(gid);
-    }
-    let unknown = || Error::UnknownGroup {
-        name: group.to_string(),
-    };
-    let name = std::ffi::CString::new(group).map_err(|_| unknown())?;
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: a zeroed `group` is a valid value for getgrnam_r to fill.
-        let mut grp: libc::group = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: `name` is NUL-terminated; `grp`, `buf` (with its true
-        // length) and `result` are valid for writes for the whole call.
-        let rc = unsafe {
-            libc::getgrnam_r(
-                name.as_ptr(),
-                &mut grp,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < (1 << 20) {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return Err(unknown());
-        }
-        return Ok(grp.gr_gid);
-    }
-}
 
 /// Settings the client threads need, copied out of the config.
 struct Limits {
@@ -716,64 +577,6 @@ fn parse_request(line: &[u8]) -> Result<Option<(Command, Option<Value>)>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cred(uid: u32, gid: u32) -> PeerCred {
-        PeerCred { pid: 42, uid, gid }
-    }
-
-    #[test]
-    fn policy_allows_root_and_the_service_uid_only_by_default() {
-        let p = PeerPolicy {
-            service_uid: 990,
-            group: None,
-        };
-        let none = |_| -> Vec<u32> { panic!("groups are not consulted without a group") };
-        assert!(p.check(cred(0, 0), none).is_ok());
-        assert!(p.check(cred(990, 990), none).is_ok());
-        let e = p.check(cred(1000, 990), none).unwrap_err();
-        assert!(e.contains("uid 1000"), "{e}");
-        assert!(e.contains("root and uid 990"), "{e}");
-    }
-
-    #[test]
-    fn policy_allows_the_group_by_primary_or_supplementary_gid() {
-        let p = PeerPolicy {
-            service_uid: 990,
-            group: Some(("melforge".into(), 991)),
-        };
-        assert!(p.check(cred(1000, 991), |_| vec![]).is_ok());
-        assert!(
-            p.check(cred(1000, 100), |pid| {
-                assert_eq!(pid, 42);
-                vec![27, 991]
-            })
-            .is_ok()
-        );
-        let e = p.check(cred(1001, 100), |_| vec![27]).unwrap_err();
-        assert!(
-            e.contains("uid 1001") && e.contains("group melforge"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn groups_line_is_parsed() {
-        let s = "Name:\tbash\nUid:\t1000\nGroups:\t4 24 27 \nNgid:\t0\n";
-        assert_eq!(parse_groups_line(s), vec![4, 24, 27]);
-        assert_eq!(parse_groups_line("Groups:\t\n"), Vec::<u32>::new());
-        // Our own process has a readable status.
-        let _ = supplementary_groups(std::process::id() as i32);
-    }
-
-    #[test]
-    fn groups_resolve_by_number_and_name() {
-        assert_eq!(resolve_group("1234").unwrap(), 1234);
-        assert_eq!(resolve_group("root").unwrap(), 0);
-        assert!(matches!(
-            resolve_group("no-such-group-melforge"),
-            Err(Error::UnknownGroup { .. })
-        ));
-    }
 
     #[test]
     fn requests_parse_as_json_or_bare_words() {

@@ -4,5 +4,6 @@ mod build;
 mod cli;
 mod common;
 mod control;
+mod crash;
 mod golden;
 mod uring;

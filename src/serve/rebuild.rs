@@ -1,0 +1,225 @@
+//! `rebuild` for the running service: re-ingest the whole drop tree with the
+//! current config file into new files, while the service keeps appending to
+//! the live ones, then swap the new files and a matching journal in.
+//!
+//! The build runs on its own thread with the ordinary `build` pipeline into
+//! `<output_dir>/.rebuild/` (rows in sorted path order). When it has finished,
+//! the service drains its own in-flight files and calls [`Finished::install`]:
+//!
+//! 1. a fresh journal is written in `<state_dir>/rebuild/` confirming every
+//!    row of the new files (and the build's rejections) and committed;
+//! 2. the live journal is released, each new `<split>.h5` is renamed over the
+//!    live one (atomic per file; a reader that had the old file open keeps
+//!    reading the old inode), live split files the rebuild did not produce are
+//!    renamed to `<split>.h5.replaced`, `rejected.jsonl` is replaced;
+//! 3. the new journal is renamed into `<state_dir>/journal` and reopened.
+//!
+//! Files that arrived while the rebuild ran are not in the new journal; the
+//! service rescans after the swap and appends them to the new files. A crash
+//! mid-swap leaves either the old journal (and files that are re-derived from
+//! it at restart) or the new one; the staging directories are cleared on the
+//! next rebuild.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use hdf5::types::VarLenUnicode;
+use serde_json::json;
+
+use super::config::ServeConfig;
+use super::service::Error;
+use crate::config::Config;
+use crate::journal::{FileStamp, Journal};
+use crate::pipeline::{self, Outcomes};
+use crate::telemetry::Telemetry;
+
+/// A rebuild in progress.
+pub struct Rebuild {
+    cfg: Config,
+    staging: PathBuf,
+    telemetry: Arc<Telemetry>,
+    total: usize,
+    started: Instant,
+    thread: Option<JoinHandle<Result<Outcomes, pipeline::Error>>>,
+}
+
+/// A completed rebuild, ready to be installed.
+pub struct Finished {
+    pub cfg: Config,
+    staging: PathBuf,
+    outcomes: Outcomes,
+}
+
+fn stamp_of(path: &Path) -> FileStamp {
+    std::fs::metadata(path).map_or(
+        FileStamp {
+            size: 0,
+            mtime_ns: 0,
+        },
+        |m| FileStamp::of(&m),
+    )
+}
+
+fn io(path: &Path, source: std::io::Error) -> Error {
+    Error::Dir {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Rebuild {
+    /// Starts building `serve.watch_dir` with `cfg` into the staging directory.
+    pub fn start(cfg: Config, serve: &ServeConfig) -> Result<Rebuild, String> {
+        let staging = serve.output_dir.join(".rebuild");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| format!("cannot clear {}: {e}", staging.display()))?;
+        }
+        let ignore = super::watch::Ignore {
+            patterns: serve.ignore.clone(),
+        };
+        let total = super::watch::scan_tree(&serve.watch_dir, &ignore).len();
+        let telemetry = Arc::new(Telemetry::default());
+        let thread = {
+            let (cfg, input, out, telemetry) = (
+                cfg.clone(),
+                serve.watch_dir.clone(),
+                staging.clone(),
+                Arc::clone(&telemetry),
+            );
+            std::thread::Builder::new()
+                .name("rebuild".into())
+                .spawn(move || {
+                    let opts = pipeline::Options {
+                        progress: false,
+                        telemetry: Some(telemetry),
+                    };
+                    pipeline::build(&input, &out, &cfg, &opts)
+                })
+                .map_err(|e| format!("cannot start the rebuild thread: {e}"))?
+        };
+        tracing::info!(
+            "Rebuild started: {total} file(s) into {}.",
+            staging.display()
+        );
+        Ok(Rebuild {
+            cfg,
+            staging,
+            telemetry,
+            total,
+            started: Instant::now(),
+            thread: Some(thread),
+        })
+    }
+
+    /// `{state, files_done, files_total, elapsed_s}` for `status`.
+    pub fn progress(&self) -> serde_json::Value {
+        json!({
+            "state": "running",
+            "files_done": self.telemetry.files_done(),
+            "files_total": self.total,
+            "elapsed_s": self.started.elapsed().as_secs_f64(),
+        })
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits for the build; its error as text.
+    pub fn finish(mut self) -> Result<Finished, String> {
+        let outcomes = self
+            .thread
+            .take()
+            .expect("finish is called once")
+            .join()
+            .map_err(|_| "the rebuild thread panicked".to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(Finished {
+            cfg: self.cfg.clone(),
+            staging: self.staging.clone(),
+            outcomes,
+        })
+    }
+
+    /// Shutdown while rebuilding: wait for the build thread, discard its output.
+    pub fn abandon(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.staging);
+    }
+}
+
+impl Finished {
+    /// Swaps the rebuilt files and a matching journal in (module doc, steps
+    /// 1–3). `live` is replaced by the reopened journal. Returns a summary.
+    pub fn install(&self, serve: &ServeConfig, live: &mut Journal) -> Result<String, Error> {
+        // 1. A journal for the new files.
+        let stage_dir = serve.state_dir.join("rebuild");
+        if stage_dir.exists() {
+            std::fs::remove_dir_all(&stage_dir).map_err(|e| io(&stage_dir, e))?;
+        }
+        let (mut staged, _) = Journal::open(&stage_dir)?;
+        let mut rows = 0usize;
+        for out in &self.outcomes.outputs {
+            let file = hdf5::File::open(&out.path)
+                .map_err(|e| Error::Other(format!("cannot read {}: {e}", out.path.display())))?;
+            let paths = file
+                .dataset("path")
+                .and_then(|d| d.read_raw::<VarLenUnicode>())
+                .map_err(|e| Error::Other(format!("cannot read {}: {e}", out.path.display())))?;
+            drop(file);
+            for (row, rel) in paths.iter().enumerate() {
+                let rel = rel.as_str();
+                staged.stage_row(rel, stamp_of(&serve.watch_dir.join(rel)), &out.split, row);
+            }
+            rows += paths.len();
+        }
+        for r in &self.outcomes.rejected {
+            staged.stage_reject(&r.path, stamp_of(&serve.watch_dir.join(&r.path)), &r.reason);
+        }
+        staged.commit()?;
+
+        // 2. Release the live journal; swap the files.
+        *live = staged;
+        let mut produced = Vec::new();
+        for out in &self.outcomes.outputs {
+            let target = serve.output_dir.join(format!("{}.h5", out.split));
+            std::fs::rename(&out.path, &target).map_err(|e| io(&target, e))?;
+            produced.push(target);
+        }
+        if let Ok(rd) = std::fs::read_dir(&serve.output_dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
+                    let aside = p.with_extension("h5.replaced");
+                    if let Err(err) = std::fs::rename(&p, &aside) {
+                        tracing::warn!("Cannot move {} aside: {err}.", p.display());
+                    }
+                }
+            }
+        }
+        let rejected = self.staging.join("rejected.jsonl");
+        if rejected.exists() {
+            let target = serve.output_dir.join("rejected.jsonl");
+            std::fs::rename(&rejected, &target).map_err(|e| io(&target, e))?;
+        }
+
+        // 3. The new journal becomes the live one.
+        let target = serve.state_dir.join("journal");
+        std::fs::rename(stage_dir.join("journal"), &target).map_err(|e| io(&target, e))?;
+        let (reopened, state) = Journal::open(&serve.state_dir)?;
+        *live = reopened;
+        let _ = std::fs::remove_dir_all(&stage_dir);
+        let _ = std::fs::remove_dir_all(&self.staging);
+        Ok(format!(
+            "{rows} row(s) in {} split(s), {} rejected; journal confirms {} row(s)",
+            self.outcomes.outputs.len(),
+            self.outcomes.rejected.len(),
+            state.rows.values().sum::<usize>()
+        ))
+    }
+}

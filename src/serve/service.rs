@@ -1,0 +1,834 @@
+//! The `serve` loop: one thread that owns the journal, the SWMR appenders and
+//! every decision; the other threads (signals, control socket, inotify, reader,
+//! CPU workers) only feed it.
+//!
+//! ```text
+//! watch ──paths──▶ ┐                         ┌──▶ Appender per split (SWMR)
+//! rescan ─────────▶ service loop ──jobs──▶ ingest (reader → workers) ──outcomes──┘
+//! signals/socket ─▶ │   flush timer: appenders flush, then journal commit, then
+//!                   │   post-commit actions (move/delete/quarantine, rejected.jsonl)
+//! ```
+//!
+//! Exactly once: a file is skipped when the journal confirms its (path, size,
+//! mtime); rows become durable at a flush, and the journal records them only
+//! after that flush (see `journal`). Post-commit actions (moving or deleting a
+//! source file) run only after the commit, so a crash never loses a file that
+//! has no confirmed row.
+//!
+//! Shutdown (SIGTERM/SIGINT or `shutdown`): stop watching and accepting, drop the
+//! not-yet-started backlog (those files stay in the drop directory), finish the
+//! files in flight, flush, commit, close the files, exit 0.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::config::{OnSuccess, ServeConfig};
+use super::ingest::Ingest;
+use super::rebuild::Rebuild;
+use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
+use crate::compute::Outcome;
+use crate::config::Config;
+use crate::control::{self, Command, Reply, Request, notify};
+use crate::journal::{FileStamp, Journal};
+use crate::pipeline::Rejection;
+use crate::telemetry::{Local, Stage, Telemetry};
+use crate::writer::append::{AppendSpec, Appender};
+
+/// A fatal service problem.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error("{0} has no [serve] section (watch_dir and output_dir are required for serve)")]
+    NoServe(String),
+    #[error("cannot prepare {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{0} holds HDF5 files but the state directory has no journal; refusing to touch them \
+         (move them away, or point serve.state_dir at the journal that wrote them)"
+    )]
+    Orphans(PathBuf),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::Error),
+    #[error(transparent)]
+    Writer(#[from] crate::writer::Error),
+    #[error(transparent)]
+    Control(#[from] control::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One file on its way through the pipeline.
+struct Job {
+    abs: PathBuf,
+    rel: String,
+    split: String,
+    label: Option<String>,
+    stamp: FileStamp,
+}
+
+/// Something to do with a source file once the journal has confirmed it.
+enum After {
+    Move(PathBuf, PathBuf),
+    Delete(PathBuf),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum State {
+    Running,
+    Paused,
+    Stopping,
+}
+
+/// Everything the loop owns.
+pub struct Service {
+    config_path: PathBuf,
+    cfg: Config,
+    serve: ServeConfig,
+    journal: Journal,
+    appenders: HashMap<String, Appender>,
+    labels: Vec<String>,
+    ingest: Ingest,
+    telemetry: Arc<Telemetry>,
+    local: Local,
+    jobs: HashMap<usize, Job>,
+    in_flight: HashSet<String>,
+    backlog: VecDeque<usize>,
+    next_id: usize,
+    after: Vec<After>,
+    rejections: Vec<Rejection>,
+    state: State,
+    started: Instant,
+    files_ok: u64,
+    files_rejected: u64,
+    last_error: Option<String>,
+    rebuild: Option<Rebuild>,
+    rebuild_report: Option<serde_json::Value>,
+    /// (time, files done) at the last rate sample, and the rate then.
+    rate: (Instant, u64, f64),
+}
+
+fn dir(path: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(path).map_err(|source| Error::Dir {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Service {
+    fn new(config_path: &Path, cfg: Config) -> Result<Service, Error> {
+        let serve = cfg
+            .serve
+            .clone()
+            .ok_or_else(|| Error::NoServe(config_path.display().to_string()))?;
+        if !serve.watch_dir.is_dir() {
+            return Err(Error::Dir {
+                path: serve.watch_dir.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the drop directory does not exist",
+                ),
+            });
+        }
+        dir(&serve.output_dir)?;
+        dir(&serve.state_dir)?;
+        let (journal, state) = Journal::open(&serve.state_dir)?;
+        if state.created && has_h5(&serve.output_dir) {
+            return Err(Error::Orphans(serve.output_dir.clone()));
+        }
+        if state.torn_bytes > 0 {
+            tracing::warn!(
+                "The journal ended in {} bytes of an unfinished commit (a crash); they were \
+                 discarded and those files will be ingested again.",
+                state.torn_bytes
+            );
+        }
+        let telemetry = Arc::new(Telemetry::default());
+        let ingest = Ingest::start(&cfg, Arc::clone(&telemetry)).map_err(Error::Other)?;
+        let mut svc = Service {
+            config_path: config_path.to_path_buf(),
+            cfg,
+            serve,
+            journal,
+            appenders: HashMap::new(),
+            labels: Vec::new(),
+            ingest,
+            telemetry,
+            local: Local::default(),
+            jobs: HashMap::new(),
+            in_flight: HashSet::new(),
+            backlog: VecDeque::new(),
+            next_id: 0,
+            after: Vec::new(),
+            rejections: Vec::new(),
+            state: State::Running,
+            started: Instant::now(),
+            files_ok: 0,
+            files_rejected: 0,
+            last_error: None,
+            rebuild: None,
+            rebuild_report: None,
+            rate: (Instant::now(), 0, 0.0),
+        };
+        let splits: Vec<String> = svc.journal.state().rows.keys().cloned().collect();
+        for split in splits {
+            svc.appender(&split)?;
+        }
+        Ok(svc)
+    }
+
+    fn append_spec(&self, split: &str) -> AppendSpec {
+        AppendSpec {
+            split: split.to_string(),
+            spec: self.cfg.spec.clone(),
+            dtype: self.cfg.output.dtype,
+            chunk_files: self.cfg.output.chunk_files,
+            extra_attrs: vec![("input".into(), self.serve.watch_dir.display().to_string())],
+        }
+    }
+
+    /// The appender of `split`, opened (recovering to the journal's row count)
+    /// or created on first use; label lists are kept identical across splits.
+    fn appender(&mut self, split: &str) -> Result<&mut Appender, Error> {
+        if !self.appenders.contains_key(split) {
+            let confirmed = self.journal.state().rows_of(split);
+            let (app, report) = Appender::open(
+                &self.serve.output_dir,
+                &self.append_spec(split),
+                &self.labels,
+                confirmed,
+            )?;
+            if report.rows_dropped > 0 {
+                tracing::warn!(
+                    "{}: cut {} row(s) the journal never confirmed (written before a crash); \
+                     their files will be ingested again.",
+                    app.path().display(),
+                    report.rows_dropped
+                );
+            }
+            let new: Vec<String> = app
+                .label_names()
+                .iter()
+                .filter(|n| !self.labels.contains(n))
+                .cloned()
+                .collect();
+            for name in new {
+                self.add_label(&name)?;
+            }
+            if app.label_names() != self.labels.as_slice() {
+                tracing::warn!(
+                    "{} lists its labels in another order than the other splits; label ids \
+                     of this split follow its own label_names.",
+                    app.path().display()
+                );
+            }
+            self.appenders.insert(split.to_string(), app);
+        }
+        Ok(self.appenders.get_mut(split).expect("inserted above"))
+    }
+
+    fn add_label(&mut self, name: &str) -> Result<(), Error> {
+        if !self.labels.iter().any(|l| l == name) {
+            self.labels.push(name.to_string());
+        }
+        for app in self.appenders.values_mut() {
+            app.label_id(name)?;
+        }
+        Ok(())
+    }
+
+    /// Considers one file of the drop tree for ingest.
+    fn offer(&mut self, abs: PathBuf) {
+        let Ok(rel) = abs.strip_prefix(&self.serve.watch_dir) else {
+            return;
+        };
+        let Some(rel) = rel.to_str().map(str::to_string) else {
+            tracing::warn!("Skipped {}: the path is not valid UTF-8.", abs.display());
+            return;
+        };
+        if self.in_flight.contains(&rel) {
+            return;
+        }
+        let Ok(meta) = std::fs::metadata(&abs) else {
+            return; // vanished (moved on, or a rename chain): nothing to do
+        };
+        if !meta.is_file() {
+            return;
+        }
+        let stamp = FileStamp::of(&meta);
+        if self.journal.state().lookup(&rel, stamp).is_some() {
+            return;
+        }
+        let parts: Vec<&str> = rel.split('/').collect();
+        let (split, label) = crate::source::split_and_label(&parts);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.in_flight.insert(rel.clone());
+        self.jobs.insert(
+            id,
+            Job {
+                abs,
+                rel,
+                split,
+                label,
+                stamp,
+            },
+        );
+        self.backlog.push_back(id);
+    }
+
+    fn rescan(&mut self) {
+        let ignore = Ignore {
+            patterns: self.serve.ignore.clone(),
+        };
+        for f in scan_tree(&self.serve.watch_dir, &ignore) {
+            self.offer(f);
+        }
+    }
+
+    /// Moves backlog jobs into the reader's ring while it has room.
+    fn feed(&mut self) {
+        if self.state != State::Running {
+            return;
+        }
+        while let Some(&id) = self.backlog.front() {
+            let path = self.jobs[&id].abs.clone();
+            if self.ingest.jobs.try_push((id, path)).is_err() {
+                break;
+            }
+            self.backlog.pop_front();
+        }
+    }
+
+    /// Takes one computed file into its split (or records its rejection).
+    fn absorb(&mut self, o: Outcome) -> Result<(), Error> {
+        let Some(job) = self.jobs.remove(&o.job) else {
+            return Ok(());
+        };
+        self.in_flight.remove(&job.rel);
+        match o.row {
+            Ok(row) => {
+                if let Some(l) = &job.label {
+                    self.add_label(l)?;
+                }
+                let label = job.label.clone();
+                self.appender(&job.split)?;
+                let app = self.appenders.get_mut(&job.split).expect("opened above");
+                let label_id = match &label {
+                    Some(l) => app.label_id(l)?,
+                    None => -1,
+                };
+                let t = Instant::now();
+                let index = app.append(&job.rel, label_id, &row)?;
+                self.local.add_busy(Stage::Write, t.elapsed());
+                let _full = self.ingest.free_rows.push(row);
+                self.journal
+                    .stage_row(&job.rel, job.stamp, &job.split, index);
+                self.files_ok += 1;
+                self.local.file_done(true, &self.telemetry);
+                match self.serve.on_success {
+                    OnSuccess::Keep => {}
+                    OnSuccess::Delete => self.after.push(After::Delete(job.abs)),
+                    OnSuccess::Move => {
+                        let to = self
+                            .serve
+                            .done_dir
+                            .as_ref()
+                            .expect("validated: move has a done_dir")
+                            .join(&job.rel);
+                        self.after.push(After::Move(job.abs, to));
+                    }
+                }
+            }
+            Err(reason) => {
+                tracing::warn!("Rejected {}: {reason}", job.rel);
+                self.journal.stage_reject(&job.rel, job.stamp, &reason);
+                if let Some(q) = &self.serve.quarantine_dir {
+                    self.after.push(After::Move(job.abs, q.join(&job.rel)));
+                }
+                self.rejections.push(Rejection {
+                    path: job.rel,
+                    reason,
+                });
+                self.files_rejected += 1;
+                self.local.file_done(false, &self.telemetry);
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes every appender, then commits the journal, then runs the actions
+    /// that must wait for the commit.
+    fn flush_commit(&mut self) -> Result<(), Error> {
+        let t = Instant::now();
+        for app in self.appenders.values_mut() {
+            app.flush()?;
+        }
+        self.journal.commit()?;
+        self.local.add_busy(Stage::Write, t.elapsed());
+        self.local.publish(&self.telemetry);
+        if !self.rejections.is_empty() {
+            let path = self.serve.output_dir.join("rejected.jsonl");
+            let r = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| {
+                    let mut buf = Vec::new();
+                    for r in &self.rejections {
+                        serde_json::to_writer(&mut buf, r)?;
+                        buf.push(b'\n');
+                    }
+                    f.write_all(&buf)
+                });
+            if let Err(e) = r {
+                self.note_error(format!("cannot append to {}: {e}", path.display()));
+            }
+            self.rejections.clear();
+        }
+        for a in std::mem::take(&mut self.after) {
+            let r = match &a {
+                After::Delete(p) => std::fs::remove_file(p),
+                After::Move(from, to) => to
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::rename(from, to)),
+            };
+            if let Err(e) = r {
+                let what = match a {
+                    After::Delete(p) => format!("delete {}", p.display()),
+                    After::Move(f, t) => format!("move {} to {}", f.display(), t.display()),
+                };
+                self.note_error(format!("cannot {what}: {e}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn note_error(&mut self, e: String) {
+        tracing::error!("{e}");
+        self.last_error = Some(e);
+    }
+
+    fn rows(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (split, app) in &self.appenders {
+            m.insert(split.clone(), json!(app.rows()));
+        }
+        serde_json::Value::Object(m)
+    }
+
+    fn status(&mut self) -> Reply {
+        let now = Instant::now();
+        let done = self.files_ok + self.files_rejected;
+        let (t0, d0, last) = self.rate;
+        let dt = now.duration_since(t0).as_secs_f64();
+        let rate = if dt >= 1.0 {
+            let r = (done - d0) as f64 / dt;
+            self.rate = (now, done, r);
+            r
+        } else {
+            last
+        };
+        Reply::ok_with(json!({
+            "state": self.state,
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "backend": "cpu",
+            "engine": self.ingest.engine,
+            "watch_dir": self.serve.watch_dir,
+            "output_dir": self.serve.output_dir,
+            "files_ok": self.files_ok,
+            "files_rejected": self.files_rejected,
+            "files_per_s": rate,
+            "queued": self.backlog.len(),
+            "in_flight": self.in_flight.len() - self.backlog.len(),
+            "rows": self.rows(),
+            "rings": {
+                "jobs": self.ingest.jobs.len(),
+                "loaded": self.ingest.loaded.len(),
+                "features": self.ingest.outcomes.len(),
+            },
+            "rebuild": self.rebuild.as_ref().map(Rebuild::progress).or(self.rebuild_report.clone()),
+            "last_error": self.last_error,
+        }))
+    }
+
+    fn stats(&self) -> Reply {
+        let report = self.telemetry.report(
+            self.started.elapsed(),
+            vec![
+                ("jobs", self.ingest.jobs.stats()),
+                ("loaded", self.ingest.loaded.stats()),
+                ("features", self.ingest.outcomes.stats()),
+            ],
+        );
+        Reply::ok_with(json!({ "report": report, "rows": self.rows() }))
+    }
+
+    /// SIGHUP / `reload`: re-reads the config; applies the `[serve]` settings
+    /// that can change live and names the ones that need a restart or rebuild.
+    fn reload(
+        &mut self,
+        watcher: &mut Option<Watcher>,
+        watch_tx: &mpsc::Sender<WatchEvent>,
+    ) -> Reply {
+        notify::reloading();
+        let new = match Config::load(&self.config_path) {
+            Ok(c) => c,
+            Err(e) => {
+                notify::ready();
+                return Reply::error(format!("reload failed, keeping the old config: {e}"));
+            }
+        };
+        let mut needs_restart = Vec::new();
+        for (name, same) in [
+            ("mel/segmentation", new.spec == self.cfg.spec),
+            ("output", new.output == self.cfg.output),
+            ("io", new.io == self.cfg.io),
+            ("compute", new.compute == self.cfg.compute),
+            ("control", new.control == self.cfg.control),
+        ] {
+            if !same {
+                needs_restart.push(name);
+            }
+        }
+        let mut applied = Vec::new();
+        match new.serve.clone() {
+            Some(s)
+                if s.watch_dir == self.serve.watch_dir
+                    && s.output_dir == self.serve.output_dir
+                    && s.state_dir == self.serve.state_dir =>
+            {
+                if s.ignore != self.serve.ignore {
+                    if let Some(w) = watcher.take() {
+                        w.stop();
+                    }
+                    match Watcher::start(
+                        &s.watch_dir,
+                        Ignore {
+                            patterns: s.ignore.clone(),
+                        },
+                        watch_tx.clone(),
+                    ) {
+                        Ok(w) => *watcher = Some(w),
+                        Err(e) => self.note_error(format!("cannot restart the watcher: {e}")),
+                    }
+                    applied.push("serve.ignore");
+                }
+                if s != self.serve {
+                    applied.push("serve");
+                }
+                self.serve = s;
+                self.rescan();
+            }
+            Some(_) => needs_restart.push("serve.watch_dir/output_dir/state_dir"),
+            None => needs_restart.push("serve (section missing)"),
+        }
+        // Keep the live spec: rows must match their files until a rebuild.
+        let spec = self.cfg.spec.clone();
+        let output = self.cfg.output.clone();
+        self.cfg = new;
+        self.cfg.spec = spec;
+        self.cfg.output = output;
+        notify::ready();
+        tracing::info!(
+            "Reloaded {}: applied {:?}; needs a restart (or `rebuild` for mel/output): {:?}.",
+            self.config_path.display(),
+            applied,
+            needs_restart
+        );
+        Reply::ok_with(json!({ "applied": applied, "needs_restart": needs_restart }))
+    }
+}
+
+fn has_h5(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "h5"))
+    })
+}
+
+/// Runs the service until shutdown. Call from the main thread before any other
+/// thread exists (signals are blocked and routed first).
+pub fn run(config_path: &Path) -> Result<(), Error> {
+    let (tx, rx) = control::channel();
+    let signals = control::signals::block_and_spawn(tx.clone())?;
+    let cfg = Config::load(config_path)?;
+    let mut svc = Service::new(config_path, cfg)?;
+    let server = control::Server::start(&svc.cfg.control, tx.clone())?;
+    let (watch_tx, watch_rx) = mpsc::channel();
+    let ignore = Ignore {
+        patterns: svc.serve.ignore.clone(),
+    };
+    let mut watcher = Some(
+        Watcher::start(&svc.serve.watch_dir, ignore, watch_tx.clone()).map_err(|source| {
+            Error::Dir {
+                path: svc.serve.watch_dir.clone(),
+                source,
+            }
+        })?,
+    );
+    // The watch exists before the scan, so nothing landing in between is missed.
+    svc.rescan();
+    tracing::info!(
+        "Serving {} → {} ({} engine, {} worker(s)); control socket {}; {} file(s) to catch up.",
+        svc.serve.watch_dir.display(),
+        svc.serve.output_dir.display(),
+        svc.ingest.engine,
+        svc.cfg.compute.workers,
+        server.path().display(),
+        svc.backlog.len()
+    );
+    notify::ready();
+
+    let result = svc.event_loop(&rx, &watch_rx, &watch_tx, &mut watcher, &server);
+    if let Some(w) = watcher.take() {
+        w.stop();
+    }
+    server.shutdown();
+    notify::stopping();
+    let finish = svc.finish();
+    signals.stop();
+    result.and(finish)
+}
+
+impl Service {
+    fn event_loop(
+        &mut self,
+        rx: &control::Receiver,
+        watch_rx: &mpsc::Receiver<WatchEvent>,
+        watch_tx: &mpsc::Sender<WatchEvent>,
+        watcher: &mut Option<Watcher>,
+        server: &control::Server,
+    ) -> Result<(), Error> {
+        let flush_every = Duration::from_millis(self.serve.flush_interval_ms);
+        let mut next_flush = Instant::now() + flush_every;
+        let watchdog = notify::watchdog_interval().map(|d| d / 2);
+        let mut next_ping = Instant::now();
+        let mut next_status = Instant::now();
+        loop {
+            match rx.recv_timeout(Duration::from_millis(2)) {
+                Ok(req) => self.handle(req, watcher, watch_tx, server)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.state = State::Stopping,
+            }
+            if self.state != State::Stopping {
+                while let Ok(ev) = watch_rx.try_recv() {
+                    match ev {
+                        WatchEvent::File(p) => self.offer(p),
+                        WatchEvent::Rescan => self.rescan(),
+                    }
+                }
+            }
+            self.feed();
+            while let Some(o) = self.ingest.outcomes.try_pop() {
+                self.absorb(o)?;
+            }
+            self.poll_rebuild()?;
+            let now = Instant::now();
+            if now >= next_flush {
+                let flush_every = Duration::from_millis(self.serve.flush_interval_ms);
+                next_flush = now + flush_every;
+                if self.journal.staged() > 0 || !self.after.is_empty() {
+                    self.flush_commit()?;
+                }
+            }
+            if let Some(every) = watchdog
+                && now >= next_ping
+            {
+                notify::watchdog();
+                next_ping = now + every;
+            }
+            if now >= next_status {
+                notify::status(&format!(
+                    "{:?}: {} ok, {} rejected, {} queued",
+                    self.state,
+                    self.files_ok,
+                    self.files_rejected,
+                    self.backlog.len()
+                ));
+                next_status = now + Duration::from_secs(5);
+            }
+            if self.state == State::Stopping && self.jobs.len() == self.backlog.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn handle(
+        &mut self,
+        req: Request,
+        watcher: &mut Option<Watcher>,
+        watch_tx: &mpsc::Sender<WatchEvent>,
+        server: &control::Server,
+    ) -> Result<(), Error> {
+        tracing::debug!("Command {} from {:?}.", req.cmd, req.origin);
+        let reply = match req.cmd {
+            Command::Status => self.status(),
+            Command::Stats => self.stats(),
+            Command::Pause => {
+                if self.state == State::Running {
+                    self.state = State::Paused;
+                }
+                Reply::ok().with("state", "paused")
+            }
+            Command::Resume => {
+                if self.state == State::Paused {
+                    self.state = State::Running;
+                }
+                Reply::ok().with("state", "running")
+            }
+            Command::Flush => match self.flush_commit() {
+                Ok(()) => Reply::ok_with(json!({ "rows": self.rows() })),
+                Err(e) => {
+                    let msg = e.to_string();
+                    req.respond(Reply::error(msg));
+                    return Err(e);
+                }
+            },
+            Command::Shutdown => {
+                tracing::info!("Shutting down: finishing the files in flight.");
+                self.state = State::Stopping;
+                if let Some(w) = watcher.take() {
+                    w.stop();
+                }
+                server.stop_accepting();
+                // Not yet started: leave them in the drop directory for next time.
+                for id in std::mem::take(&mut self.backlog) {
+                    if let Some(j) = self.jobs.remove(&id) {
+                        self.in_flight.remove(&j.rel);
+                    }
+                }
+                Reply::ok().with("state", "stopping")
+            }
+            Command::Reload => self.reload(watcher, watch_tx),
+            Command::Rebuild => self.start_rebuild(),
+        };
+        req.respond(reply);
+        Ok(())
+    }
+
+    fn start_rebuild(&mut self) -> Reply {
+        if self.rebuild.is_some() {
+            return Reply::error("a rebuild is already running");
+        }
+        if self.serve.on_success != OnSuccess::Keep {
+            return Reply::error(
+                "rebuild re-reads the drop directory, but serve.on_success moves or deletes \
+                 ingested files; set on_success = \"keep\" to use rebuild",
+            );
+        }
+        let cfg = match Config::load(&self.config_path) {
+            Ok(c) => c,
+            Err(e) => return Reply::error(format!("cannot read the config: {e}")),
+        };
+        match Rebuild::start(cfg, &self.serve) {
+            Ok(r) => {
+                let p = r.progress();
+                self.rebuild = Some(r);
+                Reply::ok_with(json!({ "rebuild": p }))
+            }
+            Err(e) => Reply::error(format!("cannot start the rebuild: {e}")),
+        }
+    }
+
+    /// When a rebuild has finished, swaps its files and journal in.
+    fn poll_rebuild(&mut self) -> Result<(), Error> {
+        if !self.rebuild.as_ref().is_some_and(Rebuild::is_finished) {
+            return Ok(());
+        }
+        let rebuild = self.rebuild.take().expect("checked above");
+        match rebuild.finish() {
+            Err(e) => {
+                self.note_error(format!("rebuild failed: {e}"));
+                self.rebuild_report = Some(json!({ "state": "failed", "error": e }));
+                Ok(())
+            }
+            Ok(done) => self.swap_in(done),
+        }
+    }
+
+    /// Replaces the live files and journal with a finished rebuild's, restarts
+    /// ingest with the rebuild's config, and re-offers every file the rebuild
+    /// did not see.
+    fn swap_in(&mut self, done: super::rebuild::Finished) -> Result<(), Error> {
+        // Drain: nothing new starts; finish what is in flight on the old config.
+        let paused = self.state;
+        self.state = State::Paused;
+        while self.jobs.len() > self.backlog.len() {
+            match self.ingest.outcomes.pop_timeout(Duration::from_millis(50)) {
+                Some(o) => self.absorb(o)?,
+                None => continue,
+            }
+        }
+        self.flush_commit()?;
+        for (_, app) in self.appenders.drain() {
+            app.close()?;
+        }
+        self.labels.clear();
+        // Swap the files and the journal (each rename is atomic).
+        let report = done.install(&self.serve, &mut self.journal)?;
+        // Restart ingest with the new config.
+        let old = std::mem::replace(
+            &mut self.ingest,
+            Ingest::start(&done.cfg, Arc::clone(&self.telemetry)).map_err(Error::Other)?,
+        );
+        old.close();
+        while old.outcomes.pop().is_some() {}
+        old.join().map_err(Error::Other)?;
+        let new_cfg = done.cfg;
+        self.cfg.spec = new_cfg.spec;
+        self.cfg.output = new_cfg.output;
+        let splits: Vec<String> = self.journal.state().rows.keys().cloned().collect();
+        for split in splits {
+            self.appender(&split)?;
+        }
+        // Requeue the backlog, and offer everything the rebuild did not cover.
+        let backlog: Vec<PathBuf> = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .filter_map(|id| self.jobs.remove(&id).map(|j| j.abs))
+            .collect();
+        self.in_flight.clear();
+        for p in backlog {
+            self.offer(p);
+        }
+        self.rescan();
+        self.state = paused;
+        tracing::info!("Rebuild swapped in: {report}");
+        self.rebuild_report = Some(json!({ "state": "done", "summary": report }));
+        Ok(())
+    }
+
+    /// Final drain after the loop: flush, commit, close every file, stop ingest.
+    fn finish(mut self) -> Result<(), Error> {
+        if let Some(r) = self.rebuild.take() {
+            r.abandon();
+        }
+        let flushed = self.flush_commit();
+        let mut closed = Ok(());
+        for (_, app) in self.appenders.drain() {
+            if let Err(e) = app.close() {
+                closed = Err(Error::Writer(e));
+            }
+        }
+        self.ingest.close();
+        while self.ingest.outcomes.pop().is_some() {}
+        let joined = self.ingest.join().map_err(Error::Other);
+        tracing::info!(
+            "Stopped: {} file(s) ingested, {} rejected this run.",
+            self.files_ok,
+            self.files_rejected
+        );
+        flushed.and(closed).and(joined)
+    }
+}

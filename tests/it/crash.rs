@@ -1,0 +1,251 @@
+//! kill -9 of a SWMR appender + journal at random moments, then recovery.
+//!
+//! The child is this test binary re-run on the ignored test `crash::child_writer`
+//! (env `MELFORGE_CRASH_DIR` set): it recovers, then ingests an endless numbered
+//! sequence of synthetic files in batches (rows to two splits' appenders, some
+//! rejections, new label names over time), committing each batch the way `serve`
+//! does: every appender flushes, then the journal commits. The parent SIGKILLs it
+//! after a random delay, recovers itself, and checks that every confirmed file is
+//! in HDF5 exactly once with intact values and that the confirmed files are exactly
+//! a prefix of the sequence (nothing lost, nothing twice).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hdf5::types::VarLenUnicode;
+use melforge::journal::{FileStamp, Journal, Known, RecoveredState};
+use melforge::mel::{Segmentation, Spec};
+use melforge::writer::Dtype;
+use melforge::writer::append::{AppendSpec, Appender};
+
+const SPLITS: [&str; 2] = ["train", "val"];
+const ROW_LEN: usize = 2 * 3 * 4 * 5;
+
+fn spec(split: &str) -> AppendSpec {
+    AppendSpec {
+        split: split.into(),
+        spec: Spec {
+            sample_rate: 64,
+            clip_seconds: 1.0,
+            segmentation: Segmentation {
+                enabled: true,
+                long_window: 32,
+                long_hop: 32,
+                short_window: 16,
+                short_hop: 8,
+            },
+            n_fft: 8,
+            hop_length: 2,
+            win_length: 8,
+            n_mels: 4,
+            fmax: 32.0,
+            ..Spec::default()
+        },
+        dtype: Dtype::Float32,
+        chunk_files: 4,
+        extra_attrs: vec![],
+    }
+}
+
+/// File `n` of the endless drop directory.
+fn file_of(n: u64) -> (String, FileStamp, &'static str, String) {
+    let split = SPLITS[(n % 2) as usize];
+    // A new label name every 13 files, so label_names grows during the run.
+    let label = format!("label{}", n / 13 % 6);
+    let path = format!("{split}/{label}/f{n:06}.wav");
+    let stamp = FileStamp {
+        size: 44 + n,
+        mtime_ns: 1_700_000_000_000_000_000 + n as i64,
+    };
+    (path, stamp, split, label)
+}
+
+fn is_rejected(n: u64) -> bool {
+    n % 11 == 5
+}
+
+fn row_of(n: u64) -> Vec<f32> {
+    (0..ROW_LEN)
+        .map(|k| (n as f32) * 0.5 - (k as f32) * 0.25)
+        .collect()
+}
+
+/// Opens the journal and one appender per split, recovering both.
+/// Also returns the HDF5 rows cut because the journal did not confirm them.
+fn recover(dir: &Path) -> (Journal, RecoveredState, Vec<Appender>, usize) {
+    let (journal, state) = Journal::open(&dir.join("state")).unwrap();
+    let mut cut = 0;
+    let appenders = SPLITS
+        .iter()
+        .map(|s| {
+            let (a, report) =
+                Appender::open(&dir.join("out"), &spec(s), &[], state.rows_of(s)).unwrap();
+            cut += report.rows_dropped;
+            a
+        })
+        .collect();
+    (journal, state, appenders, cut)
+}
+
+#[test]
+#[ignore = "run by crash::kill_9_at_random_points as its child"]
+fn child_writer() {
+    let Some(dir) = std::env::var_os("MELFORGE_CRASH_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let (mut journal, state, mut apps, _) = recover(dir);
+    let mut n = 0u64;
+    let mut batch = 0u64;
+    loop {
+        batch += 1;
+        let mut taken = 0;
+        while taken < 1 + batch % 7 {
+            let (path, stamp, split, label) = file_of(n);
+            let k = n;
+            n += 1;
+            if state.lookup(&path, stamp).is_some() {
+                continue;
+            }
+            taken += 1;
+            if is_rejected(k) {
+                journal.stage_reject(&path, stamp, "synthetic rejection");
+                continue;
+            }
+            let s = SPLITS.iter().position(|x| *x == split).unwrap();
+            // Same ids in every split: register the name everywhere first.
+            let id = apps
+                .iter_mut()
+                .map(|a| a.label_id(&label).unwrap())
+                .collect::<Vec<_>>();
+            assert!(id.windows(2).all(|w| w[0] == w[1]));
+            let row = apps[s].append(&path, id[s], &row_of(k)).unwrap();
+            journal.stage_row(&path, stamp, split, row);
+        }
+        for a in &mut apps {
+            a.flush().unwrap();
+        }
+        journal.commit().unwrap();
+    }
+}
+
+/// Checks the recovered state against HDF5; returns confirmed files.
+fn check(state: &RecoveredState, apps: &[Appender]) -> u64 {
+    // Confirmed files are exactly file_of(0..k) for some k.
+    let mut k = 0;
+    while state.lookup(&file_of(k).0, file_of(k).1).is_some() {
+        k += 1;
+    }
+    let confirmed: usize =
+        state.ingested.values().map(Vec::len).sum::<usize>() + state.rejected.len();
+    assert_eq!(confirmed as u64, k, "confirmed files are not a prefix");
+    for n in 0..k {
+        let (path, stamp, split, _) = file_of(n);
+        match state.lookup(&path, stamp).unwrap() {
+            Known::Ingested(r) => {
+                assert!(!is_rejected(n));
+                assert_eq!(r.split, split);
+            }
+            Known::Rejected(_) => assert!(is_rejected(n)),
+        }
+    }
+    for (s, app) in SPLITS.iter().zip(apps) {
+        let rows = state.rows_of(s);
+        assert_eq!(app.rows(), rows);
+        let f = hdf5::File::open_as(app.path(), hdf5::OpenMode::ReadSWMR).unwrap();
+        let mel = f.dataset("mel").unwrap();
+        assert_eq!(mel.shape()[0], rows);
+        let values = mel.read_raw::<f32>().unwrap();
+        let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
+        let paths = f
+            .dataset("path")
+            .unwrap()
+            .read_raw::<VarLenUnicode>()
+            .unwrap();
+        let names = f
+            .dataset("label_names")
+            .unwrap()
+            .read_raw::<VarLenUnicode>()
+            .unwrap();
+        assert_eq!(labels.len(), rows);
+        assert_eq!(paths.len(), rows);
+        let mut seen = HashSet::new();
+        for i in 0..rows {
+            let p = paths[i].as_str();
+            assert!(seen.insert(p.to_string()), "{p} twice in {s}");
+            let n: u64 = p[p.len() - 10..p.len() - 4].parse().unwrap();
+            let (path, stamp, _, label) = file_of(n);
+            assert_eq!(p, path);
+            match state.lookup(&path, stamp) {
+                Some(Known::Ingested(r)) => assert_eq!(r.row, i, "{p}"),
+                other => panic!("{p} in HDF5 but journal says {other:?}"),
+            }
+            assert_eq!(names[labels[i] as usize].as_str(), label, "{p}");
+            assert_eq!(
+                values[i * ROW_LEN..(i + 1) * ROW_LEN],
+                row_of(n)[..],
+                "values of {p}"
+            );
+        }
+    }
+    k
+}
+
+#[test]
+fn kill_9_at_random_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let start = Instant::now();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut last = 0;
+    let mut runs = 0;
+    let mut torn_total = 0;
+    let mut cut_total = 0;
+    while runs < 20 && start.elapsed() < Duration::from_secs(20) {
+        runs += 1;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_millis(50 + seed % 600);
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "crash::child_writer",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env("MELFORGE_CRASH_DIR", dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the child writer exited early: {status}");
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+
+        let (journal, state, apps, cut) = recover(dir.path());
+        let k = check(&state, &apps);
+        assert!(k >= last, "confirmed files went from {last} to {k}");
+        println!(
+            "run {runs}: killed after {delay:?}: {k} files confirmed, {cut} unconfirmed \
+             HDF5 rows cut, torn journal tail {} bytes",
+            state.torn_bytes
+        );
+        torn_total += state.torn_bytes;
+        cut_total += cut;
+        last = k;
+        drop(apps);
+        drop(journal);
+    }
+    assert!(last > 0, "no batch was ever committed");
+    println!(
+        "{runs} kills in {:?}: {last} files confirmed, {cut_total} HDF5 rows cut, \
+         {torn_total} torn journal bytes in all",
+        start.elapsed()
+    );
+}
