@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
-use crate::compute::{self, Choice, Outcome, cpu};
-use crate::config::{Config, Engine};
+use crate::compute::{self, Choice, Outcome, cpu, cuda};
+use crate::config::{Backend, Config, Engine};
 use crate::mel::Plan;
 use crate::pin::{self, PinPolicy, Placement};
+use crate::reader::arena::Arena;
 use crate::reader::{Loaded, Readers, uring};
 use crate::ring::Ring;
 use crate::source::{self, Job};
@@ -42,6 +43,8 @@ pub enum Error {
     Backend(#[from] compute::Error),
     #[error(transparent)]
     Writer(#[from] writer::Error),
+    #[error(transparent)]
+    Cuda(#[from] cuda::Error),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -77,6 +80,8 @@ pub struct Options {
 pub struct Outcomes {
     /// Reader engine used: "uring" or "std".
     pub engine: String,
+    /// The CUDA stage's report (device, batches, H2D bytes and rate) when it ran.
+    pub cuda: Option<cuda::CudaReport>,
     pub backend: String,
     pub backend_reason: String,
     pub outputs: Vec<OutputFile>,
@@ -183,13 +188,15 @@ fn start_readers(
     loaded: Arc<Ring<Loaded>>,
     free_bytes: Arc<ArrayQueue<Vec<u8>>>,
     telemetry: Arc<Telemetry>,
-) -> Result<(Readers, Engine), Error> {
+) -> Result<(Readers, Engine, Option<Arc<Arena>>), Error> {
     if cfg.io.engine == Engine::Uring {
         match uring::probe() {
             Ok(_) => {
-                let r = uring::start_readers(&cfg.io, cpus, jobs, loaded, telemetry)
+                let arena = Arena::new(cfg.io.arena_bytes, cfg.io.threads.max(1))
                     .map_err(|e| Error::Reader(e.to_string()))?;
-                return Ok((r, Engine::Uring));
+                let r = uring::start_readers_in(&arena, &cfg.io, cpus, jobs, loaded, telemetry)
+                    .map_err(|e| Error::Reader(e.to_string()))?;
+                return Ok((r, Engine::Uring, Some(arena)));
             }
             Err(why) if cfg.io.fallback => tracing::warn!(
                 "io_uring is not usable ({why}); reading with the std engine instead \
@@ -204,7 +211,7 @@ fn start_readers(
     }
     let r =
         Readers::start(&cfg.io, cpus, jobs, loaded, free_bytes, telemetry).map_err(Error::Spawn)?;
-    Ok((r, Engine::Std))
+    Ok((r, Engine::Std, None))
 }
 
 /// Thread placement: hwloc's plan for both roles, with an explicit `io.pin` or
@@ -218,6 +225,12 @@ fn place_threads(cfg: &Config) -> Placement {
         placement.workers = pin::plan(&cfg.compute.pin, 0, cfg.compute.workers, None).workers;
     }
     placement
+}
+
+/// The compute stage that runs.
+enum Compute {
+    Cpu(cpu::Workers),
+    Cuda(cuda::CudaWorkers),
 }
 
 /// Runs a whole build of `input` into `out`.
@@ -263,7 +276,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
 
     let placement = place_threads(cfg);
     tracing::info!("{placement}");
-    let (readers, engine) = start_readers(
+    let (readers, engine, arena) = start_readers(
         cfg,
         &placement.readers,
         Arc::clone(&jobs),
@@ -271,18 +284,46 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         Arc::clone(&free_bytes),
         Arc::clone(&telemetry),
     )?;
-    let workers = cpu::Workers::start(
-        mel_plan,
-        &placement.workers,
-        cpu::Wiring {
+    let compute = if choice.backend == Backend::Cuda {
+        let gpu =
+            cuda::probe().map_err(|why| Error::Backend(compute::Error::CudaUnavailable(why)))?;
+        let opts = cuda::CudaOptions {
+            batch_files: cfg.compute.batch_files,
+            ..cuda::CudaOptions::default()
+        };
+        let wiring = cuda::CudaWiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
             free_bytes,
             free_rows: Arc::clone(&free_rows),
             telemetry: Arc::clone(&telemetry),
-        },
-    )
-    .map_err(Error::Spawn)?;
+            arena,
+        };
+        match cuda::start_cuda_workers(mel_plan, gpu, opts, wiring) {
+            Ok(w) => Compute::Cuda(w),
+            Err(e) => {
+                // Unblock the readers before reporting.
+                loaded.close();
+                let _ = readers.join();
+                return Err(Error::Cuda(e));
+            }
+        }
+    } else {
+        Compute::Cpu(
+            cpu::Workers::start(
+                mel_plan,
+                &placement.workers,
+                cpu::Wiring {
+                    input: Arc::clone(&loaded),
+                    output: Arc::clone(&outcomes),
+                    free_bytes,
+                    free_rows: Arc::clone(&free_rows),
+                    telemetry: Arc::clone(&telemetry),
+                },
+            )
+            .map_err(Error::Spawn)?,
+        )
+    };
     let writer_thread = {
         let (jobs, loaded, outcomes, telemetry) = (
             Arc::clone(&jobs),
@@ -318,7 +359,13 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     let written = writer_thread
         .join()
         .map_err(|_| Error::Panic("the writer thread panicked".into()))?;
-    workers.join().map_err(Error::Panic)?;
+    let cuda_report = match compute {
+        Compute::Cpu(w) => {
+            w.join().map_err(Error::Panic)?;
+            None
+        }
+        Compute::Cuda(w) => Some(w.join().map_err(Error::Panic)?),
+    };
     readers.join().map_err(Error::Panic)?;
     let (write_report, rejected) = written?;
 
@@ -333,6 +380,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     );
     Ok(Outcomes {
         engine: format!("{engine:?}").to_lowercase(),
+        cuda: cuda_report,
         backend: format!("{:?}", choice.backend).to_lowercase(),
         backend_reason: choice.reason,
         outputs: write_report

@@ -112,6 +112,11 @@ mod tests {
         let c = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
         assert_eq!(c.backend, Backend::Cuda);
         assert!(c.reason.contains("Test GPU (sm_90"), "{}", c.reason);
-        assert_eq!(select_with(Backend::Cpu, || unreachable!()).unwrap().backend, Backend::Cpu);
+        assert_eq!(
+            select_with(Backend::Cpu, || unreachable!())
+                .unwrap()
+                .backend,
+            Backend::Cpu
+        );
     }
 }

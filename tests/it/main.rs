@@ -5,5 +5,6 @@ mod cli;
 mod common;
 mod control;
 mod crash;
+mod cuda;
 mod golden;
 mod uring;

@@ -148,7 +148,11 @@ pub fn start_cuda_workers(
     tracing::info!(
         "CUDA kernels for {} ready in {compile_s:.3} s ({}).",
         gpu,
-        if from_cache { "from the cache" } else { "compiled by NVRTC" }
+        if from_cache {
+            "from the cache"
+        } else {
+            "compiled by NVRTC"
+        }
     );
     let report = CudaReport {
         device: gpu.to_string(),
@@ -157,7 +161,13 @@ pub fn start_cuda_workers(
         batch_files: opts.batch_files,
         ..CudaReport::default()
     };
-    start_workers_with(plan, move || real::CudaDevice::open(gpu, &image), opts, wiring, report)
+    start_workers_with(
+        plan,
+        move || real::CudaDevice::open(gpu, &image),
+        opts,
+        wiring,
+        report,
+    )
 }
 
 /// [`start_cuda_workers`] on any [`Device`]: `make` runs on the stage thread
@@ -230,7 +240,9 @@ where
             let _ = thread.join();
             Err(e)
         }
-        Err(_) => Err(Error::Unavailable("the CUDA thread died during start-up".into())),
+        Err(_) => Err(Error::Unavailable(
+            "the CUDA thread died during start-up".into(),
+        )),
     }
 }
 
@@ -255,7 +267,14 @@ fn run<D: Device>(
             closed.set(true);
         }
     };
-    let reject = |job: usize, reason: String| w.output.push(Outcome { job, row: Err(reason) }).is_ok();
+    let reject = |job: usize, reason: String| {
+        w.output
+            .push(Outcome {
+                job,
+                row: Err(reason),
+            })
+            .is_ok()
+    };
     let mut failure: Option<String> = None;
     let mut last_input = Instant::now();
     loop {

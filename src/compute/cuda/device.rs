@@ -179,8 +179,13 @@ pub trait Device {
 
     fn launch(&mut self, stream: Stream, k: Kernel, dims: LaunchDims, args: &[Arg]) -> Result<()>;
     /// Runs `plan` from `input` (f64 reals) into `output` (f64 complex pairs).
-    fn fft_exec(&mut self, stream: Stream, plan: FftPlan, input: DevBuf, output: DevBuf)
-    -> Result<()>;
+    fn fft_exec(
+        &mut self,
+        stream: Stream,
+        plan: FftPlan,
+        input: DevBuf,
+        output: DevBuf,
+    ) -> Result<()>;
 
     fn record_event(&mut self, e: Event, stream: Stream) -> Result<()>;
     fn stream_wait_event(&mut self, stream: Stream, e: Event) -> Result<()>;

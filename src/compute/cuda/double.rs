@@ -25,18 +25,43 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg,
-    Kernel, LaunchDims, Pinned, Result, Stream,
+    Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
+    LaunchDims, Pinned, Result, Stream,
 };
 
 /// Work queued on a stream (also the body of a graph).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Work {
-    HtoD { dst: DevBuf, off: usize, src: usize, len: usize },
-    PtoD { dst: DevBuf, off: usize, src: Pinned, src_off: usize, len: usize },
-    DtoH { dst: Pinned, off: usize, src: DevBuf, src_off: usize, len: usize },
-    Launch { kernel: String, dims: LaunchDims, args: Vec<Arg> },
-    Fft { plan: FftPlan, input: DevBuf, output: DevBuf },
+    HtoD {
+        dst: DevBuf,
+        off: usize,
+        src: usize,
+        len: usize,
+    },
+    PtoD {
+        dst: DevBuf,
+        off: usize,
+        src: Pinned,
+        src_off: usize,
+        len: usize,
+    },
+    DtoH {
+        dst: Pinned,
+        off: usize,
+        src: DevBuf,
+        src_off: usize,
+        len: usize,
+    },
+    Launch {
+        kernel: String,
+        dims: LaunchDims,
+        args: Vec<Arg>,
+    },
+    Fft {
+        plan: FftPlan,
+        input: DevBuf,
+        output: DevBuf,
+    },
     /// Completes generation `generation` of `event`.
     Record { event: Event, generation: u64 },
     /// Blocks the stream until `event` reached `generation`.
@@ -46,7 +71,9 @@ pub enum Work {
 /// What the host asked for, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
-    RegisterHost { len: usize },
+    RegisterHost {
+        len: usize,
+    },
     Alloc(DevBuf),
     AllocPinned(Pinned),
     CreateStream(Stream),
@@ -54,20 +81,39 @@ pub enum Call {
     Kernel(String),
     FftPlan(FftShape),
     /// Any stream-ordered operation (copy, launch, fft, record, wait).
-    Issue { stream: Stream, work: Work, captured: bool },
-    Query { event: Event, done: bool },
+    Issue {
+        stream: Stream,
+        work: Work,
+        captured: bool,
+    },
+    Query {
+        event: Event,
+        done: bool,
+    },
     Sync(Event),
     BeginCapture(Stream),
-    EndCapture { stream: Stream, graph: Graph },
-    Instantiate { graph: Graph, exec: GraphExec },
-    GraphLaunch { stream: Stream, exec: GraphExec },
+    EndCapture {
+        stream: Stream,
+        graph: Graph,
+    },
+    Instantiate {
+        graph: Graph,
+        exec: GraphExec,
+    },
+    GraphLaunch {
+        stream: Stream,
+        exec: GraphExec,
+    },
 }
 
 /// One line of the log.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
     Call(Call),
-    Exec { stream: Stream, work: Work },
+    Exec {
+        stream: Stream,
+        work: Work,
+    },
     /// A marker written by the code under test or the test itself.
     Note(String),
 }
@@ -268,8 +314,7 @@ impl HostDouble {
     }
 
     fn check_buf(&self, op: &'static str, b: DevBuf, off: usize, len: usize) -> Result<()> {
-        if b.id >= self.bufs.len() || off.checked_add(len).is_none_or(|e| e > self.buf_lens[b.id])
-        {
+        if b.id >= self.bufs.len() || off.checked_add(len).is_none_or(|e| e > self.buf_lens[b.id]) {
             return Err(range_err(op, "device range"));
         }
         Ok(())
@@ -299,7 +344,8 @@ impl HostDouble {
                 src_off,
                 len,
             } => {
-                let from = as_bytes(&self.pinned[src.id], src.len)[*src_off..src_off + len].to_vec();
+                let from =
+                    as_bytes(&self.pinned[src.id], src.len)[*src_off..src_off + len].to_vec();
                 let l = self.buf_lens[dst.id];
                 as_bytes_mut(&mut self.bufs[dst.id], l)[*off..off + len].copy_from_slice(&from);
             }
@@ -321,9 +367,9 @@ impl HostDouble {
                     let host: Vec<HostArg> = args
                         .iter()
                         .map(|a| match *a {
-                            Arg::Ptr(b, off) => {
-                                HostArg::Ptr(self.bufs[b.id].as_mut_ptr().cast::<u8>().wrapping_add(off))
-                            }
+                            Arg::Ptr(b, off) => HostArg::Ptr(
+                                self.bufs[b.id].as_mut_ptr().cast::<u8>().wrapping_add(off),
+                            ),
                             Arg::I32(v) => HostArg::I32(v),
                             Arg::I64(v) => HostArg::I64(v),
                             Arg::F32(v) => HostArg::F32(v),
@@ -546,7 +592,10 @@ impl Device for HostDouble {
             .cloned()
             .ok_or_else(|| DeviceError::new("cuLaunchKernel", "unknown kernel"))?;
         if dims.grid == 0 || dims.block == 0 || dims.grid > 65535 * 32768 || dims.block > 1024 {
-            return Err(DeviceError::new("cuLaunchKernel", format!("bad dims {dims:?}")));
+            return Err(DeviceError::new(
+                "cuLaunchKernel",
+                format!("bad dims {dims:?}"),
+            ));
         }
         for a in args {
             if let Arg::Ptr(b, off) = a {
@@ -597,7 +646,13 @@ impl Device for HostDouble {
             .ok_or_else(|| DeviceError::new("cuEventRecord", "unknown event"))?;
         st.recorded += 1;
         let generation = st.recorded;
-        self.issue(stream, Work::Record { event: e, generation })
+        self.issue(
+            stream,
+            Work::Record {
+                event: e,
+                generation,
+            },
+        )
     }
 
     fn stream_wait_event(&mut self, stream: Stream, e: Event) -> Result<()> {
@@ -613,7 +668,13 @@ impl Device for HostDouble {
             .get(e.0)
             .ok_or_else(|| DeviceError::new("cuStreamWaitEvent", "unknown event"))?
             .recorded;
-        self.issue(stream, Work::Wait { event: e, generation })
+        self.issue(
+            stream,
+            Work::Wait {
+                event: e,
+                generation,
+            },
+        )
     }
 
     fn event_query(&mut self, e: Event) -> Result<bool> {
@@ -658,7 +719,10 @@ impl Device for HostDouble {
             }
             other => {
                 self.capture = other;
-                Err(DeviceError::new("cuStreamEndCapture", "stream is not capturing"))
+                Err(DeviceError::new(
+                    "cuStreamEndCapture",
+                    "stream is not capturing",
+                ))
             }
         }
     }

@@ -17,7 +17,10 @@ fn dim(x: u32) -> Dim3 {
 }
 
 fn bad(name: &str) -> DeviceError {
-    DeviceError::new("cuLaunchKernel", format!("{name}: argument types do not match"))
+    DeviceError::new(
+        "cuLaunchKernel",
+        format!("{name}: argument types do not match"),
+    )
 }
 
 impl HostKernels for MelHostKernels {

@@ -115,7 +115,8 @@ fn probe_uncached() -> Result<Gpu, String> {
         ));
     }
     result::init().map_err(|e| format!("cuInit failed: {e}"))?;
-    let devices = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    let devices =
+        result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
     if devices < 1 {
         return Err("no CUDA device".into());
     }

@@ -137,7 +137,9 @@ fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
         prefixes.push(Path::new(&venv).join("lib"));
     }
     for p in prefixes {
-        let Ok(rd) = std::fs::read_dir(&p) else { continue };
+        let Ok(rd) = std::fs::read_dir(&p) else {
+            continue;
+        };
         for e in rd.flatten() {
             let n = e.file_name();
             if n.to_string_lossy().starts_with("python3") {
@@ -184,10 +186,11 @@ fn preload_companions(lib: &Lib, dir: &Path) {
     };
     for e in rd.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
-        if lib.companions.iter().any(|c| n.starts_with(c)) && !n.contains(".alt.") {
-            if let Err(err) = open_global(&e.path().to_string_lossy()) {
-                tracing::debug!("Could not preload {n}: {err}.");
-            }
+        if lib.companions.iter().any(|c| n.starts_with(c))
+            && !n.contains(".alt.")
+            && let Err(err) = open_global(&e.path().to_string_lossy())
+        {
+            tracing::debug!("Could not preload {n}: {err}.");
         }
     }
 }
@@ -253,6 +256,31 @@ pub fn ensure(lib: &Lib) -> Result<Found, String> {
             }
         )
     });
+    found.push((lib.name, r.clone()));
+    r
+}
+
+/// Loads `lib` from the explicit file `path` (and its companions beside it)
+/// and records it, so later [`ensure`] calls — and cudarc — use this copy.
+/// For tests and tools that know where the library is (e.g. a pip wheel).
+pub fn ensure_from(lib: &Lib, path: &Path) -> Result<Found, String> {
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    // An earlier success stands (cudarc may already use that copy); an
+    // earlier failure is replaced by this attempt.
+    if let Some((_, Ok(f))) = found.iter().find(|(n, _)| *n == lib.name) {
+        return Ok(f.clone());
+    }
+    found.retain(|(n, _)| *n != lib.name);
+    let r = open_global(&path.to_string_lossy())
+        .map(|()| {
+            if let Some(dir) = path.parent() {
+                preload_companions(lib, dir);
+            }
+            Found {
+                loaded_as: path.display().to_string(),
+            }
+        })
+        .map_err(|e| format!("{} cannot be loaded: {e}", path.display()));
     found.push((lib.name, r.clone()));
     r
 }

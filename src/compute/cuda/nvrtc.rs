@@ -97,7 +97,11 @@ impl Image {
         if !self.ptx {
             return None;
         }
-        let end = self.bytes.iter().position(|&b| b == 0).unwrap_or(self.bytes.len());
+        let end = self
+            .bytes
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.bytes.len());
         std::str::from_utf8(&self.bytes[..end]).ok()
     }
 }
@@ -145,9 +149,12 @@ pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
         msg,
         log,
     };
-    let csrc = CString::new(src).map_err(|_| fail("source contains a NUL byte".into(), String::new()))?;
-    let cname = CString::new(file).map_err(|_| fail("name contains a NUL byte".into(), String::new()))?;
-    let prog = result::create_program(&csrc, Some(&cname)).map_err(|e| fail(format!("{e:?}"), String::new()))?;
+    let csrc =
+        CString::new(src).map_err(|_| fail("source contains a NUL byte".into(), String::new()))?;
+    let cname =
+        CString::new(file).map_err(|_| fail("name contains a NUL byte".into(), String::new()))?;
+    let prog = result::create_program(&csrc, Some(&cname))
+        .map_err(|e| fail(format!("{e:?}"), String::new()))?;
     let mut opts: Vec<String> = OPTIONS.iter().map(|s| (*s).to_string()).collect();
     opts.push(target.option());
     // SAFETY: `prog` was just created and is destroyed exactly once below;
@@ -172,11 +179,13 @@ pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
                 let mut size = 0usize;
                 // SAFETY: compiled program; `size` is a valid out-pointer.
                 let r = unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) };
-                r.result().map_err(|e| fail(format!("{e:?}"), log.clone()))?;
+                r.result()
+                    .map_err(|e| fail(format!("{e:?}"), log.clone()))?;
                 let mut buf = vec![0u8; size];
                 // SAFETY: `buf` holds exactly the size NVRTC reported.
                 let r = unsafe { sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast()) };
-                r.result().map_err(|e| fail(format!("{e:?}"), log.clone()))?;
+                r.result()
+                    .map_err(|e| fail(format!("{e:?}"), log.clone()))?;
                 Ok(buf)
             }
         });
@@ -247,8 +256,14 @@ mod tests {
 
     #[test]
     fn targets_and_cache_keys_are_stable() {
-        assert_eq!(Target::for_device(8, 6).option(), "--gpu-architecture=sm_86");
-        assert_eq!(Target::Compute(80).option(), "--gpu-architecture=compute_80");
+        assert_eq!(
+            Target::for_device(8, 6).option(),
+            "--gpu-architecture=sm_86"
+        );
+        assert_eq!(
+            Target::Compute(80).option(),
+            "--gpu-architecture=compute_80"
+        );
         assert!(Target::Compute(80).is_ptx() && !Target::Sm(90).is_ptx());
         // FNV-1a of known input (regression: cache keys must not change silently).
         assert_eq!(fnv(&[b"a"]), fnv(&[b"a"]));
@@ -266,7 +281,10 @@ mod tests {
             .collect();
         on_disk.sort();
         let embedded: Vec<&str> = SOURCES.iter().map(|(n, _)| *n).collect();
-        assert_eq!(on_disk, embedded, "add every kernels/*.cu to nvrtc::SOURCES");
+        assert_eq!(
+            on_disk, embedded,
+            "add every kernels/*.cu to nvrtc::SOURCES"
+        );
         for (n, s) in SOURCES {
             assert_eq!(std::fs::read_to_string(dir.join(n)).unwrap(), *s);
         }

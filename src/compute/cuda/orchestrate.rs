@@ -43,6 +43,9 @@ pub trait HostBytes {
     fn ptr(&self) -> *const u8;
     /// The file's length.
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Bytes readable from `ptr` (≥ `len`: an arena extent's capacity), so
     /// adjacent extents coalesce into one copy.
     fn readable(&self) -> usize {
@@ -239,6 +242,11 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         &mut self.dev
     }
 
+    #[cfg(test)]
+    pub(crate) fn dev_mut_for_test(&mut self) -> &mut D {
+        &mut self.dev
+    }
+
     pub fn stats(&self) -> RunnerStats {
         self.stats
     }
@@ -251,7 +259,10 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
 
     fn record_error(&self, e: String) {
         tracing::error!("CUDA teardown: {e}.");
-        self.errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(e);
     }
 
     /// Files in the batch being assembled.
@@ -424,8 +435,13 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         // Descriptors: real files, then padding.
         let db = self.recipe.desc_bytes();
         let slot = &self.slots[s];
-        let (desc_host, descs, input, copied, done) =
-            (slot.desc_host, slot.descs, slot.input, slot.copied, slot.done);
+        let (desc_host, descs, input, copied, done) = (
+            slot.desc_host,
+            slot.descs,
+            slot.input,
+            slot.copied,
+            slot.done,
+        );
         {
             // SAFETY: the slot is free (its done event completed or it never
             // ran), so no copy from `desc_host` is in flight.

@@ -66,7 +66,8 @@ impl CudaDevice {
     pub fn open(gpu: Gpu, image: &Image) -> Result<CudaDevice> {
         let dev = result::device::get(0).map_err(de("cuDeviceGet"))?;
         // SAFETY: `dev` came from cuDeviceGet; released in Drop.
-        let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(de("cuDevicePrimaryCtxRetain"))?;
+        let ctx =
+            unsafe { result::primary_ctx::retain(dev) }.map_err(de("cuDevicePrimaryCtxRetain"))?;
         let mut me = CudaDevice {
             gpu,
             dev,
@@ -233,7 +234,10 @@ impl Device for CudaDevice {
     ) -> Result<()> {
         let (p, plen) = self.pinned[src.id];
         if src_off + len > plen {
-            return Err(DeviceError::new("cuMemcpyHtoDAsync", "past the pinned buffer"));
+            return Err(DeviceError::new(
+                "cuMemcpyHtoDAsync",
+                "past the pinned buffer",
+            ));
         }
         // SAFETY: the source lies in a pinned allocation owned by this device,
         // alive until Drop; the runner does not rewrite it while in flight.
@@ -307,7 +311,11 @@ impl Device for CudaDevice {
             .plans
             .get(plan.0)
             .ok_or_else(|| DeviceError::new("cufftExecD2Z", "unknown plan"))?;
-        let (i, o, s) = (self.ptr(input, 0)?, self.ptr(output, 0)?, self.stream(stream)?);
+        let (i, o, s) = (
+            self.ptr(input, 0)?,
+            self.ptr(output, 0)?,
+            self.stream(stream)?,
+        );
         // SAFETY: plan and stream are live handles of this device; the buffers
         // were sized by the recipe for this plan's batch.
         unsafe {

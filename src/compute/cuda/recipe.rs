@@ -13,8 +13,7 @@
 use std::collections::HashMap;
 
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, FftPlan, FftShape, Kernel, LaunchDims, Pinned, Result,
-    Stream,
+    Arg, DevBuf, Device, DeviceError, FftPlan, FftShape, Kernel, LaunchDims, Pinned, Result, Stream,
 };
 use super::orchestrate::{Placed, Recipe};
 use super::tables::{self, MfFile, Tables};
@@ -233,7 +232,13 @@ impl Recipe for MelRecipe {
             s,
             self.k("mf_decode")?,
             dims(n * t.clip_samples),
-            &[b(input), b(descs), i32a(n), i32a(t.clip_samples), b(w.clips)],
+            &[
+                b(input),
+                b(descs),
+                i32a(n),
+                i32a(t.clip_samples),
+                b(w.clips),
+            ],
         )?;
         dev.launch(
             s,
@@ -283,7 +288,13 @@ impl Recipe for MelRecipe {
                 s,
                 self.k("mf_top_db")?,
                 dims(n * per_file),
-                &[b(w.db), i32a(n), i32a(per_file), b(w.clip_max), Arg::F32(top)],
+                &[
+                    b(w.db),
+                    i32a(n),
+                    i32a(per_file),
+                    b(w.clip_max),
+                    Arg::F32(top),
+                ],
             )?;
         }
         dev.launch(

@@ -1,0 +1,128 @@
+//! CUDA backend checks that need no GPU: NVRTC compiles every kernel, and the
+//! backend choice on a GPU-less host. (The orchestration and the host-built
+//! kernels are tested in `src/compute/cuda/`.)
+//!
+//! libnvrtc comes from the `nvidia-cuda-nvrtc-cu12` wheel (or a CUDA toolkit).
+//! It is located from `MELFORGE_NVRTC_LIB` (the library file), else by asking
+//! `python3` where the wheel is, else by the backend's own search. Without it
+//! the NVRTC test is skipped with a printed reason — unless
+//! `MELFORGE_REQUIRE_NVRTC=1` (CI), where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use melforge::compute::cuda::{libs, nvrtc};
+
+/// Kernel names declared in kernels/README.md (`void mf_…(` lines).
+fn readme_kernels() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/README.md"))
+            .unwrap();
+    let mut names: Vec<String> = readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("void "))
+        .filter_map(|l| l.split('(').next())
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    names.dedup();
+    names
+}
+
+/// libnvrtc.so.12 inside the pip wheel, as python3 reports it.
+fn wheel_nvrtc() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia.cuda_nvrtc as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let lib = dir.join("libnvrtc.so.12");
+    lib.is_file().then_some(lib)
+}
+
+fn locate_nvrtc() -> Result<String, String> {
+    if let Some(p) = std::env::var_os("MELFORGE_NVRTC_LIB") {
+        return libs::ensure_from(&libs::NVRTC, Path::new(&p)).map(|f| f.loaded_as);
+    }
+    if let Some(p) = wheel_nvrtc() {
+        return libs::ensure_from(&libs::NVRTC, &p).map(|f| f.loaded_as);
+    }
+    libs::ensure(&libs::NVRTC).map(|f| f.loaded_as)
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    let required = std::env::var("MELFORGE_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    let lib = match locate_nvrtc() {
+        Ok(l) => l,
+        Err(why) if !required => {
+            eprintln!(
+                "SKIPPED nvrtc_compiles_every_kernel: {why}. Install it with `pip install \
+                 nvidia-cuda-nvrtc-cu12` or set MELFORGE_NVRTC_LIB; MELFORGE_REQUIRE_NVRTC=1 \
+                 makes this a failure."
+            );
+            return;
+        }
+        Err(why) => panic!("MELFORGE_REQUIRE_NVRTC=1 but libnvrtc is unavailable: {why}"),
+    };
+    let (major, minor) = nvrtc::version().unwrap();
+    eprintln!("NVRTC {major}.{minor} from {lib}");
+    let names = readme_kernels();
+    assert!(
+        names.len() >= 7,
+        "kernels/README.md lists the kernels: {names:?}"
+    );
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    sources.sort();
+    assert!(!sources.is_empty());
+    let mut ptx_all = String::new();
+    for src in &sources {
+        let text = std::fs::read_to_string(src).unwrap();
+        let name = src.file_name().unwrap().to_string_lossy();
+        // A virtual architecture needs no device: PTX for compute_80.
+        let img = nvrtc::compile(&name, &text, nvrtc::Target::Compute(80))
+            .unwrap_or_else(|e| panic!("{e}"));
+        ptx_all.push_str(img.ptx_text().expect("PTX text"));
+    }
+    for n in &names {
+        assert!(
+            ptx_all.contains(&format!(".entry {n}(")),
+            "kernel {n} (kernels/README.md) is missing from the PTX"
+        );
+    }
+    // The device path: a CUBIN for a real architecture, also without a GPU.
+    let (file, src) = nvrtc::SOURCES[0];
+    let cubin = nvrtc::compile(file, src, nvrtc::Target::Sm(80)).unwrap();
+    assert!(
+        !cubin.ptx && cubin.bytes.starts_with(b"\x7fELF"),
+        "a CUBIN is an ELF image"
+    );
+}
+
+#[test]
+fn backend_choice_on_this_host_never_panics() {
+    use melforge::compute::{Error, select};
+    use melforge::config::Backend;
+    match melforge::compute::cuda::probe() {
+        Err(why) => {
+            let c = select(Backend::Auto).unwrap();
+            assert_eq!(c.backend, Backend::Cpu);
+            assert!(c.reason.contains(&why));
+            let Error::CudaUnavailable(w) = select(Backend::Cuda).unwrap_err();
+            assert_eq!(w, why);
+        }
+        Ok(gpu) => eprintln!("this host has a GPU ({gpu}); the GPU-less checks do not apply"),
+    }
+}
