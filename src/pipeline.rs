@@ -216,8 +216,13 @@ fn start_readers(
 
 /// Thread placement: hwloc's plan for both roles, with an explicit `io.pin` or
 /// `compute.pin` list (or "off") overriding its role.
-fn place_threads(cfg: &Config) -> Placement {
-    let mut placement = pin::plan(&PinPolicy::Auto, cfg.io.threads, cfg.compute.workers, None);
+fn place_threads(cfg: &Config, gpu_pci_bus_id: Option<&str>) -> Placement {
+    let mut placement = pin::plan(
+        &PinPolicy::Auto,
+        cfg.io.threads,
+        cfg.compute.workers,
+        gpu_pci_bus_id,
+    );
     if cfg.io.pin != PinPolicy::Auto {
         placement.readers = pin::plan(&cfg.io.pin, cfg.io.threads, 0, None).readers;
     }
@@ -274,7 +279,12 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     ));
     let mel_plan = Arc::new(Plan::new(&cfg.spec));
 
-    let placement = place_threads(cfg);
+    // Near the GPU's PCIe root when the CUDA backend runs.
+    let gpu = (choice.backend == Backend::Cuda)
+        .then(cuda::probe)
+        .transpose()
+        .map_err(|why| Error::Backend(compute::Error::CudaUnavailable(why)))?;
+    let placement = place_threads(cfg, gpu.as_ref().map(|g| g.pci_bus_id.as_str()));
     tracing::info!("{placement}");
     let (readers, engine, arena) = start_readers(
         cfg,

@@ -108,6 +108,7 @@ mod tests {
             cc: (9, 0),
             devices: 1,
             driver_version: 12040,
+            pci_bus_id: "0000:41:00.0".into(),
         };
         let c = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
         assert_eq!(c.backend, Backend::Cuda);

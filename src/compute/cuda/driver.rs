@@ -66,6 +66,8 @@ pub struct Gpu {
     pub devices: i32,
     /// e.g. 12040 for CUDA 12.4.
     pub driver_version: i32,
+    /// PCI address `dddd:bb:dd.0`, for placing threads near the GPU.
+    pub pci_bus_id: String,
 }
 
 impl std::fmt::Display for Gpu {
@@ -130,6 +132,12 @@ fn probe_uncached() -> Result<Gpu, String> {
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
     );
+    let pci_bus_id = format!(
+        "{:04x}:{:02x}:{:02x}.0",
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+    );
     libs::ensure(&libs::NVRTC).map_err(|e| {
         format!("{e}; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12`")
     })?;
@@ -140,6 +148,7 @@ fn probe_uncached() -> Result<Gpu, String> {
         cc,
         devices,
         driver_version: version,
+        pci_bus_id,
     })
 }
 
