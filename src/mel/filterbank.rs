@@ -161,6 +161,7 @@ impl SparseFilterbank {
     /// `LANES` partial sums let the compiler vectorise; the order differs from
     /// BLAS's anyway, and all terms are non-negative, so the relative error stays
     /// at a few f32 ulps.
+    #[inline(always)]
     pub fn apply(&self, power: &[f32], out: &mut [f32]) {
         assert!(power.len() >= self.power_len());
         for (band, o) in self.bands.iter().zip(out.iter_mut()) {

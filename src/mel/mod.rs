@@ -5,6 +5,8 @@
 //! * [`filterbank`]: `librosa.filters.mel`, dense for tests and sparse for compute.
 //! * `layout`: the distinct STFT frames of a clip and where each lands in the
 //!   output (overlapping segments share frames).
+//! * `spectrum`: windowed frame → power spectrum, realfft's algorithm fused with
+//!   the power step (bit-identical to realfft, which the CUDA host shim uses).
 //! * [`plan`]: [`Plan`] (precomputed, shared by workers) and [`Scratch`] (per
 //!   worker); [`Plan::compute`] turns one clip into one output row.
 //!
@@ -15,6 +17,7 @@ pub mod filterbank;
 mod layout;
 pub mod plan;
 pub mod spec;
+mod spectrum;
 pub mod window;
 
 #[cfg(test)]

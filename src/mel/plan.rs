@@ -13,29 +13,21 @@
 //!
 //! Each distinct frame (see the `layout` module) is transformed and converted to dB
 //! once; the columns are then scattered to every `(l, s, f)` that uses them.
-
-use std::sync::Arc;
+//!
+//! The per-frame work (window, FFT + power in `spectrum`, mel, dB) runs in an AVX2
+//! build where the CPU has it (runtime check in [`Plan::new`]): the same
+//! operations in the same order, so the same bits (a test compares both builds).
 
 use realfft::num_complex::Complex;
-use realfft::{RealFftPlanner, RealToComplex};
 
 use super::filterbank::SparseFilterbank;
 use super::layout::{FrameSource, Layout};
 use super::spec::Spec;
+use super::spectrum::{Input, Power, Spectrum, SpectrumScratch};
 use super::window::window_f64;
 
 /// 10 / ln(10): `10·log10(x) == ln(x) · DB_PER_NEPER`.
 const DB_PER_NEPER: f64 = 4.342_944_819_032_518;
-
-#[derive(Clone, Copy, Debug)]
-enum Power {
-    /// |X|²: the sum of squares, rounded once.
-    Two,
-    /// |X|.
-    One,
-    /// |X| rounded to f32, then raised to the exponent.
-    Other(f64),
-}
 
 /// A padded frame position's gather: sample `j` is `seg[index[j]] · weight[j]`
 /// (`weight` is the window, or 0 where the padding is zeros).
@@ -62,12 +54,14 @@ pub struct FrameGather {
 /// Precomputed state for one [`Spec`]. `Send + Sync`; build once, share via `Arc`.
 pub struct Plan {
     spec: Spec,
-    fft: Arc<dyn RealToComplex<f64>>,
+    spectrum: Spectrum,
     window: Vec<f64>,
     bank: SparseFilterbank,
     layout: Layout,
     gathers: Vec<Gather>,
-    power: Power,
+    /// The CPU has AVX2: [`compute`](Self::compute) runs the AVX2 build.
+    #[cfg(target_arch = "x86_64")]
+    avx2: bool,
     amin: f32,
     /// 10·log10(max(amin, ref)), subtracted from every value.
     ref_db: f64,
@@ -75,9 +69,7 @@ pub struct Plan {
 
 /// One worker's buffers for [`Plan::compute`].
 pub struct Scratch {
-    frame: Vec<f64>,
-    spectrum: Vec<Complex<f64>>,
-    fft_scratch: Vec<Complex<f64>>,
+    spectrum: SpectrumScratch,
     /// `n_bins` powers then zeros (the padded filterbank bands read them).
     power: Vec<f32>,
     /// Mel power, then dB, per distinct frame: `[frame][mel]`.
@@ -87,9 +79,7 @@ pub struct Scratch {
 impl Scratch {
     pub fn new(plan: &Plan) -> Scratch {
         Scratch {
-            frame: plan.fft.make_input_vec(),
-            spectrum: plan.fft.make_output_vec(),
-            fft_scratch: plan.fft.make_scratch_vec(),
+            spectrum: plan.spectrum.make_scratch(),
             power: vec![0.0; plan.bank.power_len()],
             db: vec![0.0; plan.layout.frames.len() * plan.spec.n_mels],
         }
@@ -100,14 +90,6 @@ impl Plan {
     /// `spec` must be valid ([`Spec::validate`]); config guarantees that.
     pub fn new(spec: &Spec) -> Plan {
         debug_assert_eq!(spec.validate(), Ok(()));
-        let fft = RealFftPlanner::<f64>::new().plan_fft_forward(spec.n_fft);
-        let power = if spec.power == 2.0 {
-            Power::Two
-        } else if spec.power == 1.0 {
-            Power::One
-        } else {
-            Power::Other(spec.power)
-        };
         let window = window_f64(spec);
         let layout = Layout::new(spec);
         let gathers = layout
@@ -124,12 +106,13 @@ impl Plan {
             .collect();
         Plan {
             spec: spec.clone(),
-            fft,
+            spectrum: Spectrum::new(spec.n_fft, Power::new(spec.power)),
             window,
             bank: SparseFilterbank::new(spec),
             layout,
             gathers,
-            power,
+            #[cfg(target_arch = "x86_64")]
+            avx2: std::arch::is_x86_feature_detected!("avx2"),
             amin: spec.amin as f32,
             ref_db: 10.0 * spec.amin.max(spec.ref_value).log10(),
         }
@@ -210,59 +193,103 @@ impl Plan {
             "scratch"
         );
 
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is true only where the CPU reported AVX2 (Plan::new).
+            unsafe { self.frames_avx2(clip, scratch) }
+        } else {
+            self.frames(clip, scratch);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.frames(clip, scratch);
+        self.scatter(&scratch.db, out);
+    }
+
+    /// [`frames`](Self::frames) compiled for AVX2: the same operations in the
+    /// same order (no FMA contraction; Rust never contracts), so the same bits,
+    /// in 256-bit vectors.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn frames_avx2(&self, clip: &[f32], scratch: &mut Scratch) {
+        self.frames(clip, scratch);
+    }
+
+    /// Every distinct frame: window, power spectrum, mel, then dB.
+    #[inline(always)]
+    fn frames(&self, clip: &[f32], scratch: &mut Scratch) {
         let Scratch {
-            frame,
             spectrum,
-            fft_scratch,
             power,
             db,
         } = scratch;
+        let n_mels = self.spec.n_mels;
         for (src, cell) in self.layout.frames.iter().zip(db.chunks_exact_mut(n_mels)) {
-            self.fill_frame(clip, *src, frame);
-            self.fft
-                .process_with_scratch(frame, spectrum, fft_scratch)
-                .expect("buffer sizes come from the plan");
-            self.power_spectrum(spectrum, power);
+            self.fill_frame(clip, *src, spectrum.input());
+            self.spectrum.power(spectrum, power);
             self.bank.apply(power, cell);
         }
         self.to_db(db);
-        self.scatter(db, out);
     }
 
-    /// Window one frame into `frame` (f64, as librosa's `float64 window * float32 y`).
-    #[inline]
-    fn fill_frame(&self, clip: &[f32], src: FrameSource, frame: &mut [f64]) {
+    /// Window one frame into the transform's input (f64, as librosa's `float64
+    /// window * float32 y`).
+    #[inline(always)]
+    fn fill_frame(&self, clip: &[f32], src: FrameSource, input: Input<'_>) {
+        let n_fft = self.spec.n_fft;
         match src {
             FrameSource::Clip { start } => {
-                let x = &clip[start..start + self.spec.n_fft];
-                for ((o, &w), &s) in frame.iter_mut().zip(&self.window).zip(x) {
-                    *o = w * f64::from(s);
+                let x = &clip[start..start + n_fft];
+                match input {
+                    Input::Pairs(pairs) => {
+                        // Blocks of 8 samples so the products stay in vector order.
+                        let blocks = pairs.chunks_exact_mut(4);
+                        let (w, x) = (self.window.chunks_exact(8), x.chunks_exact(8));
+                        for (o, (w, x)) in blocks.zip(w.zip(x)) {
+                            let v: [f64; 8] = std::array::from_fn(|j| w[j] * f64::from(x[j]));
+                            for (o, v) in o.iter_mut().zip(v.chunks_exact(2)) {
+                                *o = Complex::new(v[0], v[1]);
+                            }
+                        }
+                        let done = n_fft / 8 * 8;
+                        let (w, x) = (&self.window[done..], &clip[start + done..start + n_fft]);
+                        let (w, x) = (w.chunks_exact(2), x.chunks_exact(2));
+                        for (o, (w, x)) in pairs[done / 2..].iter_mut().zip(w.zip(x)) {
+                            *o = Complex::new(w[0] * f64::from(x[0]), w[1] * f64::from(x[1]));
+                        }
+                    }
+                    Input::Flat(frame) => {
+                        for ((o, &w), &s) in frame.iter_mut().zip(&self.window).zip(x) {
+                            *o = w * f64::from(s);
+                        }
+                    }
                 }
             }
             FrameSource::Padded { seg_start, pattern } => {
                 let seg = &clip[seg_start..seg_start + self.spec.segment_samples()];
                 let g = &self.gathers[pattern as usize];
-                for ((o, &w), &i) in frame.iter_mut().zip(&g.weight).zip(&g.index) {
-                    *o = w * f64::from(seg[i as usize]);
+                match input {
+                    Input::Pairs(pairs) => {
+                        let (w, i) = (g.weight.chunks_exact(2), g.index.chunks_exact(2));
+                        for (o, (w, i)) in pairs.iter_mut().zip(w.zip(i)) {
+                            o.re = w[0] * f64::from(seg[i[0] as usize]);
+                            o.im = w[1] * f64::from(seg[i[1] as usize]);
+                        }
+                    }
+                    Input::Flat(frame) => {
+                        for ((o, &w), &i) in frame.iter_mut().zip(&g.weight).zip(&g.index) {
+                            *o = w * f64::from(seg[i as usize]);
+                        }
+                    }
                 }
             }
         }
     }
 
-    #[inline]
-    fn power_spectrum(&self, spectrum: &[Complex<f64>], power: &mut [f32]) {
-        let pairs = power.iter_mut().zip(spectrum);
-        match self.power {
-            Power::Two => pairs.for_each(|(p, x)| *p = (x.re * x.re + x.im * x.im) as f32),
-            Power::One => pairs.for_each(|(p, x)| *p = (x.re * x.re + x.im * x.im).sqrt() as f32),
-            Power::Other(e) => pairs.for_each(|(p, x)| {
-                let mag = (x.re * x.re + x.im * x.im).sqrt() as f32;
-                *p = f64::from(mag).powf(e) as f32;
-            }),
-        }
-    }
-
     /// Mel power → dB in place, then the whole-clip `top_db` clamp.
+    #[inline(always)]
     fn to_db(&self, db: &mut [f32]) {
         // As librosa: 10·log10(max(amin, M)) in float32, then − ref in float64.
         let amin = self.amin;
@@ -354,6 +381,53 @@ mod tests {
             x *= 2.0;
         }
         assert_eq!(super::ln_normal_f32(1.0), 0.0);
+    }
+
+    /// The AVX2 build must give the baseline build's bits (no FMA, same order).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_and_baseline_builds_agree_bit_for_bit() {
+        use super::{Plan, Scratch, Spec};
+        use crate::mel::PadMode;
+        let specs = [
+            Spec::default(),
+            Spec {
+                center: true,
+                pad_mode: PadMode::Reflect,
+                power: 1.5,
+                top_db: Some(60.0),
+                ..Spec::default()
+            },
+            Spec {
+                n_fft: 401,
+                win_length: 300,
+                center: true,
+                ..Spec::default()
+            },
+        ];
+        for spec in specs {
+            spec.validate().unwrap();
+            let mut plan = Plan::new(&spec);
+            if !plan.avx2 {
+                eprintln!("skipped: this CPU has no AVX2");
+                return;
+            }
+            let mut state = 7u32;
+            let clip: Vec<f32> = (0..spec.clip_samples())
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 8) as f32 / (1 << 24) as f32 - 0.5
+                })
+                .collect();
+            let mut scratch = Scratch::new(&plan);
+            let mut fast = vec![0.0; spec.row_len()];
+            plan.compute(&clip, &mut scratch, &mut fast);
+            plan.avx2 = false;
+            let mut base = vec![0.0; spec.row_len()];
+            plan.compute(&clip, &mut scratch, &mut base);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&fast) == bits(&base), "{spec:?}");
+        }
     }
 
     #[test]
