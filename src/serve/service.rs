@@ -103,6 +103,9 @@ pub struct Service {
     local: Local,
     jobs: HashMap<usize, Job>,
     in_flight: HashSet<String>,
+    /// Files absorbed (row appended or rejected) since the last journal commit:
+    /// the journal's state does not list them yet, so `offer` checks here too.
+    uncommitted: HashMap<String, FileStamp>,
     backlog: VecDeque<usize>,
     next_id: usize,
     after: Vec<After>,
@@ -167,6 +170,7 @@ impl Service {
             local: Local::default(),
             jobs: HashMap::new(),
             in_flight: HashSet::new(),
+            uncommitted: HashMap::new(),
             backlog: VecDeque::new(),
             next_id: 0,
             after: Vec::new(),
@@ -266,7 +270,9 @@ impl Service {
             return;
         }
         let stamp = FileStamp::of(&meta);
-        if self.journal.state().lookup(&rel, stamp).is_some() {
+        if self.journal.state().lookup(&rel, stamp).is_some()
+            || self.uncommitted.get(&rel) == Some(&stamp)
+        {
             return;
         }
         let parts: Vec<&str> = rel.split('/').collect();
@@ -316,6 +322,7 @@ impl Service {
             return Ok(());
         };
         self.in_flight.remove(&job.rel);
+        self.uncommitted.insert(job.rel.clone(), job.stamp);
         match o.row {
             Ok(row) => {
                 if let Some(l) = &job.label {
@@ -375,6 +382,7 @@ impl Service {
             app.flush()?;
         }
         self.journal.commit()?;
+        self.uncommitted.clear();
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
         if !self.rejections.is_empty() {
@@ -699,6 +707,10 @@ impl Service {
             Command::Shutdown => {
                 tracing::info!("Shutting down: finishing the files in flight.");
                 self.state = State::Stopping;
+                // Answer before stopping the server: a client still waiting
+                // once it stops would be told "the service is shutting down"
+                // instead of this reply.
+                req.respond(Reply::ok().with("state", "stopping"));
                 if let Some(w) = watcher.take() {
                     w.stop();
                 }
@@ -709,7 +721,7 @@ impl Service {
                         self.in_flight.remove(&j.rel);
                     }
                 }
-                Reply::ok().with("state", "stopping")
+                return Ok(());
             }
             Command::Reload => self.reload(watcher, watch_tx),
             Command::Rebuild => self.start_rebuild(),

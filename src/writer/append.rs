@@ -563,29 +563,12 @@ mod raw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mel::Segmentation;
 
     /// Row shape [2, 3, 4, 5].
     fn spec() -> AppendSpec {
         AppendSpec {
             split: "train".into(),
-            spec: Spec {
-                sample_rate: 64,
-                clip_seconds: 1.0,
-                segmentation: Segmentation {
-                    enabled: true,
-                    long_window: 32,
-                    long_hop: 32,
-                    short_window: 16,
-                    short_hop: 8,
-                },
-                n_fft: 8,
-                hop_length: 2,
-                win_length: 8,
-                n_mels: 4,
-                fmax: 32.0,
-                ..Spec::default()
-            },
+            spec: crate::writer::tests::tiny_spec(),
             dtype: Dtype::Float32,
             chunk_files: 4,
             extra_attrs: vec![("watch_dir".into(), "/drop".into())],

@@ -9,7 +9,7 @@ use super::*;
 use crate::mel::{Segmentation, Spec};
 
 /// A small spec with distinct dimensions: row shape [2, 3, 4, 5].
-fn tiny_spec() -> Spec {
+pub(crate) fn tiny_spec() -> Spec {
     Spec {
         sample_rate: 64,
         clip_seconds: 1.0,

@@ -7,4 +7,5 @@ mod control;
 mod crash;
 mod cuda;
 mod golden;
+mod serve;
 mod uring;
