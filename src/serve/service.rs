@@ -323,6 +323,12 @@ impl Service {
         };
         self.in_flight.remove(&job.rel);
         self.uncommitted.insert(job.rel.clone(), job.stamp);
+        // A file that changed while it was read (e.g. written in place into a
+        // new directory and picked up by its scan before the writer closed it)
+        // is offered again: its close event was skipped while it was in flight.
+        let recheck = (self.serve.on_success == OnSuccess::Keep
+            && (o.row.is_ok() || self.serve.quarantine_dir.is_none()))
+        .then(|| (job.abs.clone(), job.stamp));
         match o.row {
             Ok(row) => {
                 if let Some(l) = &job.label {
@@ -370,6 +376,11 @@ impl Service {
                 self.files_rejected += 1;
                 self.local.file_done(false, &self.telemetry);
             }
+        }
+        if let Some((abs, stamp)) = recheck
+            && std::fs::metadata(&abs).is_ok_and(|m| FileStamp::of(&m) != stamp)
+        {
+            self.offer(abs);
         }
         Ok(())
     }

@@ -648,3 +648,34 @@ fn inotify_overflow_triggers_a_rescan_and_nothing_is_lost() {
     svc.shutdown();
     assert_exactly_once(&svc, &corpus, &Config::default(), 10);
 }
+
+/// A file written slowly, in place, into a directory that appears while the
+/// service runs: the directory's scan may read it half-written (a rejection),
+/// but the complete file always ends up as exactly one row — also when the
+/// writer closes it while the partial read is still in flight (then the
+/// service notices the changed size/mtime after the read and offers it again).
+#[test]
+fn a_file_written_in_place_into_a_new_directory_ends_up_as_one_row() {
+    let mut svc = Svc::new(50, "");
+    svc.start();
+    let (_, bytes) = clips(1, 77).remove(0);
+    let dir = svc.drop.join("TRAINING/LEAK");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("slow.wav");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path).unwrap();
+        for part in bytes.chunks(bytes.len() / 8 + 1) {
+            f.write_all(part).unwrap();
+            f.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(40));
+        }
+    }
+    let status = svc.wait_rows(1);
+    assert_eq!(total_rows(&status), 1);
+    // Stays one row: nothing re-ingests the completed file twice.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(total_rows(&svc.status()), 1);
+    svc.shutdown();
+    assert_eq!(all_paths(&svc.out), ["TRAINING/LEAK/slow.wav"]);
+}
