@@ -18,48 +18,12 @@ use serde_json::Value;
 use super::Command;
 use crate::config::{Config, DEFAULT_CONTROL_SOCKET};
 
-/// Commands `melforge ctl` can send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum CtlCommand {
-    /// State, uptime, backend, counts, rates, ring depths, last error.
-    Status,
-    /// Full per-stage telemetry.
-    Stats,
-    /// Re-ingest the whole drop tree into new files, then swap them in.
-    Rebuild,
-    /// Stop taking new files.
-    Pause,
-    /// Take new files again.
-    Resume,
-    /// Flush the outputs now.
-    Flush,
-    /// Drain and stop the service.
-    Shutdown,
-    /// Re-read the config (as SIGHUP), reporting what needs a restart.
-    Reload,
-}
-
-impl From<CtlCommand> for Command {
-    fn from(c: CtlCommand) -> Command {
-        match c {
-            CtlCommand::Status => Command::Status,
-            CtlCommand::Stats => Command::Stats,
-            CtlCommand::Rebuild => Command::Rebuild,
-            CtlCommand::Pause => Command::Pause,
-            CtlCommand::Resume => Command::Resume,
-            CtlCommand::Flush => Command::Flush,
-            CtlCommand::Shutdown => Command::Shutdown,
-            CtlCommand::Reload => Command::Reload,
-        }
-    }
-}
-
 /// Arguments of `melforge ctl`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct CtlArgs {
     /// The command to send.
     #[arg(value_enum)]
-    pub command: CtlCommand,
+    pub command: Command,
     /// Control socket path (default: control.socket from --config, else
     /// /run/melforge/control.sock).
     #[arg(long)]
@@ -230,7 +194,7 @@ pub fn main(args: &CtlArgs) -> Result<(), Error> {
     let path = socket_path(args)?;
     let reply = request(
         &path,
-        args.command.into(),
+        args.command,
         Duration::from_secs(args.timeout.max(1)),
     )?;
     let ok = reply.get("ok") == Some(&Value::Bool(true));

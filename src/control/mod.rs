@@ -37,8 +37,9 @@ use serde_json::{Map, Value};
 pub use socket::Server;
 
 /// What an operator (or the service manager, through a signal) asks of the
-/// service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// service. Also the argument of `melforge ctl` (clap value names are the wire
+/// names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Command {
     /// State, uptime, backend, counts, rates, ring depths, last error.
     Status,
@@ -48,13 +49,13 @@ pub enum Command {
     Rebuild,
     /// Stop taking new files (watch events keep being queued).
     Pause,
-    /// Undo [`Command::Pause`].
+    /// Take new files again (undoes pause).
     Resume,
     /// Flush the outputs now.
     Flush,
-    /// Stop accepting, drain, flush, exit 0 (socket `shutdown`, SIGTERM, SIGINT).
+    /// Finish the files in flight, flush and exit 0 (also SIGTERM, SIGINT).
     Shutdown,
-    /// Re-read the config and apply what can change live (SIGHUP, socket `reload`).
+    /// Re-read the config, apply what can change live, report the rest (also SIGHUP).
     Reload,
 }
 
