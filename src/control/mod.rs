@@ -215,6 +215,48 @@ impl Request {
     }
 }
 
+/// What [`wait_readable`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ready {
+    /// The watched descriptor has input.
+    Source,
+    /// The wake-up descriptor has input (or hung up): the thread should stop.
+    Wake,
+}
+
+/// Blocks until `source` or `wake` is readable, retrying on EINTR. A wake-up
+/// wins when both are ready. Used by the signal thread and the socket's
+/// accept loop, which both sleep until work arrives or they are told to stop.
+pub(crate) fn wait_readable(
+    source: std::os::fd::BorrowedFd<'_>,
+    wake: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<Ready> {
+    use std::os::fd::AsRawFd;
+    let mut fds = [source.as_raw_fd(), wake.as_raw_fd()].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    loop {
+        // SAFETY: `fds` holds two pollfds whose descriptors are borrowed, so
+        // they stay open for the whole call; the count matches the array.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[1].revents != 0 {
+            return Ok(Ready::Wake);
+        }
+        if fds[0].revents != 0 {
+            return Ok(Ready::Source);
+        }
+    }
+}
+
 /// The sending side, cloned into the signal thread and the socket server.
 pub type Sender = mpsc::Sender<Request>;
 /// The service loop's end.

@@ -14,7 +14,7 @@
 //! hangs up makes a write fail with EPIPE instead of killing the service.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 
@@ -111,34 +111,14 @@ pub fn block_and_spawn(tx: Sender) -> Result<SignalThread, Error> {
 }
 
 fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
-    let mut fds = [
-        libc::pollfd {
-            fd: sfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
     loop {
-        // SAFETY: `fds` holds two pollfds whose fds outlive the call.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        match super::wait_readable(sfd.as_fd(), wake.as_fd()) {
+            Ok(super::Ready::Source) => {}
+            Ok(super::Ready::Wake) => return,
+            Err(e) => {
+                tracing::error!("Signal handling stopped: poll failed: {e}.");
+                return;
             }
-            tracing::error!("Signal handling stopped: poll failed: {e}.");
-            return;
-        }
-        if fds[1].revents != 0 {
-            return;
-        }
-        if fds[0].revents == 0 {
-            continue;
         }
         // SAFETY: signalfd_siginfo is plain data; all-zero is a valid value.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };

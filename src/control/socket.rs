@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -274,31 +274,16 @@ fn remove_stale(path: &Path) -> Result<(), Error> {
 }
 
 fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>) {
-    let mut fds = [
-        libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
     loop {
-        // SAFETY: `fds` is a valid array of two pollfds whose fds stay open
-        // (borrowed from `listener` and `wake`) for the whole call.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        match super::wait_readable(listener.as_fd(), wake.as_fd()) {
+            Ok(super::Ready::Source) => {}
+            Ok(super::Ready::Wake) => return,
+            Err(e) => {
+                tracing::error!("The control socket stopped: poll failed: {e}.");
+                return;
             }
-            tracing::error!("The control socket stopped: poll failed: {e}.");
-            return;
         }
-        if fds[1].revents != 0 || shared.stopping.load(Ordering::SeqCst) {
+        if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
         loop {
