@@ -201,6 +201,16 @@ pub fn plan(
     }
 }
 
+/// Pins the calling thread to `cpu` when a placement gave one; a failure is
+/// logged (naming `who`, e.g. "Reader 0") and the thread runs unpinned.
+pub fn pin_or_warn(cpu: Option<usize>, who: &str) {
+    if let Some(cpu) = cpu
+        && let Err(e) = pin_current(cpu)
+    {
+        tracing::warn!("{who} runs unpinned: {e}.");
+    }
+}
+
 /// Pins the calling thread to `cpu` (OS index); the error says why it failed.
 ///
 /// Uses hwloc (`hwloc_set_cpubind` with `THREAD`), or core_affinity

@@ -67,11 +67,7 @@ impl Workers {
             let (plan, w, running) = (Arc::clone(&plan), Arc::clone(&wiring), Arc::clone(&running));
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
-                    if let Some(cpu) = cpu
-                        && let Err(e) = crate::pin::pin_current(cpu)
-                    {
-                        tracing::warn!("Compute worker {i} runs unpinned: {e}.");
-                    }
+                    crate::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
                     let spec = plan.spec();
                     let mut clip = vec![0f32; spec.clip_samples()];
                     let row_len = spec.row_len();

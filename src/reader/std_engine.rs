@@ -94,11 +94,7 @@ impl Readers {
                 std::thread::Builder::new()
                     .name(format!("reader-{i}"))
                     .spawn(move || {
-                        if let Some(cpu) = cpu
-                            && let Err(e) = crate::pin::pin_current(cpu)
-                        {
-                            tracing::warn!("Reader {i} runs unpinned: {e}.");
-                        }
+                        crate::pin::pin_or_warn(cpu, &format!("Reader {i}"));
                         let mut local = Local::default();
                         loop {
                             let job = cursor.fetch_add(1, Ordering::Relaxed);

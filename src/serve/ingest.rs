@@ -149,11 +149,7 @@ impl Ingest {
             std::thread::Builder::new()
                 .name("serve-reader".into())
                 .spawn(move || {
-                    if let Some(cpu) = cpu
-                        && let Err(e) = crate::pin::pin_current(cpu)
-                    {
-                        tracing::warn!("The reader runs unpinned: {e}.");
-                    }
+                    crate::pin::pin_or_warn(cpu, "The reader");
                     let mut local = Local::default();
                     match engine {
                         Some(e) => uring_reader(e, &jobs, &loaded, &mut local, &telemetry),

@@ -163,11 +163,7 @@ pub fn start_readers_in(
         let spawned = std::thread::Builder::new()
             .name(format!("reader-{i}"))
             .spawn(move || {
-                if let Some(cpu) = cpu
-                    && let Err(e) = crate::pin::pin_current(cpu)
-                {
-                    tracing::warn!("Reader {i} runs unpinned: {e}.");
-                }
+                crate::pin::pin_or_warn(cpu, &format!("Reader {i}"));
                 let mut local = Local::default();
                 let next = || {
                     let job = cursor.fetch_add(1, Ordering::Relaxed);
