@@ -1,4 +1,4 @@
-//! End-to-end `build`: [`melforge::pipeline::build`] on a 500-clip synthetic corpus.
+//! End-to-end `build`: [`melforge::app::build::build`] on a 500-clip synthetic corpus.
 //!
 //! The corpus is generated once into a temporary directory and read once before
 //! measuring, so the page cache is warm and the numbers are the pipeline's own
@@ -13,8 +13,8 @@
 use std::path::Path;
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use melforge::app::build::{self, Options};
 use melforge::config::Config;
-use melforge::pipeline::{self, Options};
 
 const FILES: u64 = 500;
 
@@ -33,7 +33,7 @@ fn warm(dir: &Path) -> u64 {
 
 fn bench_build(c: &mut Criterion) {
     let corpus = tempfile::tempdir().expect("temp corpus");
-    melforge::synth::generate(corpus.path(), FILES, 1).expect("synth corpus");
+    melforge::app::synth::generate(corpus.path(), FILES, 1).expect("synth corpus");
     warm(corpus.path());
     let outputs = tempfile::tempdir().expect("temp outputs");
     let cfg = Config::default();
@@ -49,7 +49,7 @@ fn bench_build(c: &mut Criterion) {
         b.iter(|| {
             run += 1;
             let out = outputs.path().join(format!("run{run}"));
-            let done = pipeline::build(corpus.path(), &out, &cfg, &opts).expect("build");
+            let done = build::build(corpus.path(), &out, &cfg, &opts).expect("build");
             assert_eq!(done.report.files_ok, FILES);
             // Keep the disk footprint flat across iterations.
             let _ = std::fs::remove_dir_all(&out);

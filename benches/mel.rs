@@ -1,8 +1,8 @@
 //! Per-clip CPU cost of the compute stage: WAV decode and the log-mel transform.
 //!
-//! * `wav_decode/pcm16_10s`: [`melforge::wav::decode`] of one canonical 10 s,
+//! * `wav_decode/pcm16_10s`: [`melforge::decode::wav::decode`] of one canonical 10 s,
 //!   4096 Hz int16 mono clip into the f32 clip buffer.
-//! * `mel/default`: [`melforge::mel::Plan::compute`] with the default spec (the
+//! * `mel/default`: [`melforge::dsp::Plan::compute`] with the default spec (the
 //!   reference dataset: two-stage segmentation, 237 segments, 159 distinct frames).
 //! * `mel/center_reflect_unsegmented`: a non-default spec: segmentation off (the
 //!   whole clip is one STFT), `center = true` with reflect padding (161 frames).
@@ -13,8 +13,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use melforge::mel::{PadMode, Plan, Scratch, Spec};
-use melforge::synth;
+use melforge::app::synth;
+use melforge::dsp::{PadMode, Plan, Scratch, Spec};
 
 /// One synthetic clip (seed 1, index 0, label 0) as PCM16 samples.
 fn pcm() -> Vec<i16> {
@@ -34,7 +34,7 @@ fn bench_decode(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("pcm16_10s", |b| {
         b.iter(|| {
-            melforge::wav::decode(black_box(&bytes), synth::SAMPLE_RATE, &mut clip)
+            melforge::decode::wav::decode(black_box(&bytes), synth::SAMPLE_RATE, &mut clip)
                 .expect("a synth clip decodes")
         })
     });

@@ -5,7 +5,7 @@ Usage: baseline_numpy.py INPUT OUT [--json] [--batch N] [--all-frames]
                          [--fft-dtype float32|float64] [--check OUT_MELFORGE]
 
 A well-written, vectorised, single-process implementation of melforge's *default*
-pipeline (DESIGN.md "Mel definition" with the default spec), the way a careful
+pipeline (docs/DESIGN.md "Mel definition" with the default spec), the way a careful
 Python user would write it:
 
 * walk INPUT, keep every *.wav (case-insensitive, hidden entries skipped), sort
@@ -45,7 +45,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# The default spec (DESIGN.md "Defaults").
+# The default spec (docs/DESIGN.md "Defaults").
 SR = 4096
 CLIP = 40960
 N_FFT = 512

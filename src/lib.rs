@@ -16,21 +16,14 @@
 //! * [`config`] turns TOML into a validated [`config::Config`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench_io;
+pub mod app;
 pub mod compute;
 pub mod config;
-pub mod control;
-pub mod journal;
-pub mod mel;
-pub mod pin;
-pub mod pipeline;
+pub mod decode;
+pub mod dsp;
 pub mod reader;
-pub mod ring;
-pub mod serve;
+pub mod runtime;
 pub mod source;
-pub mod synth;
-pub mod telemetry;
-pub mod wav;
 pub mod writer;
 
 /// Version string recorded in every output file.

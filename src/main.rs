@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use melforge::app::build;
 use melforge::config::{Backend, Config};
-use melforge::pipeline;
 
 #[derive(Parser)]
 #[command(
@@ -80,7 +80,7 @@ enum Command {
         config: PathBuf,
     },
     /// Send a command to a running `melforge serve` over its control socket.
-    Ctl(melforge::control::client::CtlArgs),
+    Ctl(melforge::app::control::client::CtlArgs),
     /// Validate a config file and print the resolved settings.
     CheckConfig {
         /// The TOML file to check.
@@ -92,7 +92,7 @@ enum Command {
 enum BenchCommand {
     /// Files/s, MiB/s and per-file latency of whole-file reads: cold and warm
     /// cache, direct and buffered, uring and psync engines.
-    Io(melforge::bench_io::IoArgs),
+    Io(melforge::app::bench_io::IoArgs),
 }
 
 fn init_logging(level: &str) {
@@ -109,7 +109,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Synth { dir, files, seed } => {
             let t = std::time::Instant::now();
-            let written = melforge::synth::generate(&dir, files, seed)
+            let written = melforge::app::synth::generate(&dir, files, seed)
                 .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
             tracing::info!(
                 "Wrote {} clips to {} in {:.1} s.",
@@ -122,15 +122,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             what: BenchCommand::Io(args),
         } => {
-            melforge::bench_io::main(&args)?;
+            melforge::app::bench_io::main(&args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config } => {
-            melforge::serve::run(&config)?;
+            melforge::app::serve::run(&config)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl(args) => {
-            melforge::control::client::main(&args)?;
+            melforge::app::control::client::main(&args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig { file } => {
@@ -170,11 +170,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     BackendArg::Cuda => Backend::Cuda,
                 };
             }
-            let opts = pipeline::Options {
+            let opts = build::Options {
                 progress: !json && std::io::stderr().is_terminal(),
                 telemetry: None,
             };
-            let done = pipeline::build(&input, &out, &cfg, &opts)?;
+            let done = build::build(&input, &out, &cfg, &opts)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&done)?);
             } else {

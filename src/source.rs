@@ -2,7 +2,7 @@
 //!
 //! Finds every `*.wav` file (extension matched case-insensitively) below the
 //! input directory, assigns each its split, label and sequence number by the
-//! DESIGN.md rule, and fixes the order in which rows will appear:
+//! docs/DESIGN.md rule, and fixes the order in which rows will appear:
 //!
 //! * `<INPUT>/c1/…/ck/name.wav`: k ≥ 2 → split c1, label ck; k = 1 → split
 //!   "all", label c1; k = 0 → split "all", no label (-1).
@@ -55,7 +55,7 @@ impl Plan {
     }
 }
 
-/// Split and label names of a relative path's parent folders (DESIGN.md rule).
+/// Split and label names of a relative path's parent folders (docs/DESIGN.md rule).
 pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     let parents = &components[..components.len().saturating_sub(1)];
     match parents {

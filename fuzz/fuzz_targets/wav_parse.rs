@@ -1,13 +1,13 @@
 //! Fuzz target for the WAV parser: `cargo fuzz run wav_parse` (from the crate root).
 //!
 //! Any input must yield `Ok` or a `wav::Error`, never a panic; an accepted header
-//! must satisfy the invariants documented in `melforge::wav`, and decoding must
+//! must satisfy the invariants documented in `melforge::decode::wav`, and decoding must
 //! write exactly the promised samples (integer formats land in [-1, 1]) and zero
 //! the rest of the output.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use melforge::wav::{self, SampleFormat};
+use melforge::decode::wav::{self, SampleFormat};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the output length so padding and trimming both run.

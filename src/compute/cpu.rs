@@ -15,10 +15,10 @@ use std::thread::JoinHandle;
 use crossbeam_queue::ArrayQueue;
 
 use super::Outcome;
-use crate::mel::{Plan, Scratch};
+use crate::dsp::{Plan, Scratch};
 use crate::reader::{FileBytes, Loaded};
-use crate::ring::Ring;
-use crate::telemetry::{Local, Stage, Telemetry};
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 
 /// Queues a worker pool is wired to.
 pub struct Wiring {
@@ -45,7 +45,9 @@ fn process(
 ) -> Result<(), String> {
     let rate = plan.spec().sample_rate;
     local
-        .time(Stage::Decode, || crate::wav::decode(bytes, rate, clip))
+        .time(Stage::Decode, || {
+            crate::decode::wav::decode(bytes, rate, clip)
+        })
         .map_err(|e| e.to_string())?;
     local.time(Stage::Mel, || plan.compute(clip, scratch, row));
     Ok(())
@@ -67,7 +69,7 @@ impl Workers {
             let (plan, w, running) = (Arc::clone(&plan), Arc::clone(&wiring), Arc::clone(&running));
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
-                    crate::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
+                    crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
                     let spec = plan.spec();
                     let mut clip = vec![0f32; spec.clip_samples()];
                     let row_len = spec.row_len();

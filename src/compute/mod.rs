@@ -1,7 +1,7 @@
 //! The compute stage: loaded WAV bytes in, log-mel rows out.
 //!
 //! [`cpu`]: W worker threads, each with its own
-//! scratch, sharing one precomputed [`crate::mel::Plan`]; [`cuda`]: one thread
+//! scratch, sharing one precomputed [`crate::dsp::Plan`]; [`cuda`]: one thread
 //! driving an NVIDIA GPU (batches, CUDA graphs). [`select`] resolves
 //! `compute.backend` and says why it chose what it chose.
 

@@ -21,9 +21,9 @@ use crossbeam_queue::ArrayQueue;
 
 use super::{Error, FileBytes, Loaded};
 use crate::config::IoConfig;
-use crate::ring::Ring;
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::source::Job;
-use crate::telemetry::{Local, Stage, Telemetry};
 
 /// Reads one file into `buf` (cleared first), enforcing the size limit.
 pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Result<(), Error> {
@@ -94,7 +94,7 @@ impl Readers {
                 std::thread::Builder::new()
                     .name(format!("reader-{i}"))
                     .spawn(move || {
-                        crate::pin::pin_or_warn(cpu, &format!("Reader {i}"));
+                        crate::runtime::pin::pin_or_warn(cpu, &format!("Reader {i}"));
                         let mut local = Local::default();
                         loop {
                             let job = cursor.fetch_add(1, Ordering::Relaxed);

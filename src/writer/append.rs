@@ -13,7 +13,7 @@
 //!   calls H5Fflush (SWMR orders the metadata writes so readers always see a
 //!   consistent file), then `fdatasync`s the file. Rows below
 //!   [`Appender::flushed_rows`] survive a kill -9 or a power cut; the journal
-//!   (`crate::journal`) records them only after this returns.
+//!   (`crate::app::serve::journal`) records them only after this returns.
 //! * **Label ids never change.** Names are only appended to `label_names`. The root
 //!   attribute `label_names` cannot change while SWMR writing (attribute writes are
 //!   not SWMR-safe), so it is rewritten whenever the file is opened or closed and is
@@ -40,7 +40,7 @@ use super::h5::{
     self, Context, Datasets, Header, create_file, vlen_strings, write_attrs, write_label_names_attr,
 };
 use super::{Dtype, Error};
-use crate::mel::Spec;
+use crate::dsp::Spec;
 
 /// Rows per chunk of the `label_names` dataset.
 const NAMES_CHUNK: usize = 64;

@@ -23,7 +23,7 @@ use ndarray::ArrayView5;
 
 use super::chunk::{ChunkBuf, MelBuf};
 use super::{Dtype, Error};
-use crate::mel::{MelNorm, MelScale, PadMode, Segmentation, Spec};
+use crate::dsp::{MelNorm, MelScale, PadMode, Segmentation, Spec};
 
 /// What goes into a file before its first row.
 pub(super) struct Header<'a> {

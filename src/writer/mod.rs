@@ -39,7 +39,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::mel::Spec;
+use crate::dsp::Spec;
 use chunk::ChunkBuf;
 use h5::{Header, SplitFile};
 

@@ -6,7 +6,7 @@ use half::f16;
 use hdf5::types::VarLenUnicode;
 
 use super::*;
-use crate::mel::{Segmentation, Spec};
+use crate::dsp::{Segmentation, Spec};
 
 /// A small spec with distinct dimensions: row shape [2, 3, 4, 5].
 pub(crate) fn tiny_spec() -> Spec {

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
+use melforge::app::build::{self, Outcomes};
 use melforge::config::Config;
-use melforge::pipeline::{self, Outcomes};
 
 /// Writes `bytes` at `root/rel`, creating folders.
 pub fn put(root: &Path, rel: &str, bytes: &[u8]) -> PathBuf {
@@ -19,13 +19,13 @@ pub fn put(root: &Path, rel: &str, bytes: &[u8]) -> PathBuf {
 /// A synthetic corpus of `files` clips in a fresh temp dir.
 pub fn synth_corpus(files: u64, seed: u64) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    melforge::synth::generate(d.path(), files, seed).unwrap();
+    melforge::app::synth::generate(d.path(), files, seed).unwrap();
     d
 }
 
 /// Runs a build with `cfg` (no progress bar).
 pub fn build(input: &Path, out: &Path, cfg: &Config) -> Outcomes {
-    pipeline::build(input, out, cfg, &pipeline::Options::default()).unwrap()
+    build::build(input, out, cfg, &build::Options::default()).unwrap()
 }
 
 /// A config with `workers` CPU workers and small chunks, else defaults.
@@ -78,10 +78,10 @@ pub fn read_split(path: &Path) -> Split {
 /// comparing against what a build wrote.
 pub fn features_of(bytes: &[u8], cfg: &Config) -> Vec<f32> {
     let spec = &cfg.spec;
-    let plan = melforge::mel::Plan::new(spec);
-    let mut scratch = melforge::mel::Scratch::new(&plan);
+    let plan = melforge::dsp::Plan::new(spec);
+    let mut scratch = melforge::dsp::Scratch::new(&plan);
     let mut clip = vec![0f32; spec.clip_samples()];
-    melforge::wav::decode(bytes, spec.sample_rate, &mut clip).unwrap();
+    melforge::decode::wav::decode(bytes, spec.sample_rate, &mut clip).unwrap();
     let mut out = vec![0f32; spec.row_len()];
     plan.compute(&clip, &mut scratch, &mut out);
     out

@@ -13,8 +13,8 @@ use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use melforge::app::control::{self, Command, Reply, Server};
 use melforge::config::{Config, ControlConfig};
-use melforge::control::{self, Command, Reply, Server};
 use serde_json::{Value, json};
 
 /// A control server on a temp path with a fake service loop answering it.

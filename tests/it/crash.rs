@@ -15,8 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hdf5::types::VarLenUnicode;
-use melforge::journal::{FileStamp, Journal, Known, RecoveredState};
-use melforge::mel::{Segmentation, Spec};
+use melforge::app::serve::journal::{FileStamp, Journal, Known, RecoveredState};
+use melforge::dsp::{Segmentation, Spec};
 use melforge::writer::Dtype;
 use melforge::writer::append::{AppendSpec, Appender};
 

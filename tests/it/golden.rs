@@ -3,7 +3,7 @@
 //! For every case in `tests/golden/manifest.json`: parse its config.toml with the
 //! real config parser, decode every WAV with the real decoder (pad/trim included),
 //! compute with `mel::Plan`, and compare with the float32 output librosa produced.
-//! The contract (DESIGN.md "Mel definition") is 1e-3 dB; the per-case maximum
+//! The contract (docs/DESIGN.md "Mel definition") is 1e-3 dB; the per-case maximum
 //! error is printed so it can be quoted (`cargo test --test it golden --
 //! --nocapture`).
 //!
@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use melforge::config::Config;
-use melforge::mel::{Plan, Scratch};
+use melforge::dsp::{Plan, Scratch};
 
 const TOLERANCE_DB: f64 = 1e-3;
 const MIN_CASES: usize = 9;
@@ -95,7 +95,7 @@ fn every_golden_case_matches_librosa() {
             let wav_path = dir.join(c["wav"].as_str().expect("wav path"));
             let bytes =
                 std::fs::read(&wav_path).unwrap_or_else(|e| panic!("{}: {e}", wav_path.display()));
-            melforge::wav::decode(&bytes, spec.sample_rate, &mut clip)
+            melforge::decode::wav::decode(&bytes, spec.sample_rate, &mut clip)
                 .unwrap_or_else(|e| panic!("{}: {e}", wav_path.display()));
             plan.compute(&clip, &mut scratch, &mut out);
 

@@ -32,11 +32,11 @@ use super::recipe::MelRecipe;
 use super::tables::Tables;
 use super::{Error, nvrtc, real};
 use crate::compute::Outcome;
-use crate::mel::Plan;
+use crate::dsp::Plan;
 use crate::reader::arena::Arena;
 use crate::reader::{FileBytes, Loaded};
-use crate::ring::Ring;
-use crate::telemetry::{Local, Stage, Telemetry};
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 
 /// Queues the CUDA stage is wired to (as `cpu::Wiring`, plus the arena).
 pub struct CudaWiring {
@@ -328,11 +328,11 @@ fn run<D: Device>(
             let _ok = reject(job, format!("CUDA backend failed: {f}"));
             continue;
         }
-        let parsed = local.time(Stage::Decode, || crate::wav::parse(&bytes));
+        let parsed = local.time(Stage::Decode, || crate::decode::wav::parse(&bytes));
         let info = match parsed {
             Ok(i) if i.sample_rate == rate => i,
             Ok(i) => {
-                let e = crate::wav::Error::SampleRate {
+                let e = crate::decode::wav::Error::SampleRate {
                     found: i.sample_rate,
                     expected: rate,
                 };

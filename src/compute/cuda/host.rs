@@ -19,7 +19,7 @@ use std::sync::Arc;
 use realfft::{RealFftPlanner, RealToComplex};
 
 use super::tables::{self, MfFile, Tables, TooLarge};
-use crate::mel::Plan;
+use crate::dsp::Plan;
 
 /// A launch shape (`dim3` in the shim). The kernels are 1-D and grid-stride:
 /// any `grid.x`, `block.x ≥ 1` with `y = z = 1` computes the same result.

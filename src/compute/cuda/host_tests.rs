@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use half::f16;
 
 use super::*;
-use crate::mel::{MelNorm, MelScale, PadMode, Plan, Scratch, Spec, Window};
-use crate::wav::{self, SampleFormat};
+use crate::decode::wav::{self, SampleFormat};
+use crate::dsp::{MelNorm, MelScale, PadMode, Plan, Scratch, Spec, Window};
 
-/// The contract (DESIGN.md): 1e-3 dB vs librosa; vs the CPU backend we expect
+/// The contract (docs/DESIGN.md): 1e-3 dB vs librosa; vs the CPU backend we expect
 /// (and require) far less.
 const LIBROSA_TOLERANCE_DB: f64 = 1e-3;
 const CPU_TOLERANCE_DB: f64 = 1e-5;

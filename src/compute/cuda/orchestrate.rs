@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::device::{DevBuf, Device, DeviceError, Event, GraphExec, Pinned, Result, Stream};
-use crate::wav::WavInfo;
+use crate::decode::wav::WavInfo;
 
 /// The host bytes of one file, readable until the value is dropped.
 pub trait HostBytes {

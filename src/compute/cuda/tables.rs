@@ -17,8 +17,8 @@
 //!   are zero power);
 //! * `column` has `n_segments · n_frames` entries, each `< n_distinct`.
 
-use crate::mel::Plan;
-use crate::wav::{SampleFormat, WavInfo};
+use crate::decode::wav::{SampleFormat, WavInfo};
+use crate::dsp::Plan;
 
 /// Format codes of [`MfFile::format`] (the `MF_*` defines in `mel.cu`).
 pub const FORMAT_U8: u16 = 1;
@@ -57,7 +57,7 @@ const _: () = assert!(std::mem::size_of::<MfFile>() == 16);
 
 impl MfFile {
     /// The descriptor of a file whose bytes start at `file_offset` in the batch
-    /// buffer and whose header [`crate::wav::parse`] returned `info`.
+    /// buffer and whose header [`crate::decode::wav::parse`] returned `info`.
     pub fn new(info: &WavInfo, file_offset: usize) -> MfFile {
         MfFile {
             data: (file_offset + info.data_offset) as u64,
@@ -252,7 +252,7 @@ pub fn launch_1d(total: usize) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mel::{PadMode, Spec};
+    use crate::dsp::{PadMode, Spec};
 
     #[test]
     fn default_tables_match_the_layout() {

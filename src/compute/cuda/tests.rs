@@ -11,7 +11,7 @@ use super::device::{
 };
 use super::double::{Call, Entry, HostArg, HostDouble, HostKernels, Log, Progress, Work, note};
 use super::orchestrate::{BatchRunner, HostBytes, Placed, Recipe, RunnerConfig, Staged};
-use crate::wav::{SampleFormat, WavInfo};
+use crate::decode::wav::{SampleFormat, WavInfo};
 
 // ---------------------------------------------------------------- fixtures
 
@@ -638,23 +638,28 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     use super::backend::{CudaOptions, CudaReport, CudaWiring, start_workers_with};
     use super::double_kernels::MelHostKernels;
     use crate::compute::Outcome;
-    use crate::mel::{Plan, Scratch};
+    use crate::dsp::{Plan, Scratch};
     use crate::reader::{FileBytes, Loaded};
-    use crate::ring::Ring;
-    use crate::telemetry::Telemetry;
+    use crate::runtime::ring::Ring;
+    use crate::runtime::telemetry::Telemetry;
 
     let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
     let rate = plan.spec().sample_rate;
     let mut files: Vec<Vec<u8>> = (0..9)
-        .map(|i| crate::synth::encode_wav_pcm16(&crate::synth::clip(7, i, (i % 3) as usize), rate))
+        .map(|i| {
+            crate::app::synth::encode_wav_pcm16(
+                &crate::app::synth::clip(7, i, (i % 3) as usize),
+                rate,
+            )
+        })
         .collect();
     files[2] = b"RIFF....not a wav".to_vec();
-    files[5] = crate::synth::encode_wav_pcm16(&crate::synth::clip(7, 5, 0), rate * 2);
+    files[5] = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(7, 5, 0), rate * 2);
     // A short file (padding inside the clip) and a long one (trimmed copy).
-    files[6] = crate::synth::encode_wav_pcm16(&crate::synth::clip(7, 6, 0)[..1000], rate);
-    let mut long = crate::synth::clip(7, 7, 1);
-    long.extend_from_slice(&crate::synth::clip(7, 8, 1));
-    files[7] = crate::synth::encode_wav_pcm16(&long, rate);
+    files[6] = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(7, 6, 0)[..1000], rate);
+    let mut long = crate::app::synth::clip(7, 7, 1);
+    long.extend_from_slice(&crate::app::synth::clip(7, 8, 1));
+    files[7] = crate::app::synth::encode_wav_pcm16(&long, rate);
 
     let log: Log = Arc::default();
     let input = Arc::new(Ring::<Loaded>::new(64));
@@ -711,7 +716,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     let mut want = vec![0f32; plan.spec().row_len()];
     for (job, f) in files.iter().enumerate() {
         let g = got[job].clone().expect("every job has an outcome");
-        match crate::wav::decode(f, rate, &mut clip) {
+        match crate::decode::wav::decode(f, rate, &mut clip) {
             Err(e) => assert_eq!(g.unwrap_err(), e.to_string(), "job {job}"),
             Ok(_) => {
                 plan.compute(&clip, &mut scratch, &mut want);

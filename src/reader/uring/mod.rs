@@ -27,9 +27,9 @@ pub use probe::{ProbeReport, probe};
 use super::arena::{Arena, ArenaError};
 use super::{FileBytes, Loaded, Readers};
 use crate::config::IoConfig;
-use crate::ring::Ring;
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::source::Job;
-use crate::telemetry::{Local, Stage, Telemetry};
 
 /// Per-engine settings (from `[io]`).
 #[derive(Clone, Debug)]
@@ -163,7 +163,7 @@ pub fn start_readers_in(
         let spawned = std::thread::Builder::new()
             .name(format!("reader-{i}"))
             .spawn(move || {
-                crate::pin::pin_or_warn(cpu, &format!("Reader {i}"));
+                crate::runtime::pin::pin_or_warn(cpu, &format!("Reader {i}"));
                 let mut local = Local::default();
                 let next = || {
                     let job = cursor.fetch_add(1, Ordering::Relaxed);

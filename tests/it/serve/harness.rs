@@ -278,7 +278,8 @@ pub(super) fn assert_exactly_once(
     assert!(missing.is_empty(), "missing rows: {missing:?}");
     assert_eq!(got, expect);
 
-    let (_journal, state) = melforge::journal::Journal::open(&svc.out.join(".melforge")).unwrap();
+    let (_journal, state) =
+        melforge::app::serve::journal::Journal::open(&svc.out.join(".melforge")).unwrap();
     let files = splits(&svc.out);
     for (split, s) in &files {
         assert_eq!(

@@ -28,12 +28,12 @@ use std::time::Instant;
 use hdf5::types::VarLenUnicode;
 use serde_json::json;
 
-use super::config::ServeConfig;
 use super::service::Error;
+use crate::app::build::{self, Outcomes};
+use crate::app::serve::journal::{FileStamp, Journal};
 use crate::config::Config;
-use crate::journal::{FileStamp, Journal};
-use crate::pipeline::{self, Outcomes};
-use crate::telemetry::Telemetry;
+use crate::config::serve::ServeConfig;
+use crate::runtime::telemetry::Telemetry;
 
 /// A rebuild in progress.
 pub struct Rebuild {
@@ -42,7 +42,7 @@ pub struct Rebuild {
     telemetry: Arc<Telemetry>,
     total: usize,
     started: Instant,
-    thread: Option<JoinHandle<Result<Outcomes, pipeline::Error>>>,
+    thread: Option<JoinHandle<Result<Outcomes, build::Error>>>,
 }
 
 /// A completed rebuild, ready to be installed.
@@ -92,11 +92,11 @@ impl Rebuild {
             std::thread::Builder::new()
                 .name("rebuild".into())
                 .spawn(move || {
-                    let opts = pipeline::Options {
+                    let opts = build::Options {
                         progress: false,
                         telemetry: Some(telemetry),
                     };
-                    pipeline::build(&input, &out, &cfg, &opts)
+                    build::build(&input, &out, &cfg, &opts)
                 })
                 .map_err(|e| format!("cannot start the rebuild thread: {e}"))?
         };

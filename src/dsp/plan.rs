@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn avx2_and_baseline_builds_agree_bit_for_bit() {
         use super::{Plan, Scratch, Spec};
-        use crate::mel::PadMode;
+        use crate::dsp::PadMode;
         let specs = [
             Spec::default(),
             Spec {

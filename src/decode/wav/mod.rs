@@ -13,7 +13,7 @@
 //! 16/24/32-bit signed), 3 (IEEE float: 32/64-bit) and `0xFFFE`
 //! (WAVE_FORMAT_EXTENSIBLE whose sub-format GUID is the standard KSDATAFORMAT PCM or
 //! IEEE-float GUID; the container size `wBitsPerSample` decides decoding,
-//! `wValidBitsPerSample` is ignored). Scaling follows DESIGN.md: int16/2^15,
+//! `wValidBitsPerSample` is ignored). Scaling follows docs/DESIGN.md: int16/2^15,
 //! int24/2^23, int32/2^31, uint8 (v−128)/128, float as stored (f64 rounded to f32).
 //! Several channels → the mean computed like `np.mean(y, axis=0)` on float32: the
 //! scaled channel values summed left to right in `f32`, then divided by the count.
@@ -250,7 +250,7 @@ pub fn decode(bytes: &[u8], expected_rate: u32, out: &mut [f32]) -> Result<WavIn
 /// Writes `min(info.frames, out.len())` mono samples (mean of channels) to `out`,
 /// zero-fills the rest of `out`.
 ///
-/// Scaling per DESIGN.md: int16/32768, int24/2^23, int32/2^31, uint8 (v−128)/128,
+/// Scaling per docs/DESIGN.md: int16/32768, int24/2^23, int32/2^31, uint8 (v−128)/128,
 /// float as stored (f64 cast to f32). `info` should come from [`parse`] on the same
 /// `bytes`; an inconsistent `info` never panics: frames are clamped to the bytes
 /// present, and a `block_align` that cannot hold `channels` samples yields zeros.

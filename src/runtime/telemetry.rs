@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ring::RingStats;
+use crate::runtime::ring::RingStats;
 
 /// Pipeline stages whose busy time is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

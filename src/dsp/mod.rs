@@ -1,4 +1,4 @@
-//! Log-mel spectrograms identical to librosa 0.11 (DESIGN.md "Mel definition").
+//! Log-mel spectrograms identical to librosa 0.11 (docs/DESIGN.md "Mel definition").
 //!
 //! * [`spec`]: the validated definition ([`Spec`]) and the shapes it implies.
 //! * [`window`](mod@window): scipy/librosa analysis windows, centred-padded to `n_fft`.

@@ -55,7 +55,7 @@ pub enum MelNorm {
     None,
 }
 
-/// Two-stage segmentation (DESIGN.md "Mel definition" step 3), in samples.
+/// Two-stage segmentation (docs/DESIGN.md "Mel definition" step 3), in samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Segmentation {
     pub enabled: bool,
@@ -100,7 +100,7 @@ pub struct Spec {
 }
 
 impl Default for Spec {
-    /// The reference dataset's definition (DESIGN.md "Defaults").
+    /// The reference dataset's definition (docs/DESIGN.md "Defaults").
     fn default() -> Self {
         Spec {
             sample_rate: 4096,

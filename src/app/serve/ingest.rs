@@ -19,12 +19,12 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::compute::{Outcome, cpu};
 use crate::config::{Config, Engine};
-use crate::mel::Plan;
+use crate::dsp::Plan;
 use crate::reader::arena::Arena;
 use crate::reader::uring::{self, UringEngine, UringOptions};
 use crate::reader::{FileBytes, Loaded, read_file};
-use crate::ring::Ring;
-use crate::telemetry::{Local, Stage, Telemetry};
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 
 /// A running read → compute pipeline.
 pub struct Ingest {
@@ -109,7 +109,7 @@ impl Ingest {
         let free_rows = Arc::new(ArrayQueue::new(
             cfg.compute.queue_depth + cfg.compute.workers,
         ));
-        let placement = crate::pin::plan(&cfg.compute.pin, 1, cfg.compute.workers, None);
+        let placement = crate::runtime::pin::plan(&cfg.compute.pin, 1, cfg.compute.workers, None);
 
         let use_uring = cfg.io.engine == Engine::Uring
             && match uring::probe() {
@@ -149,7 +149,7 @@ impl Ingest {
             std::thread::Builder::new()
                 .name("serve-reader".into())
                 .spawn(move || {
-                    crate::pin::pin_or_warn(cpu, "The reader");
+                    crate::runtime::pin::pin_or_warn(cpu, "The reader");
                     let mut local = Local::default();
                     match engine {
                         Some(e) => uring_reader(e, &jobs, &loaded, &mut local, &telemetry),

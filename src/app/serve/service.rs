@@ -28,16 +28,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::config::{OnSuccess, ServeConfig};
 use super::ingest::Ingest;
 use super::rebuild::Rebuild;
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
+use crate::app::build::Rejection;
+use crate::app::control::{self, Command, Reply, Request, notify};
+use crate::app::serve::journal::{FileStamp, Journal};
 use crate::compute::Outcome;
 use crate::config::Config;
-use crate::control::{self, Command, Reply, Request, notify};
-use crate::journal::{FileStamp, Journal};
-use crate::pipeline::Rejection;
-use crate::telemetry::{Local, Stage, Telemetry};
+use crate::config::serve::{OnSuccess, ServeConfig};
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::writer::append::{AppendSpec, Appender};
 
 /// A fatal service problem.
@@ -58,7 +58,7 @@ pub enum Error {
     )]
     Orphans(PathBuf),
     #[error(transparent)]
-    Journal(#[from] crate::journal::Error),
+    Journal(#[from] crate::app::serve::journal::Error),
     #[error(transparent)]
     Writer(#[from] crate::writer::Error),
     #[error(transparent)]

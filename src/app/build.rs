@@ -20,13 +20,13 @@ use serde::Serialize;
 
 use crate::compute::{self, Choice, Outcome, cpu, cuda};
 use crate::config::{Backend, Config, Engine};
-use crate::mel::Plan;
-use crate::pin::{self, PinPolicy, Placement};
+use crate::dsp::Plan;
 use crate::reader::arena::Arena;
 use crate::reader::{Loaded, Readers, uring};
-use crate::ring::Ring;
+use crate::runtime::pin::{self, PinPolicy, Placement};
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::{Local, Report, Stage, Telemetry};
 use crate::source::{self, Job};
-use crate::telemetry::{Local, Report, Stage, Telemetry};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
 /// A fatal problem: the run cannot complete.

@@ -3,15 +3,17 @@
 //! values computed).
 //!
 //! Every error names the key (`section.key`) and, where the key appears in the
-//! text, its line. The defaults are the reference dataset's (DESIGN.md
+//! text, its line. The defaults are the reference dataset's (docs/DESIGN.md
 //! "Defaults"); `config/melforge.toml` documents every key.
+
+pub mod serve;
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::mel::{MelNorm, MelScale, PadMode, Segmentation, Spec, Window};
-use crate::pin::PinPolicy;
+use crate::dsp::{MelNorm, MelScale, PadMode, Segmentation, Spec, Window};
+use crate::runtime::pin::PinPolicy;
 use crate::writer::Dtype;
 
 /// A configuration problem, with the key and line it concerns.
@@ -154,7 +156,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub control: RawControl,
     /// `[serve]`: only `melforge serve` reads it.
-    pub serve: Option<crate::serve::config::RawServe>,
+    pub serve: Option<crate::config::serve::RawServe>,
 }
 
 /// Compute backend selection.
@@ -216,7 +218,7 @@ pub struct Config {
     pub compute: ComputeConfig,
     pub control: ControlConfig,
     /// Present when the file has a `[serve]` section.
-    pub serve: Option<crate::serve::config::ServeConfig>,
+    pub serve: Option<crate::config::serve::ServeConfig>,
 }
 
 impl Default for Config {
@@ -288,7 +290,7 @@ impl Ctx<'_> {
         };
         let policy: PinPolicy = v.parse().map_err(|e| self.invalid(key, format!("{e}")))?;
         if let PinPolicy::Cores(cpus) = &policy {
-            crate::pin::validate_cores(cpus).map_err(|e| self.invalid(key, e))?;
+            crate::runtime::pin::validate_cores(cpus).map_err(|e| self.invalid(key, e))?;
         }
         Ok(policy)
     }
@@ -715,7 +717,7 @@ mod tests {
 
     #[test]
     fn example_config_is_valid_and_equals_defaults() {
-        let text = include_str!("../config/melforge.toml");
+        let text = include_str!("../../config/melforge.toml");
         let c = Config::parse(text, "config/melforge.toml").unwrap();
         assert_eq!(c.spec, Spec::default());
     }

@@ -1,0 +1,16 @@
+//! The commands: each wires the stages for one job and owns its user-facing
+//! behaviour (progress, reports, files beside the output).
+//!
+//! * [`build`]: a sorted walk through the stage graph into one HDF5 file per
+//!   split (`melforge build`).
+//! * [`serve`]: the drop-directory service (`melforge serve`): inotify source,
+//!   SWMR append sink, journal, rebuild.
+//! * [`control`]: the control socket, signals and `melforge ctl`.
+//! * [`bench_io`]: `melforge bench io`.
+//! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
+
+pub mod bench_io;
+pub mod build;
+pub mod control;
+pub mod serve;
+pub mod synth;
