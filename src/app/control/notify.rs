@@ -97,7 +97,11 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "control::notify::tests::notify_child_sends_states",
+                // The test harness names tests without the crate prefix.
+                &format!(
+                    "{}::notify_child_sends_states",
+                    module_path!().trim_start_matches("melforge::")
+                ),
                 "--test-threads=1",
             ])
             .env(CHILD_MARKER, "1")
@@ -111,6 +115,11 @@ mod tests {
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child ran no test: {}",
+            String::from_utf8_lossy(&out.stdout)
         );
         let mut got = Vec::new();
         let mut buf = [0u8; 4096];
