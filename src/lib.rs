@@ -23,6 +23,7 @@ pub mod decode;
 pub mod dsp;
 pub mod reader;
 pub mod runtime;
+pub mod pipeline;
 pub mod source;
 pub mod writer;
 

@@ -1,31 +1,26 @@
-//! `build`: wires source → reader → compute → writer for one run.
+//! `build`: a sorted walk of INPUT through the stage graph into one HDF5 file
+//! per split.
 //!
-//! Threads: `io.threads` readers, `compute.workers` CPU workers, one writer (the
-//! only thread that calls HDF5) and the calling thread, which shows progress.
-//! Two bounded [`Ring`]s connect them; buffers travel back through free queues.
-//!
-//! Shutdown cascades downstream by closing rings: readers close the loaded ring
-//! when the last job is pushed, workers close the outcome ring when the loaded
-//! ring is drained, the writer finishes when the outcome ring is drained. A
-//! writer failure closes both rings, so every upstream push fails and every
-//! thread stops; the error is returned after all threads are joined.
+//! The command supplies the two ends of [`crate::pipeline`]: its source is a
+//! thread that pushes the walk's jobs in sorted order and then drops its
+//! producer guard (ending the stream); its sink is a [`DatasetWriter`] on one
+//! writer thread (the only thread that calls HDF5), which reorders rows into
+//! sorted path order. The calling thread shows progress. A writer failure
+//! aborts the graph, so every stage stops; the error is returned after all
+//! threads are joined.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
-use crate::compute::{self, Choice, Outcome, cpu, cuda};
-use crate::config::{Backend, Config, Engine};
-use crate::dsp::Plan;
-use crate::reader::arena::Arena;
-use crate::reader::{Loaded, Readers, uring};
-use crate::runtime::pin::{self, PinPolicy, Placement};
-use crate::runtime::ring::Ring;
-use crate::runtime::telemetry::{Local, Report, Stage, Telemetry};
+use crate::compute::{Rejection, cuda};
+use crate::config::Config;
+use crate::pipeline::{self, Delivered, Pipeline};
+use crate::reader::ReadJob;
+use crate::runtime::telemetry::{Local, Report, Telemetry};
 use crate::source::{self, Job};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
@@ -40,29 +35,18 @@ pub enum Error {
     #[error("no .wav files found under {0}")]
     Empty(PathBuf),
     #[error(transparent)]
-    Backend(#[from] compute::Error),
+    Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
     Writer(#[from] writer::Error),
-    #[error(transparent)]
-    Cuda(#[from] cuda::Error),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot start the reader: {0}")]
-    Reader(String),
-    #[error("cannot start a pipeline thread: {0}")]
-    Spawn(std::io::Error),
-    #[error("{0}")]
-    Panic(String),
-}
-
-/// A file that was not written, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Rejection {
-    pub path: String,
-    pub reason: String,
+    #[error("cannot start the {0} thread: {1}")]
+    Spawn(&'static str, std::io::Error),
+    #[error("the {0} thread panicked")]
+    Panicked(&'static str),
 }
 
 /// Run-time options that are not pipeline settings.
@@ -125,34 +109,24 @@ fn output_plan(out: &Path, input: &Path, cfg: &Config, plan: &source::Plan) -> O
     }
 }
 
-/// The writer thread's loop: reorders outcomes into rows, recycles buffers.
+/// The writer thread's loop: every outcome into the sink, in arrival order
+/// (the writer reorders rows).
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
-    outcomes: &Ring<Outcome>,
-    free_rows: &ArrayQueue<Vec<f32>>,
-    telemetry: &Telemetry,
+    p: &Pipeline,
 ) -> Result<(WriteReport, Vec<Rejection>), writer::Error> {
     let mut local = Local::default();
     let mut rejected = Vec::new();
-    while let Some(Outcome { job, row }) = outcomes.pop() {
-        let j = &jobs[job];
-        let ok = row.is_ok();
-        let row = row
-            .map_err(|reason| {
-                rejected.push(Rejection {
-                    path: j.rel_path.clone(),
-                    reason,
-                })
-            })
-            .ok();
-        let recycled = local.time(Stage::Write, || w.submit(j.split, j.seq, row))?;
-        for r in recycled {
-            let _full = free_rows.push(r);
+    let telemetry = p.telemetry();
+    while let Some(o) = p.outcomes().pop() {
+        let j = &jobs[o.job];
+        let d = pipeline::deliver(&mut w, j, &j.rel_path, o.row, p.free_rows(), &mut local, telemetry)?;
+        if let Delivered::Rejected(r) = d {
+            rejected.push(r);
         }
-        local.file_done(ok, telemetry);
     }
-    let report = local.time(Stage::Write, || w.finish());
+    let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
     local.publish(telemetry);
     rejected.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((report?, rejected))
@@ -179,65 +153,6 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
     bar
 }
 
-/// Starts the configured reader engine. `uring` falls back to `std` (with a
-/// warning) when the start-up probe fails and `io.fallback` allows it.
-fn start_readers(
-    cfg: &Config,
-    cpus: &[Option<usize>],
-    jobs: Arc<[Job]>,
-    loaded: Arc<Ring<Loaded>>,
-    free_bytes: Arc<ArrayQueue<Vec<u8>>>,
-    telemetry: Arc<Telemetry>,
-) -> Result<(Readers, Engine, Option<Arc<Arena>>), Error> {
-    if cfg.io.engine == Engine::Uring {
-        match uring::probe() {
-            Ok(_) => {
-                let arena = Arena::new(cfg.io.arena_bytes, cfg.io.threads.max(1))
-                    .map_err(|e| Error::Reader(e.to_string()))?;
-                let r = uring::start_readers_in(&arena, &cfg.io, cpus, jobs, loaded, telemetry)
-                    .map_err(|e| Error::Reader(e.to_string()))?;
-                return Ok((r, Engine::Uring, Some(arena)));
-            }
-            Err(why) if cfg.io.fallback => tracing::warn!(
-                "io_uring is not usable ({why}); reading with the std engine instead \
-                 (set io.fallback = false to make this fatal)."
-            ),
-            Err(why) => {
-                return Err(Error::Reader(format!(
-                    "io_uring is not usable ({why}) and io.fallback = false"
-                )));
-            }
-        }
-    }
-    let r =
-        Readers::start(&cfg.io, cpus, jobs, loaded, free_bytes, telemetry).map_err(Error::Spawn)?;
-    Ok((r, Engine::Std, None))
-}
-
-/// Thread placement: hwloc's plan for both roles, with an explicit `io.pin` or
-/// `compute.pin` list (or "off") overriding its role.
-fn place_threads(cfg: &Config, gpu_pci_bus_id: Option<&str>) -> Placement {
-    let mut placement = pin::plan(
-        &PinPolicy::Auto,
-        cfg.io.threads,
-        cfg.compute.workers,
-        gpu_pci_bus_id,
-    );
-    if cfg.io.pin != PinPolicy::Auto {
-        placement.readers = pin::plan(&cfg.io.pin, cfg.io.threads, 0, None).readers;
-    }
-    if cfg.compute.pin != PinPolicy::Auto {
-        placement.workers = pin::plan(&cfg.compute.pin, 0, cfg.compute.workers, None).workers;
-    }
-    placement
-}
-
-/// The compute stage that runs.
-enum Compute {
-    Cpu(cpu::Workers),
-    Cuda(cuda::CudaWorkers),
-}
-
 /// Runs a whole build of `input` into `out`.
 pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<Outcomes, Error> {
     let started = Instant::now();
@@ -251,110 +166,68 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));
     }
-    let choice: Choice = compute::select(cfg.compute.backend)?;
     tracing::info!(
-        "Found {} WAV files in {} split(s) with {} label(s); compute backend {:?}: {}.",
-        plan.jobs.len(),
-        plan.splits.len(),
-        plan.label_names.len(),
-        choice.backend,
-        choice.reason
+        files = plan.jobs.len(),
+        splits = plan.splits.len(),
+        labels = plan.label_names.len(),
+        input = %input.display(),
+        "Found the files to build."
     );
-
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),
         source,
     })?;
     let writer = DatasetWriter::create(output_plan(out, input, cfg, &plan))?;
-
-    let jobs: Arc<[Job]> = plan.jobs.into();
     let telemetry = opts.telemetry.clone().unwrap_or_default();
-    let loaded = Arc::new(Ring::<Loaded>::new(cfg.io.queue_depth));
-    let outcomes = Arc::new(Ring::<Outcome>::new(cfg.compute.queue_depth));
-    let free_bytes = Arc::new(ArrayQueue::new(
-        cfg.io.queue_depth + cfg.compute.workers + 1,
-    ));
-    let free_rows = Arc::new(ArrayQueue::new(
-        cfg.compute.queue_depth + cfg.compute.workers + cfg.output.chunk_files,
-    ));
-    let mel_plan = Arc::new(Plan::new(&cfg.spec));
+    let p = Arc::new(Pipeline::start(cfg, telemetry)?);
+    let jobs: Arc<[Job]> = plan.jobs.into();
 
-    // Near the GPU's PCIe root when the CUDA backend runs.
-    let gpu = (choice.backend == Backend::Cuda)
-        .then(cuda::probe)
-        .transpose()
-        .map_err(|why| Error::Backend(compute::Error::CudaUnavailable(why)))?;
-    let placement = place_threads(cfg, gpu.as_ref().map(|g| g.pci_bus_id.as_str()));
-    tracing::info!("{placement}");
-    let (readers, engine, arena) = start_readers(
-        cfg,
-        &placement.readers,
-        Arc::clone(&jobs),
-        Arc::clone(&loaded),
-        Arc::clone(&free_bytes),
-        Arc::clone(&telemetry),
-    )?;
-    let compute = if choice.backend == Backend::Cuda {
-        let gpu =
-            cuda::probe().map_err(|why| Error::Backend(compute::Error::CudaUnavailable(why)))?;
-        let opts = cuda::CudaOptions {
-            batch_files: cfg.compute.batch_files,
-            ..cuda::CudaOptions::default()
-        };
-        let wiring = cuda::CudaWiring {
-            input: Arc::clone(&loaded),
-            output: Arc::clone(&outcomes),
-            free_bytes,
-            free_rows: Arc::clone(&free_rows),
-            telemetry: Arc::clone(&telemetry),
-            arena,
-        };
-        match cuda::start_cuda_workers(mel_plan, gpu, opts, wiring) {
-            Ok(w) => Compute::Cuda(w),
-            Err(e) => {
-                // Unblock the readers before reporting.
-                loaded.close();
-                let _ = readers.join();
-                return Err(Error::Cuda(e));
-            }
-        }
-    } else {
-        Compute::Cpu(
-            cpu::Workers::start(
-                mel_plan,
-                &placement.workers,
-                cpu::Wiring {
-                    input: Arc::clone(&loaded),
-                    output: Arc::clone(&outcomes),
-                    free_bytes,
-                    free_rows: Arc::clone(&free_rows),
-                    telemetry: Arc::clone(&telemetry),
-                },
-            )
-            .map_err(Error::Spawn)?,
-        )
+    // The source: the sorted walk, then the end of the stream (guard dropped).
+    let source = {
+        let (feed, jobs) = (p.jobs().producer(), Arc::clone(&jobs));
+        std::thread::Builder::new()
+            .name("source".into())
+            .spawn(move || {
+                for (id, j) in jobs.iter().enumerate() {
+                    let job = ReadJob {
+                        id,
+                        path: j.path.clone(),
+                    };
+                    if feed.push(job).is_err() {
+                        return; // the graph was aborted
+                    }
+                }
+            })
     };
+    let source = match source {
+        Ok(s) => s,
+        Err(e) => {
+            p.abort();
+            return Err(Error::Spawn("source", e));
+        }
+    };
+    // The sink: one writer thread.
     let writer_thread = {
-        let (jobs, loaded, outcomes, telemetry) = (
-            Arc::clone(&jobs),
-            Arc::clone(&loaded),
-            Arc::clone(&outcomes),
-            Arc::clone(&telemetry),
-        );
+        let (p, jobs) = (Arc::clone(&p), Arc::clone(&jobs));
         std::thread::Builder::new()
             .name("writer".into())
             .spawn(move || {
-                let r = write_all(writer, &jobs, &outcomes, &free_rows, &telemetry);
+                let r = write_all(writer, &jobs, &p);
                 if r.is_err() {
-                    // Stop everything upstream: their pushes now fail.
-                    outcomes.close();
-                    loaded.close();
+                    p.abort();
                 }
                 r
             })
-            .map_err(Error::Spawn)?
+    };
+    let writer_thread = match writer_thread {
+        Ok(w) => w,
+        Err(e) => {
+            p.abort();
+            return Err(Error::Spawn("writer", e));
+        }
     };
 
+    let telemetry = Arc::clone(p.telemetry());
     let bar = opts.progress.then(|| progress_bar(jobs.len() as u64));
     while !writer_thread.is_finished() {
         if let Some(b) = &bar {
@@ -366,17 +239,12 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         b.set_position(telemetry.files_done());
         b.finish_and_clear();
     }
-    let written = writer_thread
-        .join()
-        .map_err(|_| Error::Panic("the writer thread panicked".into()))?;
-    let cuda_report = match compute {
-        Compute::Cpu(w) => {
-            w.join().map_err(Error::Panic)?;
-            None
-        }
-        Compute::Cuda(w) => Some(w.join().map_err(Error::Panic)?),
-    };
-    readers.join().map_err(Error::Panic)?;
+    let written = writer_thread.join().map_err(|_| Error::Panicked("writer"))?;
+    source.join().map_err(|_| Error::Panicked("source"))?;
+    let p = Arc::into_inner(p).expect("every thread holding the pipeline has been joined");
+    let report = p.report(started);
+    let shape = p.shape().clone();
+    let cuda_report = p.join()?;
     let (write_report, rejected) = written?;
 
     let rejected_log = out.join("rejected.jsonl");
@@ -384,15 +252,11 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         path: rejected_log.clone(),
         source,
     })?;
-    let report = telemetry.report(
-        started.elapsed(),
-        vec![("loaded", loaded.stats()), ("features", outcomes.stats())],
-    );
     Ok(Outcomes {
-        engine: format!("{engine:?}").to_lowercase(),
+        engine: shape.engine,
         cuda: cuda_report,
-        backend: format!("{:?}", choice.backend).to_lowercase(),
-        backend_reason: choice.reason,
+        backend: shape.backend,
+        backend_reason: shape.backend_reason,
         outputs: write_report
             .files
             .into_iter()

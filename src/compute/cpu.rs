@@ -5,29 +5,18 @@
 //! buffers come from `free_rows`, which the writer refills). The mel plan
 //! (window, FFT plan, sparse filterbank) is built once and shared.
 //!
-//! When the input ring is closed and drained, the last worker to stop closes the
-//! output ring, which ends the writer's stream.
+//! Each worker holds a producer guard of the output ring: when the input ring
+//! is closed and drained (or a worker dies), the last guard to drop closes the
+//! output ring, which ends the sink's stream.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam_queue::ArrayQueue;
-
-use super::Outcome;
+use super::{Outcome, Reject, Wiring};
 use crate::dsp::{Plan, Scratch};
 use crate::reader::{FileBytes, Loaded};
-use crate::runtime::ring::Ring;
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
-
-/// Queues a worker pool is wired to.
-pub struct Wiring {
-    pub input: Arc<Ring<Loaded>>,
-    pub output: Arc<Ring<Outcome>>,
-    pub free_bytes: Arc<ArrayQueue<Vec<u8>>>,
-    pub free_rows: Arc<ArrayQueue<Vec<f32>>>,
-    pub telemetry: Arc<Telemetry>,
-}
+use crate::runtime::ring::Producer;
+use crate::runtime::telemetry::{Local, Stage};
 
 /// Running CPU workers.
 pub struct Workers {
@@ -42,13 +31,11 @@ fn process(
     scratch: &mut Scratch,
     row: &mut [f32],
     local: &mut Local,
-) -> Result<(), String> {
+) -> Result<(), Reject> {
     let rate = plan.spec().sample_rate;
-    local
-        .time(Stage::Decode, || {
-            crate::decode::wav::decode(bytes, rate, clip)
-        })
-        .map_err(|e| e.to_string())?;
+    local.time(Stage::Decode, || {
+        crate::decode::wav::decode(bytes, rate, clip)
+    })?;
     local.time(Stage::Mel, || plan.compute(clip, scratch, row));
     Ok(())
 }
@@ -62,11 +49,13 @@ impl Workers {
         wiring: Wiring,
     ) -> std::io::Result<Workers> {
         let workers = cpus.len();
+        // Every guard exists before any worker can drop one.
+        let outputs: Vec<Producer<Outcome>> =
+            (0..workers).map(|_| wiring.output.producer()).collect();
         let wiring = Arc::new(wiring);
-        let running = Arc::new(AtomicUsize::new(workers));
         let mut threads = Vec::with_capacity(workers);
-        for (i, &cpu) in cpus.iter().enumerate() {
-            let (plan, w, running) = (Arc::clone(&plan), Arc::clone(&wiring), Arc::clone(&running));
+        for ((i, &cpu), output) in cpus.iter().enumerate().zip(outputs) {
+            let (plan, w) = (Arc::clone(&plan), Arc::clone(&wiring));
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
@@ -77,7 +66,7 @@ impl Workers {
                     let mut local = Local::default();
                     while let Some(Loaded { job, bytes }) = w.input.pop() {
                         let row = match bytes {
-                            Err(e) => Err(e.to_string()),
+                            Err(e) => Err(Reject::Read(e)),
                             Ok(bytes) => {
                                 let mut row = w.free_rows.pop().unwrap_or_default();
                                 row.resize(row_len, 0.0);
@@ -100,25 +89,23 @@ impl Workers {
                                 r.map(|()| row)
                             }
                         };
-                        if w.output.push(Outcome { job, row }).is_err() {
+                        if output.push(Outcome { job, row }).is_err() {
                             break;
                         }
                     }
                     local.publish(&w.telemetry);
-                    if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        w.output.close();
-                    }
                 },
             )?);
         }
         Ok(Workers { threads })
     }
 
-    pub fn join(self) -> Result<(), String> {
+    /// Waits for every worker; `false` if one panicked.
+    pub fn join(self) -> bool {
+        let mut ok = true;
         for t in self.threads {
-            t.join()
-                .map_err(|_| "a compute worker panicked".to_string())?;
+            ok &= t.join().is_ok();
         }
-        Ok(())
+        ok
     }
 }

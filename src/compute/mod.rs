@@ -1,24 +1,31 @@
-//! The compute stage: loaded WAV bytes in, log-mel rows out.
+//! The compute stage: loaded file bytes in, log-mel rows (or typed
+//! rejections) out.
 //!
-//! [`cpu`]: W worker threads, each with its own
-//! scratch, sharing one precomputed [`crate::dsp::Plan`]; [`cuda`]: one thread
-//! driving an NVIDIA GPU (batches, CUDA graphs). [`select`] resolves
-//! `compute.backend` and says why it chose what it chose.
+//! [`cpu`]: W worker threads, each with its own scratch, sharing one
+//! precomputed [`crate::dsp::Plan`]; [`cuda`]: one thread driving an NVIDIA
+//! GPU (batches, CUDA graphs). [`select`] resolves `compute.backend` into a
+//! [`Choice`] that says what runs and why; [`ComputeStage::start`] starts it
+//! on the [`Wiring`] every backend shares. [`outcome`] holds what flows out:
+//! [`Outcome`] and [`Reject`].
 
 pub mod cpu;
 pub mod cuda;
+pub mod outcome;
 
-use crate::config::Backend;
+use std::sync::Arc;
 
-/// One file's result, addressed by job index.
-#[derive(Debug)]
-pub struct Outcome {
-    pub job: usize,
-    /// The row (spec.row_len() values, dB) or the rejection reason.
-    pub row: Result<Vec<f32>, String>,
-}
+use crossbeam_queue::ArrayQueue;
 
-/// Why no backend could be chosen.
+pub use outcome::{Outcome, Reject, RejectKind, Rejection};
+
+use crate::config::{Backend, ComputeConfig};
+use crate::dsp::Plan;
+use crate::reader::Loaded;
+use crate::reader::arena::Arena;
+use crate::runtime::ring::Ring;
+use crate::runtime::telemetry::Telemetry;
+
+/// Why no backend could be chosen, or the chosen one could not start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
@@ -26,6 +33,23 @@ pub enum Error {
          or \"auto\""
     )]
     CudaUnavailable(String),
+    #[error(transparent)]
+    Cuda(#[from] cuda::Error),
+    #[error("cannot start the compute workers: {0}")]
+    Spawn(std::io::Error),
+    #[error("a compute thread panicked")]
+    Panicked,
+}
+
+/// What runs the compute stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Cpu,
+    /// The GPU the probe found.
+    Gpu(cuda::Gpu),
+    /// The CUDA stage over the host double and host kernels (test harness:
+    /// `MELFORGE_CUDA_HOST_DOUBLE=1` in a build with the `host-kernels` feature).
+    HostDouble,
 }
 
 /// The backend actually used, with the reason for the choice.
@@ -33,43 +57,148 @@ pub enum Error {
 pub struct Choice {
     pub backend: Backend,
     pub reason: String,
+    pub target: Target,
 }
+
+impl Choice {
+    /// "cpu" or "cuda".
+    pub fn name(&self) -> &'static str {
+        match self.backend {
+            Backend::Cuda => "cuda",
+            _ => "cpu",
+        }
+    }
+
+    /// The GPU's PCI address, to place threads near it.
+    pub fn gpu_pci_bus_id(&self) -> Option<&str> {
+        match &self.target {
+            Target::Gpu(g) => Some(&g.pci_bus_id),
+            _ => None,
+        }
+    }
+}
+
+/// The environment switch of the test harness (see [`Target::HostDouble`]).
+pub const HOST_DOUBLE_ENV: &str = "MELFORGE_CUDA_HOST_DOUBLE";
 
 /// Resolves the configured backend. `auto` and `cuda` run the CUDA probe
 /// (`cuda::probe`, cached: libcuda loads, the driver is new enough, cuInit
 /// succeeds, ≥ 1 device, libnvrtc and libcufft load); it never panics.
-/// When `Cuda` is chosen, `cuda::probe()` returns the GPU to start on.
 pub fn select(requested: Backend) -> Result<Choice, Error> {
+    if cfg!(feature = "host-kernels")
+        && requested != Backend::Cpu
+        && std::env::var_os(HOST_DOUBLE_ENV).is_some_and(|v| v == "1")
+    {
+        return Ok(Choice {
+            backend: Backend::Cuda,
+            reason: format!(
+                "{HOST_DOUBLE_ENV}=1: the CUDA stage runs over the host double and host \
+                 kernels (test harness)"
+            ),
+            target: Target::HostDouble,
+        });
+    }
     select_with(requested, cuda::probe)
 }
 
 /// [`select`] with the probe injected (tests).
 pub fn select_with(
     requested: Backend,
-    probe: impl FnOnce() -> Result<cuda::Gpu, String>,
+    probe: impl FnOnce() -> Result<cuda::Gpu, cuda::Unavailable>,
 ) -> Result<Choice, Error> {
     match requested {
         Backend::Cpu => Ok(Choice {
             backend: Backend::Cpu,
             reason: "compute.backend = \"cpu\" was requested".into(),
+            target: Target::Cpu,
         }),
         Backend::Auto => Ok(match probe() {
             Ok(gpu) => Choice {
                 backend: Backend::Cuda,
                 reason: format!("auto: found {gpu}"),
+                target: Target::Gpu(gpu),
             },
             Err(why) => Choice {
                 backend: Backend::Cpu,
                 reason: format!("auto: {why}, so the CPU backend is used"),
+                target: Target::Cpu,
             },
         }),
         Backend::Cuda => match probe() {
             Ok(gpu) => Ok(Choice {
                 backend: Backend::Cuda,
                 reason: format!("compute.backend = \"cuda\" was requested; found {gpu}"),
+                target: Target::Gpu(gpu),
             }),
-            Err(why) => Err(Error::CudaUnavailable(why)),
+            Err(why) => Err(Error::CudaUnavailable(why.to_string())),
         },
+    }
+}
+
+/// The queues every compute stage is wired to. The stage takes producer
+/// guards of `output` itself, so the ring closes when its last thread ends.
+pub struct Wiring {
+    pub input: Arc<Ring<Loaded>>,
+    pub output: Arc<Ring<Outcome>>,
+    /// Heap buffers (std reader) go back to the readers through here.
+    pub free_bytes: Arc<ArrayQueue<Vec<u8>>>,
+    /// Row buffers come from here; the sink refills it.
+    pub free_rows: Arc<ArrayQueue<Vec<f32>>>,
+    pub telemetry: Arc<Telemetry>,
+    /// The readers' arena, registered with the GPU for zero-copy DMA (None
+    /// with the std reader: copies then go through pageable memory).
+    pub arena: Option<Arc<Arena>>,
+}
+
+/// The running compute stage.
+pub enum ComputeStage {
+    Cpu(cpu::Workers),
+    Cuda(cuda::CudaWorkers),
+}
+
+impl ComputeStage {
+    /// Starts what `choice` names: CPU workers on `cpus` (one per entry), or
+    /// the CUDA stage thread. CUDA start-up is synchronous: an error here
+    /// means no file was taken from the input.
+    pub fn start(
+        choice: &Choice,
+        plan: Arc<Plan>,
+        cfg: &ComputeConfig,
+        cpus: &[Option<usize>],
+        wiring: Wiring,
+    ) -> Result<ComputeStage, Error> {
+        let opts = cuda::CudaOptions {
+            batch_files: cfg.batch_files,
+            flush_after: std::time::Duration::from_millis(20),
+            ..cuda::CudaOptions::default()
+        };
+        match &choice.target {
+            Target::Cpu => Ok(ComputeStage::Cpu(
+                cpu::Workers::start(plan, cpus, wiring).map_err(Error::Spawn)?,
+            )),
+            Target::Gpu(gpu) => Ok(ComputeStage::Cuda(cuda::start_cuda_workers(
+                plan,
+                gpu.clone(),
+                opts,
+                wiring,
+            )?)),
+            #[cfg(feature = "host-kernels")]
+            Target::HostDouble => Ok(ComputeStage::Cuda(cuda::start_host_double_workers(
+                plan, opts, wiring,
+            )?)),
+            #[cfg(not(feature = "host-kernels"))]
+            Target::HostDouble => Err(Error::CudaUnavailable(format!(
+                "{HOST_DOUBLE_ENV} needs a build with the host-kernels feature"
+            ))),
+        }
+    }
+
+    /// Waits for the stage; the CUDA stage's report when it ran.
+    pub fn join(self) -> Result<Option<cuda::CudaReport>, Error> {
+        match self {
+            ComputeStage::Cpu(w) => w.join().then_some(None).ok_or(Error::Panicked),
+            ComputeStage::Cuda(w) => Ok(Some(w.join()?)),
+        }
     }
 }
 
@@ -84,10 +213,10 @@ mod tests {
             let c = select(Backend::Auto).unwrap();
             assert_eq!(c.backend, Backend::Cpu);
             assert!(c.reason.contains("CPU"), "{}", c.reason);
-            assert!(c.reason.contains(&why), "{}", c.reason);
+            assert!(c.reason.contains(&why.to_string()), "{}", c.reason);
             let e = select(Backend::Cuda).unwrap_err().to_string();
             assert!(e.contains("no CUDA GPU is usable"), "{e}");
-            assert!(e.contains(&why), "{e}");
+            assert!(e.contains(&why.to_string()), "{e}");
         } else {
             eprintln!("skipped the GPU-less half: this host has a usable CUDA GPU");
         }
@@ -97,10 +226,10 @@ mod tests {
             "cuInit failed: CUDA_ERROR_NO_DEVICE",
             "no CUDA device",
         ] {
-            let c = select_with(Backend::Auto, || Err(why.to_string())).unwrap();
+            let c = select_with(Backend::Auto, || Err(cuda::Unavailable(why.to_string()))).unwrap();
             assert_eq!(c.backend, Backend::Cpu);
             assert_eq!(c.reason, format!("auto: {why}, so the CPU backend is used"));
-            let e = select_with(Backend::Cuda, || Err(why.to_string())).unwrap_err();
+            let e = select_with(Backend::Cuda, || Err(cuda::Unavailable(why.to_string()))).unwrap_err();
             assert!(e.to_string().contains("CUDA") && e.to_string().contains(why));
         }
         let gpu = cuda::Gpu {

@@ -6,17 +6,21 @@
 //! failure is data, not a failure of the stage. When the last reader thread
 //! has pushed its last job, it closes the ring.
 //!
-//! * [`std_engine`]: `open` + `fstat` + `read` per file on `io.threads` threads,
-//!   into recycled heap buffers.
+//! * [`stage`]: the stage every command starts — engine choice and fallback,
+//!   arena, threads placed by `io.pin`, jobs in from a ring, [`Loaded`] out.
+//! * [`std_engine`]: `open` + `fstat` + `read` per file into recycled heap
+//!   buffers.
 //! * [`uring`]: one io_uring per reader thread; OPENAT → STATX → READ_FIXED →
 //!   CLOSE per file, all through the ring, into the registered [`arena`].
 //!   Bytes travel as [`FileBytes::Arena`] extents that free themselves on drop.
 
 pub mod arena;
+pub mod stage;
 pub mod std_engine;
 pub mod uring;
 
-pub use std_engine::{Readers, read_file};
+pub use stage::{ReadJob, ReaderStage};
+pub use std_engine::read_file;
 
 /// Why one file could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -14,11 +14,15 @@
 //!   checks `waiters` (SeqCst) after its queue operation, then takes the lock
 //!   to notify. A timed wait bounds the damage of any missed edge anyway.
 //!
+//! * a ring fed through [`Producer`] guards closes when the last guard drops —
+//!   including a guard dropped while its thread unwinds from a panic — so the
+//!   end of a stream never depends on a counter every exit path must remember.
+//!
 //! Depth telemetry: `pushed`/`popped` counters, plus the sum and maximum of the
 //! depth seen at each push (mean depth = sum / pushed).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -55,7 +59,7 @@ impl Signal {
 }
 
 /// Snapshot of a ring's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RingStats {
     pub capacity: usize,
     pub pushed: u64,
@@ -74,6 +78,7 @@ pub struct Ring<T> {
     popped: AtomicU64,
     depth_sum: AtomicU64,
     max_depth: AtomicU64,
+    producers: AtomicUsize,
 }
 
 impl<T> Ring<T> {
@@ -88,6 +93,17 @@ impl<T> Ring<T> {
             popped: AtomicU64::new(0),
             depth_sum: AtomicU64::new(0),
             max_depth: AtomicU64::new(0),
+            producers: AtomicUsize::new(0),
+        }
+    }
+
+    /// A producer guard: the ring closes when the last guard is dropped. Make
+    /// every guard a stream needs before handing any to a thread (a ring whose
+    /// guards have all gone is closed for good).
+    pub fn producer(self: &Arc<Self>) -> Producer<T> {
+        self.producers.fetch_add(1, Ordering::AcqRel);
+        Producer {
+            ring: Arc::clone(self),
         }
     }
 
@@ -196,6 +212,33 @@ impl<T> Ring<T> {
     }
 }
 
+/// One producer's handle on a [`Ring`]; see [`Ring::producer`]. Dereferences
+/// to the ring, so a producer pushes (and may close early) through it.
+pub struct Producer<T> {
+    ring: Arc<Ring<T>>,
+}
+
+impl<T> Clone for Producer<T> {
+    fn clone(&self) -> Self {
+        self.ring.producer()
+    }
+}
+
+impl<T> Drop for Producer<T> {
+    fn drop(&mut self) {
+        if self.ring.producers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ring.close();
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Producer<T> {
+    type Target = Ring<T>;
+    fn deref(&self) -> &Ring<T> {
+        &self.ring
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +269,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         r.close();
         assert_eq!(c.join().unwrap(), (Some(7), None));
+    }
+
+    #[test]
+    fn the_ring_closes_when_the_last_producer_drops_even_in_a_panic() {
+        let r = Arc::new(Ring::<u32>::new(4));
+        let (a, b) = (r.producer(), r.producer());
+        let c = a.clone();
+        a.push(1).unwrap();
+        drop(a);
+        drop(c);
+        assert!(!r.is_closed(), "one producer is left");
+        let t = std::thread::spawn(move || {
+            b.push(2).unwrap();
+            panic!("a stage thread dies with its guard");
+        });
+        assert!(t.join().is_err());
+        assert!(r.is_closed());
+        assert_eq!((r.pop(), r.pop(), r.pop()), (Some(1), Some(2), None));
     }
 
     #[test]

@@ -5,12 +5,16 @@
 //! it stops, so the progress display and the end-of-run report read consistent
 //! totals without any lock on the hot path.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::compute::RejectKind;
 use crate::runtime::ring::RingStats;
+
+const KINDS: usize = RejectKind::ALL.len();
 
 /// Pipeline stages whose busy time is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +33,7 @@ pub struct Telemetry {
     busy_ns: [AtomicU64; STAGES],
     files_ok: AtomicU64,
     files_rejected: AtomicU64,
+    rejected_by_kind: [AtomicU64; KINDS],
     bytes_read: AtomicU64,
 }
 
@@ -38,6 +43,7 @@ pub struct Local {
     busy_ns: [u64; STAGES],
     files_ok: u64,
     files_rejected: u64,
+    rejected_by_kind: [u64; KINDS],
     bytes_read: u64,
     unpublished: u32,
 }
@@ -60,12 +66,15 @@ impl Local {
         self.bytes_read += n;
     }
 
-    /// Counts one finished file (accepted or rejected) and publishes every 32.
-    pub fn file_done(&mut self, ok: bool, shared: &Telemetry) {
-        if ok {
-            self.files_ok += 1;
-        } else {
-            self.files_rejected += 1;
+    /// Counts one finished file (written, or rejected with its kind) and
+    /// publishes every 32.
+    pub fn file_done(&mut self, outcome: Result<(), RejectKind>, shared: &Telemetry) {
+        match outcome {
+            Ok(()) => self.files_ok += 1,
+            Err(kind) => {
+                self.files_rejected += 1;
+                self.rejected_by_kind[kind.index()] += 1;
+            }
         }
         self.unpublished += 1;
         if self.unpublished >= 32 {
@@ -84,6 +93,9 @@ impl Local {
         shared
             .files_rejected
             .fetch_add(std::mem::take(&mut self.files_rejected), Ordering::Relaxed);
+        for (s, v) in shared.rejected_by_kind.iter().zip(&mut self.rejected_by_kind) {
+            s.fetch_add(std::mem::take(v), Ordering::Relaxed);
+        }
         shared
             .bytes_read
             .fetch_add(std::mem::take(&mut self.bytes_read), Ordering::Relaxed);
@@ -101,6 +113,25 @@ impl Telemetry {
         self.busy_ns[s as usize].load(Ordering::Relaxed) as f64 * 1e-9
     }
 
+    /// Published rejections per kind (kinds with none are left out).
+    pub fn rejected_by_kind(&self) -> BTreeMap<RejectKind, u64> {
+        RejectKind::ALL
+            .iter()
+            .map(|&k| (k, self.rejected_by_kind[k.index()].load(Ordering::Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
+    /// Published seconds each stage was busy, summed over its threads.
+    pub fn busy_seconds(&self) -> BusySeconds {
+        BusySeconds {
+            read: self.busy(Stage::Read),
+            decode: self.busy(Stage::Decode),
+            mel: self.busy(Stage::Mel),
+            write: self.busy(Stage::Write),
+        }
+    }
+
     /// The end-of-run report.
     pub fn report(&self, elapsed: Duration, rings: Vec<(&'static str, RingStats)>) -> Report {
         let files_ok = self.files_ok.load(Ordering::Relaxed);
@@ -109,6 +140,7 @@ impl Telemetry {
         Report {
             files_ok,
             files_rejected,
+            rejected_by_kind: self.rejected_by_kind(),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             elapsed_s: secs,
             files_per_s: if secs > 0.0 {
@@ -116,22 +148,20 @@ impl Telemetry {
             } else {
                 0.0
             },
-            busy_s: BusySeconds {
-                read: self.busy(Stage::Read),
-                decode: self.busy(Stage::Decode),
-                mel: self.busy(Stage::Mel),
-                write: self.busy(Stage::Write),
-            },
+            busy_s: self.busy_seconds(),
             rings: rings
                 .into_iter()
-                .map(|(name, stats)| RingReport { name, stats })
+                .map(|(name, stats)| RingReport {
+                    name: name.to_string(),
+                    stats,
+                })
                 .collect(),
         }
     }
 }
 
 /// Seconds each stage spent busy, summed over its threads.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BusySeconds {
     pub read: f64,
     pub decode: f64,
@@ -139,18 +169,20 @@ pub struct BusySeconds {
     pub write: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RingReport {
-    pub name: &'static str,
+    pub name: String,
     #[serde(flatten)]
     pub stats: RingStats,
 }
 
 /// What a build did, for humans (Display) and machines (`--json`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     pub files_ok: u64,
     pub files_rejected: u64,
+    /// Rejections per kind (kinds with none are left out).
+    pub rejected_by_kind: BTreeMap<RejectKind, u64>,
     pub bytes_read: u64,
     pub elapsed_s: f64,
     pub files_per_s: f64,
@@ -169,6 +201,14 @@ impl std::fmt::Display for Report {
             self.elapsed_s,
             self.files_per_s
         )?;
+        if !self.rejected_by_kind.is_empty() {
+            let kinds: Vec<String> = self
+                .rejected_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            writeln!(f, "rejected by kind: {}", kinds.join(", "))?;
+        }
         let b = &self.busy_s;
         writeln!(
             f,
@@ -195,13 +235,17 @@ mod tests {
         let shared = Telemetry::default();
         let mut l = Local::default();
         l.add_bytes(100);
-        l.file_done(true, &shared);
-        l.file_done(false, &shared);
+        l.file_done(Ok(()), &shared);
+        l.file_done(Err(RejectKind::Malformed), &shared);
         assert_eq!(shared.files_done(), 0, "nothing published before 32 files");
         l.time(Stage::Mel, || std::thread::sleep(Duration::from_millis(2)));
         l.publish(&shared);
         let r = shared.report(Duration::from_secs(1), vec![]);
         assert_eq!((r.files_ok, r.files_rejected, r.bytes_read), (1, 1, 100));
+        assert_eq!(
+            r.rejected_by_kind.into_iter().collect::<Vec<_>>(),
+            vec![(RejectKind::Malformed, 1)]
+        );
         assert!(r.busy_s.mel >= 0.002);
         assert_eq!(r.files_per_s, 2.0);
     }

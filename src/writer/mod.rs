@@ -27,12 +27,14 @@
 //!   and leaves the `.partial` files behind.
 //!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
-//! in [`h5`] (schema, build files) and [`append`] (SWMR appends for `serve`), the
-//! chunk buffer in [`chunk`].
+//! in `h5` (schema, build files) and [`append`] (SWMR appends for `serve`), the
+//! chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
+//! through, implemented here for `build`.
 
 pub mod append;
 mod chunk;
 mod h5;
+pub mod sink;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +43,7 @@ use std::path::PathBuf;
 
 use crate::dsp::Spec;
 use chunk::ChunkBuf;
+pub use sink::{Placed, Sink};
 use h5::{Header, SplitFile};
 
 /// Element type of the `mel` dataset.

@@ -2,14 +2,17 @@
 //!
 //! * [`journal`]: the exactly-once record (CRC'd JSON lines, group commit).
 //! * [`watch`]: inotify on the drop tree, initial scan, rescan on overflow.
-//! * [`ingest`]: the long-lived reader and CPU workers.
-//! * [`service`]: the loop that owns the journal and the SWMR appenders and
+//! * [`service`]: the loop that owns the journal and the sink, feeds the stage
+//!   graph (`crate::pipeline`, the same one `build` runs, GPU included) and
 //!   answers the control socket and signals.
+//! * [`sink`]: the SWMR append sink the stage graph writes through.
+//! * [`status`]: the typed replies of `ctl status` and `ctl stats`.
 //! * [`rebuild`]: re-ingest everything into new files, then swap them in.
-pub mod ingest;
 pub mod journal;
 pub mod rebuild;
 pub mod service;
+pub mod sink;
+pub mod status;
 pub mod watch;
 
 pub use service::run;

@@ -26,14 +26,33 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use hdf5::types::VarLenUnicode;
-use serde_json::json;
 
-use super::service::Error;
+use super::status::RebuildStatus;
 use crate::app::build::{self, Outcomes};
 use crate::app::serve::journal::{FileStamp, Journal};
 use crate::config::Config;
 use crate::config::serve::ServeConfig;
 use crate::runtime::telemetry::Telemetry;
+
+/// Why a rebuild could not start, finish or be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot prepare {}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the rebuild thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("the rebuild thread panicked")]
+    Panicked,
+    #[error(transparent)]
+    Build(#[from] build::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: hdf5::Error },
+    #[error(transparent)]
+    Journal(#[from] crate::app::serve::journal::Error),
+}
 
 /// A rebuild in progress.
 pub struct Rebuild {
@@ -71,11 +90,10 @@ fn io(path: &Path, source: std::io::Error) -> Error {
 
 impl Rebuild {
     /// Starts building `serve.watch_dir` with `cfg` into the staging directory.
-    pub fn start(cfg: Config, serve: &ServeConfig) -> Result<Rebuild, String> {
+    pub fn start(cfg: Config, serve: &ServeConfig) -> Result<Rebuild, Error> {
         let staging = serve.output_dir.join(".rebuild");
         if staging.exists() {
-            std::fs::remove_dir_all(&staging)
-                .map_err(|e| format!("cannot clear {}: {e}", staging.display()))?;
+            std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, e))?;
         }
         let ignore = super::watch::Ignore {
             patterns: serve.ignore.clone(),
@@ -98,7 +116,7 @@ impl Rebuild {
                     };
                     build::build(&input, &out, &cfg, &opts)
                 })
-                .map_err(|e| format!("cannot start the rebuild thread: {e}"))?
+                .map_err(Error::Spawn)?
         };
         tracing::info!(
             "Rebuild started: {total} file(s) into {}.",
@@ -114,29 +132,27 @@ impl Rebuild {
         })
     }
 
-    /// `{state, files_done, files_total, elapsed_s}` for `status`.
-    pub fn progress(&self) -> serde_json::Value {
-        json!({
-            "state": "running",
-            "files_done": self.telemetry.files_done(),
-            "files_total": self.total,
-            "elapsed_s": self.started.elapsed().as_secs_f64(),
-        })
+    /// Progress for `status`.
+    pub fn progress(&self) -> RebuildStatus {
+        RebuildStatus::Running {
+            files_done: self.telemetry.files_done(),
+            files_total: self.total,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+        }
     }
 
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    /// Waits for the build; its error as text.
-    pub fn finish(mut self) -> Result<Finished, String> {
+    /// Waits for the build.
+    pub fn finish(mut self) -> Result<Finished, Error> {
         let outcomes = self
             .thread
             .take()
             .expect("finish is called once")
             .join()
-            .map_err(|_| "the rebuild thread panicked".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| Error::Panicked)??;
         Ok(Finished {
             cfg: self.cfg.clone(),
             staging: self.staging.clone(),
@@ -165,12 +181,15 @@ impl Finished {
         let (mut staged, _) = Journal::open(&stage_dir)?;
         let mut rows = 0usize;
         for out in &self.outcomes.outputs {
-            let file = hdf5::File::open(&out.path)
-                .map_err(|e| Error::Other(format!("cannot read {}: {e}", out.path.display())))?;
+            let read = |source| Error::Read {
+                path: out.path.clone(),
+                source,
+            };
+            let file = hdf5::File::open(&out.path).map_err(read)?;
             let paths = file
                 .dataset("path")
                 .and_then(|d| d.read_raw::<VarLenUnicode>())
-                .map_err(|e| Error::Other(format!("cannot read {}: {e}", out.path.display())))?;
+                .map_err(read)?;
             drop(file);
             for (row, rel) in paths.iter().enumerate() {
                 let rel = rel.as_str();
@@ -197,7 +216,11 @@ impl Finished {
                 if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
                     let aside = p.with_extension("h5.replaced");
                     if let Err(err) = std::fs::rename(&p, &aside) {
-                        tracing::warn!("Cannot move {} aside: {err}.", p.display());
+                        tracing::warn!(
+                            file = %p.display(),
+                            error = %err,
+                            "Cannot move a replaced split file aside."
+                        );
                     }
                 }
             }

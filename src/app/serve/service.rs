@@ -1,13 +1,21 @@
-//! The `serve` loop: one thread that owns the journal, the SWMR appenders and
-//! every decision; the other threads (signals, control socket, inotify, reader,
-//! CPU workers) only feed it.
+//! The `serve` loop: one thread that owns the journal, the sink (SWMR
+//! appenders) and every decision; the other threads (signals, control socket,
+//! inotify, and the stage graph's readers and compute) only feed it.
 //!
 //! ```text
-//! watch ──paths──▶ ┐                         ┌──▶ Appender per split (SWMR)
-//! rescan ─────────▶ service loop ──jobs──▶ ingest (reader → workers) ──outcomes──┘
-//! signals/socket ─▶ │   flush timer: appenders flush, then journal commit, then
+//! watch ──paths──▶ ┐                          stage graph (crate::pipeline):
+//! rescan ─────────▶ service loop ──ReadJob──▶ readers → compute (cpu | cuda)
+//! signals/socket ─▶ │   ▲                                         │
+//!                   │   └────────────── Outcome ──────────────────┘
+//!                   │   sink: AppendSink (one SWMR appender per split)
+//!                   │   flush timer: sink flush, then journal commit, then
 //!                   │   post-commit actions (move/delete/quarantine, rejected.jsonl)
 //! ```
+//!
+//! The source is this loop (inotify + rescans, exactly-once checks against
+//! the journal); the graph is the one `build` runs, GPU included: with the CUDA
+//! stage a partial batch is computed once its first file has waited
+//! `compute.max_batch_delay_ms`, well inside `flush_interval_ms`.
 //!
 //! Exactly once: a file is skipped when the journal confirms its (path, size,
 //! mtime); rows become durable at a flush, and the journal records them only
@@ -28,17 +36,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::ingest::Ingest;
 use super::rebuild::Rebuild;
+use super::sink::{AppendSink, DropFile};
+use super::status::{RebuildStatus, State, Stats, Status};
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
-use crate::app::build::Rejection;
 use crate::app::control::{self, Command, Reply, Request, notify};
 use crate::app::serve::journal::{FileStamp, Journal};
-use crate::compute::Outcome;
+use crate::compute::{Outcome, Rejection};
 use crate::config::Config;
 use crate::config::serve::{OnSuccess, ServeConfig};
+use crate::pipeline::{self, Delivered, Pipeline};
+use crate::reader::ReadJob;
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
-use crate::writer::append::{AppendSpec, Appender};
+use crate::writer::Placed;
 
 /// A fatal service problem.
 #[derive(Debug, thiserror::Error)]
@@ -63,17 +73,10 @@ pub enum Error {
     Writer(#[from] crate::writer::Error),
     #[error(transparent)]
     Control(#[from] control::Error),
-    #[error("{0}")]
-    Other(String),
-}
-
-/// One file on its way through the pipeline.
-struct Job {
-    abs: PathBuf,
-    rel: String,
-    split: String,
-    label: Option<String>,
-    stamp: FileStamp,
+    #[error(transparent)]
+    Pipeline(#[from] pipeline::Error),
+    #[error(transparent)]
+    Rebuild(#[from] super::rebuild::Error),
 }
 
 /// Something to do with a source file once the journal has confirmed it.
@@ -82,26 +85,17 @@ enum After {
     Delete(PathBuf),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-enum State {
-    Running,
-    Paused,
-    Stopping,
-}
-
 /// Everything the loop owns.
 pub struct Service {
     config_path: PathBuf,
     cfg: Config,
     serve: ServeConfig,
     journal: Journal,
-    appenders: HashMap<String, Appender>,
-    labels: Vec<String>,
-    ingest: Ingest,
+    sink: AppendSink,
+    pipeline: Pipeline,
     telemetry: Arc<Telemetry>,
     local: Local,
-    jobs: HashMap<usize, Job>,
+    jobs: HashMap<usize, DropFile>,
     in_flight: HashSet<String>,
     /// Files absorbed (row appended or rejected) since the last journal commit:
     /// the journal's state does not list them yet, so `offer` checks here too.
@@ -116,7 +110,7 @@ pub struct Service {
     files_rejected: u64,
     last_error: Option<String>,
     rebuild: Option<Rebuild>,
-    rebuild_report: Option<serde_json::Value>,
+    rebuild_report: Option<RebuildStatus>,
     /// (time, files done) at the last rate sample, and the rate then.
     rate: (Instant, u64, f64),
 }
@@ -157,15 +151,15 @@ impl Service {
             );
         }
         let telemetry = Arc::new(Telemetry::default());
-        let ingest = Ingest::start(&cfg, Arc::clone(&telemetry)).map_err(Error::Other)?;
+        let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry))?;
+        let sink = AppendSink::new(&serve.output_dir, &cfg, &serve.watch_dir);
         let mut svc = Service {
             config_path: config_path.to_path_buf(),
             cfg,
             serve,
             journal,
-            appenders: HashMap::new(),
-            labels: Vec::new(),
-            ingest,
+            sink,
+            pipeline,
             telemetry,
             local: Local::default(),
             jobs: HashMap::new(),
@@ -184,69 +178,21 @@ impl Service {
             rebuild_report: None,
             rate: (Instant::now(), 0, 0.0),
         };
-        let splits: Vec<String> = svc.journal.state().rows.keys().cloned().collect();
-        for split in splits {
-            svc.appender(&split)?;
-        }
+        svc.open_journal_splits()?;
         Ok(svc)
     }
 
-    fn append_spec(&self, split: &str) -> AppendSpec {
-        AppendSpec {
-            split: split.to_string(),
-            spec: self.cfg.spec.clone(),
-            dtype: self.cfg.output.dtype,
-            chunk_files: self.cfg.output.chunk_files,
-            extra_attrs: vec![("input".into(), self.serve.watch_dir.display().to_string())],
-        }
-    }
-
-    /// The appender of `split`, opened (recovering to the journal's row count)
-    /// or created on first use; label lists are kept identical across splits.
-    fn appender(&mut self, split: &str) -> Result<&mut Appender, Error> {
-        if !self.appenders.contains_key(split) {
-            let confirmed = self.journal.state().rows_of(split);
-            let (app, report) = Appender::open(
-                &self.serve.output_dir,
-                &self.append_spec(split),
-                &self.labels,
-                confirmed,
-            )?;
-            if report.rows_dropped > 0 {
-                tracing::warn!(
-                    "{}: cut {} row(s) the journal never confirmed (written before a crash); \
-                     their files will be ingested again.",
-                    app.path().display(),
-                    report.rows_dropped
-                );
-            }
-            let new: Vec<String> = app
-                .label_names()
-                .iter()
-                .filter(|n| !self.labels.contains(n))
-                .cloned()
-                .collect();
-            for name in new {
-                self.add_label(&name)?;
-            }
-            if app.label_names() != self.labels.as_slice() {
-                tracing::warn!(
-                    "{} lists its labels in another order than the other splits; label ids \
-                     of this split follow its own label_names.",
-                    app.path().display()
-                );
-            }
-            self.appenders.insert(split.to_string(), app);
-        }
-        Ok(self.appenders.get_mut(split).expect("inserted above"))
-    }
-
-    fn add_label(&mut self, name: &str) -> Result<(), Error> {
-        if !self.labels.iter().any(|l| l == name) {
-            self.labels.push(name.to_string());
-        }
-        for app in self.appenders.values_mut() {
-            app.label_id(name)?;
+    /// Opens every split the journal has rows in (cutting unconfirmed rows).
+    fn open_journal_splits(&mut self) -> Result<(), Error> {
+        let splits: Vec<(String, usize)> = self
+            .journal
+            .state()
+            .rows
+            .keys()
+            .map(|s| (s.clone(), self.journal.state().rows_of(s)))
+            .collect();
+        for (split, confirmed) in splits {
+            self.sink.open(&split, confirmed)?;
         }
         Ok(())
     }
@@ -257,7 +203,7 @@ impl Service {
             return;
         };
         let Some(rel) = rel.to_str().map(str::to_string) else {
-            tracing::warn!("Skipped {}: the path is not valid UTF-8.", abs.display());
+            tracing::warn!(path = %abs.display(), "Skipped a file: its path is not valid UTF-8.");
             return;
         };
         if self.in_flight.contains(&rel) {
@@ -282,7 +228,7 @@ impl Service {
         self.in_flight.insert(rel.clone());
         self.jobs.insert(
             id,
-            Job {
+            DropFile {
                 abs,
                 rel,
                 split,
@@ -309,7 +255,7 @@ impl Service {
         }
         while let Some(&id) = self.backlog.front() {
             let path = self.jobs[&id].abs.clone();
-            if self.ingest.jobs.try_push((id, path)).is_err() {
+            if self.pipeline.jobs().try_push(ReadJob { id, path }).is_err() {
                 break;
             }
             self.backlog.pop_front();
@@ -329,26 +275,26 @@ impl Service {
         let recheck = (self.serve.on_success == OnSuccess::Keep
             && (o.row.is_ok() || self.serve.quarantine_dir.is_none()))
         .then(|| (job.abs.clone(), job.stamp));
-        match o.row {
-            Ok(row) => {
-                if let Some(l) = &job.label {
-                    self.add_label(l)?;
-                }
-                let label = job.label.clone();
-                self.appender(&job.split)?;
-                let app = self.appenders.get_mut(&job.split).expect("opened above");
-                let label_id = match &label {
-                    Some(l) => app.label_id(l)?,
-                    None => -1,
+        if o.row.is_ok() {
+            let confirmed = self.journal.state().rows_of(&job.split);
+            self.sink.open(&job.split, confirmed)?;
+        }
+        let delivered = pipeline::deliver(
+            &mut self.sink,
+            &job,
+            &job.rel,
+            o.row,
+            self.pipeline.free_rows(),
+            &mut self.local,
+            &self.telemetry,
+        )?;
+        match delivered {
+            Delivered::Row(placed) => {
+                let Placed::At { index } = placed else {
+                    unreachable!("the append sink places every row at once")
                 };
-                let t = Instant::now();
-                let index = app.append(&job.rel, label_id, &row)?;
-                self.local.add_busy(Stage::Write, t.elapsed());
-                let _full = self.ingest.free_rows.push(row);
-                self.journal
-                    .stage_row(&job.rel, job.stamp, &job.split, index);
+                self.journal.stage_row(&job.rel, job.stamp, &job.split, index);
                 self.files_ok += 1;
-                self.local.file_done(true, &self.telemetry);
                 match self.serve.on_success {
                     OnSuccess::Keep => {}
                     OnSuccess::Delete => self.after.push(After::Delete(job.abs)),
@@ -363,18 +309,19 @@ impl Service {
                     }
                 }
             }
-            Err(reason) => {
-                tracing::warn!("Rejected {}: {reason}", job.rel);
-                self.journal.stage_reject(&job.rel, job.stamp, &reason);
+            Delivered::Rejected(r) => {
+                tracing::warn!(
+                    path = %r.path,
+                    kind = %r.kind,
+                    reason = %r.reason,
+                    "Rejected a dropped file."
+                );
+                self.journal.stage_reject(&job.rel, job.stamp, &r.reason);
                 if let Some(q) = &self.serve.quarantine_dir {
                     self.after.push(After::Move(job.abs, q.join(&job.rel)));
                 }
-                self.rejections.push(Rejection {
-                    path: job.rel,
-                    reason,
-                });
+                self.rejections.push(r);
                 self.files_rejected += 1;
-                self.local.file_done(false, &self.telemetry);
             }
         }
         if let Some((abs, stamp)) = recheck
@@ -389,9 +336,7 @@ impl Service {
     /// that must wait for the commit.
     fn flush_commit(&mut self) -> Result<(), Error> {
         let t = Instant::now();
-        for app in self.appenders.values_mut() {
-            app.flush()?;
-        }
+        self.sink.flush()?;
         self.journal.commit()?;
         self.uncommitted.clear();
         self.local.add_busy(Stage::Write, t.elapsed());
@@ -439,14 +384,6 @@ impl Service {
         self.last_error = Some(e);
     }
 
-    fn rows(&self) -> serde_json::Value {
-        let mut m = serde_json::Map::new();
-        for (split, app) in &self.appenders {
-            m.insert(split.clone(), json!(app.rows()));
-        }
-        serde_json::Value::Object(m)
-    }
-
     fn status(&mut self) -> Reply {
         let now = Instant::now();
         let done = self.files_ok + self.files_rejected;
@@ -459,39 +396,42 @@ impl Service {
         } else {
             last
         };
-        Reply::ok_with(json!({
-            "state": self.state,
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "backend": "cpu",
-            "engine": self.ingest.engine,
-            "watch_dir": self.serve.watch_dir,
-            "output_dir": self.serve.output_dir,
-            "files_ok": self.files_ok,
-            "files_rejected": self.files_rejected,
-            "files_per_s": rate,
-            "queued": self.backlog.len(),
-            "in_flight": self.in_flight.len() - self.backlog.len(),
-            "rows": self.rows(),
-            "rings": {
-                "jobs": self.ingest.jobs.len(),
-                "loaded": self.ingest.loaded.len(),
-                "features": self.ingest.outcomes.len(),
-            },
-            "rebuild": self.rebuild.as_ref().map(Rebuild::progress).or(self.rebuild_report.clone()),
-            "last_error": self.last_error,
-        }))
+        let shape = self.pipeline.shape();
+        Reply::ok_with(Status {
+            state: self.state,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            backend: shape.backend.clone(),
+            backend_reason: shape.backend_reason.clone(),
+            engine: shape.engine.clone(),
+            watch_dir: self.serve.watch_dir.clone(),
+            output_dir: self.serve.output_dir.clone(),
+            files_ok: self.files_ok,
+            files_rejected: self.files_rejected,
+            rejected_by_kind: self.telemetry.rejected_by_kind(),
+            files_per_s: rate,
+            queued: self.backlog.len(),
+            in_flight: self.in_flight.len() - self.backlog.len(),
+            rows: self.sink.rows(),
+            rings: self.pipeline.ring_depths(),
+            busy_s: self.telemetry.busy_seconds(),
+            rebuild: self
+                .rebuild
+                .as_ref()
+                .map(Rebuild::progress)
+                .or(self.rebuild_report.clone()),
+            last_error: self.last_error.clone(),
+        })
     }
 
     fn stats(&self) -> Reply {
-        let report = self.telemetry.report(
-            self.started.elapsed(),
-            vec![
-                ("jobs", self.ingest.jobs.stats()),
-                ("loaded", self.ingest.loaded.stats()),
-                ("features", self.ingest.outcomes.stats()),
-            ],
-        );
-        Reply::ok_with(json!({ "report": report, "rows": self.rows() }))
+        let shape = self.pipeline.shape();
+        Reply::ok_with(Stats {
+            backend: shape.backend.clone(),
+            backend_reason: shape.backend_reason.clone(),
+            engine: shape.engine.clone(),
+            report: self.pipeline.report(self.started),
+            rows: self.sink.rows(),
+        })
     }
 
     /// SIGHUP / `reload`: re-reads the config; applies the `[serve]` settings
@@ -599,14 +539,16 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     );
     // The watch exists before the scan, so nothing landing in between is missed.
     svc.rescan();
+    let shape = svc.pipeline.shape();
     tracing::info!(
-        "Serving {} → {} ({} engine, {} worker(s)); control socket {}; {} file(s) to catch up.",
-        svc.serve.watch_dir.display(),
-        svc.serve.output_dir.display(),
-        svc.ingest.engine,
-        svc.cfg.compute.workers,
-        server.path().display(),
-        svc.backlog.len()
+        watch_dir = %svc.serve.watch_dir.display(),
+        output_dir = %svc.serve.output_dir.display(),
+        backend = %shape.backend,
+        reason = %shape.backend_reason,
+        engine = %shape.engine,
+        socket = %server.path().display(),
+        backlog = svc.backlog.len(),
+        "Serving."
     );
     notify::ready();
 
@@ -650,7 +592,7 @@ impl Service {
                 }
             }
             self.feed();
-            while let Some(o) = self.ingest.outcomes.try_pop() {
+            while let Some(o) = self.pipeline.outcomes().try_pop() {
                 self.absorb(o)?;
             }
             self.poll_rebuild()?;
@@ -708,7 +650,7 @@ impl Service {
                 Reply::ok().with("state", "running")
             }
             Command::Flush => match self.flush_commit() {
-                Ok(()) => Reply::ok_with(json!({ "rows": self.rows() })),
+                Ok(()) => Reply::ok_with(json!({ "rows": self.sink.rows() })),
                 Err(e) => {
                     let msg = e.to_string();
                     req.respond(Reply::error(msg));
@@ -774,7 +716,9 @@ impl Service {
         match rebuild.finish() {
             Err(e) => {
                 self.note_error(format!("rebuild failed: {e}"));
-                self.rebuild_report = Some(json!({ "state": "failed", "error": e }));
+                self.rebuild_report = Some(RebuildStatus::Failed {
+                    error: e.to_string(),
+                });
                 Ok(())
             }
             Ok(done) => self.swap_in(done),
@@ -789,33 +733,28 @@ impl Service {
         let paused = self.state;
         self.state = State::Paused;
         while self.jobs.len() > self.backlog.len() {
-            match self.ingest.outcomes.pop_timeout(Duration::from_millis(50)) {
+            match self.pipeline.outcomes().pop_timeout(Duration::from_millis(50)) {
                 Some(o) => self.absorb(o)?,
                 None => continue,
             }
         }
         self.flush_commit()?;
-        for (_, app) in self.appenders.drain() {
-            app.close()?;
-        }
-        self.labels.clear();
+        self.sink.close_all()?;
         // Swap the files and the journal (each rename is atomic).
         let report = done.install(&self.serve, &mut self.journal)?;
-        // Restart ingest with the new config.
+        // Restart the stage graph with the new config.
         let old = std::mem::replace(
-            &mut self.ingest,
-            Ingest::start(&done.cfg, Arc::clone(&self.telemetry)).map_err(Error::Other)?,
+            &mut self.pipeline,
+            Pipeline::start(&done.cfg, Arc::clone(&self.telemetry))?,
         );
         old.close();
-        while old.outcomes.pop().is_some() {}
-        old.join().map_err(Error::Other)?;
+        while old.outcomes().pop().is_some() {}
+        old.join()?;
         let new_cfg = done.cfg;
         self.cfg.spec = new_cfg.spec;
         self.cfg.output = new_cfg.output;
-        let splits: Vec<String> = self.journal.state().rows.keys().cloned().collect();
-        for split in splits {
-            self.appender(&split)?;
-        }
+        self.sink = AppendSink::new(&self.serve.output_dir, &self.cfg, &self.serve.watch_dir);
+        self.open_journal_splits()?;
         // Requeue the backlog, and offer everything the rebuild did not cover.
         let backlog: Vec<PathBuf> = std::mem::take(&mut self.backlog)
             .into_iter()
@@ -827,8 +766,8 @@ impl Service {
         }
         self.rescan();
         self.state = paused;
-        tracing::info!("Rebuild swapped in: {report}");
-        self.rebuild_report = Some(json!({ "state": "done", "summary": report }));
+        tracing::info!(summary = %report, "Rebuild swapped in.");
+        self.rebuild_report = Some(RebuildStatus::Done { summary: report });
         Ok(())
     }
 
@@ -838,20 +777,22 @@ impl Service {
             r.abandon();
         }
         let flushed = self.flush_commit();
-        let mut closed = Ok(());
-        for (_, app) in self.appenders.drain() {
-            if let Err(e) = app.close() {
-                closed = Err(Error::Writer(e));
-            }
+        let closed = self.sink.close_all().map_err(Error::Writer);
+        self.pipeline.close();
+        while self.pipeline.outcomes().pop().is_some() {}
+        let joined = self.pipeline.join().map(|_| ()).map_err(Error::Pipeline);
+        if flushed.is_ok() {
+            tracing::info!(
+                ingested = self.files_ok,
+                rejected = self.files_rejected,
+                "Stopped; every file ingested this run is committed."
+            );
+        } else {
+            tracing::error!(
+                "Stopped after a failed final flush: files since the last commit were not \
+                 committed and will be ingested again at the next start."
+            );
         }
-        self.ingest.close();
-        while self.ingest.outcomes.pop().is_some() {}
-        let joined = self.ingest.join().map_err(Error::Other);
-        tracing::info!(
-            "Stopped: {} file(s) ingested, {} rejected this run.",
-            self.files_ok,
-            self.files_rejected
-        );
         flushed.and(closed).and(joined)
     }
 }

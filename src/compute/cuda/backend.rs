@@ -6,7 +6,9 @@
 //! the same text as the CPU backend; only decoding of accepted files happens
 //! on the device. Accepted files are batched (`compute.batch_files`) into a
 //! [`BatchRunner`]; a partial batch is flushed when the input is drained or
-//! after [`CudaOptions::flush_after`] without new input (serve mode).
+//! once its first file has waited [`CudaOptions::flush_after`]
+//! (`compute.max_batch_delay_ms`), so a slow trickle of files (serve) is
+//! computed within that delay instead of waiting for a full batch.
 //! Outcomes carry job indices; the writer orders rows, so batch completion
 //! order does not matter. Heap buffers (std reader) go back to `free_bytes`
 //! when their copy completed; arena extents free themselves then.
@@ -14,9 +16,10 @@
 //! Start-up is synchronous: [`start_cuda_workers`] returns only after the
 //! device opened, the kernels loaded and the arena was registered — or with the
 //! error that prevented it, so `--backend cuda` fails at start-up, not mid-run.
-//! A device error mid-run rejects every file not yet finished with the error's
-//! text, drains the input the same way (so the pipeline ends), and is returned
-//! by [`CudaWorkers::join`].
+//! A device error mid-run rejects every file not yet finished with
+//! [`Reject::Device`], drains the input the same way (so the pipeline ends),
+//! and is returned by [`CudaWorkers::join`]. The output ring is fed through one
+//! producer guard held by the stage thread: it closes however the thread ends.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -31,24 +34,11 @@ use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Stag
 use super::recipe::MelRecipe;
 use super::tables::Tables;
 use super::{Error, nvrtc, real};
-use crate::compute::Outcome;
+use crate::compute::{Outcome, Reject, Wiring};
 use crate::dsp::Plan;
-use crate::reader::arena::Arena;
 use crate::reader::{FileBytes, Loaded};
-use crate::runtime::ring::Ring;
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
-
-/// Queues the CUDA stage is wired to (as `cpu::Wiring`, plus the arena).
-pub struct CudaWiring {
-    pub input: Arc<Ring<Loaded>>,
-    pub output: Arc<Ring<Outcome>>,
-    pub free_bytes: Arc<ArrayQueue<Vec<u8>>>,
-    pub free_rows: Arc<ArrayQueue<Vec<f32>>>,
-    pub telemetry: Arc<Telemetry>,
-    /// The reader's arena, registered with cuMemHostRegister for zero-copy
-    /// DMA (None with the std reader: copies then go through pageable memory).
-    pub arena: Option<Arc<Arena>>,
-}
+use crate::runtime::ring::Producer;
+use crate::runtime::telemetry::{Local, Stage};
 
 /// Sizes of the CUDA stage.
 #[derive(Clone, Copy, Debug)]
@@ -57,7 +47,7 @@ pub struct CudaOptions {
     pub batch_files: usize,
     /// Device batch slots (2: copy of batch k+1 overlaps compute of batch k).
     pub slots: usize,
-    /// Flush a partial batch after this long without new input.
+    /// Compute a partial batch once its first file has waited this long.
     pub flush_after: Duration,
 }
 
@@ -66,7 +56,7 @@ impl Default for CudaOptions {
         CudaOptions {
             batch_files: 256,
             slots: 2,
-            flush_after: Duration::from_millis(50),
+            flush_after: Duration::from_millis(20),
         }
     }
 }
@@ -89,14 +79,12 @@ pub struct CudaReport {
 
 /// The running CUDA stage.
 pub struct CudaWorkers {
-    thread: JoinHandle<Result<CudaReport, String>>,
+    thread: JoinHandle<Result<CudaReport, Error>>,
 }
 
 impl CudaWorkers {
-    pub fn join(self) -> Result<CudaReport, String> {
-        self.thread
-            .join()
-            .map_err(|_| "the CUDA compute thread panicked".to_string())?
+    pub fn join(self) -> Result<CudaReport, Error> {
+        self.thread.join().map_err(|_| Error::Panicked)?
     }
 }
 
@@ -131,7 +119,7 @@ pub fn start_cuda_workers(
     plan: Arc<Plan>,
     gpu: Gpu,
     opts: CudaOptions,
-    wiring: CudaWiring,
+    wiring: Wiring,
 ) -> Result<CudaWorkers, Error> {
     let target = nvrtc::Target::for_device(gpu.cc.0, gpu.cc.1);
     let t = Instant::now();
@@ -177,7 +165,7 @@ pub fn start_workers_with<D, F>(
     plan: Arc<Plan>,
     make: F,
     opts: CudaOptions,
-    wiring: CudaWiring,
+    wiring: Wiring,
     report: CudaReport,
 ) -> Result<CudaWorkers, Error>
 where
@@ -186,6 +174,7 @@ where
 {
     let tables = Tables::new(&plan).map_err(|e| Error::Unavailable(e.to_string()))?;
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let output = wiring.output.producer();
     let thread = std::thread::Builder::new()
         .name("cuda".into())
         .spawn(move || {
@@ -202,7 +191,7 @@ where
                 Ok(r) => r,
                 Err(e) => {
                     let _gone = ready_tx.send(Err(e.into()));
-                    return Err("CUDA start-up failed".to_string());
+                    return Err(Error::Unavailable("CUDA start-up failed".into()));
                 }
             };
             if let Some(a) = &wiring.arena {
@@ -211,20 +200,20 @@ where
                 // unregisters) is dropped at the end of this closure.
                 if let Err(e) = unsafe { runner.device().register_host(a.as_ptr(), a.len()) } {
                     let _gone = ready_tx.send(Err(e.into()));
-                    return Err("CUDA start-up failed".to_string());
+                    return Err(Error::Unavailable("CUDA start-up failed".into()));
                 }
             }
             let _gone = ready_tx.send(Ok(()));
-            let r = run(&mut runner, &plan, opts, &wiring);
+            let r = run(&mut runner, &plan, opts, &wiring, &output);
             let stats = runner.stats();
             let errors = runner.error_sink();
             drop(runner);
             let teardown = errors.lock().map(|e| e.clone()).unwrap_or_default();
             let run_s = started.elapsed().as_secs_f64();
-            wiring.output.close();
-            r?;
+            drop(output);
+            r.map_err(Error::Run)?;
             if !teardown.is_empty() {
-                return Err(format!("CUDA teardown failed: {}", teardown.join("; ")));
+                return Err(Error::Teardown(teardown.join("; ")));
             }
             Ok(CudaReport {
                 runner: stats,
@@ -251,8 +240,9 @@ fn run<D: Device>(
     runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
     plan: &Plan,
     opts: CudaOptions,
-    w: &CudaWiring,
-) -> Result<(), String> {
+    w: &Wiring,
+    output: &Producer<Outcome>,
+) -> Result<(), Arc<str>> {
     let spec = plan.spec();
     let rate = spec.sample_rate;
     let row_len = spec.row_len();
@@ -263,20 +253,22 @@ fn run<D: Device>(
         row.clear();
         row.extend_from_slice(vals);
         debug_assert_eq!(row.len(), row_len);
-        if w.output.push(Outcome { job, row: Ok(row) }).is_err() {
+        if output.push(Outcome { job, row: Ok(row) }).is_err() {
             closed.set(true);
         }
     };
-    let reject = |job: usize, reason: String| {
-        w.output
+    let reject = |job: usize, why: Reject| {
+        output
             .push(Outcome {
                 job,
-                row: Err(reason),
+                row: Err(why),
             })
             .is_ok()
     };
-    let mut failure: Option<String> = None;
-    let mut last_input = Instant::now();
+    let mut failure: Option<Arc<str>> = None;
+    let fail = |e: &dyn std::fmt::Display| -> Arc<str> { e.to_string().into() };
+    // When the first file of the open batch arrived.
+    let mut open_since: Option<Instant> = None;
     loop {
         let item = match w.input.try_pop() {
             Some(i) => Some(i),
@@ -292,17 +284,17 @@ fn run<D: Device>(
                 // batches in flight (poll) every few milliseconds.
                 let r = local.time(Stage::Mel, || runner.poll(&mut sink));
                 if let Err(e) = r {
-                    failure.get_or_insert(e.to_string());
+                    failure.get_or_insert(fail(&e));
                 }
                 std::thread::sleep(Duration::from_micros(200));
                 None
             }
             None => {
-                if last_input.elapsed() >= opts.flush_after && failure.is_none() {
-                    let r = local.time(Stage::Mel, || runner.flush(&mut sink));
-                    if let Err(e) = r {
-                        failure.get_or_insert(e.to_string());
-                    }
+                let r = local.time(Stage::Mel, || {
+                    flush_if_due(runner, &mut open_since, opts.flush_after, &mut sink)
+                });
+                if let Err(e) = r {
+                    failure.get_or_insert(fail(&e));
                 }
                 std::thread::sleep(Duration::from_micros(200));
                 None
@@ -314,10 +306,9 @@ fn run<D: Device>(
             }
             continue;
         };
-        last_input = Instant::now();
         let bytes = match bytes {
             Err(e) => {
-                if !reject(job, e.to_string()) {
+                if !reject(job, e.into()) {
                     break;
                 }
                 continue;
@@ -325,7 +316,7 @@ fn run<D: Device>(
             Ok(b) => b,
         };
         if let Some(f) = &failure {
-            let _ok = reject(job, format!("CUDA backend failed: {f}"));
+            let _ok = reject(job, Reject::Device(Arc::clone(f)));
             continue;
         }
         let parsed = local.time(Stage::Decode, || crate::decode::wav::parse(&bytes));
@@ -336,13 +327,13 @@ fn run<D: Device>(
                     found: i.sample_rate,
                     expected: rate,
                 };
-                if !reject(job, e.to_string()) {
+                if !reject(job, e.into()) {
                     break;
                 }
                 continue;
             }
             Err(e) => {
-                if !reject(job, e.to_string()) {
+                if !reject(job, e.into()) {
                     break;
                 }
                 continue;
@@ -372,32 +363,33 @@ fn run<D: Device>(
                 }
             }
             // Too big for an empty batch: reject (its bytes are dropped here).
-            let _ok = reject(
-                staged.tag,
-                format!(
-                    "file needs {} bytes of CUDA staging memory, more than one batch holds",
-                    staged.bytes.len()
-                ),
-            );
+            let bytes = staged.bytes.len();
+            let _ok = reject(staged.tag, Reject::Staging { bytes });
             Ok(())
         });
+        if runner.open_len() == 0 {
+            open_since = None;
+        } else {
+            open_since.get_or_insert_with(Instant::now);
+        }
         let r = r.and_then(|()| {
             if runner.open_len() >= opts.batch_files.max(1) {
+                open_since = None;
                 runner.flush(&mut sink)
             } else {
+                flush_if_due(runner, &mut open_since, opts.flush_after, &mut sink)?;
                 runner.poll(&mut sink)
             }
         });
         if let Err(e) = r {
-            failure.get_or_insert(e.to_string());
+            failure.get_or_insert(fail(&e));
         }
-        if failure.is_some() {
-            let f = failure.clone().unwrap_or_default();
+        if let Some(f) = &failure {
             for s in runner.take_open() {
-                let _ok = reject(s.tag, format!("CUDA backend failed: {f}"));
+                let _ok = reject(s.tag, Reject::Device(Arc::clone(f)));
             }
             for tag in runner.take_in_flight() {
-                let _ok = reject(tag, format!("CUDA backend failed: {f}"));
+                let _ok = reject(tag, Reject::Device(Arc::clone(f)));
             }
         }
         if closed.get() {
@@ -407,20 +399,36 @@ fn run<D: Device>(
     if failure.is_none() {
         let r = local.time(Stage::Mel, || runner.finish(&mut sink));
         if let Err(e) = r {
-            failure = Some(e.to_string());
+            failure = Some(fail(&e));
         }
     }
     if let Some(f) = &failure {
         for s in runner.take_open() {
-            let _ok = reject(s.tag, format!("CUDA backend failed: {f}"));
+            let _ok = reject(s.tag, Reject::Device(Arc::clone(f)));
         }
         for tag in runner.take_in_flight() {
-            let _ok = reject(tag, format!("CUDA backend failed: {f}"));
+            let _ok = reject(tag, Reject::Device(Arc::clone(f)));
         }
     }
     local.publish(&w.telemetry);
     match failure {
         Some(f) => Err(f),
         None => Ok(()),
+    }
+}
+
+/// Computes the open batch if its first file has waited `delay` or longer.
+fn flush_if_due<D: Device>(
+    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
+    open_since: &mut Option<Instant>,
+    delay: Duration,
+    sink: &mut impl FnMut(usize, &[f32]),
+) -> super::device::Result<()> {
+    match *open_since {
+        Some(t) if t.elapsed() >= delay => {
+            *open_since = None;
+            runner.flush(sink)
+        }
+        _ => Ok(()),
     }
 }

@@ -152,8 +152,16 @@ fn probe_uncached() -> Result<Gpu, String> {
     })
 }
 
+/// Why no GPU is usable: a sentence such as "libcuda.so.1 not found (no
+/// NVIDIA driver)", shown to users as the reason the CPU backend runs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
 /// The usable GPU, or why there is none (cached per process).
-pub fn probe() -> Result<Gpu, String> {
-    static PROBE: OnceLock<Result<Gpu, String>> = OnceLock::new();
-    PROBE.get_or_init(probe_uncached).clone()
+pub fn probe() -> Result<Gpu, Unavailable> {
+    static PROBE: OnceLock<Result<Gpu, Unavailable>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| probe_uncached().map_err(Unavailable))
+        .clone()
 }

@@ -13,8 +13,8 @@
 //! * [`orchestrate`] — [`orchestrate::BatchRunner`]: copy stream, events,
 //!   double-buffered slots, one CUDA graph per (slot, shape), extent release
 //!   only after the copy completed; [`recipe`] is the kernel sequence.
-//! * [`backend`] — [`backend::start_cuda_workers`], the stage thread wired like
-//!   `compute::cpu::Workers`.
+//! * [`backend`] — [`backend::start_cuda_workers`], the stage thread on the
+//!   same `compute::Wiring` as the CPU workers.
 //! * [`host`], [`tables`] — the kernels built for the host and the tables they
 //!   read (kernels/README.md).
 //!
@@ -37,8 +37,8 @@ pub mod recipe;
 #[cfg(test)]
 mod tests;
 
-pub use backend::{CudaOptions, CudaReport, CudaWiring, CudaWorkers, start_cuda_workers};
-pub use driver::{Gpu, probe};
+pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
+pub use driver::{Gpu, Unavailable, probe};
 
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]
@@ -49,4 +49,12 @@ pub enum Error {
     Nvrtc(#[from] nvrtc::Error),
     #[error("CUDA: {0}")]
     Device(#[from] device::DeviceError),
+    /// The device failed mid-run; the files it held were rejected.
+    #[error("CUDA backend failed: {0}")]
+    Run(std::sync::Arc<str>),
+    /// Releasing device resources failed at the end of a run.
+    #[error("CUDA teardown failed: {0}")]
+    Teardown(String),
+    #[error("the CUDA compute thread panicked")]
+    Panicked,
 }

@@ -177,9 +177,11 @@ impl UringEngine {
     /// each file in completion order. `done` returning false stops early
     /// (files in flight are finished and dropped undelivered). On a fatal ring
     /// error, every file in flight is delivered as a read error first.
-    pub fn run<'p>(
+    /// Paths are copied into the slot at admission, so `next` may hand out
+    /// borrowed or owned paths.
+    pub fn run<P: AsRef<Path>>(
         &mut self,
-        mut next: impl FnMut() -> Option<(usize, &'p Path)>,
+        mut next: impl FnMut() -> Option<(usize, P)>,
         mut done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
     ) -> io::Result<RunStats> {
         if self.broken {
@@ -200,9 +202,9 @@ impl UringEngine {
         }
     }
 
-    fn run_loop<'p>(
+    fn run_loop<P: AsRef<Path>>(
         &mut self,
-        next: &mut dyn FnMut() -> Option<(usize, &'p Path)>,
+        next: &mut dyn FnMut() -> Option<(usize, P)>,
         done: &mut Done<'_>,
     ) -> io::Result<()> {
         let mut exhausted = false;
@@ -210,7 +212,7 @@ impl UringEngine {
             while !self.stopping && !exhausted && !self.free.is_empty() {
                 match next() {
                     None => exhausted = true,
-                    Some((job, path)) => self.admit(job, path, done)?,
+                    Some((job, path)) => self.admit(job, path.as_ref(), done)?,
                 }
             }
             let seen = self.part.releases();

@@ -17,19 +17,13 @@ mod probe;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use engine::UringEngine;
 pub use probe::{ProbeReport, probe};
 
-use super::arena::{Arena, ArenaError};
-use super::{FileBytes, Loaded, Readers};
+use super::arena::ArenaError;
 use crate::config::IoConfig;
-use crate::runtime::ring::Ring;
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
-use crate::source::Job;
 
 /// Per-engine settings (from `[io]`).
 #[derive(Clone, Debug)]
@@ -91,8 +85,6 @@ pub enum SetupError {
     Unsupported(String),
     #[error(transparent)]
     Arena(#[from] ArenaError),
-    #[error("the read arena has {parts} partition(s) but {threads} reader thread(s) need one each")]
-    Parts { parts: usize, threads: usize },
     #[error("cannot create an io_uring with {entries} entries: {source}")]
     Ring {
         entries: u32,
@@ -105,121 +97,4 @@ pub enum SetupError {
     RegisterBuffers { bytes: u64, source: std::io::Error },
     #[error("cannot register io_uring direct-descriptor slots: {0}")]
     RegisterFiles(std::io::Error),
-    #[error("cannot start a reader thread: {0}")]
-    Spawn(std::io::Error),
-}
-
-/// Starts `cfg.threads` ring-engine readers over `jobs`, with an arena of
-/// `cfg.arena_bytes` split between them; see [`start_readers_in`].
-pub fn start_readers(
-    cfg: &IoConfig,
-    cpus: &[Option<usize>],
-    jobs: Arc<[Job]>,
-    out: Arc<Ring<Loaded>>,
-    telemetry: Arc<Telemetry>,
-) -> Result<Readers, SetupError> {
-    let arena = Arena::new(cfg.arena_bytes, cfg.threads)?;
-    start_readers_in(&arena, cfg, cpus, jobs, out, telemetry)
-}
-
-/// Starts `cfg.threads` readers (thread `i` pinned to `cpus[i]` when given)
-/// reading into partition `i` of `arena`. They share a job cursor and push one
-/// [`Loaded`] per job onto `out`; the last to finish closes it. Ring set-up
-/// errors surface here, before any thread starts. If a ring fails mid-run,
-/// its in-flight files are pushed as read errors and that thread reads the
-/// rest of its jobs with plain `read` (logged).
-pub fn start_readers_in(
-    arena: &Arc<Arena>,
-    cfg: &IoConfig,
-    cpus: &[Option<usize>],
-    jobs: Arc<[Job]>,
-    out: Arc<Ring<Loaded>>,
-    telemetry: Arc<Telemetry>,
-) -> Result<Readers, SetupError> {
-    let threads = cfg.threads.max(1);
-    if arena.parts() < threads {
-        return Err(SetupError::Parts {
-            parts: arena.parts(),
-            threads,
-        });
-    }
-    let opts = UringOptions::from(cfg);
-    let engines = (0..threads)
-        .map(|i| UringEngine::new(&opts, arena.part(i)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let cursor = Arc::new(AtomicUsize::new(0));
-    let running = Arc::new(AtomicUsize::new(threads));
-    let mut handles = Vec::with_capacity(threads);
-    for (i, mut engine) in engines.into_iter().enumerate() {
-        let cpu = cpus.get(i).copied().flatten();
-        let (jobs, ring, telemetry, cursor, running) = (
-            Arc::clone(&jobs),
-            Arc::clone(&out),
-            Arc::clone(&telemetry),
-            Arc::clone(&cursor),
-            Arc::clone(&running),
-        );
-        let limit = cfg.max_file_bytes;
-        let spawned = std::thread::Builder::new()
-            .name(format!("reader-{i}"))
-            .spawn(move || {
-                crate::runtime::pin::pin_or_warn(cpu, &format!("Reader {i}"));
-                let mut local = Local::default();
-                let next = || {
-                    let job = cursor.fetch_add(1, Ordering::Relaxed);
-                    jobs.get(job).map(|j| (job, j.path.as_path()))
-                };
-                let done = |job, bytes, _latency| ring.push(Loaded { job, bytes }).is_ok();
-                match engine.run(next, done) {
-                    Ok(stats) => {
-                        // Busy = the loop's wall time less time blocked handing
-                        // files downstream.
-                        local.add_busy(Stage::Read, stats.wall.saturating_sub(stats.blocked_in_done));
-                        local.add_bytes(stats.bytes);
-                        if stats.buffered_fallbacks + stats.noatime_retries > 0 {
-                            tracing::info!(
-                                "Reader {i}: {} file(s) read buffered (O_DIRECT refused), {} opened \
-                                 without O_NOATIME (not the owner).",
-                                stats.buffered_fallbacks,
-                                stats.noatime_retries
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            "Reader {i}'s io_uring failed ({e}); it reads its remaining files \
-                             with plain read()."
-                        );
-                        let mut buf = Vec::new();
-                        loop {
-                            let job = cursor.fetch_add(1, Ordering::Relaxed);
-                            let Some(j) = jobs.get(job) else { break };
-                            let r = local
-                                .time(Stage::Read, || super::read_file(&j.path, limit, &mut buf));
-                            let bytes = r.map(|()| {
-                                local.add_bytes(buf.len() as u64);
-                                FileBytes::Heap(std::mem::take(&mut buf))
-                            });
-                            if ring.push(Loaded { job, bytes }).is_err() {
-                                break;
-                            }
-                        }
-                    }
-                }
-                local.publish(&telemetry);
-                if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    ring.close();
-                }
-            });
-        match spawned {
-            Ok(h) => handles.push(h),
-            Err(e) => {
-                // Threads already started finish their jobs; the ring is closed
-                // so the caller's consumers end.
-                out.close();
-                return Err(SetupError::Spawn(e));
-            }
-        }
-    }
-    Ok(Readers::from_threads(handles))
 }

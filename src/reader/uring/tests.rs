@@ -380,50 +380,6 @@ fn stopping_early_drains_and_the_engine_runs_again() {
 }
 
 #[test]
-fn readers_push_every_job_once_and_close_the_ring() {
-    if !usable("readers_push_every_job_once_and_close_the_ring") {
-        return;
-    }
-    let d = disk_dir();
-    let sizes: Vec<usize> = (0..300).map(|i| (i * 1013) % 20_000).collect();
-    let paths = write_files(d.path(), &sizes);
-    let jobs: Arc<[crate::source::Job]> = paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| crate::source::Job {
-            path: p.clone(),
-            rel_path: format!("f{i}"),
-            split: 0,
-            seq: i,
-            label: -1,
-        })
-        .collect();
-    let mut cfg = crate::config::Config::default().io;
-    cfg.threads = 3;
-    cfg.queue_depth = 8;
-    cfg.arena_bytes = 3 << 20;
-    let out = Arc::new(Ring::new(16));
-    let telemetry = Arc::new(Telemetry::default());
-    let readers = start_readers(
-        &cfg,
-        &[],
-        Arc::clone(&jobs),
-        Arc::clone(&out),
-        Arc::clone(&telemetry),
-    )
-    .unwrap();
-    let mut seen = vec![false; sizes.len()];
-    while let Some(Loaded { job, bytes }) = out.pop() {
-        assert!(!std::mem::replace(&mut seen[job], true), "job {job} twice");
-        assert!(*bytes.unwrap() == content(sizes[job], job));
-    }
-    readers.join().unwrap();
-    assert!(seen.iter().all(|&s| s));
-    let r = telemetry.report(Duration::from_secs(1), vec![]);
-    assert_eq!(r.bytes_read, sizes.iter().sum::<usize>() as u64);
-}
-
-#[test]
 fn probe_reports_the_kernel() {
     match probe() {
         Ok(r) => assert!(!r.kernel.is_empty()),

@@ -1,0 +1,169 @@
+//! serve's [`Sink`]: one SWMR [`Appender`] per split under `output_dir`, rows
+//! in arrival order, label lists kept identical across splits.
+//!
+//! The service loop owns the sink and drives it through `pipeline::deliver`
+//! like `build` drives its writer. Before a row of a split is delivered, the
+//! loop opens that split with the row count the journal confirms
+//! ([`AppendSink::open`]): an existing file is cut back to it (rows written
+//! before a crash and never confirmed), so the journal and the files agree.
+//! Rows become durable at [`AppendSink::flush`]; the journal records them only
+//! after that.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::journal::FileStamp;
+use crate::config::Config;
+use crate::writer::append::{AppendSpec, Appender};
+use crate::writer::{self, Placed, Sink};
+
+/// One file of the drop tree on its way through the pipeline.
+#[derive(Clone, Debug)]
+pub struct DropFile {
+    pub abs: PathBuf,
+    /// Path relative to the drop directory, `/`-separated.
+    pub rel: String,
+    pub split: String,
+    pub label: Option<String>,
+    /// Size and mtime when it was offered (the journal's identity of the file).
+    pub stamp: FileStamp,
+}
+
+/// The appenders of every split seen so far.
+pub struct AppendSink {
+    output_dir: PathBuf,
+    /// The spec every split file is created with (`split` filled per file).
+    base: AppendSpec,
+    appenders: HashMap<String, Appender>,
+    labels: Vec<String>,
+}
+
+impl AppendSink {
+    /// A sink writing `cfg`'s rows into `output_dir`, recording `input` (the
+    /// drop directory) as the files' `input` attribute.
+    pub fn new(output_dir: &Path, cfg: &Config, input: &Path) -> AppendSink {
+        AppendSink {
+            output_dir: output_dir.to_path_buf(),
+            base: AppendSpec {
+                split: String::new(),
+                spec: cfg.spec.clone(),
+                dtype: cfg.output.dtype,
+                chunk_files: cfg.output.chunk_files,
+                extra_attrs: vec![("input".into(), input.display().to_string())],
+            },
+            appenders: HashMap::new(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// Opens `split` (recovering to `confirmed` rows) or creates it, unless it
+    /// is open already; label lists are kept identical across splits.
+    pub fn open(&mut self, split: &str, confirmed: usize) -> Result<(), writer::Error> {
+        if self.appenders.contains_key(split) {
+            return Ok(());
+        }
+        let spec = AppendSpec {
+            split: split.to_string(),
+            ..self.base.clone()
+        };
+        let (app, report) = Appender::open(&self.output_dir, &spec, &self.labels, confirmed)?;
+        if report.rows_dropped > 0 {
+            tracing::warn!(
+                file = %app.path().display(),
+                rows = report.rows_dropped,
+                "Cut rows the journal never confirmed (written before a crash); their files \
+                 will be ingested again."
+            );
+        }
+        let new: Vec<String> = app
+            .label_names()
+            .iter()
+            .filter(|n| !self.labels.contains(n))
+            .cloned()
+            .collect();
+        for name in new {
+            self.add_label(&name)?;
+        }
+        if app.label_names() != self.labels.as_slice() {
+            tracing::warn!(
+                file = %app.path().display(),
+                "This split lists its labels in another order than the other splits; label \
+                 ids of this split follow its own label_names."
+            );
+        }
+        self.appenders.insert(split.to_string(), app);
+        Ok(())
+    }
+
+    fn add_label(&mut self, name: &str) -> Result<(), writer::Error> {
+        if !self.labels.iter().any(|l| l == name) {
+            self.labels.push(name.to_string());
+        }
+        for app in self.appenders.values_mut() {
+            app.label_id(name)?;
+        }
+        Ok(())
+    }
+
+    /// Makes every appended row durable (HDF5 flush + fdatasync per split).
+    pub fn flush(&mut self) -> Result<(), writer::Error> {
+        for app in self.appenders.values_mut() {
+            app.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Closes every split file (after a final flush); the sink can open them
+    /// again afterwards. Every file is closed even when one fails.
+    pub fn close_all(&mut self) -> Result<(), writer::Error> {
+        let mut result = Ok(());
+        for (_, app) in self.appenders.drain() {
+            if let Err(e) = app.close() {
+                result = result.and(Err(e));
+            }
+        }
+        self.labels.clear();
+        result
+    }
+
+    /// Rows per split (written, not necessarily flushed).
+    pub fn rows(&self) -> BTreeMap<String, usize> {
+        self.appenders
+            .iter()
+            .map(|(s, a)| (s.clone(), a.rows()))
+            .collect()
+    }
+}
+
+impl Sink for AppendSink {
+    type File = DropFile;
+
+    fn write(
+        &mut self,
+        file: &DropFile,
+        row: Vec<f32>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, writer::Error> {
+        if let Some(l) = &file.label {
+            self.add_label(l)?;
+        }
+        let app = self.appenders.get_mut(&file.split).ok_or_else(|| {
+            writer::Error::Plan(format!(
+                "split `{}` was not opened before its first row",
+                file.split
+            ))
+        })?;
+        let label_id = match &file.label {
+            Some(l) => app.label_id(l)?,
+            None => -1,
+        };
+        let index = app.append(&file.rel, label_id, &row)?;
+        recycle.push(row);
+        Ok(Placed::At { index })
+    }
+
+    fn skip(&mut self, _file: &DropFile, _recycle: &mut Vec<Vec<f32>>) -> Result<(), writer::Error> {
+        // Rows are in arrival order: a rejected file leaves no gap to close.
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! What `ctl status` and `ctl stats` answer, as typed structs (serde both
+//! ways: the service serialises them, `ctl` and tests read them back).
+//!
+//! Every field is read off the running stage graph, never assumed: the
+//! backend is the one that runs and `backend_reason` the sentence that chose
+//! it (e.g. "auto: libcuda.so.1 not found (no NVIDIA driver), so the CPU
+//! backend is used").
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compute::RejectKind;
+use crate::pipeline::RingDepth;
+use crate::runtime::telemetry::{BusySeconds, Report};
+
+/// The service's run state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Running,
+    Paused,
+    Stopping,
+}
+
+/// A rebuild's progress or result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum RebuildStatus {
+    Running {
+        files_done: u64,
+        files_total: usize,
+        elapsed_s: f64,
+    },
+    Done {
+        summary: String,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+/// `ctl status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub state: State,
+    pub uptime_s: f64,
+    /// "cpu" or "cuda": the compute stage that runs.
+    pub backend: String,
+    /// Why that backend runs.
+    pub backend_reason: String,
+    /// "uring" or "std": the reader engine that runs.
+    pub engine: String,
+    pub watch_dir: PathBuf,
+    pub output_dir: PathBuf,
+    pub files_ok: u64,
+    pub files_rejected: u64,
+    /// Rejections per kind since start (kinds with none are left out).
+    pub rejected_by_kind: BTreeMap<RejectKind, u64>,
+    /// Files finished per second over the last few seconds.
+    pub files_per_s: f64,
+    /// Offered, not yet handed to the readers.
+    pub queued: usize,
+    /// Handed to the readers, not yet written or rejected.
+    pub in_flight: usize,
+    /// Rows per split file.
+    pub rows: BTreeMap<String, usize>,
+    /// Depth of each ring now, in stage order.
+    pub rings: Vec<RingDepth>,
+    /// Seconds each stage was busy since start.
+    pub busy_s: BusySeconds,
+    pub rebuild: Option<RebuildStatus>,
+    pub last_error: Option<String>,
+}
+
+/// `ctl stats`: the stage report (as `build --json` gives it) and rows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Stats {
+    pub backend: String,
+    pub backend_reason: String,
+    pub engine: String,
+    pub report: Report,
+    pub rows: BTreeMap<String, usize>,
+}

@@ -1,0 +1,206 @@
+//! What the compute stage hands the sink for every file: a row, or a typed
+//! [`Reject`] saying why there is none.
+//!
+//! A per-file problem is data, never a stage failure. Both backends (and the
+//! readers before them) produce the same [`Reject`] values, so a malformed
+//! file gets the same sentence on the CPU and on the GPU, the build report and
+//! `ctl stats` count rejections by [`RejectKind`], and tests match on kinds
+//! instead of parsing text. `Display` is the sentence users read in
+//! `rejected.jsonl` (without the path).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::wav;
+use crate::reader;
+
+/// One file's result, addressed by the job id its source gave it.
+#[derive(Debug)]
+pub struct Outcome {
+    pub job: usize,
+    /// The row (`spec.row_len()` values, dB) or why the file has none.
+    pub row: Result<Vec<f32>, Reject>,
+}
+
+/// Why a file produced no row.
+#[derive(Debug, thiserror::Error)]
+pub enum Reject {
+    /// The reader could not load it (vanished, unreadable, too large, …).
+    #[error(transparent)]
+    Read(#[from] reader::Error),
+    /// Its bytes are not a WAV file this decoder accepts (or at another rate).
+    #[error(transparent)]
+    Wav(#[from] wav::Error),
+    /// The CUDA stage cannot stage it: bigger than one batch's input memory.
+    #[error("file needs {bytes} bytes of CUDA staging memory, more than one batch holds")]
+    Staging { bytes: usize },
+    /// The CUDA device failed while the file was in flight (shared by every
+    /// file of the failed batches).
+    #[error("CUDA backend failed: {0}")]
+    Device(Arc<str>),
+}
+
+/// The kinds rejections are counted by (`rejected_by_kind`, metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    /// Could not be opened, stat'ed or read.
+    Unreadable,
+    /// Not a regular file.
+    NotAFile,
+    /// Larger than `io.max_file_bytes`, the read arena or a CUDA batch.
+    TooLarge,
+    /// Changed size while it was read.
+    Changed,
+    /// Not a well-formed WAV file (truncated, inconsistent or missing chunks).
+    Malformed,
+    /// A WAV file in a format melforge does not decode (codec, depth, RF64).
+    Unsupported,
+    /// A sample rate other than `mel.sample_rate`.
+    SampleRate,
+    /// The compute device failed.
+    Device,
+}
+
+impl RejectKind {
+    /// Every kind, in a stable order (telemetry arrays index by position).
+    pub const ALL: [RejectKind; 8] = [
+        RejectKind::Unreadable,
+        RejectKind::NotAFile,
+        RejectKind::TooLarge,
+        RejectKind::Changed,
+        RejectKind::Malformed,
+        RejectKind::Unsupported,
+        RejectKind::SampleRate,
+        RejectKind::Device,
+    ];
+
+    /// The snake_case name used in JSON, logs and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            RejectKind::Unreadable => "unreadable",
+            RejectKind::NotAFile => "not_a_file",
+            RejectKind::TooLarge => "too_large",
+            RejectKind::Changed => "changed",
+            RejectKind::Malformed => "malformed",
+            RejectKind::Unsupported => "unsupported",
+            RejectKind::SampleRate => "sample_rate",
+            RejectKind::Device => "device",
+        }
+    }
+
+    /// Position in [`RejectKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for RejectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Reject {
+    /// The kind this rejection is counted under.
+    pub fn kind(&self) -> RejectKind {
+        use reader::Error as R;
+        use wav::Error as W;
+        match self {
+            Reject::Read(e) => match e {
+                R::Open(_) | R::Stat(_) | R::Read(_) => RejectKind::Unreadable,
+                R::NotAFile => RejectKind::NotAFile,
+                R::TooLarge { .. } | R::ArenaTooSmall { .. } => RejectKind::TooLarge,
+                R::SizeChanged { .. } => RejectKind::Changed,
+            },
+            Reject::Wav(e) => match e {
+                W::NotRiff { .. }
+                | W::NotWave { .. }
+                | W::TruncatedHeader { .. }
+                | W::ChunkOverrun { .. }
+                | W::TruncatedData { .. }
+                | W::MissingFmt
+                | W::MissingData
+                | W::FmtTooSmall { .. }
+                | W::ZeroChannels
+                | W::ZeroSampleRate
+                | W::BlockAlign { .. }
+                | W::EmptyData { .. } => RejectKind::Malformed,
+                W::Rf64 { .. }
+                | W::UnsupportedCodec { .. }
+                | W::UnknownSubFormat { .. }
+                | W::UnsupportedBitDepth { .. } => RejectKind::Unsupported,
+                W::SampleRate { .. } => RejectKind::SampleRate,
+            },
+            Reject::Staging { .. } => RejectKind::TooLarge,
+            Reject::Device(_) => RejectKind::Device,
+        }
+    }
+}
+
+/// A file that was not written, and why: one line of `rejected.jsonl`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub path: String,
+    pub kind: RejectKind,
+    pub reason: String,
+}
+
+impl Rejection {
+    pub fn new(path: String, why: &Reject) -> Rejection {
+        Rejection {
+            path,
+            kind: why.kind(),
+            reason: why.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_follow_the_cause_and_display_keeps_the_sentence() {
+        let r = Reject::from(wav::Error::SampleRate {
+            found: 8000,
+            expected: 4096,
+        });
+        assert_eq!(r.kind(), RejectKind::SampleRate);
+        assert_eq!(r.to_string(), "sample rate 8000 Hz, expected 4096 Hz");
+        let r = Reject::from(wav::Error::TruncatedHeader { len: 12 });
+        assert_eq!(r.kind(), RejectKind::Malformed);
+        let r = Reject::from(wav::Error::UnsupportedBitDepth {
+            bits: 12,
+            float: false,
+        });
+        assert_eq!(r.kind(), RejectKind::Unsupported);
+        let r = Reject::from(reader::Error::TooLarge { size: 9, limit: 8 });
+        assert_eq!(r.kind(), RejectKind::TooLarge);
+        assert_eq!(
+            r.to_string(),
+            "file is 9 bytes, larger than io.max_file_bytes = 8"
+        );
+        let r = Reject::Device("CUDA_ERROR_LAUNCH_FAILED".into());
+        assert_eq!(r.kind(), RejectKind::Device);
+        assert_eq!(
+            r.to_string(),
+            "CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"
+        );
+        let line = serde_json::to_string(&Rejection::new("a/b.wav".into(), &r)).unwrap();
+        assert_eq!(
+            line,
+            r#"{"path":"a/b.wav","kind":"device","reason":"CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"}"#
+        );
+    }
+
+    #[test]
+    fn kind_names_are_unique_and_indexed_in_order() {
+        for (i, k) in RejectKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+            let json = serde_json::to_string(k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+        }
+    }
+}

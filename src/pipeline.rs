@@ -1,0 +1,309 @@
+//! The stage graph: the one wiring that `build`, `serve` and serve's
+//! `rebuild` run. A command supplies only its source (which pushes
+//! [`ReadJob`]s) and its sink (a [`Sink`] fed through [`deliver`]).
+//!
+//! ```text
+//! source ──ReadJob──▶ readers ──Loaded──▶ compute ──Outcome──▶ sink
+//! (command's)  jobs    io_uring | std  loaded  cpu workers | outcomes (command's)
+//!              ring    io.pin placed   ring    cuda stage    ring
+//!                         ▲                     │   ▲                │
+//!                         └── arena extents / ──┘   └── free rows ───┘
+//!                             heap buffers
+//! ```
+//!
+//! [`Pipeline::start`] makes every choice once and says why: the reader engine
+//! (io_uring after its probe, or plain reads where `io.fallback` allows), the
+//! compute backend ([`compute::select`]: CPU workers or the CUDA stage), thread
+//! placement (hwloc near the GPU's PCIe root when one runs; `io.pin` and
+//! `compute.pin` override), ring sizes. The source ends its stream by dropping
+//! its producer guard of [`Pipeline::jobs`] (or by [`Pipeline::close`]); each
+//! stage's last thread closes the ring after it, so the sink sees the end of
+//! the outcome ring once everything upstream has drained. A failing sink calls
+//! [`Pipeline::abort`]: every ring closes, every push upstream fails, every
+//! thread exits, and [`Pipeline::join`] returns.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+use serde::{Deserialize, Serialize};
+
+use crate::compute::{self, Choice, ComputeStage, Outcome, Reject, Rejection, Wiring, cuda};
+use crate::config::{Config, Engine};
+use crate::dsp::Plan;
+use crate::reader::{self, Loaded, ReadJob, ReaderStage};
+use crate::runtime::pin::{self, PinPolicy, Placement};
+use crate::runtime::ring::{Ring, RingStats};
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
+use crate::writer::{self, Sink};
+
+/// Why the stage graph could not start or did not end cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Backend(#[from] compute::Error),
+    #[error("cannot start the reader: {0}")]
+    Reader(#[from] reader::stage::StartError),
+    #[error("a reader thread panicked")]
+    ReaderPanicked,
+}
+
+/// A ring's name and current depth, for status displays.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RingDepth {
+    pub name: String,
+    pub depth: usize,
+    pub capacity: usize,
+}
+
+/// What the running graph is made of, for logs, status and reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// "cpu" or "cuda".
+    pub backend: String,
+    /// Why that backend runs (e.g. "auto: libcuda.so.1 not found (no NVIDIA
+    /// driver), so the CPU backend is used").
+    pub backend_reason: String,
+    /// "uring" or "std".
+    pub engine: String,
+    pub readers: usize,
+    /// CPU workers (0 when the CUDA stage computes).
+    pub workers: usize,
+}
+
+/// A running stage graph.
+pub struct Pipeline {
+    jobs: Arc<Ring<ReadJob>>,
+    loaded: Arc<Ring<Loaded>>,
+    outcomes: Arc<Ring<Outcome>>,
+    free_rows: Arc<ArrayQueue<Vec<f32>>>,
+    readers: ReaderStage,
+    compute: ComputeStage,
+    choice: Choice,
+    shape: Shape,
+    telemetry: Arc<Telemetry>,
+}
+
+/// Thread placement: hwloc's plan for both roles (near the GPU when one
+/// runs), with an explicit `io.pin` or `compute.pin` overriding its role.
+fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> Placement {
+    let mut placement = pin::plan(&PinPolicy::Auto, cfg.io.threads, workers, gpu_pci_bus_id);
+    if cfg.io.pin != PinPolicy::Auto {
+        placement.readers = pin::plan(&cfg.io.pin, cfg.io.threads, 0, None).readers;
+    }
+    if cfg.compute.pin != PinPolicy::Auto {
+        placement.workers = pin::plan(&cfg.compute.pin, 0, workers, None).workers;
+    }
+    placement
+}
+
+impl Pipeline {
+    /// Starts readers and compute for `cfg`, counting into `telemetry`.
+    pub fn start(cfg: &Config, telemetry: Arc<Telemetry>) -> Result<Pipeline, Error> {
+        let choice = compute::select(cfg.compute.backend)?;
+        let workers = match choice.target {
+            compute::Target::Cpu => cfg.compute.workers,
+            _ => 0,
+        };
+        let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
+        tracing::info!(placement = %placement, "Threads placed.");
+
+        let jobs = Arc::new(Ring::new(cfg.io.queue_depth * 4));
+        let loaded = Arc::new(Ring::new(cfg.io.queue_depth));
+        let outcomes = Arc::new(Ring::new(cfg.compute.queue_depth));
+        let free_bytes = Arc::new(ArrayQueue::new(
+            cfg.io.queue_depth + cfg.compute.workers + 1,
+        ));
+        let free_rows = Arc::new(ArrayQueue::new(
+            cfg.compute.queue_depth + cfg.compute.workers + cfg.output.chunk_files,
+        ));
+        let readers = ReaderStage::start(
+            &cfg.io,
+            &placement.readers,
+            Arc::clone(&jobs),
+            &loaded,
+            Arc::clone(&free_bytes),
+            Arc::clone(&telemetry),
+        )?;
+        let wiring = Wiring {
+            input: Arc::clone(&loaded),
+            output: Arc::clone(&outcomes),
+            free_bytes,
+            free_rows: Arc::clone(&free_rows),
+            telemetry: Arc::clone(&telemetry),
+            arena: readers.arena().cloned(),
+        };
+        let plan = Arc::new(Plan::new(&cfg.spec));
+        let compute =
+            match ComputeStage::start(&choice, plan, &cfg.compute, &placement.workers, wiring) {
+                Ok(c) => c,
+                Err(e) => {
+                    // Unblock the readers before reporting.
+                    jobs.close();
+                    loaded.close();
+                    let _ = readers.join();
+                    return Err(e.into());
+                }
+            };
+        let engine = match readers.engine() {
+            Engine::Uring => "uring",
+            Engine::Std => "std",
+        };
+        let shape = Shape {
+            backend: choice.name().to_string(),
+            backend_reason: choice.reason.clone(),
+            engine: engine.to_string(),
+            readers: cfg.io.threads.max(1),
+            workers,
+        };
+        tracing::info!(
+            backend = %shape.backend,
+            reason = %shape.backend_reason,
+            engine = %shape.engine,
+            readers = shape.readers,
+            workers = shape.workers,
+            "Pipeline started."
+        );
+        Ok(Pipeline {
+            jobs,
+            loaded,
+            outcomes,
+            free_rows,
+            readers,
+            compute,
+            choice,
+            shape,
+            telemetry,
+        })
+    }
+
+    /// The ring the source pushes onto; a source holds a producer guard
+    /// (`jobs().producer()`) and drops it at the end of its stream.
+    pub fn jobs(&self) -> &Arc<Ring<ReadJob>> {
+        &self.jobs
+    }
+
+    /// The ring the sink pops from.
+    pub fn outcomes(&self) -> &Arc<Ring<Outcome>> {
+        &self.outcomes
+    }
+
+    /// Where the sink returns row buffers it is done with.
+    pub fn free_rows(&self) -> &Arc<ArrayQueue<Vec<f32>>> {
+        &self.free_rows
+    }
+
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
+    }
+
+    pub fn choice(&self) -> &Choice {
+        &self.choice
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// Ends the job stream (a source that holds no guard, like serve's loop).
+    pub fn close(&self) {
+        self.jobs.close();
+    }
+
+    /// Stops everything after a sink failure: every ring closes, so every
+    /// push upstream fails and every stage thread exits.
+    pub fn abort(&self) {
+        self.outcomes.close();
+        self.loaded.close();
+        self.jobs.close();
+    }
+
+    /// Counters of each ring, in stage order.
+    pub fn ring_stats(&self) -> Vec<(&'static str, RingStats)> {
+        vec![
+            ("jobs", self.jobs.stats()),
+            ("loaded", self.loaded.stats()),
+            ("features", self.outcomes.stats()),
+        ]
+    }
+
+    /// Depth of each ring now, in stage order.
+    pub fn ring_depths(&self) -> Vec<RingDepth> {
+        let depth = |name: &str, len: usize, st: RingStats| RingDepth {
+            name: name.to_string(),
+            depth: len,
+            capacity: st.capacity,
+        };
+        vec![
+            depth("jobs", self.jobs.len(), self.jobs.stats()),
+            depth("loaded", self.loaded.len(), self.loaded.stats()),
+            depth("features", self.outcomes.len(), self.outcomes.stats()),
+        ]
+    }
+
+    /// The stage report of this graph's telemetry since `started`.
+    pub fn report(&self, started: Instant) -> crate::runtime::telemetry::Report {
+        self.telemetry
+            .report(started.elapsed(), self.ring_stats())
+    }
+
+    /// Waits for every stage thread (after the sink has seen the end of the
+    /// outcome ring, or after [`Pipeline::abort`]); the CUDA report when the
+    /// CUDA stage ran.
+    pub fn join(self) -> Result<Option<cuda::CudaReport>, Error> {
+        // Whatever is left is dropped, so the stages' pushes never block.
+        self.jobs.close();
+        let compute = self.compute.join();
+        let readers_ok = self.readers.join();
+        let report = compute?;
+        if !readers_ok {
+            return Err(Error::ReaderPanicked);
+        }
+        Ok(report)
+    }
+}
+
+/// Hands one outcome to `sink` and does the accounting every command shares:
+/// write time and file counts (rejections by kind) in `local`, row buffers back
+/// to the compute stage. Returns the rejection (for `rejected.jsonl`), if any.
+pub fn deliver<S: Sink>(
+    sink: &mut S,
+    file: &S::File,
+    rel_path: &str,
+    row: Result<Vec<f32>, Reject>,
+    free_rows: &ArrayQueue<Vec<f32>>,
+    local: &mut Local,
+    telemetry: &Telemetry,
+) -> Result<Delivered, writer::Error> {
+    let mut recycled = Vec::new();
+    let delivered = match row {
+        Ok(row) => {
+            let placed = local.time(Stage::Write, || sink.write(file, row, &mut recycled))?;
+            local.file_done(Ok(()), telemetry);
+            Delivered::Row(placed)
+        }
+        Err(why) => {
+            local.time(Stage::Write, || sink.skip(file, &mut recycled))?;
+            local.file_done(Err(why.kind()), telemetry);
+            tracing::debug!(
+                path = rel_path,
+                kind = %why.kind(),
+                reason = %why,
+                "Rejected a file."
+            );
+            Delivered::Rejected(Rejection::new(rel_path.to_string(), &why))
+        }
+    };
+    for r in recycled {
+        let _full = free_rows.push(r);
+    }
+    Ok(delivered)
+}
+
+/// What [`deliver`] did with one outcome.
+#[derive(Debug)]
+pub enum Delivered {
+    /// Written; where, if the sink knows yet.
+    Row(writer::Placed),
+    Rejected(Rejection),
+}

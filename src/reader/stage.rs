@@ -1,0 +1,294 @@
+//! The reader stage as every command starts it: engine choice (io_uring with
+//! its start-up probe, or plain reads where the probe fails and `io.fallback`
+//! allows), the registered arena, `io.threads` threads placed by `io.pin`.
+//!
+//! Input is a ring of [`ReadJob`]s that the command's source fills (a sorted
+//! walk for `build`, the inotify loop for `serve`) and closes at the end of its
+//! stream; output is one [`Loaded`] per job on the `loaded` ring, through a
+//! [`Producer`] guard per thread, so the ring closes when the last reader ends
+//! — however it ends.
+//!
+//! The ring engine reads in bursts: a thread blocks for one job, then keeps up
+//! to `io.queue_depth` files in flight while more jobs are queued, and goes
+//! back to blocking when the queue runs dry. A ring that fails mid-run hands
+//! its in-flight files on as read errors and its thread reads the rest of its
+//! jobs with plain `read()` (logged).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::arena::Arena;
+use super::uring::{self, SetupError, UringEngine, UringOptions};
+use super::{FileBytes, Loaded, read_file};
+use crate::config::{Engine, IoConfig};
+use crate::runtime::ring::{Producer, Ring};
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
+
+/// One file for the readers: the source's id for it and where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadJob {
+    pub id: usize,
+    pub path: PathBuf,
+}
+
+/// Why the reader stage could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("io_uring is not usable ({0}) and io.fallback = false")]
+    NoUring(String),
+    #[error(transparent)]
+    Uring(#[from] SetupError),
+    #[error("cannot start a reader thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// The running reader threads.
+pub struct ReaderStage {
+    engine: Engine,
+    arena: Option<Arc<Arena>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What one reader thread needs.
+struct Ctx {
+    jobs: Arc<Ring<ReadJob>>,
+    out: Producer<Loaded>,
+    free: Arc<ArrayQueue<Vec<u8>>>,
+    telemetry: Arc<Telemetry>,
+    limit: u64,
+    name: String,
+}
+
+impl ReaderStage {
+    /// Starts the configured engine: `io.threads` threads (thread `i` pinned to
+    /// `cpus[i]` when given) taking jobs from `jobs` and pushing onto `out`.
+    /// Heap buffers of the plain engine are recycled through `free`.
+    pub fn start(
+        cfg: &IoConfig,
+        cpus: &[Option<usize>],
+        jobs: Arc<Ring<ReadJob>>,
+        out: &Arc<Ring<Loaded>>,
+        free: Arc<ArrayQueue<Vec<u8>>>,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<ReaderStage, StartError> {
+        let threads = cfg.threads.max(1);
+        let mut engines = None;
+        let mut arena = None;
+        if cfg.engine == Engine::Uring {
+            match uring::probe() {
+                Ok(_) => {
+                    let a = Arena::new(cfg.arena_bytes, threads).map_err(SetupError::from)?;
+                    let opts = UringOptions::from(cfg);
+                    engines = Some(
+                        (0..threads)
+                            .map(|i| UringEngine::new(&opts, a.part(i)))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                    arena = Some(a);
+                }
+                Err(why) if cfg.fallback => tracing::warn!(
+                    reason = %why,
+                    "io_uring is not usable; reading with the std engine instead \
+                     (set io.fallback = false to make this fatal)."
+                ),
+                Err(why) => return Err(StartError::NoUring(why.to_string())),
+            }
+        }
+        let engine = if engines.is_some() {
+            Engine::Uring
+        } else {
+            Engine::Std
+        };
+        // Every guard exists before any thread can drop one.
+        let producers: Vec<Producer<Loaded>> = (0..threads).map(|_| out.producer()).collect();
+        let mut engines = engines.map(Vec::into_iter);
+        let mut handles = Vec::with_capacity(threads);
+        for (i, out) in producers.into_iter().enumerate() {
+            let cpu = cpus.get(i).copied().flatten();
+            let ctx = Ctx {
+                jobs: Arc::clone(&jobs),
+                out,
+                free: Arc::clone(&free),
+                telemetry: Arc::clone(&telemetry),
+                limit: cfg.max_file_bytes,
+                name: format!("Reader {i}"),
+            };
+            let uring = engines.as_mut().and_then(Iterator::next);
+            let spawned = std::thread::Builder::new()
+                .name(format!("reader-{i}"))
+                .spawn(move || {
+                    crate::runtime::pin::pin_or_warn(cpu, &ctx.name);
+                    let mut local = Local::default();
+                    match uring {
+                        Some(e) => uring_loop(e, &ctx, &mut local),
+                        None => std_loop(&ctx, &mut local),
+                    }
+                    local.publish(&ctx.telemetry);
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                // Threads already started end with the stream; the guards
+                // not yet handed out are dropped here.
+                Err(e) => return Err(StartError::Spawn(e)),
+            }
+        }
+        Ok(ReaderStage {
+            engine,
+            arena,
+            threads: handles,
+        })
+    }
+
+    /// The engine that runs ("uring" unless the probe sent us to "std").
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The registered arena of the ring engine (the CUDA stage registers it too).
+    pub fn arena(&self) -> Option<&Arc<Arena>> {
+        self.arena.as_ref()
+    }
+
+    /// Waits for every reader thread; `false` if one panicked.
+    pub fn join(self) -> bool {
+        let mut ok = true;
+        for t in self.threads {
+            ok &= t.join().is_ok();
+        }
+        ok
+    }
+}
+
+/// Ring engine: one `run` per burst of queued jobs.
+fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
+    while let Some(first) = ctx.jobs.pop() {
+        let mut first = Some(first);
+        let next = || {
+            first
+                .take()
+                .or_else(|| ctx.jobs.try_pop())
+                .map(|j| (j.id, j.path))
+        };
+        let done = |job, bytes, _latency| ctx.out.push(Loaded { job, bytes }).is_ok();
+        match engine.run(next, done) {
+            Ok(stats) => {
+                // Busy = the loop's wall time less time blocked handing files on.
+                local.add_busy(Stage::Read, stats.busy());
+                local.add_bytes(stats.bytes);
+                if stats.buffered_fallbacks + stats.noatime_retries > 0 {
+                    tracing::info!(
+                        reader = %ctx.name,
+                        buffered = stats.buffered_fallbacks,
+                        without_noatime = stats.noatime_retries,
+                        "Some files were read buffered (O_DIRECT refused) or opened without \
+                         O_NOATIME (not the owner)."
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::error!(
+                    reader = %ctx.name,
+                    error = %e,
+                    "The io_uring engine failed; its files in flight are rejected and it \
+                     reads the rest with plain read()."
+                );
+                std_loop(ctx, local);
+                return;
+            }
+        }
+        local.publish(&ctx.telemetry);
+        if ctx.out.is_closed() {
+            return; // downstream ended early
+        }
+    }
+}
+
+/// Plain engine: `open` + `fstat` + `read` per job into a recycled buffer.
+fn std_loop(ctx: &Ctx, local: &mut Local) {
+    while let Some(j) = ctx.jobs.pop() {
+        let mut buf = ctx.free.pop().unwrap_or_default();
+        let r = local.time(Stage::Read, || read_file(&j.path, ctx.limit, &mut buf));
+        let bytes = r.map(|()| {
+            local.add_bytes(buf.len() as u64);
+            FileBytes::Heap(buf)
+        });
+        if ctx.out.push(Loaded { job: j.id, bytes }).is_err() {
+            return; // downstream ended early
+        }
+        if ctx.jobs.is_empty() {
+            local.publish(&ctx.telemetry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn files(dir: &std::path::Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
+        (0..n)
+            .map(|i| {
+                let p = dir.join(format!("f{i:04}"));
+                let body: Vec<u8> = (0..(i * 977) % 9000).map(|b| (b ^ i) as u8).collect();
+                std::fs::write(&p, &body).unwrap();
+                (p, body)
+            })
+            .collect()
+    }
+
+    /// Both engines, several threads, a source that trickles jobs in bursts:
+    /// every job comes out once with its bytes, and the loaded ring closes
+    /// when the job ring does.
+    #[test]
+    fn every_job_once_with_both_engines_and_a_bursty_source() {
+        let d = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let fs = files(d.path(), 200);
+        for engine in [Engine::Uring, Engine::Std] {
+            let mut cfg = crate::config::Config::default().io;
+            cfg.engine = engine;
+            cfg.threads = 2;
+            cfg.queue_depth = 8;
+            cfg.arena_bytes = 2 << 20;
+            let jobs = Arc::new(Ring::new(16));
+            let out = Arc::new(Ring::new(8));
+            let telemetry = Arc::new(Telemetry::default());
+            let free = Arc::new(ArrayQueue::new(4));
+            let stage = ReaderStage::start(
+                &cfg,
+                &[],
+                Arc::clone(&jobs),
+                &out,
+                free,
+                Arc::clone(&telemetry),
+            )
+            .unwrap();
+            let source = {
+                let (jobs, fs) = (jobs.producer(), fs.clone());
+                std::thread::spawn(move || {
+                    for (id, (path, _)) in fs.into_iter().enumerate() {
+                        jobs.push(ReadJob { id, path }).unwrap();
+                        if id % 50 == 49 {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                })
+            };
+            let mut seen = vec![false; fs.len()];
+            while let Some(Loaded { job, bytes }) = out.pop() {
+                assert!(!std::mem::replace(&mut seen[job], true), "job {job} twice");
+                assert_eq!(&*bytes.unwrap(), fs[job].1.as_slice());
+            }
+            source.join().unwrap();
+            assert!(stage.join());
+            assert!(seen.iter().all(|&s| s), "{engine:?}: a job is missing");
+            let r = telemetry.report(Duration::from_secs(1), vec![]);
+            let total: usize = fs.iter().map(|(_, b)| b.len()).sum();
+            assert_eq!(r.bytes_read, total as u64, "{engine:?}");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! [`Sink`]: where a run's finished files go — the one interface the stage
+//! graph's last step sees, implemented by the build writer
+//! ([`super::DatasetWriter`], rows in sorted path order, files renamed into
+//! place at the end) and by serve's SWMR appenders (`app::serve::sink`, rows
+//! in arrival order, durable at each flush).
+//!
+//! A sink is driven from one thread (the build's writer thread, serve's loop)
+//! through `pipeline::deliver`, which also does the accounting every command
+//! shares; it is the only code that calls HDF5.
+
+use super::{DatasetWriter, Error};
+use crate::source::Job;
+
+/// Where a written row landed, when the sink knows at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// Held for ordering (build): its row index is fixed at `finish`.
+    Pending,
+    /// Row `index` of its split's file.
+    At { index: usize },
+}
+
+/// A destination for computed rows.
+pub trait Sink {
+    /// How the sink addresses one file (split, order, label).
+    type File;
+
+    /// Writes `row` for `file`. Row buffers the sink no longer needs are
+    /// pushed onto `recycle` for the compute stage to reuse.
+    fn write(
+        &mut self,
+        file: &Self::File,
+        row: Vec<f32>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error>;
+
+    /// Records that `file` has no row (it was rejected); rows that this
+    /// releases (a reorder gap closing) are recycled like `write`'s.
+    fn skip(&mut self, file: &Self::File, recycle: &mut Vec<Vec<f32>>) -> Result<(), Error>;
+}
+
+impl Sink for DatasetWriter {
+    type File = Job;
+
+    fn write(
+        &mut self,
+        file: &Job,
+        row: Vec<f32>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error> {
+        recycle.extend(self.submit(file.split, file.seq, Some(row))?);
+        Ok(Placed::Pending)
+    }
+
+    fn skip(&mut self, file: &Job, recycle: &mut Vec<Vec<f32>>) -> Result<(), Error> {
+        recycle.extend(self.submit(file.split, file.seq, None)?);
+        Ok(())
+    }
+}
