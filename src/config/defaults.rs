@@ -7,7 +7,9 @@
 //! example parses to `Config::default()`).
 //!
 //! Invariant: every default is valid on its own and together with the others
-//! (`Config::default()` cannot fail).
+//! (`Config::default()` cannot fail); in particular the default
+//! `compute.max_batch_delay_ms` is below the default `serve.flush_interval_ms`
+//! (checked at compile time below).
 //!
 //! The `[mel]` and `[segmentation]` defaults are the reference dataset's
 //! definition (docs/DESIGN.md "Defaults"), owned by [`Spec::default`]; this
@@ -87,6 +89,9 @@ pub mod compute {
     pub const QUEUE_DEPTH: usize = 256;
     /// `compute.pin`.
     pub const PIN: PinPolicy = PinPolicy::Auto;
+    /// `compute.max_batch_delay_ms`: longest the CUDA stage holds a partial
+    /// batch waiting for more files.
+    pub const MAX_BATCH_DELAY_MS: u64 = 20;
 }
 
 /// `[control]`.
@@ -116,3 +121,6 @@ pub mod serve {
     /// `serve.on_success`.
     pub const ON_SUCCESS: crate::config::serve::OnSuccess = crate::config::serve::OnSuccess::Keep;
 }
+
+// A `[serve]` section that sets no interval must accept the default delay.
+const _: () = assert!(compute::MAX_BATCH_DELAY_MS < serve::FLUSH_INTERVAL_MS);

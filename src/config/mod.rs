@@ -106,7 +106,13 @@ fn line_of(text: &str, section: &str, key: &str) -> Option<usize> {
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
         if let Some(rest) = t.strip_prefix('[') {
-            current = rest.trim_end_matches(']').trim().to_string();
+            // `[section]`, possibly followed by a comment.
+            current = rest
+                .split(']')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string();
             continue;
         }
         if current == section
@@ -227,7 +233,7 @@ impl Config {
             spec: mel::spec(&raw.mel, &raw.segmentation, &cx)?,
             output: OutputConfig::from_raw(&raw.output, &cx)?,
             io: IoConfig::from_raw(&raw.io, &cx)?,
-            compute: ComputeConfig::from_raw(&raw.compute, &cx)?,
+            compute: ComputeConfig::from_raw(&raw.compute, &cx, serve.as_ref())?,
             control: ControlConfig::from_raw(&raw.control, &cx, base)?,
             serve,
         })
@@ -269,6 +275,19 @@ mod tests {
         let e = Config::parse("[output]\nchunk_files = \"many\"\n", "f.toml").unwrap_err();
         assert!(matches!(e, Error::Syntax { .. }));
         assert!(e.to_string().contains("chunk_files"), "{e}");
+    }
+
+    #[test]
+    fn line_is_found_under_a_section_header_followed_by_a_comment() {
+        // config/melforge.toml writes `[segmentation]          # two-stage …`;
+        // the header's comment used to hide every line in that section.
+        let text = "[segmentation]   # layout\nlong_window = 1000000\n";
+        let e = Config::parse(text, "f.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("f.toml:2: invalid value for `segmentation.long_window`"),
+            "{e}"
+        );
     }
 
     #[test]

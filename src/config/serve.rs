@@ -166,6 +166,15 @@ mod tests {
     }
 
     #[test]
+    fn example_serve_config_is_valid() {
+        let text = include_str!("../../config/serve.toml");
+        let c = crate::config::Config::parse(text, "config/serve.toml").unwrap();
+        let serve = c.serve.expect("the example has a [serve] section");
+        assert_eq!(serve.flush_interval_ms, 500);
+        assert!(c.compute.max_batch_delay.as_millis() < 500);
+    }
+
+    #[test]
     fn move_needs_a_done_dir_and_output_must_be_outside_the_drop_dir() {
         let raw = RawServe {
             watch_dir: Some("/d".into()),
