@@ -1,10 +1,17 @@
 //! The `[serve]` config section: raw keys as users write them and the
-//! validated form the service runs with. Part of `config`'s two-step scheme;
-//! kept beside the service because only `serve` reads it.
+//! validated form the service runs with (only `melforge serve` reads it).
+//! Part of `config`'s two-step scheme; defaults in [`defaults::serve`].
+//!
+//! Validation returns a [`Problem`] (key, message) that `config` turns into a
+//! `config::Error` with the key's line. Invariants of [`ServeConfig`]: every
+//! path is absolute or resolved against the config file's directory, and
+//! `output_dir` is not inside `watch_dir`.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::defaults;
 
 /// `[serve]` as written by users.
 #[derive(Debug, Default, Deserialize)]
@@ -14,15 +21,19 @@ pub struct RawServe {
     pub watch_dir: Option<PathBuf>,
     /// Where `<split>.h5` files are appended (required for `serve`).
     pub output_dir: Option<PathBuf>,
-    /// Journal and service state (default: `<output_dir>/.melforge`).
+    /// Journal and service state (default: `<output_dir>/.melforge`,
+    /// [`defaults::serve::STATE_SUBDIR`]).
     pub state_dir: Option<PathBuf>,
-    /// Rows become visible to SWMR readers at least this often.
+    /// Rows become visible to SWMR readers at least this often (default
+    /// [`defaults::serve::FLUSH_INTERVAL_MS`]).
     pub flush_interval_ms: Option<u64>,
-    /// File name patterns never ingested (`*suffix`, `prefix*`, exact); dotfiles always.
+    /// File name patterns never ingested (`*suffix`, `prefix*`, exact); dotfiles
+    /// always (default [`defaults::serve::IGNORE`]).
     pub ignore: Option<Vec<String>>,
     /// Rejected files are moved here (absent: left in place).
     pub quarantine_dir: Option<PathBuf>,
-    /// What happens to an ingested file: "keep" | "move" | "delete".
+    /// What happens to an ingested file: "keep" | "move" | "delete" (default
+    /// [`defaults::serve::ON_SUCCESS`]).
     pub on_success: Option<String>,
     /// Destination for `on_success = "move"`.
     pub done_dir: Option<PathBuf>,
@@ -88,14 +99,15 @@ impl RawServe {
             .state_dir
             .as_ref()
             .map(resolve)
-            .unwrap_or_else(|| output_dir.join(".melforge"));
+            .unwrap_or_else(|| output_dir.join(defaults::serve::STATE_SUBDIR));
         let flush_interval_ms = match self.flush_interval_ms {
             Some(0) => return Err(("serve.flush_interval_ms", "0; expected ≥ 1".into())),
             Some(v) => v,
-            None => 500,
+            None => defaults::serve::FLUSH_INTERVAL_MS,
         };
         let on_success = match self.on_success.as_deref() {
-            None | Some("keep") => OnSuccess::Keep,
+            None => defaults::serve::ON_SUCCESS,
+            Some("keep") => OnSuccess::Keep,
             Some("move") => OnSuccess::Move,
             Some("delete") => OnSuccess::Delete,
             Some(other) => {
@@ -117,10 +129,12 @@ impl RawServe {
             output_dir,
             state_dir,
             flush_interval_ms,
-            ignore: self
-                .ignore
-                .clone()
-                .unwrap_or_else(|| vec!["*.part".into(), "*.tmp".into()]),
+            ignore: self.ignore.clone().unwrap_or_else(|| {
+                defaults::serve::IGNORE
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect()
+            }),
             quarantine_dir: self.quarantine_dir.as_ref().map(resolve),
             on_success,
             done_dir,
@@ -149,6 +163,15 @@ mod tests {
         assert_eq!(c.state_dir, Path::new("/data/out/.melforge"));
         assert_eq!(c.flush_interval_ms, 500);
         assert_eq!(c.on_success, OnSuccess::Keep);
+    }
+
+    #[test]
+    fn example_serve_config_is_valid() {
+        let text = include_str!("../../config/serve.toml");
+        let c = crate::config::Config::parse(text, "config/serve.toml").unwrap();
+        let serve = c.serve.expect("the example has a [serve] section");
+        assert_eq!(serve.flush_interval_ms, 500);
+        assert!(c.compute.max_batch_delay.as_millis() < 500);
     }
 
     #[test]

@@ -1,0 +1,126 @@
+//! Every default value of every config section, in one place.
+//!
+//! A key that is absent from the TOML takes the value named here; the raw
+//! structs' doc comments link to these items and the validation step in each
+//! section's file reads them, so a default is changed here and nowhere else.
+//! `config/melforge.toml` shows every one of them (a unit test checks that the
+//! example parses to `Config::default()`).
+//!
+//! Invariant: every default is valid on its own and together with the others
+//! (`Config::default()` cannot fail); in particular the default
+//! `compute.max_batch_delay_ms` is below the default `serve.flush_interval_ms`
+//! (checked at compile time below).
+//!
+//! The `[mel]` and `[segmentation]` defaults are the reference dataset's
+//! definition (docs/DESIGN.md "Defaults"), owned by [`Spec::default`]; this
+//! file reaches them through [`mel::spec`] and adds the two that follow other
+//! keys.
+
+use crate::dsp::Spec;
+use crate::runtime::pin::PinPolicy;
+use crate::writer::Dtype;
+
+/// `[mel]` and `[segmentation]`.
+pub mod mel {
+    use super::Spec;
+
+    /// Every `[mel]`/`[segmentation]` default: the reference dataset's spec.
+    pub fn spec() -> Spec {
+        Spec::default()
+    }
+
+    /// `mel.win_length` when absent: the FFT size.
+    pub fn win_length(n_fft: usize) -> usize {
+        n_fft
+    }
+
+    /// `mel.fmax` when absent: the Nyquist frequency of `sample_rate`.
+    pub fn fmax(sample_rate: u32) -> f64 {
+        f64::from(sample_rate) / 2.0
+    }
+}
+
+/// `[output]`.
+pub mod output {
+    use super::Dtype;
+
+    /// `output.dtype`.
+    pub const DTYPE: Dtype = Dtype::Float32;
+    /// `output.chunk_files`: rows per HDF5 chunk along N.
+    pub const CHUNK_FILES: usize = 64;
+}
+
+/// `[io]`.
+pub mod io {
+    use super::PinPolicy;
+    use crate::config::Engine;
+
+    /// `io.engine`.
+    pub const ENGINE: Engine = Engine::Uring;
+    /// `io.fallback`: fall back to the std engine when io_uring is unusable.
+    pub const FALLBACK: bool = true;
+    /// `io.pin`.
+    pub const PIN: PinPolicy = PinPolicy::Auto;
+    /// `io.threads`.
+    pub const THREADS: usize = 1;
+    /// `io.queue_depth`.
+    pub const QUEUE_DEPTH: usize = 64;
+    /// `io.direct`.
+    pub const DIRECT: bool = true;
+    /// `io.max_file_bytes` (64 MiB).
+    pub const MAX_FILE_BYTES: u64 = 64 << 20;
+    /// `io.arena_bytes` (256 MiB).
+    pub const ARENA_BYTES: u64 = 256 << 20;
+}
+
+/// `[compute]`.
+pub mod compute {
+    use super::PinPolicy;
+    use crate::config::Backend;
+
+    /// `compute.backend`.
+    pub const BACKEND: Backend = Backend::Auto;
+    /// `compute.workers`: 0 means one per available core (resolved at
+    /// validation).
+    pub const WORKERS: usize = 0;
+    /// `compute.batch_files`.
+    pub const BATCH_FILES: usize = 256;
+    /// `compute.queue_depth`.
+    pub const QUEUE_DEPTH: usize = 256;
+    /// `compute.pin`.
+    pub const PIN: PinPolicy = PinPolicy::Auto;
+    /// `compute.max_batch_delay_ms`: longest the CUDA stage holds a partial
+    /// batch waiting for more files.
+    pub const MAX_BATCH_DELAY_MS: u64 = 20;
+}
+
+/// `[control]`.
+pub mod control {
+    /// `control.socket`: where `melforge serve` listens and `melforge ctl`
+    /// connects (re-exported as `config::DEFAULT_CONTROL_SOCKET`).
+    pub const SOCKET: &str = "/run/melforge/control.sock";
+    /// `control.mode` (written "0660").
+    pub const MODE: u32 = 0o660;
+    /// `control.max_line_bytes`.
+    pub const MAX_LINE_BYTES: usize = 65536;
+    /// `control.max_clients`.
+    pub const MAX_CLIENTS: usize = 64;
+    /// `control.client_timeout_ms`.
+    pub const CLIENT_TIMEOUT_MS: u64 = 5000;
+}
+
+/// `[serve]` (only read when the section is present; `watch_dir` and
+/// `output_dir` have no default).
+pub mod serve {
+    /// `serve.state_dir` when absent: this directory under `output_dir`.
+    pub const STATE_SUBDIR: &str = ".melforge";
+    /// `serve.flush_interval_ms`.
+    pub const FLUSH_INTERVAL_MS: u64 = 500;
+    /// `serve.ignore`.
+    pub const IGNORE: &[&str] = &["*.part", "*.tmp"];
+    /// `serve.on_success`.
+    pub const ON_SUCCESS: crate::config::serve::OnSuccess = crate::config::serve::OnSuccess::Keep;
+}
+
+// A `[serve]` section that sets no interval must accept the default delay.
+const _: () = assert!(compute::MAX_BATCH_DELAY_MS < serve::FLUSH_INTERVAL_MS);

@@ -1,0 +1,125 @@
+//! The `[io]` section: the reader stage (engine, threads, queue, O_DIRECT,
+//! size limits) → validated [`IoConfig`]; defaults in [`defaults::io`].
+//!
+//! Also owns thread-placement parsing ([`pin`]), which `[compute]` shares: a
+//! policy string must parse and explicit CPUs must exist and be allowed to
+//! this process, so a bad `pin` fails at start-up, not when a thread starts.
+
+use serde::Deserialize;
+
+use super::{Ctx, Error, defaults};
+use crate::runtime::pin::PinPolicy;
+
+/// `[io]` as written by users.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIo {
+    /// "uring" (io_uring, the default) | "std" (plain reads on threads);
+    /// default [`defaults::io::ENGINE`].
+    pub engine: Option<String>,
+    /// When io_uring is unusable, fall back to the std engine with a warning
+    /// (true) or fail at start-up (false); default [`defaults::io::FALLBACK`].
+    pub fallback: Option<bool>,
+    /// Reader thread placement: "auto" | "off" | CPU list like "0,2-3";
+    /// default [`defaults::io::PIN`].
+    pub pin: Option<String>,
+    /// Reader threads; default [`defaults::io::THREADS`].
+    pub threads: Option<usize>,
+    /// Files loaded ahead of compute (bounds memory: queue_depth × file size);
+    /// default [`defaults::io::QUEUE_DEPTH`].
+    pub queue_depth: Option<usize>,
+    /// Use O_DIRECT where the engine supports it; default
+    /// [`defaults::io::DIRECT`].
+    pub direct: Option<bool>,
+    /// Files larger than this are rejected without being read; default
+    /// [`defaults::io::MAX_FILE_BYTES`].
+    pub max_file_bytes: Option<u64>,
+    /// Size of the read buffer arena (ring engine); default
+    /// [`defaults::io::ARENA_BYTES`].
+    pub arena_bytes: Option<u64>,
+}
+
+/// Reader engine selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// io_uring: the whole file lifecycle in the ring, O_DIRECT into an arena.
+    Uring,
+    /// Blocking open/read/close per file.
+    Std,
+}
+
+/// Validated I/O settings.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct IoConfig {
+    pub engine: Engine,
+    pub fallback: bool,
+    pub pin: PinPolicy,
+    pub threads: usize,
+    pub queue_depth: usize,
+    pub direct: bool,
+    pub max_file_bytes: u64,
+    pub arena_bytes: u64,
+}
+
+impl IoConfig {
+    /// Applies the defaults and validates.
+    pub(super) fn from_raw(i: &RawIo, cx: &Ctx) -> Result<IoConfig, Error> {
+        Ok(IoConfig {
+            engine: cx.choice(
+                "io.engine",
+                i.engine.as_deref(),
+                defaults::io::ENGINE,
+                &[("uring", Engine::Uring), ("std", Engine::Std)],
+            )?,
+            fallback: i.fallback.unwrap_or(defaults::io::FALLBACK),
+            pin: pin(cx, "io.pin", i.pin.as_deref(), defaults::io::PIN)?,
+            threads: cx.positive("io.threads", i.threads, defaults::io::THREADS)?,
+            queue_depth: cx.positive("io.queue_depth", i.queue_depth, defaults::io::QUEUE_DEPTH)?,
+            direct: i.direct.unwrap_or(defaults::io::DIRECT),
+            max_file_bytes: match i.max_file_bytes {
+                Some(0) => return Err(cx.invalid("io.max_file_bytes", "0; expected a size ≥ 1")),
+                Some(v) => v,
+                None => defaults::io::MAX_FILE_BYTES,
+            },
+            arena_bytes: i.arena_bytes.unwrap_or(defaults::io::ARENA_BYTES),
+        })
+    }
+}
+
+/// A placement policy for `key` (`io.pin`, `compute.pin`), or `default` when
+/// absent; explicit CPUs must exist and be allowed.
+pub(super) fn pin(
+    cx: &Ctx,
+    key: &str,
+    value: Option<&str>,
+    default: PinPolicy,
+) -> Result<PinPolicy, Error> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    let policy: PinPolicy = v.parse().map_err(|e| cx.invalid(key, format!("{e}")))?;
+    if let PinPolicy::Cores(cpus) = &policy {
+        crate::runtime::pin::validate_cores(cpus).map_err(|e| cx.invalid(key, e))?;
+    }
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::runtime::pin::PinPolicy;
+
+    #[test]
+    fn pin_lists_are_parsed_and_unknown_cpus_rejected() {
+        let c = Config::parse("[io]\npin = \"0\"\n[compute]\npin = \"off\"\n", "t").unwrap();
+        assert_eq!(c.io.pin, PinPolicy::Cores(vec![0]));
+        assert_eq!(c.compute.pin, PinPolicy::Off);
+        let e = Config::parse("[io]\npin = \"4000\"\n", "f.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("f.toml:2: invalid value for `io.pin`"),
+            "{e}"
+        );
+    }
+}
