@@ -21,9 +21,9 @@ pub mod compute;
 pub mod config;
 pub mod decode;
 pub mod dsp;
+pub mod pipeline;
 pub mod reader;
 pub mod runtime;
-pub mod pipeline;
 pub mod source;
 pub mod writer;
 

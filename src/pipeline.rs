@@ -243,8 +243,7 @@ impl Pipeline {
 
     /// The stage report of this graph's telemetry since `started`.
     pub fn report(&self, started: Instant) -> crate::runtime::telemetry::Report {
-        self.telemetry
-            .report(started.elapsed(), self.ring_stats())
+        self.telemetry.report(started.elapsed(), self.ring_stats())
     }
 
     /// Waits for every stage thread (after the sink has seen the end of the

@@ -121,7 +121,15 @@ fn write_all(
     let telemetry = p.telemetry();
     while let Some(o) = p.outcomes().pop() {
         let j = &jobs[o.job];
-        let d = pipeline::deliver(&mut w, j, &j.rel_path, o.row, p.free_rows(), &mut local, telemetry)?;
+        let d = pipeline::deliver(
+            &mut w,
+            j,
+            &j.rel_path,
+            o.row,
+            p.free_rows(),
+            &mut local,
+            telemetry,
+        )?;
         if let Delivered::Rejected(r) = d {
             rejected.push(r);
         }
@@ -239,7 +247,9 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         b.set_position(telemetry.files_done());
         b.finish_and_clear();
     }
-    let written = writer_thread.join().map_err(|_| Error::Panicked("writer"))?;
+    let written = writer_thread
+        .join()
+        .map_err(|_| Error::Panicked("writer"))?;
     source.join().map_err(|_| Error::Panicked("source"))?;
     let p = Arc::into_inner(p).expect("every thread holding the pipeline has been joined");
     let report = p.report(started);

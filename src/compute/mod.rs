@@ -169,7 +169,7 @@ impl ComputeStage {
     ) -> Result<ComputeStage, Error> {
         let opts = cuda::CudaOptions {
             batch_files: cfg.batch_files,
-            flush_after: std::time::Duration::from_millis(20),
+            flush_after: cfg.max_batch_delay,
             ..cuda::CudaOptions::default()
         };
         match &choice.target {
@@ -229,7 +229,8 @@ mod tests {
             let c = select_with(Backend::Auto, || Err(cuda::Unavailable(why.to_string()))).unwrap();
             assert_eq!(c.backend, Backend::Cpu);
             assert_eq!(c.reason, format!("auto: {why}, so the CPU backend is used"));
-            let e = select_with(Backend::Cuda, || Err(cuda::Unavailable(why.to_string()))).unwrap_err();
+            let e =
+                select_with(Backend::Cuda, || Err(cuda::Unavailable(why.to_string()))).unwrap_err();
             assert!(e.to_string().contains("CUDA") && e.to_string().contains(why));
         }
         let gpu = cuda::Gpu {

@@ -93,7 +93,11 @@ impl Local {
         shared
             .files_rejected
             .fetch_add(std::mem::take(&mut self.files_rejected), Ordering::Relaxed);
-        for (s, v) in shared.rejected_by_kind.iter().zip(&mut self.rejected_by_kind) {
+        for (s, v) in shared
+            .rejected_by_kind
+            .iter()
+            .zip(&mut self.rejected_by_kind)
+        {
             s.fetch_add(std::mem::take(v), Ordering::Relaxed);
         }
         shared

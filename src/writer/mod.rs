@@ -43,8 +43,8 @@ use std::path::PathBuf;
 
 use crate::dsp::Spec;
 use chunk::ChunkBuf;
-pub use sink::{Placed, Sink};
 use h5::{Header, SplitFile};
+pub use sink::{Placed, Sink};
 
 /// Element type of the `mel` dataset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -293,7 +293,8 @@ impl Service {
                 let Placed::At { index } = placed else {
                     unreachable!("the append sink places every row at once")
                 };
-                self.journal.stage_row(&job.rel, job.stamp, &job.split, index);
+                self.journal
+                    .stage_row(&job.rel, job.stamp, &job.split, index);
                 self.files_ok += 1;
                 match self.serve.on_success {
                     OnSuccess::Keep => {}
@@ -733,7 +734,11 @@ impl Service {
         let paused = self.state;
         self.state = State::Paused;
         while self.jobs.len() > self.backlog.len() {
-            match self.pipeline.outcomes().pop_timeout(Duration::from_millis(50)) {
+            match self
+                .pipeline
+                .outcomes()
+                .pop_timeout(Duration::from_millis(50))
+            {
                 Some(o) => self.absorb(o)?,
                 None => continue,
             }

@@ -162,7 +162,11 @@ impl Sink for AppendSink {
         Ok(Placed::At { index })
     }
 
-    fn skip(&mut self, _file: &DropFile, _recycle: &mut Vec<Vec<f32>>) -> Result<(), writer::Error> {
+    fn skip(
+        &mut self,
+        _file: &DropFile,
+        _recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<(), writer::Error> {
         // Rows are in arrival order: a rejected file leaves no gap to close.
         Ok(())
     }

@@ -257,14 +257,7 @@ fn run<D: Device>(
             closed.set(true);
         }
     };
-    let reject = |job: usize, why: Reject| {
-        output
-            .push(Outcome {
-                job,
-                row: Err(why),
-            })
-            .is_ok()
-    };
+    let reject = |job: usize, why: Reject| output.push(Outcome { job, row: Err(why) }).is_ok();
     let mut failure: Option<Arc<str>> = None;
     let fail = |e: &dyn std::fmt::Display| -> Arc<str> { e.to_string().into() };
     // When the first file of the open batch arrived.

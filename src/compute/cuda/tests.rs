@@ -635,9 +635,10 @@ fn the_double_refuses_what_cuda_refuses_during_capture() {
 /// the CPU backend's, header rejections carry the CPU backend's text.
 #[test]
 fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
-    use super::backend::{CudaOptions, CudaReport, CudaWiring, start_workers_with};
+    use super::backend::{CudaOptions, CudaReport, start_workers_with};
     use super::double_kernels::MelHostKernels;
     use crate::compute::Outcome;
+    use crate::compute::Wiring as CudaWiring;
     use crate::dsp::{Plan, Scratch};
     use crate::reader::{FileBytes, Loaded};
     use crate::runtime::ring::Ring;
@@ -706,7 +707,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     let mut got: Vec<Option<std::result::Result<Vec<f32>, String>>> = vec![None; files.len()];
     while let Some(o) = output.pop() {
         assert!(got[o.job].is_none(), "job {} twice", o.job);
-        got[o.job] = Some(o.row);
+        got[o.job] = Some(o.row.map_err(|e| e.to_string()));
     }
     let report = workers.join().unwrap();
     assert_eq!(report.runner.files, 7);
@@ -730,4 +731,81 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
             }
         }
     }
+}
+
+/// Regression (serve on the GPU): a partial batch used to be computed only
+/// after `flush_after` *without new input*, so a steady trickle of files
+/// (one every few ms, as serve sees them) waited for a full batch. Now the
+/// first file of a batch waits at most `flush_after`.
+#[test]
+fn a_trickle_of_files_is_computed_within_the_batch_delay_not_at_a_full_batch() {
+    use super::backend::{CudaOptions, CudaReport, start_workers_with};
+    use super::double_kernels::MelHostKernels;
+    use crate::compute::{Outcome, Wiring};
+    use crate::dsp::Plan;
+    use crate::reader::{FileBytes, Loaded};
+    use crate::runtime::ring::Ring;
+    use crate::runtime::telemetry::Telemetry;
+
+    let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
+    let rate = plan.spec().sample_rate;
+    let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+    let input = Arc::new(Ring::<Loaded>::new(256));
+    let output = Arc::new(Ring::<Outcome>::new(256));
+    let wiring = Wiring {
+        input: Arc::clone(&input),
+        output: Arc::clone(&output),
+        free_bytes: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
+        free_rows: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
+        telemetry: Arc::new(Telemetry::default()),
+        arena: None,
+    };
+    let opts = CudaOptions {
+        batch_files: 512,
+        flush_after: std::time::Duration::from_millis(10),
+        ..CudaOptions::default()
+    };
+    let workers = start_workers_with(
+        plan,
+        || {
+            Ok(HostDouble::new(Log::default(), Progress::Eager)
+                .with_kernels(Box::new(MelHostKernels)))
+        },
+        opts,
+        wiring,
+        CudaReport::default(),
+    )
+    .unwrap();
+    // Up to 400 files, one every 5 ms (2 s): fewer than a batch, and never
+    // 10 ms without new input. Under the old rule nothing comes out before
+    // the input closes; now the first batch is computed ~10 ms after its
+    // first file (plus the first capture's cost in a debug build).
+    let mut sent = 0;
+    let mut early = 0;
+    while sent < 400 && early == 0 {
+        input
+            .push(Loaded {
+                job: sent,
+                bytes: Ok(FileBytes::Heap(wav.clone())),
+            })
+            .unwrap();
+        sent += 1;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        while let Some(o) = output.try_pop() {
+            assert!(o.row.is_ok());
+            early += 1;
+        }
+    }
+    eprintln!("first rows came out after {sent} file(s) had been sent");
+    assert!(
+        early > 0,
+        "no file came out while the trickle lasted: partial batches wait for a full batch"
+    );
+    input.close();
+    let mut rest = 0;
+    while output.pop().is_some() {
+        rest += 1;
+    }
+    assert_eq!(early + rest, sent);
+    workers.join().unwrap();
 }

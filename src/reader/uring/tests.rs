@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::reader::FileBytes;
+use crate::reader::arena::Arena;
 
 fn usable(test: &str) -> bool {
     match probe() {

@@ -27,6 +27,45 @@ pub(super) fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Op
     }
 }
 
+/// The compute stage a service under test runs: the serve matrix runs its
+/// tests once with each and expects the same results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// CPU workers (what `auto` picks on a host without a GPU).
+    Cpu,
+    /// The CUDA stage over the host double and the host-built kernels
+    /// (`MELFORGE_CUDA_HOST_DOUBLE=1`, a build with the `host-kernels` feature).
+    CudaDouble,
+}
+
+impl Stage {
+    /// The backend `ctl status` must report.
+    pub(super) fn backend(self) -> &'static str {
+        match self {
+            Stage::Cpu => "cpu",
+            Stage::CudaDouble => "cuda",
+        }
+    }
+}
+
+/// Runs a serve test once per compute stage: `both_stages!(name)` makes
+/// `name::cpu` and `name::cuda_double` from `fn name(stage: Stage)`.
+macro_rules! both_stages {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn cpu() {
+                super::$name(super::harness::Stage::Cpu);
+            }
+            #[test]
+            fn cuda_double() {
+                super::$name(super::harness::Stage::CudaDouble);
+            }
+        }
+    };
+}
+pub(super) use both_stages;
+
 /// A service under test: its directories, config, socket, logs and process.
 pub(super) struct Svc {
     pub(super) root: tempfile::TempDir,
@@ -37,12 +76,18 @@ pub(super) struct Svc {
     pub(super) child: Option<Child>,
     pub(super) runs: usize,
     pub(super) staged: AtomicUsize,
+    pub(super) stage: Stage,
 }
 
 impl Svc {
     /// A service config with `flush_interval_ms` and extra TOML after the
     /// `[serve]`/`[control]` sections (not started yet).
     pub(super) fn new(flush_ms: u64, extra: &str) -> Svc {
+        Svc::with_stage(Stage::Cpu, flush_ms, extra)
+    }
+
+    /// As [`Svc::new`], computing on `stage`.
+    pub(super) fn with_stage(stage: Stage, flush_ms: u64, extra: &str) -> Svc {
         let root = tempfile::tempdir().unwrap();
         let drop = root.path().join("drop");
         std::fs::create_dir_all(&drop).unwrap();
@@ -56,6 +101,7 @@ impl Svc {
             child: None,
             runs: 0,
             staged: AtomicUsize::new(0),
+            stage,
         };
         s.write_config(flush_ms, extra);
         s
@@ -83,7 +129,12 @@ impl Svc {
         assert!(self.child.is_none(), "already running");
         self.runs += 1;
         let log = std::fs::File::create(self.log_path(self.runs)).unwrap();
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        match self.stage {
+            Stage::Cpu => cmd.env_remove(melforge::compute::HOST_DOUBLE_ENV),
+            Stage::CudaDouble => cmd.env(melforge::compute::HOST_DOUBLE_ENV, "1"),
+        };
+        let child = cmd
             .args(["--log-level", "debug", "serve", "--config"])
             .arg(&self.cfg)
             .env_remove("RUST_LOG")
@@ -96,15 +147,21 @@ impl Svc {
         self.child = Some(child);
     }
 
-    /// Starts the service and waits until its loop answers `status`.
+    /// Starts the service and waits until its loop answers `status`, which
+    /// must name the backend of the stage under test.
     pub(super) fn start(&mut self) {
         self.spawn();
-        wait_for(WAIT, "the service to answer status", || {
+        let st = wait_for(WAIT, "the service to answer status", || {
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("serve exited at start-up ({st}):\n{}", self.log());
             }
             self.try_ctl("status").filter(|v| v["ok"] == true)
         });
+        assert_eq!(
+            st["backend"],
+            self.stage.backend(),
+            "the service runs another backend than the test asked for: {st}"
+        );
     }
 
     pub(super) fn pid(&self) -> libc::pid_t {

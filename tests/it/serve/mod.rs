@@ -27,10 +27,10 @@ use crate::common::features_of;
 mod harness;
 use harness::*;
 
-#[test]
-fn dropped_files_become_rows_with_their_split_and_label() {
+both_stages!(dropped_files_become_rows_with_their_split_and_label);
+fn dropped_files_become_rows_with_their_split_and_label(stage: Stage) {
     let corpus = clips(6, 11);
-    let mut svc = Svc::new(100, "");
+    let mut svc = Svc::with_stage(stage, 100, "");
     svc.start();
     // By rename (the writer contract), at several depths.
     let renamed = [
@@ -122,10 +122,10 @@ fn rejected_lines(svc: &Svc) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn a_malformed_file_is_rejected_once_and_retried_only_when_it_changes() {
+both_stages!(a_malformed_file_is_rejected_once_and_retried_only_when_it_changes);
+fn a_malformed_file_is_rejected_once_and_retried_only_when_it_changes(stage: Stage) {
     let corpus = clips(1, 12);
-    let mut svc = Svc::new(100, "");
+    let mut svc = Svc::with_stage(stage, 100, "");
     svc.start();
     svc.drop_file("TRAINING/LEAK/bad.wav", b"RIFF\x04\x00\x00\x00WAVE");
     svc.drop_file("TRAINING/LEAK/good.wav", &corpus[0].1);
@@ -350,11 +350,11 @@ fn every_control_command_through_ctl() {
     assert_exactly_once(&svc, &corpus[..5], &Config::default(), 5);
 }
 
-#[test]
-fn rebuild_swaps_in_new_files_and_keeps_files_dropped_meanwhile() {
+both_stages!(rebuild_swaps_in_new_files_and_keeps_files_dropped_meanwhile);
+fn rebuild_swaps_in_new_files_and_keeps_files_dropped_meanwhile(stage: Stage) {
     let corpus = clips(260, 15);
     let (first, later) = corpus.split_at(200);
-    let mut svc = Svc::new(100, "");
+    let mut svc = Svc::with_stage(stage, 100, "");
     svc.start();
     for (rel, b) in first {
         svc.drop_file(rel, b);
@@ -408,8 +408,8 @@ impl Rng {
     }
 }
 
-#[test]
-fn kill_9_during_a_burst_then_restart_loses_and_duplicates_nothing() {
+both_stages!(kill_9_during_a_burst_then_restart_loses_and_duplicates_nothing);
+fn kill_9_during_a_burst_then_restart_loses_and_duplicates_nothing(stage: Stage) {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -417,7 +417,7 @@ fn kill_9_during_a_burst_then_restart_loses_and_duplicates_nothing() {
     eprintln!("kill -9 test seed {seed}");
     let mut rng = Rng(seed);
     let corpus = clips(300, 16);
-    let mut svc = Svc::new(50, "");
+    let mut svc = Svc::with_stage(stage, 50, "");
     svc.start();
     // A writer renames the files in at ~100 files/s in the background, across
     // the kills and restarts below.
@@ -488,11 +488,11 @@ fn kill_9_during_a_burst_then_restart_loses_and_duplicates_nothing() {
     }
 }
 
-#[test]
-fn sigterm_drains_and_exits_0_then_a_restart_finishes_the_rest() {
+both_stages!(sigterm_drains_and_exits_0_then_a_restart_finishes_the_rest);
+fn sigterm_drains_and_exits_0_then_a_restart_finishes_the_rest(stage: Stage) {
     let corpus = clips(150, 17);
     let (first, queued) = corpus.split_at(100);
-    let mut svc = Svc::new(100, "");
+    let mut svc = Svc::with_stage(stage, 100, "");
     svc.start();
     for (rel, b) in first {
         svc.drop_file(rel, b);
@@ -512,7 +512,7 @@ fn sigterm_drains_and_exits_0_then_a_restart_finishes_the_rest() {
     svc.signal(libc::SIGTERM);
     let st = svc.wait_exit();
     assert!(st.success(), "SIGTERM exit {st}:\n{}", svc.log());
-    assert!(svc.log().contains("Stopped:"), "{}", svc.log());
+    assert!(svc.log().contains("Stopped"), "{}", svc.log());
     // The files in flight were finished and flushed, the backlog left for later.
     let after_term = all_paths(&svc.out).len();
     eprintln!("rows at SIGTERM: {before}, at exit: {after_term} of 150");
@@ -555,11 +555,11 @@ fn sighup_reloads_and_keeps_running() {
 
 /// Regression: a rescan (reload, overflow) offered files whose rows were
 /// appended but not yet committed to the journal; they were appended again.
-#[test]
-fn rescan_before_the_commit_does_not_duplicate_rows() {
+both_stages!(rescan_before_the_commit_does_not_duplicate_rows);
+fn rescan_before_the_commit_does_not_duplicate_rows(stage: Stage) {
     let corpus = clips(10, 18);
     // A long flush interval: the rows stay uncommitted while we reload.
-    let mut svc = Svc::new(60_000, "");
+    let mut svc = Svc::with_stage(stage, 60_000, "");
     svc.start();
     for (rel, b) in &corpus {
         svc.drop_file(rel, b);
@@ -586,8 +586,8 @@ impl Drop for QueueLimit {
     }
 }
 
-#[test]
-fn inotify_overflow_triggers_a_rescan_and_nothing_is_lost() {
+both_stages!(inotify_overflow_triggers_a_rescan_and_nothing_is_lost);
+fn inotify_overflow_triggers_a_rescan_and_nothing_is_lost(stage: Stage) {
     let old = match std::fs::read_to_string(MAX_QUEUED) {
         Ok(v) => v,
         Err(e) => {
@@ -608,7 +608,7 @@ fn inotify_overflow_triggers_a_rescan_and_nothing_is_lost() {
         .enumerate()
         .map(|(i, (_, b))| (format!("clip{i:03}.wav"), b))
         .collect();
-    let mut svc = Svc::new(100, "");
+    let mut svc = Svc::with_stage(stage, 100, "");
     {
         if let Err(e) = std::fs::write(MAX_QUEUED, "16") {
             eprintln!("overflow test skipped: {MAX_QUEUED} is not writable: {e}");
