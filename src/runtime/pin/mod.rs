@@ -292,24 +292,7 @@ mod tests {
 
     /// The calling thread's affinity mask, straight from the kernel.
     pub(super) fn thread_affinity() -> Vec<usize> {
-        // SAFETY: cpu_set_t is plain bit data; all-zero is a valid empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: pid 0 is the calling thread; the pointer and size describe
-        // `set`, which lives across the call.
-        let rc =
-            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        assert_eq!(
-            rc,
-            0,
-            "sched_getaffinity: {}",
-            std::io::Error::last_os_error()
-        );
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| {
-                // SAFETY: c < CPU_SETSIZE, so the bit is inside `set`.
-                unsafe { libc::CPU_ISSET(c, &set) }
-            })
-            .collect()
+        crate::runtime::sys::thread_affinity().expect("sched_getaffinity")
     }
 
     pub(super) fn all(p: &Placement) -> Vec<usize> {
