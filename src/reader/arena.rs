@@ -18,8 +18,10 @@
 //! * an extent never straddles a [`SEGMENT`] boundary, because each segment is
 //!   one registered io_uring buffer (the kernel caps a buffer at 1 GiB).
 //!
-//! All `unsafe` of the arena lives here: `mmap`/`munmap`, the slice views of
-//! an extent, and the `Send`/`Sync` claims for the raw mapping pointer.
+//! All `unsafe` of the arena lives here: releasing the mapping (the raw
+//! `mmap`/`munmap` calls are wrapped in [`crate::runtime::sys`]), the slice
+//! views of an extent, and the `Send`/`Sync` claims for the raw mapping
+//! pointer.
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
@@ -71,15 +73,9 @@ fn has_ipc_lock() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
-/// The soft RLIMIT_MEMLOCK, `None` when unlimited.
+/// The soft RLIMIT_MEMLOCK, `None` when unlimited (or unreadable).
 fn memlock_limit() -> Option<u64> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `r` is a valid, writable rlimit; getrlimit only writes into it.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
-    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+    crate::runtime::sys::memlock_limit().ok().flatten()
 }
 
 /// Fails when registering `need` bytes would exceed RLIMIT_MEMLOCK (io_uring
@@ -108,34 +104,18 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     fn new(len: usize) -> std::io::Result<Mapping> {
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // Best effort: huge pages make pinning the buffers cheaper.
-        // SAFETY: advice on the range just mapped; failure is harmless.
-        let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap → 0"))?;
+        let ptr = crate::runtime::sys::map_anonymous(len)?;
         Ok(Mapping { ptr, len })
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned, and no extent
-        // outlives the mapping (each holds an `Arc<Arena>`). A failure can only
-        // mean invalid arguments, which the construction rules out; ignore it.
-        let _ = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // SAFETY: `ptr`/`len` are exactly what map_anonymous returned and was
+        // given, and no extent outlives the mapping (each holds an
+        // `Arc<Arena>`). A failure can only mean invalid arguments, which the
+        // construction rules out; ignore it.
+        let _ = unsafe { crate::runtime::sys::unmap(self.ptr, self.len) };
     }
 }
 

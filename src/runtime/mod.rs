@@ -1,6 +1,10 @@
 //! What every stage runs on: the rings between them ([`ring`]), thread
-//! placement ([`pin`]) and typed counters ([`telemetry`]).
+//! placement ([`pin`]), typed counters ([`telemetry`]) and the raw system
+//! calls the rest of the program reaches only through safe wrappers ([`sys`]).
 
 pub mod pin;
 pub mod ring;
+/// Raw libc calls (signals, poll, flock, SO_PEERCRED, mmap, fadvise, …) as
+/// safe `io::Result` wrappers; the io_uring engine and CUDA FFI keep theirs.
+pub mod sys;
 pub mod telemetry;

@@ -11,9 +11,10 @@
 //! (with a count), reported at the end.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 use super::FileEntry;
+use crate::runtime::sys;
 
 /// Eviction / warming with sticky, de-duplicated warnings.
 pub struct CacheControl {
@@ -40,9 +41,8 @@ impl CacheControl {
         if let Some(first) = files.first()
             && let Ok(f) = File::open(&first.path)
         {
-            // SAFETY: `f` is an open descriptor for the duration of the call;
-            // syncfs only reads it.
-            unsafe { libc::syncfs(f.as_raw_fd()) };
+            // Best effort: a failure only leaves dirty pages the kernel keeps.
+            let _ = sys::syncfs(f.as_fd());
         }
         if self.drop_caches
             && self.drop_failed.is_none()
@@ -96,23 +96,15 @@ impl CacheControl {
 
 fn fadvise_dontneed(f: &FileEntry) -> std::io::Result<()> {
     let file = File::open(&f.path)?;
-    // SAFETY: the descriptor is open for the duration of the call; fadvise
-    // only gives the kernel a hint about its pages.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
-    }
-    Ok(())
+    sys::fadvise_dontneed(file.as_fd())
 }
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
 fn drop_caches() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if sys::effective_uid() != 0 {
         return Err("not running as root".into());
     }
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    sys::sync();
     std::fs::write("/proc/sys/vm/drop_caches", b"3")
         .map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))
 }

@@ -29,23 +29,10 @@ impl Machine {
 }
 
 fn uname() -> Option<(String, String)> {
-    // SAFETY: utsname is plain old data; all-zero is a valid value.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid, writable utsname for the duration of the call.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return None;
-    }
-    let s = |f: &[libc::c_char]| {
-        let bytes: Vec<u8> = f
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
+    let u = crate::runtime::sys::uname().ok()?;
     Some((
-        format!("{} {} {}", s(&u.sysname), s(&u.release), s(&u.machine)),
-        s(&u.nodename),
+        format!("{} {} {}", u.sysname, u.release, u.machine),
+        u.nodename,
     ))
 }
 

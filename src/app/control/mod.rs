@@ -231,28 +231,13 @@ pub(crate) fn wait_readable(
     source: std::os::fd::BorrowedFd<'_>,
     wake: std::os::fd::BorrowedFd<'_>,
 ) -> std::io::Result<Ready> {
-    use std::os::fd::AsRawFd;
-    let mut fds = [source.as_raw_fd(), wake.as_raw_fd()].map(|fd| libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    });
     loop {
-        // SAFETY: `fds` holds two pollfds whose descriptors are borrowed, so
-        // they stay open for the whole call; the count matches the array.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if fds[1].revents != 0 {
-            return Ok(Ready::Wake);
-        }
-        if fds[0].revents != 0 {
-            return Ok(Ready::Source);
+        match crate::runtime::sys::poll_readable([source, wake], None) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+            Ok([_, true]) => return Ok(Ready::Wake),
+            Ok([true, false]) => return Ok(Ready::Source),
+            Ok([false, false]) => continue,
         }
     }
 }

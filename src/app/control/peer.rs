@@ -9,10 +9,11 @@
 //! drops to another uid.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
 use super::Error;
+use crate::runtime::sys;
 
 /// A peer's SO_PEERCRED credentials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,26 +25,7 @@ pub struct PeerCred {
 
 /// The credentials of the process at the other end of `stream`.
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len` are
-    // valid for writes and `len` holds the size of `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let cred = sys::peer_credentials(stream.as_fd())?;
     Ok(PeerCred {
         pid: cred.pid,
         uid: cred.uid,
@@ -63,8 +45,7 @@ pub struct PeerPolicy {
 impl PeerPolicy {
     /// Root, this process's effective uid, and `group` if given.
     pub fn for_this_process(group: Option<(String, u32)>) -> PeerPolicy {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let service_uid = unsafe { libc::geteuid() };
+        let service_uid = sys::effective_uid();
         PeerPolicy { service_uid, group }
     }
 
@@ -127,30 +108,9 @@ pub fn resolve_group(group: &str) -> Result<u32, Error> {
         name: group.to_string(),
     };
     let name = std::ffi::CString::new(group).map_err(|_| unknown())?;
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: a zeroed `group` is a valid value for getgrnam_r to fill.
-        let mut grp: libc::group = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: `name` is NUL-terminated; `grp`, `buf` (with its true
-        // length) and `result` are valid for writes for the whole call.
-        let rc = unsafe {
-            libc::getgrnam_r(
-                name.as_ptr(),
-                &mut grp,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < (1 << 20) {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return Err(unknown());
-        }
-        return Ok(grp.gr_gid);
+    match sys::group_id(&name) {
+        Ok(Some(gid)) => Ok(gid),
+        Ok(None) | Err(_) => Err(unknown()),
     }
 }
 

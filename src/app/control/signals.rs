@@ -14,13 +14,14 @@
 //! hangs up makes a write fail with EPIPE instead of killing the service.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 
 use std::io::Write;
 
 use super::{Command, Error, Origin, Request, Sender};
+use crate::runtime::sys;
 
 /// The signals turned into commands.
 pub const SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
@@ -64,41 +65,15 @@ impl Drop for SignalThread {
     }
 }
 
-fn sigset(signals: &[i32]) -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset initialises it fully and
-    // sigaddset only sets bits for valid signal numbers (ours are constants).
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
 /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every
 /// thread it starts afterwards), ignores SIGPIPE, and starts the thread that
 /// turns those signals into [`Request`]s on `tx`. Must be called before any
 /// other thread exists; see the module docs.
 pub fn block_and_spawn(tx: Sender) -> Result<SignalThread, Error> {
-    let set = sigset(&SIGNALS);
-    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is
-    // allowed. SIG_IGN for SIGPIPE installs no handler code.
-    unsafe {
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if rc != 0 {
-            return Err(Error::Signals(io::Error::from_raw_os_error(rc)));
-        }
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-    // SAFETY: `set` is initialised; -1 asks for a new fd.
-    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::Signals(io::Error::last_os_error()));
-    }
-    // SAFETY: signalfd returned a new fd that nothing else owns.
-    let sfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    sys::block_signals(&SIGNALS).map_err(Error::Signals)?;
+    // Cannot fail: SIGPIPE is a valid signal and SIG_IGN installs no handler.
+    let _ = sys::ignore_sigpipe();
+    let sfd = sys::signalfd(&SIGNALS).map_err(Error::Signals)?;
     let (wake, wake_rx) = UnixStream::pair().map_err(Error::Signals)?;
     let handle = std::thread::Builder::new()
         .name("melforge-signals".into())
@@ -120,31 +95,28 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
                 return;
             }
         }
-        // SAFETY: signalfd_siginfo is plain data; all-zero is a valid value.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: `info` is valid for writes of `size` bytes and the fd is open.
-        let n = unsafe { libc::read(sfd.as_raw_fd(), (&raw mut info).cast(), size) };
-        if n != size as isize {
-            let e = io::Error::last_os_error();
-            if n < 0
-                && matches!(
+        let info = match sys::read_signalfd(sfd.as_fd()) {
+            Ok(info) => info,
+            Err(e)
+                if matches!(
                     e.kind(),
                     io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-                )
+                ) =>
             {
                 continue;
             }
-            tracing::error!("Signal handling stopped: reading the signalfd failed: {e}.");
-            return;
-        }
-        let signo = info.ssi_signo as i32;
+            Err(e) => {
+                tracing::error!("Signal handling stopped: reading the signalfd failed: {e}.");
+                return;
+            }
+        };
+        let signo = info.signo;
         let Some(cmd) = command_for(signo) else {
             continue;
         };
         tracing::info!(
             "Received signal {signo} from pid {}; requesting {cmd}.",
-            info.ssi_pid
+            info.pid
         );
         let req = Request {
             cmd,
@@ -161,6 +133,7 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
     use std::time::Duration;
 
     #[test]
@@ -181,10 +154,12 @@ mod tests {
             (libc::SIGINT, Command::Shutdown),
         ] {
             *step += 1;
-            // SAFETY: signalling our own process; the signal is blocked in
-            // every thread of this (forked, so single-threaded before
-            // block_and_spawn) process and read from the signalfd.
-            unsafe { libc::kill(libc::getpid(), sig) };
+            // The signal is blocked in every thread of this (forked, so
+            // single-threaded before block_and_spawn) process and read from
+            // the signalfd.
+            if sys::kill_self(sig).is_err() {
+                return 20 + *step;
+            }
             match rx.recv_timeout(Duration::from_secs(5)) {
                 Ok(r) if r.cmd == want && r.origin == Origin::Signal(sig) && r.reply.is_none() => {}
                 _ => return 10 + *step,
@@ -200,25 +175,20 @@ mod tests {
     #[test]
     fn signals_arrive_as_requests_in_a_forked_child() {
         // SAFETY: the child only runs `child` (signal mask, a thread, a
-        // channel: glibc keeps malloc usable after fork) and then _exit()s,
-        // never returning into the test harness.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
+        // channel: glibc keeps malloc usable after fork) and then exits with
+        // exit_now, never returning into the test harness.
+        let forked = unsafe { sys::fork() }.expect("fork");
+        let Some(pid) = forked else {
             let mut step = 0;
             let code = child(&mut step);
-            // SAFETY: ends the child without running the harness's code.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: waiting for our own child; `status` is valid for writes.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(rc, pid);
+            sys::exit_now(code);
+        };
+        let status = sys::wait_child(pid).expect("waitpid");
         assert!(
-            libc::WIFEXITED(status),
-            "child died by signal {}",
-            libc::WTERMSIG(status)
+            status.code().is_some(),
+            "child died by signal {:?}",
+            status.signal()
         );
-        assert_eq!(libc::WEXITSTATUS(status), 0, "child failed at a step");
+        assert_eq!(status.code(), Some(0), "child failed at a step");
     }
 }

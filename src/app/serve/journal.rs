@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -390,17 +390,16 @@ impl Journal {
 /// lock) until it calls exec.
 fn lock_exclusive(lock: &File, path: &Path) -> Result<(), Error> {
     for _ in 0..100 {
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(Error::Io {
-                path: path.to_path_buf(),
-                action: "lock the state directory",
-                source: e,
-            });
+        match crate::runtime::sys::try_lock_exclusive(lock.as_fd()) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_path_buf(),
+                    action: "lock the state directory",
+                    source,
+                });
+            }
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

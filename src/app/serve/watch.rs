@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -243,17 +243,11 @@ impl Watcher {
             .name("watch".into())
             .spawn(move || {
                 let mut buf = vec![0u8; 64 * 1024];
-                let fd = state.inotify.as_raw_fd();
+                let tick = Some(std::time::Duration::from_millis(100));
                 while !flag.load(Ordering::Acquire) {
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: `pfd` is a valid pollfd for the duration of the
-                    // call and the count (1) matches.
-                    let n = unsafe { libc::poll(&mut pfd, 1, 100) };
-                    if n <= 0 {
+                    // Timed out, interrupted or failed: look at the stop flag again.
+                    let ready = crate::runtime::sys::poll_readable([state.inotify.as_fd()], tick);
+                    if !matches!(ready, Ok([true])) {
                         continue;
                     }
                     match state.drain(&mut buf) {

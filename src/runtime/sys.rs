@@ -1,0 +1,494 @@
+//! Raw system calls: the one place melforge calls libc directly, outside the
+//! io_uring engine (`crate::reader::uring`) and the CUDA FFI
+//! (`crate::compute::cuda`), which keep their own next to the code that needs
+//! them.
+//!
+//! Each function is a thin wrapper over one call (or a fixed short sequence):
+//! it turns the C error convention (`-1` + `errno`, or an error number
+//! returned directly) into [`std::io::Result`], takes descriptors as
+//! [`BorrowedFd`] so they stay open for the call, and hands a descriptor it
+//! creates back as an [`OwnedFd`]. Callers build their RAII types on top (the
+//! read arena's mapping, the signal thread). Every function here is safe to
+//! call except [`unmap`] (and the test-only `fork`), whose contracts the
+//! compiler cannot check; each call of those carries its own `// SAFETY:`.
+//!
+//! Grouped by concept: signals; waiting on and locking descriptors; socket
+//! peers; identity (uid, groups, uname); memory (anonymous mappings, the
+//! memlock limit); the page cache; and, for tests only, thread affinity and
+//! forking a child.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+// ---------------------------------------------------------------- signals
+
+/// A signal set holding `signals`; EINVAL names a number that is no signal.
+fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data; all-zero is a valid value, and
+    // sigemptyset initialises it fully before any bit is read.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid for writes for the call.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &s in signals {
+        // SAFETY: `set` is an initialised sigset_t, valid for writes; an
+        // invalid signal number is refused with EINVAL, not undefined.
+        if unsafe { libc::sigaddset(&mut set, s) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(set)
+}
+
+/// Blocks `signals` in the calling thread (`pthread_sigmask(SIG_BLOCK)`);
+/// threads it starts afterwards inherit the mask.
+pub fn block_signals(signals: &[i32]) -> io::Result<()> {
+    let set = sigset(signals)?;
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is
+    // allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Sets SIGPIPE to ignored for the whole process, so a write to a socket
+/// whose peer hung up fails with EPIPE instead of killing the process.
+pub fn ignore_sigpipe() -> io::Result<()> {
+    // SAFETY: SIG_IGN installs no handler code, so no async-signal-safety
+    // rule applies.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A new close-on-exec signalfd reporting `signals` (which should be blocked,
+/// see [`block_signals`], or they are delivered the usual way instead).
+pub fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
+    let set = sigset(signals)?;
+    // SAFETY: `set` is initialised; -1 asks for a new descriptor.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: signalfd returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What one read from a signalfd reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalInfo {
+    /// The signal number.
+    pub signo: i32,
+    /// The pid of the sender (for `kill`).
+    pub pid: u32,
+}
+
+/// Reads one signal from a signalfd. Blocks unless the descriptor is
+/// non-blocking; EINTR and EAGAIN come back as errors of those kinds.
+pub fn read_signalfd(fd: BorrowedFd<'_>) -> io::Result<SignalInfo> {
+    // SAFETY: signalfd_siginfo is plain data; all-zero is a valid value.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: `info` is valid for writes of `size` bytes and the descriptor
+    // is borrowed, so open for the call.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut info).cast(), size) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != size {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("short read from a signalfd: {n} of {size} bytes"),
+        ));
+    }
+    Ok(SignalInfo {
+        signo: info.ssi_signo as i32,
+        pid: info.ssi_pid,
+    })
+}
+
+// ----------------------------------------------------- waiting and locking
+
+/// One `poll` for input on `fds`, waiting at most `timeout` (`None`: no
+/// limit). Entry `i` of the answer is whether `fds[i]` reported anything
+/// (input, hang-up or error: any `revents`); all `false` means the time ran
+/// out. EINTR comes back as an error of kind `Interrupted`, for the caller to
+/// retry or not.
+pub fn poll_readable<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
+    timeout: Option<Duration>,
+) -> io::Result<[bool; N]> {
+    let mut pfds = fds.map(|fd| libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let timeout_ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: `pfds` holds N pollfds, valid for reads and writes for the call,
+    // and the count matches; their descriptors are borrowed, so open.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, timeout_ms) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pfds.map(|p| p.revents != 0))
+}
+
+/// Takes an exclusive `flock` on `fd` without waiting: `Ok(false)` when
+/// another open file description holds a lock on the file.
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: flock on a borrowed, open descriptor; no memory is involved.
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
+// ------------------------------------------------------------ socket peers
+
+/// The SO_PEERCRED credentials (pid, uid, gid at connect time) of the process
+/// at the other end of the Unix socket `fd`.
+pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<libc::ucred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed, so open; `cred` and `len` are valid
+    // for writes and `len` holds the size of `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred)
+}
+
+// ---------------------------------------------------------------- identity
+
+/// This process's effective uid.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The gid of the group called `name` (`getgrnam_r`), `None` when there is
+/// no such group.
+pub fn group_id(name: &CStr) -> io::Result<Option<u32>> {
+    const MAX_BUF: usize = 1 << 20;
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: a zeroed `group` is a valid value for getgrnam_r to fill.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: `name` is NUL-terminated; `grp`, `buf` (with its true
+        // length) and `result` are valid for writes for the whole call.
+        let rc = unsafe {
+            libc::getgrnam_r(
+                name.as_ptr(),
+                &mut grp,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < MAX_BUF {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        return Ok((!result.is_null()).then_some(grp.gr_gid));
+    }
+}
+
+/// `uname`'s fields, decoded lossily as UTF-8.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uname {
+    /// e.g. "Linux".
+    pub sysname: String,
+    /// The host name.
+    pub nodename: String,
+    /// e.g. "6.1.0-18-amd64".
+    pub release: String,
+    /// e.g. "x86_64".
+    pub machine: String,
+}
+
+/// The kernel's name, release and machine, and the host name.
+pub fn uname() -> io::Result<Uname> {
+    // SAFETY: utsname is plain old data; all-zero is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname for the duration of the call.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let s = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Ok(Uname {
+        sysname: s(&u.sysname),
+        nodename: s(&u.nodename),
+        release: s(&u.release),
+        machine: s(&u.machine),
+    })
+}
+
+// ------------------------------------------------------------------ memory
+
+/// The soft RLIMIT_MEMLOCK in bytes, `None` when unlimited.
+pub fn memlock_limit() -> io::Result<Option<u64>> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit; getrlimit only writes into it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur))
+}
+
+/// A new private anonymous read-write mapping of `len` bytes (zero-filled,
+/// page-aligned), advised to use huge pages (best effort: they make pinning
+/// it for DMA cheaper). Release it with [`unmap`]; until then it is leaked.
+pub fn map_anonymous(len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh private anonymous mapping at an address the kernel
+    // chooses; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: advice on the range just mapped, which nothing else uses yet;
+    // a failure is harmless, so it is ignored.
+    let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap → 0"))
+}
+
+/// Unmaps a mapping made by [`map_anonymous`].
+///
+/// # Safety
+///
+/// `ptr` and `len` must be exactly what one [`map_anonymous`] call returned
+/// and was given, not unmapped before, and no reference or pointer into the
+/// range may be used afterwards (the memory is gone; a later mapping may
+/// reuse the addresses).
+pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller guarantees the range is one live mapping of ours that
+    // nothing uses any more.
+    if unsafe { libc::munmap(ptr.as_ptr().cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// -------------------------------------------------------------- page cache
+
+/// Writes out the dirty pages of the filesystem holding `fd` (`syncfs`).
+pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed, so open; syncfs only reads it.
+    if unsafe { libc::syncfs(fd.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Asks the kernel to drop the whole file's clean pages from the page cache
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`).
+pub fn fadvise_dontneed(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed, so open; fadvise only gives the
+    // kernel a hint about its pages.
+    let rc = unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Schedules every filesystem's dirty pages to be written (`sync`).
+pub fn sync() {
+    // SAFETY: sync has no preconditions and cannot fail.
+    unsafe { libc::sync() };
+}
+
+// ---------------------------------------------------------- for tests only
+
+/// The calling thread's CPU affinity mask, straight from the kernel
+/// (`sched_getaffinity`), as sorted CPU ids.
+#[cfg(test)]
+pub fn thread_affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain bit data; all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the pointer and size describe
+    // `set`, which lives across the call.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| {
+            // SAFETY: c < CPU_SETSIZE, so the bit is inside `set`.
+            unsafe { libc::CPU_ISSET(c, &set) }
+        })
+        .collect())
+}
+
+/// Sends `sig` to this process (`kill(getpid(), sig)`).
+#[cfg(test)]
+pub fn kill_self(sig: i32) -> io::Result<()> {
+    // SAFETY: getpid has no preconditions; kill touches no memory of ours
+    // (what the signal then does is the caller's choice of signal).
+    if unsafe { libc::kill(libc::getpid(), sig) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Forks the process: `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
+///
+/// # Safety
+///
+/// The child is a copy of the process with only the calling thread; a lock
+/// another thread held at the fork stays locked in the child for ever. The
+/// caller must keep the child to what is sound in that state (the signal test
+/// relies on glibc keeping malloc usable across fork and touches no other
+/// shared lock) and must end it with [`exit_now`], never letting it return
+/// into code that assumes the parent's threads (such as the test harness).
+#[cfg(test)]
+pub unsafe fn fork() -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: the caller upholds the contract above for the child.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        ..0 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(Some(pid)),
+    }
+}
+
+/// Ends the process at once with `code` (`_exit`): no destructors, no atexit
+/// handlers, no flushing of Rust's buffered stdout.
+#[cfg(test)]
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions; skipping destructors is allowed.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for the child `pid` to end and returns how it ended (`waitpid`).
+#[cfg(test)]
+pub fn wait_child(pid: libc::pid_t) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: `status` is valid for writes for the call.
+    let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if rc != pid {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::process::ExitStatus::from_raw(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn poll_reports_which_descriptor_is_ready() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (c, _d) = UnixStream::pair().unwrap();
+        let quick = Some(Duration::from_millis(10));
+        assert_eq!(
+            poll_readable([a.as_fd(), c.as_fd()], quick).unwrap(),
+            [false, false]
+        );
+        std::io::Write::write_all(&mut &b, b"x").unwrap();
+        assert_eq!(
+            poll_readable([a.as_fd(), c.as_fd()], quick).unwrap(),
+            [true, false]
+        );
+        drop(b);
+        assert_eq!(poll_readable([a.as_fd()], None).unwrap(), [true]);
+    }
+
+    #[test]
+    fn flock_is_exclusive_between_open_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let one = std::fs::File::create(&path).unwrap();
+        let two = std::fs::File::open(&path).unwrap();
+        assert!(try_lock_exclusive(one.as_fd()).unwrap());
+        assert!(!try_lock_exclusive(two.as_fd()).unwrap());
+        drop(one);
+        assert!(try_lock_exclusive(two.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn peer_credentials_name_this_process() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let cred = peer_credentials(a.as_fd()).unwrap();
+        assert_eq!(cred.pid as u32, std::process::id());
+        assert_eq!(cred.uid, effective_uid());
+    }
+
+    #[test]
+    fn groups_and_uname_answer() {
+        assert_eq!(group_id(c"root").unwrap(), Some(0));
+        assert_eq!(group_id(c"no-such-group-melforge").unwrap(), None);
+        let u = uname().unwrap();
+        assert_eq!(u.sysname, "Linux");
+        assert!(!u.release.is_empty() && !u.machine.is_empty());
+    }
+
+    #[test]
+    fn anonymous_mapping_is_zeroed_and_writable() {
+        let len = 3 * 4096;
+        let p = map_anonymous(len).unwrap();
+        assert_eq!(p.as_ptr() as usize % 4096, 0);
+        // SAFETY: the range was just mapped read-write, is zero-filled and used
+        // by nothing else; the slice is gone before the unmap.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        bytes[len - 1] = 7;
+        // SAFETY: exactly the mapping made above, no longer referenced.
+        unsafe { unmap(p, len) }.unwrap();
+        assert!(map_anonymous(0).is_err(), "mmap refuses a zero length");
+    }
+
+    #[test]
+    fn signal_numbers_are_checked() {
+        assert!(sigset(&[libc::SIGHUP, libc::SIGTERM]).is_ok());
+        assert!(sigset(&[100_000]).is_err());
+    }
+}

@@ -1,0 +1,428 @@
+//! SWMR appends for `serve`: one [`Appender`] per `<out>/<split>.h5`.
+//!
+//! The file has the build schema (`docs/FORMAT.md`: `mel`, `label`, `path`, every
+//! root attribute) plus a growing 1-D string dataset `label_names`; the writer
+//! holds it open in HDF5 single-writer/multiple-reader mode, so an h5py reader
+//! opened with `swmr=True` sees new rows after `refresh()`.
+//!
+//! Invariants:
+//! * **Rows in arrival order.** [`Appender::append`] returns the row index at once;
+//!   rows are buffered and written as whole chunks, the last partial chunk at
+//!   [`Appender::flush`].
+//! * **Flush = visible and durable.** `flush` writes pending label names and rows,
+//!   calls H5Fflush (SWMR orders the metadata writes so readers always see a
+//!   consistent file), then `fdatasync`s the file. Rows below
+//!   [`Appender::flushed_rows`] survive a kill -9 or a power cut; the journal
+//!   (`crate::app::serve::journal`) records them only after this returns.
+//! * **Label ids never change.** Names are only appended to `label_names`. The root
+//!   attribute `label_names` cannot change while SWMR writing (attribute writes are
+//!   not SWMR-safe), so it is rewritten whenever the file is opened or closed and is
+//!   exact whenever no writer has the file open; the dataset is exact at every flush.
+//! * **Open always recovers.** A writer killed in SWMR mode leaves the superblock's
+//!   "open for write" flags set and a plain read-write open fails ("file is already
+//!   open for write … use h5clear"). [`Appender::open`] sets HDF5's private fapl
+//!   property `clear_status_flags` (what `h5clear -s` does) and then cuts every
+//!   dataset to the row count the journal confirms: rows past it may be a torn,
+//!   unflushed chunk, and their files are still in the drop directory, so they are
+//!   re-ingested rather than trusted.
+//!
+//! Files: this one is the [`Appender`] API (create, append, flush, close);
+//! [`recover`] opens an existing file: it clears the SWMR status flags, checks
+//! the file matches this configuration and cuts rows back to the journal's
+//! count. Every `unsafe` block of the writer is in `recover` (the two raw
+//! calls `h5clear` makes).
+
+mod recover;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, Extent, File, SimpleExtents};
+
+use super::chunk::ChunkBuf;
+use super::h5::{
+    Context, Datasets, Header, create_file, vlen_strings, write_attrs, write_label_names_attr,
+};
+use super::{Dtype, Error};
+use crate::dsp::Spec;
+use recover::{open_existing, open_rw};
+
+/// Rows per chunk of the `label_names` dataset.
+const NAMES_CHUNK: usize = 64;
+
+/// What an [`Appender`] needs to create or check `<out_dir>/<split>.h5`.
+#[derive(Clone, Debug)]
+pub struct AppendSpec {
+    pub split: String,
+    pub spec: Spec,
+    pub dtype: Dtype,
+    /// Rows per HDF5 chunk along N, ≥ 1.
+    pub chunk_files: usize,
+    /// Extra root attributes (UTF-8 strings), written when the file is created.
+    pub extra_attrs: Vec<(String, String)>,
+}
+
+/// What [`Appender::open`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The file did not exist and was created.
+    pub created: bool,
+    /// Rows the file held (the longest of `mel`, `label`, `path`) before recovery.
+    pub rows_found: usize,
+    /// Rows cut because the journal did not confirm them.
+    pub rows_dropped: usize,
+}
+
+/// An open `<split>.h5` in SWMR-write mode; see the module documentation.
+pub struct Appender {
+    path: PathBuf,
+    file: File,
+    ds: Datasets,
+    names_ds: Dataset,
+    label_names: Vec<String>,
+    /// Names in `names_ds` (the rest are pending).
+    names_written: usize,
+    /// Names in the root attribute.
+    names_in_attr: usize,
+    /// Rows written to HDF5 (not necessarily flushed).
+    rows_written: usize,
+    /// Rows flushed and synced.
+    rows_flushed: usize,
+    chunk: ChunkBuf,
+    row_len: usize,
+    /// A plain descriptor of the same file, for `fdatasync`.
+    sync: std::fs::File,
+    failed: bool,
+}
+
+impl Appender {
+    /// Opens `<out_dir>/<spec.split>.h5` for appending, creating it (with
+    /// `label_names`) when missing, and starts SWMR writing.
+    ///
+    /// `confirmed_rows` is the row count the journal confirms: an existing file is
+    /// cut to it (clearing the status flags a killed writer left behind); a file
+    /// with fewer rows is an error, as is a missing file when `confirmed_rows > 0`.
+    /// Names of `label_names` the file lacks are appended, so the file's list
+    /// starts with its own names (ids never change) and then the new ones; the
+    /// caller checks [`Appender::label_names`] if it needs ids to match.
+    pub fn open(
+        out_dir: &Path,
+        spec: &AppendSpec,
+        label_names: &[String],
+        confirmed_rows: usize,
+    ) -> Result<(Appender, OpenReport), Error> {
+        validate(spec, label_names)?;
+        let path = out_dir.join(format!("{}.h5", spec.split));
+        let header = Header {
+            split: &spec.split,
+            label_names,
+            spec: &spec.spec,
+            dtype: spec.dtype,
+            chunk_files: spec.chunk_files,
+            extra_attrs: &spec.extra_attrs,
+        };
+        let exists = path.try_exists().map_err(|source| Error::Io {
+            path: path.clone(),
+            action: "look for the output file",
+            source,
+        })?;
+        let (file, ds, names_ds, names, report) = if exists {
+            open_existing(&path, &header, confirmed_rows)?
+        } else {
+            if confirmed_rows > 0 {
+                return Err(Error::Recovery {
+                    file: path,
+                    reason: format!(
+                        "the journal confirms {confirmed_rows} rows but the file is missing"
+                    ),
+                });
+            }
+            create_new(out_dir, &path, &header)?
+        };
+        let rows = report.rows_found - report.rows_dropped;
+        let sync = std::fs::File::open(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            action: "open the output file for fsync",
+            source,
+        })?;
+        let names_in_attr = names.len();
+        let mut app = Appender {
+            chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
+            row_len: spec.spec.row_len(),
+            path,
+            file,
+            ds,
+            names_ds,
+            names_written: names.len(),
+            names_in_attr,
+            label_names: names,
+            rows_written: rows,
+            rows_flushed: rows,
+            sync,
+            failed: false,
+        };
+        // New names go into the attribute too while SWMR is not yet on.
+        for n in label_names {
+            app.label_id(n)?;
+        }
+        app.write_names()?;
+        app.rewrite_names_attr()?;
+        let p = app.path.as_path();
+        app.file.flush().ctx(p, || "flush the file".into())?;
+        app.file
+            .start_swmr()
+            .ctx(p, || "start SWMR writing".into())?;
+        app.sync_file()?;
+        Ok((app, report))
+    }
+
+    /// The file being appended to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Label names, ids index this (including names not yet flushed).
+    pub fn label_names(&self) -> &[String] {
+        &self.label_names
+    }
+
+    /// The id of label `name`, appending it to `label_names` if new (written at the
+    /// next flush; existing ids never change).
+    pub fn label_id(&mut self, name: &str) -> Result<i32, Error> {
+        if let Some(i) = self.label_names.iter().position(|n| n == name) {
+            return Ok(i as i32);
+        }
+        if name.contains('\0') {
+            return Err(Error::Plan(format!("label {name:?} contains a NUL byte")));
+        }
+        let id = i32::try_from(self.label_names.len())
+            .map_err(|_| Error::Plan("too many label names".into()))?;
+        self.label_names.push(name.to_string());
+        Ok(id)
+    }
+
+    /// Appends one row (`spec.row_len()` values, layout as in
+    /// [`super::DatasetWriter::submit`]) for the file at `rel_path` with label id
+    /// `label` (-1 for none). Returns its row index. The row is visible to readers
+    /// and durable after the next [`Appender::flush`].
+    pub fn append(&mut self, rel_path: &str, label: i32, row: &[f32]) -> Result<usize, Error> {
+        if self.failed {
+            return Err(Error::Failed);
+        }
+        let n_labels = self.label_names.len();
+        if label != -1 && usize::try_from(label).is_ok_and(|l| l >= n_labels) || label < -1 {
+            return Err(Error::UnknownLabel {
+                file: self.path.clone(),
+                label,
+                n_labels,
+            });
+        }
+        let index = self.rows();
+        if row.len() != self.row_len {
+            return Err(Error::RowLength {
+                split: self.path.display().to_string(),
+                seq: index,
+                got: row.len(),
+                expected: self.row_len,
+            });
+        }
+        if rel_path.contains('\0') {
+            return Err(Error::Plan(format!(
+                "path {rel_path:?} contains a NUL byte"
+            )));
+        }
+        self.chunk.push(row, label, rel_path)?;
+        if self.chunk.is_full() {
+            self.guard(|a| a.write_pending())?;
+        }
+        Ok(index)
+    }
+
+    /// Rows appended so far (written, buffered or flushed).
+    pub fn rows(&self) -> usize {
+        self.rows_written + self.chunk.rows()
+    }
+
+    /// Rows that readers see and that survive a crash.
+    pub fn flushed_rows(&self) -> usize {
+        self.rows_flushed
+    }
+
+    /// Rows appended since the last flush.
+    pub fn pending_rows(&self) -> usize {
+        self.rows() - self.rows_flushed
+    }
+
+    /// Writes pending names and rows, flushes HDF5 (SWMR readers see them after
+    /// `refresh()`) and syncs the file to disk. Returns [`Appender::flushed_rows`].
+    pub fn flush(&mut self) -> Result<usize, Error> {
+        if self.failed {
+            return Err(Error::Failed);
+        }
+        if self.pending_rows() == 0 && self.names_written == self.label_names.len() {
+            return Ok(self.rows_flushed);
+        }
+        self.guard(|a| {
+            a.write_names()?;
+            a.write_pending()?;
+            a.file.flush().ctx(&a.path, || "flush the file".into())?;
+            a.sync_file()
+        })?;
+        self.rows_flushed = self.rows_written;
+        Ok(self.rows_flushed)
+    }
+
+    /// Flushes, closes the file and, when names were added while SWMR writing,
+    /// reopens it briefly to bring the root attribute `label_names` up to date.
+    /// Returns the row count.
+    pub fn close(mut self) -> Result<usize, Error> {
+        let rows = self.flush()?;
+        let Appender {
+            path,
+            file,
+            ds,
+            names_ds,
+            label_names,
+            names_in_attr,
+            ..
+        } = self;
+        drop((ds, names_ds));
+        file.close().ctx(&path, || "close the file".into())?;
+        if names_in_attr != label_names.len() {
+            let file = open_rw(&path, false).ctx(&path, || "reopen the file".into())?;
+            replace_names_attr(&file, &label_names)
+                .ctx(&path, || "rewrite attribute `label_names`".into())?;
+            file.close().ctx(&path, || "close the file".into())?;
+        }
+        Ok(rows)
+    }
+
+    /// Runs `f`, marking the appender failed if it errs.
+    fn guard(&mut self, f: impl FnOnce(&mut Self) -> Result<(), Error>) -> Result<(), Error> {
+        let r = f(self);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    fn write_pending(&mut self) -> Result<(), Error> {
+        if self.chunk.rows() > 0 {
+            self.ds
+                .write_rows(&self.path, self.rows_written, &self.chunk)?;
+            self.rows_written += self.chunk.rows();
+            self.chunk.clear();
+        }
+        Ok(())
+    }
+
+    fn write_names(&mut self) -> Result<(), Error> {
+        let (start, end) = (self.names_written, self.label_names.len());
+        if start == end {
+            return Ok(());
+        }
+        let p = self.path.as_path();
+        let new = vlen_strings("label names", &self.label_names[start..])
+            .ctx(p, || "encode label names".into())?;
+        self.names_ds
+            .resize(end)
+            .ctx(p, || format!("grow dataset `label_names` to {end}"))?;
+        self.names_ds
+            .write_slice(&new, start..end)
+            .ctx(p, || "write dataset `label_names`".into())?;
+        self.names_written = end;
+        Ok(())
+    }
+
+    fn rewrite_names_attr(&mut self) -> Result<(), Error> {
+        replace_names_attr(&self.file, &self.label_names)
+            .ctx(&self.path, || "rewrite attribute `label_names`".into())?;
+        self.names_in_attr = self.label_names.len();
+        Ok(())
+    }
+
+    fn sync_file(&self) -> Result<(), Error> {
+        self.sync.sync_data().map_err(|source| Error::Io {
+            path: self.path.clone(),
+            action: "sync the output file",
+            source,
+        })
+    }
+}
+
+fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
+    let name = &spec.split;
+    if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+        return Err(Error::Plan(format!(
+            "`{name}` is not usable as a split file name"
+        )));
+    }
+    if spec.chunk_files == 0 {
+        return Err(Error::Plan("chunk_files must be ≥ 1".into()));
+    }
+    if let Err(e) = spec.spec.validate() {
+        return Err(Error::Plan(format!("feature spec: {e}")));
+    }
+    for (i, n) in label_names.iter().enumerate() {
+        if label_names[..i].contains(n) {
+            return Err(Error::Plan(format!("label `{n}` appears twice")));
+        }
+    }
+    Ok(())
+}
+
+type Opened = (File, Datasets, Dataset, Vec<String>, OpenReport);
+
+fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<Opened, Error> {
+    std::fs::create_dir_all(out_dir).map_err(|source| Error::Io {
+        path: out_dir.to_path_buf(),
+        action: "create the output directory",
+        source,
+    })?;
+    let file = create_file(p)?;
+    write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
+    let ds = Datasets::create(&file, p, header)?;
+    let names_ds = create_names_ds(&file, &[]).ctx(p, || "create dataset `label_names`".into())?;
+    // The directory entry must be durable before the journal names rows in it.
+    sync_dir(out_dir)?;
+    let report = OpenReport {
+        created: true,
+        ..OpenReport::default()
+    };
+    Ok((file, ds, names_ds, Vec::new(), report))
+}
+
+/// The resizable `label_names` dataset holding `names`.
+fn create_names_ds(file: &File, names: &[String]) -> hdf5::Result<Dataset> {
+    let d = file
+        .new_dataset::<VarLenUnicode>()
+        .shape(SimpleExtents::from_vec(vec![Extent::resizable(
+            names.len(),
+        )]))
+        .chunk(NAMES_CHUNK)
+        .obj_track_times(false)
+        .create("label_names")?;
+    if !names.is_empty() {
+        d.write_raw(&vlen_strings("label names", names)?)?;
+    }
+    Ok(d)
+}
+
+fn replace_names_attr(file: &File, names: &[String]) -> hdf5::Result<()> {
+    if file.attr_names()?.iter().any(|n| n == "label_names") {
+        file.delete_attr("label_names")?;
+    }
+    write_label_names_attr(file, names)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            action: "sync the directory",
+            source,
+        })
+}

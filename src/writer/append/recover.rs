@@ -1,0 +1,171 @@
+//! Opening an existing `<split>.h5` for appending: crash recovery.
+//!
+//! A writer killed in SWMR mode leaves the superblock's "open for write"
+//! status flags set, and a plain read-write open then fails ("file is already
+//! open for write … use h5clear"). [`open_rw`] with `clear_flags` sets HDF5's
+//! private fapl property `clear_status_flags` first, which is what `h5clear -s`
+//! does. [`open_existing`] then refuses a file made with other parameters
+//! ([`check_compatible`]) or holding fewer rows than the journal confirms, and
+//! cuts every dataset back to the confirmed count: rows past it may be a torn,
+//! unflushed chunk whose files are still in the drop directory, so they are
+//! re-ingested rather than trusted.
+//!
+//! Every `unsafe` block of the writer is here, in [`raw`]: the two HDF5 calls
+//! `h5clear` makes that the high-level crate does not offer.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use hdf5::File;
+use hdf5::types::VarLenUnicode;
+
+use super::{OpenReport, Opened, create_names_ds};
+use crate::writer::h5::{self, Context, Datasets, Header};
+use crate::writer::{Dtype, Error};
+
+/// Opens the existing file at `p`, clearing a killed writer's status flags,
+/// checks it against `header`, and cuts it to the `confirmed` rows.
+pub(super) fn open_existing(
+    p: &Path,
+    header: &Header<'_>,
+    confirmed: usize,
+) -> Result<Opened, Error> {
+    let file = open_rw(p, true).ctx(p, || "open the file for appending".into())?;
+    let ds = Datasets::open(&file, p)?;
+    check_compatible(&file, &ds, p, header)?;
+    let lens = [ds.mel.shape()[0], ds.label.size(), ds.path.size()];
+    let found = lens.into_iter().max().unwrap_or(0);
+    let shortest = lens.into_iter().min().unwrap_or(0);
+    if shortest < confirmed {
+        return Err(Error::Recovery {
+            file: p.to_path_buf(),
+            reason: format!(
+                "the journal confirms {confirmed} rows but the file has only {shortest} \
+                 (mel, label, path: {lens:?})"
+            ),
+        });
+    }
+    if found != confirmed {
+        tracing::warn!(
+            "Cutting {} from {found} to {confirmed} rows: rows past the journal were never confirmed.",
+            p.display()
+        );
+        ds.resize(p, confirmed)?;
+    }
+    let (names_ds, names) = if file.link_exists("label_names") {
+        let d = file
+            .dataset("label_names")
+            .ctx(p, || "open dataset `label_names`".into())?;
+        let names = d
+            .read_raw::<VarLenUnicode>()
+            .ctx(p, || "read dataset `label_names`".into())?;
+        (d, names.iter().map(|n| n.as_str().to_string()).collect())
+    } else {
+        // A build file: the attribute is the list; add the dataset.
+        let names: Vec<String> = file
+            .attr("label_names")
+            .and_then(|a| a.read_raw::<VarLenUnicode>())
+            .ctx(p, || "read attribute `label_names`".into())?
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect();
+        let d = create_names_ds(&file, &names).ctx(p, || "create dataset `label_names`".into())?;
+        (d, names)
+    };
+    let report = OpenReport {
+        created: false,
+        rows_found: found,
+        rows_dropped: found - confirmed,
+    };
+    Ok((file, ds, names_ds, names, report))
+}
+
+/// Refuses a file whose rows were computed with other parameters.
+fn check_compatible(file: &File, ds: &Datasets, p: &Path, h: &Header<'_>) -> Result<(), Error> {
+    let bad = |reason: String| {
+        Err(Error::Incompatible {
+            file: p.to_path_buf(),
+            reason,
+        })
+    };
+    let row_shape = h.spec.row_shape();
+    let shape = ds.mel.shape();
+    if shape.len() != 5 || shape[1..] != row_shape {
+        return bad(format!(
+            "mel has shape {shape:?}, this configuration makes rows of {row_shape:?}"
+        ));
+    }
+    let dtype_ok = match h.dtype {
+        Dtype::Float32 => ds.mel.dtype().is_ok_and(|t| t.is::<f32>()),
+        Dtype::Float16 => ds.mel.dtype().is_ok_and(|t| t.is::<half::f16>()),
+    };
+    if !dtype_ok {
+        return bad(format!("mel is not {}", h.dtype.name()));
+    }
+    // Compare every root attribute a fresh file would get (parameters and split),
+    // by writing them into an in-memory file and reading both back as text.
+    let expected = h5::attrs_as_text(h).ctx(p, || "render the expected attributes".into())?;
+    for (name, want) in expected {
+        let informational = ["label_names", "melforge_version", "chunk_files"];
+        if informational.contains(&name.as_str()) || h.extra_attrs.iter().any(|(k, _)| *k == name) {
+            continue;
+        }
+        let got = h5::attr_text(file, &name).ctx(p, || format!("read attribute `{name}`"))?;
+        if got.as_deref() != Some(want.as_str()) {
+            return bad(format!(
+                "attribute `{name}` is {}, this configuration has {want}",
+                got.as_deref().unwrap_or("absent")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Opens `p` read-write with libver (latest, latest). With `clear_flags`, sets the
+/// private fapl property `clear_status_flags` first, as `h5clear -s` does, so a
+/// file whose SWMR writer was killed opens again.
+pub(super) fn open_rw(p: &Path, clear_flags: bool) -> hdf5::Result<File> {
+    let fapl = hdf5::plist::FileAccess::build().libver_latest().finish()?;
+    let name = CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
+    hdf5::sync::sync(|| {
+        if clear_flags {
+            raw::set_clear_status_flags(fapl.id())?;
+        }
+        raw::open_rdwr(&name, fapl.id())
+    })
+}
+
+/// The raw HDF5 calls the high-level crate does not offer, each behind a thin
+/// `Result`-returning wrapper. Callers hold the HDF5 lock (`hdf5::sync::sync`).
+mod raw {
+    use std::ffi::CStr;
+
+    use hdf5::File;
+    use hdf5_sys::h5::hbool_t;
+    use hdf5_sys::h5f::{H5F_ACC_RDWR, H5Fopen};
+    use hdf5_sys::h5i::hid_t;
+    use hdf5_sys::h5p::H5Pset;
+
+    /// Name of the private file-access property `h5clear -s` sets (H5Fprivate.h,
+    /// `H5F_ACS_CLEAR_STATUS_FLAGS_NAME`; present in HDF5 1.10.0 and later).
+    const CLEAR_STATUS_FLAGS: &CStr = c"clear_status_flags";
+
+    pub(super) fn set_clear_status_flags(fapl: hid_t) -> hdf5::Result<()> {
+        let mut on: hbool_t = 1;
+        // SAFETY: `fapl` is a live file-access property list (owned by the caller);
+        // the property is registered in every fapl with the size of an hbool_t, and
+        // H5Pset copies that many bytes from the pointer, which is valid for them.
+        let r = unsafe { H5Pset(fapl, CLEAR_STATUS_FLAGS.as_ptr(), (&raw mut on).cast()) };
+        hdf5::h5check(r).map(|_| ())
+    }
+
+    pub(super) fn open_rdwr(name: &CStr, fapl: hid_t) -> hdf5::Result<File> {
+        // SAFETY: `name` is a NUL-terminated string and `fapl` a live property list,
+        // both outliving the call.
+        let id = hdf5::h5check(unsafe { H5Fopen(name.as_ptr(), H5F_ACC_RDWR, fapl) })?;
+        // SAFETY: `id` is a file id just returned by H5Fopen, owned by nobody else.
+        unsafe { hdf5::from_id::<File>(id) }
+    }
+}

@@ -1,0 +1,271 @@
+//! Tests of the SWMR appender: round trips, label growth, recovery (cutting
+//! unconfirmed rows, refusing what cannot be trusted), appending to a build
+//! file, and an h5py SWMR reader seeing new rows.
+
+use super::*;
+use crate::writer::h5;
+
+/// Row shape [2, 3, 4, 5].
+fn spec() -> AppendSpec {
+    AppendSpec {
+        split: "train".into(),
+        spec: crate::writer::tests::tiny_spec(),
+        dtype: Dtype::Float32,
+        chunk_files: 4,
+        extra_attrs: vec![("watch_dir".into(), "/drop".into())],
+    }
+}
+
+fn row(i: usize) -> Vec<f32> {
+    (0..120)
+        .map(|k| -80.0 + i as f32 + k as f32 * 0.01)
+        .collect()
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn strings(d: &Dataset) -> Vec<String> {
+    d.read_raw::<VarLenUnicode>()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().to_string())
+        .collect()
+}
+
+fn attr_names_of(f: &File) -> Vec<String> {
+    f.attr("label_names")
+        .unwrap()
+        .read_raw::<VarLenUnicode>()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().to_string())
+        .collect()
+}
+
+#[test]
+fn round_trip_with_label_growth() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, rep) = Appender::open(d.path(), &spec(), &names(&["leak"]), 0).unwrap();
+    assert!(rep.created);
+    for i in 0..6 {
+        assert_eq!(
+            a.append(&format!("train/leak/f{i}.wav"), 0, &row(i))
+                .unwrap(),
+            i
+        );
+    }
+    assert_eq!(a.label_id("noleak").unwrap(), 1);
+    assert_eq!(a.label_id("leak").unwrap(), 0);
+    assert_eq!(a.append("train/noleak/g.wav", 1, &row(6)).unwrap(), 6);
+    assert_eq!(a.append("nolabel.wav", -1, &row(7)).unwrap(), 7);
+    assert!(matches!(
+        a.append("x.wav", 2, &row(0)),
+        Err(Error::UnknownLabel { label: 2, .. })
+    ));
+    assert!(matches!(
+        a.append("x.wav", 0, &row(0)[..5]),
+        Err(Error::RowLength { .. })
+    ));
+    // One whole chunk went out when it filled; the rest waits for flush.
+    assert_eq!(a.flushed_rows(), 0);
+    assert_eq!(a.flush().unwrap(), 8);
+    assert_eq!(a.pending_rows(), 0);
+    assert_eq!(a.close().unwrap(), 8);
+
+    let f = File::open(d.path().join("train.h5")).unwrap();
+    let mel = f.dataset("mel").unwrap();
+    assert_eq!(mel.shape(), [8, 2, 3, 4, 5]);
+    assert_eq!(mel.chunk(), Some(vec![4, 2, 3, 4, 5]));
+    let v = mel.read_raw::<f32>().unwrap();
+    for i in 0..8 {
+        assert_eq!(v[i * 120..(i + 1) * 120], row(i)[..], "row {i}");
+    }
+    let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
+    assert_eq!(labels, [0, 0, 0, 0, 0, 0, 1, -1]);
+    let paths = strings(&f.dataset("path").unwrap());
+    assert_eq!(paths[6], "train/noleak/g.wav");
+    assert_eq!(
+        strings(&f.dataset("label_names").unwrap()),
+        ["leak", "noleak"]
+    );
+    // Rewritten at close.
+    assert_eq!(attr_names_of(&f), ["leak", "noleak"]);
+    // The same attributes a build writes.
+    let text = |n: &str| h5::attr_text(&f, n).unwrap().unwrap();
+    assert_eq!(text("split"), "train");
+    assert_eq!(text("n_long"), "2");
+    assert_eq!(text("dtype"), "float32");
+    assert_eq!(text("watch_dir"), "/drop");
+    assert_eq!(text("melforge_version"), crate::VERSION);
+}
+
+#[test]
+fn reopen_cuts_unconfirmed_rows_and_keeps_ids() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(d.path(), &spec(), &names(&["a", "b"]), 0).unwrap();
+    for i in 0..9 {
+        a.append(&format!("f{i}.wav"), (i % 2) as i32, &row(i))
+            .unwrap();
+    }
+    a.flush().unwrap();
+    drop(a);
+    // The journal confirmed 5 rows; a new label list order must not move ids.
+    let (mut a, rep) = Appender::open(d.path(), &spec(), &names(&["c", "b"]), 5).unwrap();
+    assert_eq!(
+        rep,
+        OpenReport {
+            created: false,
+            rows_found: 9,
+            rows_dropped: 4
+        }
+    );
+    assert_eq!(a.label_names(), ["a", "b", "c"]);
+    assert_eq!(a.rows(), 5);
+    assert_eq!(a.append("new.wav", 2, &row(50)).unwrap(), 5);
+    a.close().unwrap();
+    let f = File::open(d.path().join("train.h5")).unwrap();
+    assert_eq!(f.dataset("mel").unwrap().shape()[0], 6);
+    let paths = strings(&f.dataset("path").unwrap());
+    assert_eq!(
+        paths,
+        ["f0.wav", "f1.wav", "f2.wav", "f3.wav", "f4.wav", "new.wav"]
+    );
+    let v = f.dataset("mel").unwrap().read_raw::<f32>().unwrap();
+    assert_eq!(v[5 * 120..], row(50)[..]);
+    assert_eq!(attr_names_of(&f), ["a", "b", "c"]);
+}
+
+#[test]
+fn recovery_refuses_what_it_cannot_trust() {
+    let d = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Appender::open(d.path(), &spec(), &[], 3),
+        Err(Error::Recovery { .. })
+    ));
+    let (mut a, _) = Appender::open(d.path(), &spec(), &[], 0).unwrap();
+    a.append("x.wav", -1, &row(0)).unwrap();
+    a.close().unwrap();
+    assert!(matches!(
+        Appender::open(d.path(), &spec(), &[], 2),
+        Err(Error::Recovery { .. })
+    ));
+    let mut other = spec();
+    other.spec.n_mels = 3;
+    assert!(matches!(
+        Appender::open(d.path(), &other, &[], 1),
+        Err(Error::Incompatible { .. })
+    ));
+    let mut other = spec();
+    other.spec.fmin = 1.0;
+    let e = Appender::open(d.path(), &other, &[], 1).err().unwrap();
+    assert!(e.to_string().contains("fmin"), "{e}");
+    let mut other = spec();
+    other.dtype = Dtype::Float16;
+    assert!(matches!(
+        Appender::open(d.path(), &other, &[], 1),
+        Err(Error::Incompatible { .. })
+    ));
+    // The right setup still opens.
+    let (a, _) = Appender::open(d.path(), &spec(), &[], 1).unwrap();
+    assert_eq!(a.rows(), 1);
+}
+
+#[test]
+fn appends_to_a_build_file() {
+    let d = tempfile::tempdir().unwrap();
+    let s = spec();
+    let plan = super::super::OutputPlan {
+        out_dir: d.path().to_path_buf(),
+        splits: vec![super::super::SplitPlan {
+            name: "train".into(),
+            files: (0..3)
+                .map(|i| super::super::PlannedFile {
+                    rel_path: format!("train/x/{i}.wav"),
+                    label: 0,
+                })
+                .collect(),
+        }],
+        label_names: names(&["x"]),
+        spec: s.spec.clone(),
+        dtype: s.dtype,
+        chunk_files: s.chunk_files,
+        extra_attrs: vec![],
+    };
+    let mut w = super::super::DatasetWriter::create(plan).unwrap();
+    for i in 0..3 {
+        w.submit(0, i, Some(row(i))).unwrap();
+    }
+    w.finish().unwrap();
+    let (mut a, rep) = Appender::open(d.path(), &s, &names(&["y"]), 3).unwrap();
+    assert_eq!(rep.rows_dropped, 0);
+    assert_eq!(a.label_names(), ["x", "y"]);
+    assert_eq!(a.append("train/y/3.wav", 1, &row(3)).unwrap(), 3);
+    a.close().unwrap();
+    let f = File::open(d.path().join("train.h5")).unwrap();
+    assert_eq!(strings(&f.dataset("label_names").unwrap()), ["x", "y"]);
+    assert_eq!(
+        f.dataset("label").unwrap().read_raw::<i32>().unwrap(),
+        [0, 0, 0, 1]
+    );
+}
+
+/// An h5py reader opened with `swmr=True` sees rows (and a new label name)
+/// appear after `refresh()` while the writer keeps the file open.
+#[test]
+fn h5py_swmr_reader_sees_new_rows() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let probe = Command::new("python3")
+        .args(["-c", "import h5py"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        println!("skipped: python3 with h5py is not available");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(d.path(), &spec(), &names(&["a"]), 0).unwrap();
+    for i in 0..3 {
+        a.append(&format!("a/{i}.wav"), 0, &row(i)).unwrap();
+    }
+    a.flush().unwrap();
+    let script = r#"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r", libver="latest", swmr=True)
+ds = [f["mel"], f["label"], f["path"], f["label_names"]]
+print(f["mel"].shape[0], flush=True)
+sys.stdin.readline()
+for d in ds:
+    d.refresh()
+n = min(f["mel"].shape[0], f["label"].shape[0], f["path"].shape[0])
+names = [s.decode() for s in f["label_names"][:]]
+print(n, f["path"].asstr()[n - 1], names[f["label"][n - 1]], float(f["mel"][n - 1].flat[0]), flush=True)
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .arg(a.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "3");
+    let b = a.label_id("b").unwrap();
+    for i in 3..10 {
+        a.append(&format!("b/{i}.wav"), b, &row(i)).unwrap();
+    }
+    a.flush().unwrap();
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        line.trim(),
+        format!("10 b/9.wav b {:?}", f64::from(row(9)[0]))
+    );
+    a.close().unwrap();
+}
