@@ -3,19 +3,23 @@
 //!
 //! Owns everything user-facing that is not a command's own report: the clap
 //! definitions (flags, help texts), which command runs, how a failure is shown
-//! (`error: …` on stderr) and the exit status (0 success, 1 failure or
-//! `build --strict` with rejections, 2 for usage errors, from clap). The
+//! (`error: …` on stderr, or an `ERROR` event under `--log-format json`) and
+//! the exit status (0 success, 1 failure or `build --strict` with rejections,
+//! 2 for usage errors, from clap). [`logging`] owns the subscriber. The
 //! binary's `main` only calls [`main`]. `anyhow` is used here and nowhere else
 //! in the library.
 
 pub mod logging;
+
+use logging::LogFormat;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::app::build;
 use crate::config::{Backend, Config};
@@ -30,6 +34,10 @@ struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
     #[arg(long, global = true, default_value = "info")]
     log_level: String,
+    /// Log format on stderr: text, or json (one object per line, for journald
+    /// and log shippers); default $MELFORGE_LOG_FORMAT, else text.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -103,17 +111,17 @@ enum BenchCommand {
     Io(crate::app::bench_io::IoArgs),
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Synth { dir, files, seed } => {
             let t = std::time::Instant::now();
             let written = crate::app::synth::generate(&dir, files, seed)
                 .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
             tracing::info!(
-                "Wrote {} clips to {} in {:.1} s.",
-                written.len(),
-                dir.display(),
-                t.elapsed().as_secs_f64()
+                files = written.len(),
+                dir = %dir.display(),
+                elapsed_ms = t.elapsed().as_millis() as u64,
+                "Wrote the synthetic corpus."
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -169,10 +177,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 };
             }
             let opts = build::Options {
-                progress: !json && std::io::stderr().is_terminal(),
+                // The bar would break JSON lines on stderr.
+                progress: !json && format == LogFormat::Text && std::io::stderr().is_terminal(),
                 telemetry: None,
             };
             let done = build::build(&input, &out, &cfg, &opts)?;
+            for r in &done.rejected {
+                tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&done)?);
             } else {
@@ -189,12 +201,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             if strict && !done.rejected.is_empty() {
-                eprintln!(
-                    "error: {} file(s) rejected and --strict was given (first: {}: {})",
-                    done.rejected.len(),
-                    done.rejected[0].path,
-                    done.rejected[0].reason
-                );
+                let first = &done.rejected[0];
+                if json_errors(format) {
+                    tracing::error!(
+                        files = done.rejected.len(),
+                        path = %first.path,
+                        reason = %first.reason,
+                        "Files were rejected and --strict was given."
+                    );
+                } else {
+                    eprintln!(
+                        "error: {} file(s) rejected and --strict was given (first: {}: {})",
+                        done.rejected.len(),
+                        first.path,
+                        first.reason
+                    );
+                }
                 return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
@@ -206,12 +228,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// its exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(&cli.log_level);
-    match run(cli) {
+    let env = std::env::var_os(logging::FORMAT_ENV);
+    let format = LogFormat::resolve(cli.log_format, env.as_deref())
+        .unwrap_or_else(|why| Cli::command().error(ErrorKind::InvalidValue, why).exit());
+    logging::init(&cli.log_level, format);
+    match run(cli, format) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            if json_errors(format) {
+                tracing::error!(error = format!("{e:#}"), "The command failed.");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether a fatal error goes out as a JSON log event rather than the plain
+/// `error: …` line (which would be the one non-JSON line on stderr). Falls
+/// back to the plain line when the filter would drop the event.
+fn json_errors(format: LogFormat) -> bool {
+    format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR)
 }
