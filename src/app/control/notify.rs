@@ -17,7 +17,7 @@ use sd_notify::NotifyState;
 
 fn send(what: &str, states: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(states) {
-        tracing::warn!("Could not send {what} to the service manager: {e}.");
+        tracing::warn!(state = what, error = %e, "Could not notify the service manager.");
     }
 }
 

@@ -116,7 +116,7 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
             Ok(super::Ready::Source) => {}
             Ok(super::Ready::Wake) => return,
             Err(e) => {
-                tracing::error!("Signal handling stopped: poll failed: {e}.");
+                tracing::error!(error = %e, "Signal handling stopped: poll failed.");
                 return;
             }
         }
@@ -135,7 +135,10 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
             {
                 continue;
             }
-            tracing::error!("Signal handling stopped: reading the signalfd failed: {e}.");
+            tracing::error!(
+                error = %e,
+                "Signal handling stopped: reading the signalfd failed."
+            );
             return;
         }
         let signo = info.ssi_signo as i32;
@@ -143,8 +146,10 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
             continue;
         };
         tracing::info!(
-            "Received signal {signo} from pid {}; requesting {cmd}.",
-            info.ssi_pid
+            signal = signo,
+            pid = info.ssi_pid,
+            command = %cmd,
+            "Received a signal; requesting its command."
         );
         let req = Request {
             cmd,

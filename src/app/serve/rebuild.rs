@@ -100,10 +100,7 @@ impl Rebuild {
                 })
                 .map_err(|e| format!("cannot start the rebuild thread: {e}"))?
         };
-        tracing::info!(
-            "Rebuild started: {total} file(s) into {}.",
-            staging.display()
-        );
+        tracing::info!(files = total, dir = %staging.display(), "Rebuild started.");
         Ok(Rebuild {
             cfg,
             staging,
@@ -197,7 +194,11 @@ impl Finished {
                 if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
                     let aside = p.with_extension("h5.replaced");
                     if let Err(err) = std::fs::rename(&p, &aside) {
-                        tracing::warn!("Cannot move {} aside: {err}.", p.display());
+                        tracing::warn!(
+                            path = %p.display(),
+                            error = %err,
+                            "Cannot move an old output file aside."
+                        );
                     }
                 }
             }
