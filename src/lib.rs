@@ -14,9 +14,12 @@
 //! * [`writer`] is the only code that calls HDF5; rows land in sorted path order.
 //! * [`pipeline`] wires the stages together for `build`; [`telemetry`] counts.
 //! * [`config`] turns TOML into a validated [`config::Config`].
+//! * [`cli`] is the `melforge` command line (flags, logging set-up, exit codes);
+//!   the binary's `main` only calls [`cli::main`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod app;
+pub mod cli;
 pub mod compute;
 pub mod config;
 pub mod decode;

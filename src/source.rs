@@ -13,7 +13,8 @@
 //!
 //! Hidden entries (names starting with `.`) are skipped, symlinked directories
 //! are not followed (no cycles), and unreadable directories are reported as
-//! warnings rather than aborting the walk.
+//! [`Warning`]s (kind, path, reason: data for structured logs) rather than
+//! aborting the walk.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -42,8 +43,8 @@ pub struct Plan {
     pub label_names: Vec<String>,
     /// All jobs, ordered by (split, seq).
     pub jobs: Vec<Job>,
-    /// Problems met while walking (unreadable directories), as sentences.
-    pub warnings: Vec<String>,
+    /// Problems met while walking (unreadable directories), in walk order.
+    pub warnings: Vec<Warning>,
     /// Regular files seen that are not `.wav`.
     pub skipped_non_wav: usize,
 }
@@ -52,6 +53,52 @@ impl Plan {
     /// Jobs of split `i`, in seq order.
     pub fn split_jobs(&self, i: usize) -> impl Iterator<Item = &Job> {
         self.jobs.iter().filter(move |j| j.split == i)
+    }
+}
+
+/// Something the walk skipped, and why. `Display` gives the whole sentence;
+/// a structured log takes [`WarningKind::sentence`] as the message and `path`
+/// and `reason` as fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub kind: WarningKind,
+    /// The directory or entry concerned.
+    pub path: PathBuf,
+    /// The I/O error, or what is wrong with the name.
+    pub reason: String,
+}
+
+/// What a [`Warning`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarningKind {
+    /// A directory could not be read; nothing below it is in the plan.
+    UnreadableDir,
+    /// One entry of a directory could not be listed.
+    UnlistableEntry,
+    /// A name is not valid UTF-8, so it cannot be a row's `path`.
+    NonUtf8Name,
+}
+
+impl WarningKind {
+    /// A sentence for the log message (the values go in fields).
+    pub fn sentence(self) -> &'static str {
+        match self {
+            WarningKind::UnreadableDir => "Skipped a directory that cannot be read.",
+            WarningKind::UnlistableEntry => "Could not list a directory entry.",
+            WarningKind::NonUtf8Name => "Skipped a name that is not valid UTF-8.",
+        }
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.path.display();
+        let why = &self.reason;
+        match self.kind {
+            WarningKind::UnreadableDir => write!(f, "Skipped directory {p}: {why}."),
+            WarningKind::UnlistableEntry => write!(f, "Could not list an entry of {p}: {why}."),
+            WarningKind::NonUtf8Name => write!(f, "Skipped {p}: {why}."),
+        }
     }
 }
 
@@ -76,8 +123,11 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
-            plan.warnings
-                .push(format!("Skipped directory {}: {e}.", dir.display()));
+            plan.warnings.push(Warning {
+                kind: WarningKind::UnreadableDir,
+                path: dir.to_path_buf(),
+                reason: e.to_string(),
+            });
             return;
         }
     };
@@ -85,19 +135,21 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                plan.warnings.push(format!(
-                    "Could not list an entry of {}: {e}.",
-                    dir.display()
-                ));
+                plan.warnings.push(Warning {
+                    kind: WarningKind::UnlistableEntry,
+                    path: dir.to_path_buf(),
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
-            plan.warnings.push(format!(
-                "Skipped {}: the name is not valid UTF-8.",
-                entry.path().display()
-            ));
+            plan.warnings.push(Warning {
+                kind: WarningKind::NonUtf8Name,
+                path: entry.path(),
+                reason: "the name is not valid UTF-8".to_string(),
+            });
             continue;
         };
         if name.starts_with('.') {
@@ -237,6 +289,23 @@ mod tests {
                 ("TRAINING/b/2.wav", 1, 1, 1),
                 ("loose.wav", 2, 0, -1),
             ]
+        );
+    }
+
+    #[test]
+    fn a_non_utf8_name_is_a_warning_with_its_path() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("ok.wav"), b"").unwrap();
+        let bad = d.path().join(std::ffi::OsStr::from_bytes(b"bad\xff.wav"));
+        std::fs::write(&bad, b"").unwrap();
+        let plan = scan(d.path()).unwrap();
+        assert_eq!(plan.jobs.len(), 1);
+        let w = &plan.warnings[0];
+        assert_eq!((w.kind, &w.path), (WarningKind::NonUtf8Name, &bad));
+        assert_eq!(
+            w.to_string(),
+            format!("Skipped {}: the name is not valid UTF-8.", bad.display())
         );
     }
 

@@ -211,10 +211,10 @@ impl DatasetWriter {
             let out = SplitFile::create(final_path, &header)?;
             let chunk_rows = plan.chunk_files.min(split.files.len());
             tracing::debug!(
-                "Created {} for {} planned files of split {}.",
-                out.partial_path().display(),
-                split.files.len(),
-                split.name
+                split = %split.name,
+                path = %out.partial_path().display(),
+                files = split.files.len(),
+                "Created a split file."
             );
             splits.push(SplitWriter {
                 name: split.name,
@@ -305,10 +305,11 @@ impl DatasetWriter {
             }
             let (path, rows, bytes) = s.out.close()?;
             tracing::debug!(
-                "Wrote {} rows of split {} to {} ({bytes} bytes).",
+                split = %s.name,
+                path = %path.display(),
                 rows,
-                s.name,
-                path.display()
+                bytes,
+                "Wrote a split file."
             );
             report.files.push((s.name, path, rows));
             report.bytes_written += bytes;

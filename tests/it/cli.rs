@@ -81,3 +81,63 @@ fn missing_input_and_cuda_backend_fail_clearly() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("CUDA"));
 }
+
+#[test]
+fn json_log_format_writes_one_object_per_line_with_rejection_fields() {
+    let corpus = synth_corpus(2, 1);
+    put(corpus.path(), "TESTING/LEAK/zz.wav", b"not a wav");
+    let out = tempfile::tempdir().unwrap();
+    let o = melforge()
+        .args(["--log-format", "json", "build", "--out"])
+        .arg(out.path())
+        .arg(corpus.path())
+        .env_remove("RUST_LOG")
+        .env_remove("MELFORGE_LOG_FORMAT")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let events: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|e| e["level"].is_string() && e["message"].is_string())
+    );
+    let rejected: Vec<_> = events.iter().filter(|e| e["path"].is_string()).collect();
+    assert_eq!(rejected.len(), 1, "{err}");
+    assert_eq!(rejected[0]["level"], "WARN");
+    assert_eq!(rejected[0]["path"], "TESTING/LEAK/zz.wav");
+    let reason = rejected[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("RIFF") && !reason.contains("zz.wav"),
+        "{reason}"
+    );
+    assert!(!rejected[0]["message"].as_str().unwrap().contains("zz.wav"));
+}
+
+#[test]
+fn log_format_comes_from_the_environment_and_a_bad_value_is_a_usage_error() {
+    let d = tempfile::tempdir().unwrap();
+    let o = melforge()
+        .args(["synth", "--files", "1"])
+        .arg(d.path().join("c"))
+        .env_remove("RUST_LOG")
+        .env("MELFORGE_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(line["files"], 1);
+
+    let o = melforge()
+        .args(["synth", "--files", "1"])
+        .arg(d.path().join("c2"))
+        .env("MELFORGE_LOG_FORMAT", "yaml")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MELFORGE_LOG_FORMAT"));
+}

@@ -91,7 +91,7 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
             Ok(super::Ready::Source) => {}
             Ok(super::Ready::Wake) => return,
             Err(e) => {
-                tracing::error!("Signal handling stopped: poll failed: {e}.");
+                tracing::error!(error = %e, "Signal handling stopped: poll failed.");
                 return;
             }
         }
@@ -106,7 +106,10 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
                 continue;
             }
             Err(e) => {
-                tracing::error!("Signal handling stopped: reading the signalfd failed: {e}.");
+                tracing::error!(
+                    error = %e,
+                    "Signal handling stopped: reading the signalfd failed."
+                );
                 return;
             }
         };
@@ -115,8 +118,10 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
             continue;
         };
         tracing::info!(
-            "Received signal {signo} from pid {}; requesting {cmd}.",
-            info.pid
+            signal = signo,
+            pid = info.pid,
+            command = %cmd,
+            "Received a signal; requesting its command."
         );
         let req = Request {
             cmd,

@@ -149,9 +149,9 @@ impl Server {
             .map_err(io("start the accept thread for"))
             .map_err(cleanup)?;
         tracing::info!(
-            "Control socket listening on {} (mode {:04o}).",
-            path.display(),
-            cfg.mode
+            path = %path.display(),
+            mode = %format_args!("{:04o}", cfg.mode),
+            "Control socket listening."
         );
         Ok(Server {
             path,
@@ -202,14 +202,15 @@ impl Server {
             Ok(m) if (m.dev(), m.ino()) == self.inode => {
                 if let Err(e) = std::fs::remove_file(&self.path) {
                     tracing::warn!(
-                        "Could not remove the control socket {}: {e}.",
-                        self.path.display()
+                        path = %self.path.display(),
+                        error = %e,
+                        "Could not remove the control socket."
                     );
                 }
             }
             Ok(_) => tracing::warn!(
-                "The control socket {} was replaced by another one; leaving it in place.",
-                self.path.display()
+                path = %self.path.display(),
+                "The control socket was replaced by another one; leaving it in place."
             ),
             Err(_) => {}
         }
@@ -231,8 +232,8 @@ impl Drop for Server {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 tracing::warn!(
-                    "{} control client(s) still connected at shutdown.",
-                    clients.len()
+                    clients = clients.len(),
+                    "Control clients are still connected at shutdown."
                 );
                 break;
             }
@@ -257,7 +258,7 @@ fn remove_stale(path: &Path) -> Result<(), Error> {
     match UnixStream::connect(path) {
         Ok(_) => Err(Error::AlreadyRunning { path: shown() }),
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            tracing::info!("Removing the stale control socket {}.", path.display());
+            tracing::info!(path = %path.display(), "Removing a stale control socket.");
             std::fs::remove_file(path).map_err(|source| Error::Io {
                 what: "remove the stale socket",
                 path: shown(),
@@ -279,7 +280,7 @@ fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>)
             Ok(super::Ready::Source) => {}
             Ok(super::Ready::Wake) => return,
             Err(e) => {
-                tracing::error!("The control socket stopped: poll failed: {e}.");
+                tracing::error!(error = %e, "The control socket stopped: poll failed.");
                 return;
             }
         }
@@ -293,7 +294,7 @@ fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>)
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("The control socket could not accept a client: {e}.");
+                    tracing::warn!(error = %e, "The control socket could not accept a client.");
                     std::thread::sleep(Duration::from_millis(100));
                     break;
                 }
@@ -333,7 +334,7 @@ fn admit(stream: UnixStream, shared: &Arc<Shared>) {
             serve_client(&stream, &s);
         });
     if let Err(e) = spawned {
-        tracing::warn!("Could not start a control client thread: {e}.");
+        tracing::warn!(error = %e, "Could not start a control client thread.");
         if let Ok(mut c) = shared.clients.lock() {
             c.remove(&id);
         }
@@ -374,9 +375,10 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
     };
     if let Err(msg) = shared.policy.check(peer, supplementary_groups) {
         tracing::warn!(
-            "Refused a control client (pid {}, uid {}): not allowed.",
-            peer.pid,
-            peer.uid
+            pid = peer.pid,
+            uid = peer.uid,
+            reason = %msg,
+            "Refused a control client: not allowed."
         );
         let _ = write_reply(stream, &Reply::error(msg));
         return;
@@ -406,9 +408,10 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
                 Ok(None) => continue,
                 Ok(Some((cmd, id))) => {
                     tracing::debug!(
-                        "Control client pid {} (uid {}) sent {cmd}.",
-                        peer.pid,
-                        peer.uid
+                        pid = peer.pid,
+                        uid = peer.uid,
+                        command = %cmd,
+                        "A control client sent a command."
                     );
                     let reply = dispatch(cmd, origin, shared);
                     match id {

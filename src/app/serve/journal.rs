@@ -273,9 +273,9 @@ impl Journal {
         state.torn_bytes = (bytes.len() - good) as u64;
         if good < bytes.len() {
             tracing::warn!(
-                "Cutting a torn tail of {} bytes off {}: the last batch was never committed.",
-                bytes.len() - good,
-                path.display()
+                path = %path.display(),
+                bytes = bytes.len() - good,
+                "Cutting a torn tail off the journal: the last batch was never committed."
             );
             file.set_len(good as u64)
                 .map_err(io(&path, "cut the torn tail"))?;

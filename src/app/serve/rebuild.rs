@@ -118,10 +118,7 @@ impl Rebuild {
                 })
                 .map_err(Error::Spawn)?
         };
-        tracing::info!(
-            "Rebuild started: {total} file(s) into {}.",
-            staging.display()
-        );
+        tracing::info!(files = total, dir = %staging.display(), "Rebuild started.");
         Ok(Rebuild {
             cfg,
             staging,
@@ -217,9 +214,9 @@ impl Finished {
                     let aside = p.with_extension("h5.replaced");
                     if let Err(err) = std::fs::rename(&p, &aside) {
                         tracing::warn!(
-                            file = %p.display(),
+                            path = %p.display(),
                             error = %err,
-                            "Cannot move a replaced split file aside."
+                            "Cannot move an old output file aside."
                         );
                     }
                 }

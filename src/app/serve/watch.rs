@@ -127,7 +127,7 @@ impl State {
                 self.dirs.insert(wd, dir.to_path_buf());
             }
             Err(e) => {
-                tracing::warn!("Cannot watch {}: {e}.", dir.display());
+                tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch a directory.");
                 return true;
             }
         }
@@ -254,7 +254,7 @@ impl Watcher {
                         Ok(true) => {}
                         Ok(false) => break,
                         Err(e) => {
-                            tracing::error!("Reading inotify events failed: {e}; rescanning.");
+                            tracing::error!(error = %e, "Reading inotify events failed; rescanning.");
                             if state.tx.send(WatchEvent::Rescan).is_err() {
                                 break;
                             }

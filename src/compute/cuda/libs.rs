@@ -190,7 +190,7 @@ fn preload_companions(lib: &Lib, dir: &Path) {
             && !n.contains(".alt.")
             && let Err(err) = open_global(&e.path().to_string_lossy())
         {
-            tracing::debug!("Could not preload {n}: {err}.");
+            tracing::debug!(library = %n, error = %err, "Could not preload a CUDA library.");
         }
     }
 }

@@ -191,10 +191,10 @@ pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
         });
     // SAFETY: created above, destroyed once; a failure only leaks the program.
     if let Err(e) = unsafe { result::destroy_program(prog) } {
-        tracing::warn!("nvrtcDestroyProgram failed: {e:?}.");
+        tracing::warn!(error = ?e, "Could not destroy an NVRTC program; it is leaked.");
     }
     if !log.trim().is_empty() {
-        tracing::debug!("NVRTC log for {file} ({}): {log}", target.tag());
+        tracing::debug!(file, arch = target.tag(), log = %log, "NVRTC printed a compile log.");
     }
     Ok(Image {
         bytes: image?,
@@ -236,7 +236,11 @@ pub fn compile_cached(file: &str, src: &str, target: Target) -> Result<Image, Er
                     std::fs::rename(&tmp, p)
                 };
                 if let Err(e) = write() {
-                    tracing::warn!("Cannot write the kernel cache {}: {e}.", p.display());
+                    tracing::warn!(
+                        path = %p.display(),
+                        error = %e,
+                        "Cannot write the kernel cache; kernels will be compiled again next time."
+                    );
                 }
             }
             img

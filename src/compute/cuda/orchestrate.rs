@@ -258,7 +258,7 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
     }
 
     fn record_error(&self, e: String) {
-        tracing::error!("CUDA teardown: {e}.");
+        tracing::error!(error = %e, "CUDA teardown failed.");
         self.errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -33,7 +33,7 @@ pub fn teardown_errors() -> Vec<String> {
 
 fn record(what: &str, e: impl std::fmt::Debug) {
     let msg = format!("{what}: {e:?}");
-    tracing::error!("CUDA teardown failed: {msg}.");
+    tracing::error!(op = what, error = ?e, "CUDA teardown failed.");
     TEARDOWN.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
 }
 

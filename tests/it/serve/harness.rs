@@ -253,7 +253,7 @@ impl Drop for Svc {
                 // Without the status polling, which would bury everything else.
                 let tail: Vec<&str> = log
                     .lines()
-                    .filter(|l| !l.contains("sent status") && !l.contains("Command status"))
+                    .filter(|l| !l.contains("command=status") && !l.contains("Command status"))
                     .rev()
                     .take(60)
                     .collect();

@@ -553,8 +553,8 @@ fn sighup_reloads_and_keeps_running() {
     svc.shutdown();
 }
 
-/// Regression: a rescan (reload, overflow) offered files whose rows were
-/// appended but not yet committed to the journal; they were appended again.
+// Regression: a rescan (reload, overflow) offered files whose rows were
+// appended but not yet committed to the journal; they were appended again.
 both_stages!(rescan_before_the_commit_does_not_duplicate_rows);
 fn rescan_before_the_commit_does_not_duplicate_rows(stage: Stage) {
     let corpus = clips(10, 18);

@@ -1,0 +1,253 @@
+//! The `melforge` command line: argument parsing, logging set-up, dispatch to
+//! the commands in [`crate::app`], and exit codes.
+//!
+//! Owns everything user-facing that is not a command's own report: the clap
+//! definitions (flags, help texts), which command runs, how a failure is shown
+//! (`error: …` on stderr, or an `ERROR` event under `--log-format json`) and
+//! the exit status (0 success, 1 failure or `build --strict` with rejections,
+//! 2 for usage errors, from clap). [`logging`] owns the subscriber. The
+//! binary's `main` only calls [`main`]. `anyhow` is used here and nowhere else
+//! in the library.
+
+pub mod logging;
+
+use logging::LogFormat;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+
+use crate::app::build;
+use crate::config::{Backend, Config};
+
+#[derive(Parser)]
+#[command(
+    name = "melforge",
+    version,
+    about = "Turn trees of WAV recordings into librosa-exact log-mel datasets in HDF5"
+)]
+struct Cli {
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    /// Log format on stderr: text, or json (one object per line, for journald
+    /// and log shippers); default $MELFORGE_LOG_FORMAT, else text.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a deterministic synthetic corpus (10 s, 4096 Hz int16 mono clips in
+    /// TRAINING|VALIDATION|TESTING/<LABEL>/ folders).
+    Synth {
+        /// Directory to create the corpus in.
+        dir: PathBuf,
+        /// Number of clips.
+        #[arg(long, default_value_t = 1000)]
+        files: u64,
+        /// Seed; the same seed gives byte-identical files.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Build one HDF5 file per split from a tree of WAV files.
+    Build {
+        /// Input directory (split/label folders, see docs/FORMAT.md).
+        input: PathBuf,
+        /// Output directory for <split>.h5 and rejected.jsonl.
+        #[arg(long)]
+        out: PathBuf,
+        /// TOML config (defaults: the reference dataset; see config/melforge.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Compute backend; overrides compute.backend.
+        #[arg(long, value_enum)]
+        backend: Option<BackendArg>,
+        /// Exit with status 1 if any file is rejected.
+        #[arg(long)]
+        strict: bool,
+        /// Print the final report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the reader engines (and optionally fio) on a directory of WAVs.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+    /// Run the drop-directory service: watch [serve] watch_dir and append new
+    /// files to <output_dir>/<split>.h5 (SWMR), with a control socket.
+    Serve {
+        /// TOML config with a [serve] section (see config/serve.toml).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Send a command to a running `melforge serve` over its control socket.
+    Ctl(crate::app::control::client::CtlArgs),
+    /// Validate a config file and print the resolved settings.
+    CheckConfig {
+        /// The TOML file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Files/s, MiB/s and per-file latency of whole-file reads: cold and warm
+    /// cache, direct and buffered, uring and psync engines.
+    Io(crate::app::bench_io::IoArgs),
+}
+
+fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Synth { dir, files, seed } => {
+            let t = std::time::Instant::now();
+            let written = crate::app::synth::generate(&dir, files, seed)
+                .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
+            tracing::info!(
+                files = written.len(),
+                dir = %dir.display(),
+                elapsed_ms = t.elapsed().as_millis() as u64,
+                "Wrote the synthetic corpus."
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            what: BenchCommand::Io(args),
+        } => {
+            crate::app::bench_io::main(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { config } => {
+            crate::app::serve::run(&config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ctl(args) => {
+            crate::app::control::client::main(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CheckConfig { file } => {
+            let cfg = Config::load(&file)?;
+            println!("{} is valid. Resolved settings:", file.display());
+            println!(
+                "{}",
+                toml::to_string_pretty(&cfg).context("cannot print the config")?
+            );
+            let s = &cfg.spec;
+            println!(
+                "# per file: mel shape ({}, {}, {}, {}), {} segments",
+                s.n_long(),
+                s.n_short(),
+                s.n_mels,
+                s.n_frames(),
+                s.n_long() * s.n_short()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Build {
+            input,
+            out,
+            config,
+            backend,
+            strict,
+            json,
+        } => {
+            let mut cfg = match &config {
+                Some(f) => Config::load(f)?,
+                None => Config::default(),
+            };
+            if let Some(b) = backend {
+                cfg.compute.backend = match b {
+                    BackendArg::Auto => Backend::Auto,
+                    BackendArg::Cpu => Backend::Cpu,
+                    BackendArg::Cuda => Backend::Cuda,
+                };
+            }
+            let opts = build::Options {
+                // The bar would break JSON lines on stderr.
+                progress: !json && format == LogFormat::Text && std::io::stderr().is_terminal(),
+                telemetry: None,
+            };
+            let done = build::build(&input, &out, &cfg, &opts)?;
+            for r in &done.rejected {
+                tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                for o in &done.outputs {
+                    println!("{}: {} rows → {}", o.split, o.rows, o.path.display());
+                }
+                print!("{}", done.report);
+                if !done.rejected.is_empty() {
+                    println!(
+                        "{} file(s) rejected; reasons in {}",
+                        done.rejected.len(),
+                        done.rejected_log.display()
+                    );
+                }
+            }
+            if strict && !done.rejected.is_empty() {
+                let first = &done.rejected[0];
+                if json_errors(format) {
+                    tracing::error!(
+                        files = done.rejected.len(),
+                        path = %first.path,
+                        reason = %first.reason,
+                        "Files were rejected and --strict was given."
+                    );
+                } else {
+                    eprintln!(
+                        "error: {} file(s) rejected and --strict was given (first: {}: {})",
+                        done.rejected.len(),
+                        first.path,
+                        first.reason
+                    );
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Parses the command line, sets up logging, runs the command and returns
+/// its exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env = std::env::var_os(logging::FORMAT_ENV);
+    let format = LogFormat::resolve(cli.log_format, env.as_deref())
+        .unwrap_or_else(|why| Cli::command().error(ErrorKind::InvalidValue, why).exit());
+    logging::init(&cli.log_level, format);
+    match run(cli, format) {
+        Ok(code) => code,
+        Err(e) => {
+            if json_errors(format) {
+                tracing::error!(error = format!("{e:#}"), "The command failed.");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether a fatal error goes out as a JSON log event rather than the plain
+/// `error: …` line (which would be the one non-JSON line on stderr). Falls
+/// back to the plain line when the filter would drop the event.
+fn json_errors(format: LogFormat) -> bool {
+    format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR)
+}
