@@ -1,21 +1,32 @@
-//! melforge: WAV trees → librosa-exact log-mel datasets in HDF5.
+//! melforge: WAV trees → librosa-exact log-mel datasets in HDF5, as a CLI
+//! (`build`) and a daemon (`serve`) that run the same stage graph.
 //!
-//! The pipeline is one process with one thread per role and bounded memory:
+//! One process, one thread per role, bounded lock-free rings between them
+//! (docs/ARCHITECTURE.md draws the same picture):
 //!
 //! ```text
-//! source ──jobs──▶ reader ──loaded files──▶ compute ──features──▶ writer ──▶ <split>.h5
-//!  (sorted walk)   (std fs)   ring::Ring      cpu workers   ring::Ring   one thread,
-//!                                                                        owns HDF5
+//!  source ──ReadJob──▶ reader ──Loaded──▶ compute ──Outcome──▶ sink ──▶ <split>.h5
+//!  walk (build)        io_uring | std      cpu workers |          build writer (sorted rows)
+//!  inotify (serve)     registered arena    cuda stage             SWMR appender (serve)
+//!                         ▲                   │  ▲                  │
+//!                         └─ extents/buffers ─┘  └─── free rows ────┘
+//!  control socket + signals ──Command──▶ serve loop      telemetry ◀── every stage
 //! ```
 //!
-//! * [`source`] walks the input tree, assigns split, label and sequence number.
-//! * [`reader`] loads file bytes; [`ring`] carries handles between stages.
-//! * [`compute`] decodes ([`wav`]) and computes the features ([`mel`]).
-//! * [`writer`] is the only code that calls HDF5; rows land in sorted path order.
-//! * [`pipeline`] wires the stages together for `build`; [`telemetry`] counts.
-//! * [`config`] turns TOML into a validated [`config::Config`].
-//! * [`cli`] is the `melforge` command line (flags, logging set-up, exit codes);
-//!   the binary's `main` only calls [`cli::main`].
+//! * [`pipeline`]: the one wiring — reader start (probe, fallback, arena,
+//!   `io.pin`), compute start (backend choice and its reason), rings,
+//!   telemetry; a command brings only its source and its [`writer::Sink`].
+//! * Stages: [`source`] (sorted walk, split/label rule), [`reader`] (io_uring
+//!   engine, std fallback, arena), [`decode`] (WAV), [`dsp`] (librosa-exact
+//!   log-mel), [`compute`] (CPU workers, CUDA stage; [`compute::Reject`] for
+//!   per-file outcomes), [`writer`] (the only HDF5 caller: build files and
+//!   SWMR appends behind [`writer::Sink`]).
+//! * [`runtime`]: rings with producer guards, thread placement, telemetry,
+//!   raw syscalls ([`runtime::sys`]).
+//! * [`config`]: TOML → validated [`config::Config`], one file per section.
+//! * [`app`]: the commands — build, serve (journal, sink, status, rebuild),
+//!   control socket and `ctl`, bench io, synth; [`cli`] parses the command
+//!   line and the binary's `main` only calls [`cli::main`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod app;
