@@ -8,33 +8,46 @@
 //! * [`nvrtc`] — compiles the embedded `kernels/*.cu` for the device (CUBIN for
 //!   `sm_XY`), cached in memory and under `~/.cache/melforge`.
 //! * [`device`] — the [`device::Device`] trait: the operations of a batch;
-//!   [`real`] implements it on the driver API, [`double`] on host memory with
-//!   an operation log and late-completing streams (tests).
+//!   [`real`] implements it on the driver API, `double` on host memory with
+//!   an operation log and late-completing streams (test harness, below).
 //! * [`orchestrate`] — [`orchestrate::BatchRunner`]: copy stream, events,
 //!   double-buffered slots, one CUDA graph per (slot, shape), extent release
 //!   only after the copy completed; [`recipe`] is the kernel sequence.
 //! * [`backend`] — [`backend::start_cuda_workers`], the stage thread wired like
 //!   `compute::cpu::Workers`.
-//! * [`host`], [`tables`] — the kernels built for the host and the tables they
-//!   read (kernels/README.md).
+//! * [`tables`] — the tables the kernels read, built on the host and
+//!   uploaded once per plan (kernels/README.md).
+//!
+//! The test harness is behind the cargo feature `host-kernels` (on for every
+//! `cargo test`/`bench`/`clippy --all-targets` through the self dev-dependency
+//! in Cargo.toml; off in `cargo build`, so users need no C++ compiler):
+//! * `host` — `kernels/mel.cu` compiled for the host by a C++ shim (build.rs),
+//!   with safe launch wrappers; its tests compare every kernel with the CPU
+//!   backend;
+//! * `double` — `HostDouble`, the [`device::Device`] made of host memory, and
+//!   `double_kernels`, which lets it launch the host-built kernels.
 //!
 //! docs/GPU.md says what is verified on the host and what only
 //! `scripts/gpu-check` on a GPU host can prove.
 
-pub mod host;
 pub mod tables;
 
 pub mod backend;
 pub mod device;
-pub mod double;
-pub mod double_kernels;
 pub mod driver;
 pub mod libs;
 pub mod nvrtc;
 pub mod orchestrate;
 pub mod real;
 pub mod recipe;
-#[cfg(test)]
+
+#[cfg(feature = "host-kernels")]
+pub mod double;
+#[cfg(feature = "host-kernels")]
+pub mod double_kernels;
+#[cfg(feature = "host-kernels")]
+pub mod host;
+#[cfg(all(test, feature = "host-kernels"))]
 mod tests;
 
 pub use backend::{CudaOptions, CudaReport, CudaWiring, CudaWorkers, start_cuda_workers};
