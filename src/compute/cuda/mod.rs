@@ -25,7 +25,9 @@
 //!   with safe launch wrappers; its tests compare every kernel with the CPU
 //!   backend;
 //! * `double` — `HostDouble`, the [`device::Device`] made of host memory, and
-//!   `double_kernels`, which lets it launch the host-built kernels.
+//!   `double_kernels`, which lets it launch the host-built kernels;
+//! * `host_stage` — starts the whole CUDA stage over the double with the host
+//!   kernels (`host_stage::start_host_double_workers`).
 //!
 //! docs/GPU.md says what is verified on the host and what only
 //! `scripts/gpu-check` on a GPU host can prove.
@@ -47,11 +49,15 @@ pub mod double;
 pub mod double_kernels;
 #[cfg(feature = "host-kernels")]
 pub mod host;
+#[cfg(feature = "host-kernels")]
+pub mod host_stage;
 #[cfg(all(test, feature = "host-kernels"))]
 mod tests;
 
 pub use backend::{CudaOptions, CudaReport, CudaWiring, CudaWorkers, start_cuda_workers};
 pub use driver::{Gpu, probe};
+#[cfg(feature = "host-kernels")]
+pub use host_stage::start_host_double_workers;
 
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]

@@ -631,12 +631,13 @@ fn the_double_refuses_what_cuda_refuses_during_capture() {
     assert!(d.end_capture(s).is_err());
 }
 
-/// The whole stage on the host double with the host-built kernels: rows equal
-/// the CPU backend's, header rejections carry the CPU backend's text.
+/// The whole stage on the host double with the host-built kernels, started as
+/// the program starts it (`host_stage`): rows equal the CPU backend's, header
+/// rejections carry the CPU backend's text.
 #[test]
 fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
-    use super::backend::{CudaOptions, CudaReport, CudaWiring, start_workers_with};
-    use super::double_kernels::MelHostKernels;
+    use super::backend::{CudaOptions, CudaWiring};
+    use super::host_stage::{DEVICE_NAME, start_host_double_workers_with};
     use crate::compute::Outcome;
     use crate::dsp::{Plan, Scratch};
     use crate::reader::{FileBytes, Loaded};
@@ -661,7 +662,6 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     long.extend_from_slice(&crate::app::synth::clip(7, 8, 1));
     files[7] = crate::app::synth::encode_wav_pcm16(&long, rate);
 
-    let log: Log = Arc::default();
     let input = Arc::new(Ring::<Loaded>::new(64));
     let output = Arc::new(Ring::<Outcome>::new(64));
     let wiring = CudaWiring {
@@ -676,22 +676,14 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
         batch_files: 4,
         ..CudaOptions::default()
     };
-    let log2 = Arc::clone(&log);
-    let workers = start_workers_with(
+    let workers = start_host_double_workers_with(
         Arc::clone(&plan),
-        move || {
-            Ok(HostDouble::new(
-                log2,
-                Progress::Random {
-                    seed: 3,
-                    max_steps: 2,
-                },
-            )
-            .with_kernels(Box::new(MelHostKernels)))
-        },
         opts,
         wiring,
-        CudaReport::default(),
+        Progress::Random {
+            seed: 3,
+            max_steps: 2,
+        },
     )
     .unwrap();
     for (job, f) in files.iter().enumerate() {
@@ -710,6 +702,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     }
     let report = workers.join().unwrap();
     assert_eq!(report.runner.files, 7);
+    assert_eq!(report.device, DEVICE_NAME);
 
     let mut clip = vec![0f32; plan.spec().clip_samples()];
     let mut scratch = Scratch::new(&plan);
