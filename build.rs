@@ -1,16 +1,25 @@
-//! Compiles the CUDA kernels (`kernels/mel.cu`) for the host through the emulation
-//! header (`kernels/host_launch.cpp` includes `kernels/shim/host_cuda.h`, then
-//! `mel.cu`) into a static library linked into the crate, so tests run the real
-//! kernel source on the CPU (`src/compute/cuda/host.rs`). NVRTC compiles the same
+//! With the `host-kernels` feature only (tests, benches, `clippy --all-targets`:
+//! the self dev-dependency in Cargo.toml turns it on): compiles the CUDA kernels
+//! (`kernels/mel.cu`) for the host through the emulation header
+//! (`kernels/host_launch.cpp` includes `kernels/shim/host_cuda.h`, then `mel.cu`)
+//! into a static library linked into the crate, so tests run the real kernel
+//! source on the CPU (`src/compute/cuda/host.rs`). NVRTC compiles the same
 //! `mel.cu` for the device at run time; nothing here needs a CUDA toolkit.
+//!
+//! Without the feature (`cargo build`, `cargo run`, `cargo install`) this does
+//! nothing: users building the daemon need no C++ compiler.
 //!
 //! `-ffp-contract=off`: the kernels round like the Rust code, which never fuses
 //! `a·b + c`; the host build must not fuse either.
 //!
-//! Needs a C++17 compiler (`c++`/`g++`; on Debian `apt-get install g++`).
+//! With the feature it needs a C++17 compiler (`c++`/`g++`; on Debian
+//! `apt-get install g++`).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_HOST_KERNELS").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-changed=kernels");
     cc::Build::new()
         .cpp(true)

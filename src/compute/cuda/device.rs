@@ -5,9 +5,10 @@
 //! * [`super::real::CudaDevice`]: the CUDA driver API through cudarc (context,
 //!   streams, events, graphs, NVRTC module, cuFFT), only constructed after
 //!   [`super::driver::probe`] proved a driver and a device exist;
-//! * [`super::double::HostDouble`]: host memory, a log of every call in order,
-//!   and per-stream queues whose work executes *later* (seeded), so the
-//!   orchestration's ordering claims can be tested on a machine without a GPU.
+//! * `super::double::HostDouble` (feature `host-kernels`): host memory, a log of
+//!   every call in order, and per-stream queues whose work executes *later*
+//!   (seeded), so the orchestration's ordering claims can be tested on a
+//!   machine without a GPU.
 //!
 //! Handles are small `Copy` ids owned by the device that issued them; every
 //! resource lives until the device is dropped (the batch pipeline allocates

@@ -163,7 +163,8 @@ struct EventState {
 
 /// The host double. See the module doc.
 pub struct HostDouble {
-    log: Log,
+    /// None: [`HostDouble::unlogged`] (a long run must not grow a log).
+    log: Option<Log>,
     progress: Progress,
     rng: u64,
     bufs: Vec<Box<[u64]>>,
@@ -201,12 +202,21 @@ fn range_err(op: &'static str, what: &str) -> DeviceError {
 
 impl HostDouble {
     pub fn new(log: Log, progress: Progress) -> HostDouble {
+        HostDouble {
+            log: Some(log),
+            ..HostDouble::unlogged(progress)
+        }
+    }
+
+    /// A double that keeps no log (the stage in `host_stage.rs`, which may run
+    /// for as long as a `serve`).
+    pub fn unlogged(progress: Progress) -> HostDouble {
         let rng = match progress {
             Progress::Random { seed, .. } => seed | 1,
             Progress::Eager => 1,
         };
         HostDouble {
-            log,
+            log: None,
             progress,
             rng,
             bufs: Vec::new(),
@@ -242,7 +252,13 @@ impl HostDouble {
     }
 
     fn call(&self, c: Call) {
-        note(&self.log, Entry::Call(c));
+        self.note(Entry::Call(c));
+    }
+
+    fn note(&self, e: Entry) {
+        if let Some(log) = &self.log {
+            note(log, e);
+        }
     }
 
     fn next_rand(&mut self) -> u64 {
@@ -282,13 +298,10 @@ impl HostDouble {
             return Ok(false);
         };
         self.execute(&work)?;
-        note(
-            &self.log,
-            Entry::Exec {
-                stream: Stream(s),
-                work,
-            },
-        );
+        self.note(Entry::Exec {
+            stream: Stream(s),
+            work,
+        });
         Ok(true)
     }
 

@@ -8,37 +8,57 @@
 //! * [`nvrtc`] — compiles the embedded `kernels/*.cu` for the device (CUBIN for
 //!   `sm_XY`), cached in memory and under `~/.cache/melforge`.
 //! * [`device`] — the [`device::Device`] trait: the operations of a batch;
-//!   [`real`] implements it on the driver API, [`double`] on host memory with
-//!   an operation log and late-completing streams (tests).
+//!   [`real`] implements it on the driver API, `double` on host memory with
+//!   an operation log and late-completing streams (test harness, below).
 //! * [`orchestrate`] — [`orchestrate::BatchRunner`]: copy stream, events,
 //!   double-buffered slots, one CUDA graph per (slot, shape), extent release
 //!   only after the copy completed; [`recipe`] is the kernel sequence.
 //! * [`backend`] — [`backend::start_cuda_workers`], the stage thread on the
 //!   same `compute::Wiring` as the CPU workers.
-//! * [`host`], [`tables`] — the kernels built for the host and the tables they
-//!   read (kernels/README.md).
+//! * [`tables`] — the tables the kernels read, built on the host and
+//!   uploaded once per plan (kernels/README.md).
+//!
+//! The test harness is behind the cargo feature `host-kernels` (on for every
+//! `cargo test`/`bench`/`clippy --all-targets` through the self dev-dependency
+//! in Cargo.toml; off in `cargo build`, so users need no C++ compiler):
+//! * `host` — `kernels/mel.cu` compiled for the host by a C++ shim (build.rs),
+//!   with safe launch wrappers; its tests compare every kernel with the CPU
+//!   backend;
+//! * `double` — `HostDouble`, the [`device::Device`] made of host memory, and
+//!   `double_kernels`, which lets it launch the host-built kernels;
+//! * `host_stage` — starts the whole CUDA stage over the double with the host
+//!   kernels (`host_stage::start_host_double_workers`); `serve` and `build`
+//!   use it when `MELFORGE_CUDA_HOST_DOUBLE=1` (the serve test matrix).
 //!
 //! docs/GPU.md says what is verified on the host and what only
 //! `scripts/gpu-check` on a GPU host can prove.
 
-pub mod host;
 pub mod tables;
 
 pub mod backend;
 pub mod device;
-pub mod double;
-pub mod double_kernels;
 pub mod driver;
 pub mod libs;
 pub mod nvrtc;
 pub mod orchestrate;
 pub mod real;
 pub mod recipe;
-#[cfg(test)]
+
+#[cfg(feature = "host-kernels")]
+pub mod double;
+#[cfg(feature = "host-kernels")]
+pub mod double_kernels;
+#[cfg(feature = "host-kernels")]
+pub mod host;
+#[cfg(feature = "host-kernels")]
+pub mod host_stage;
+#[cfg(all(test, feature = "host-kernels"))]
 mod tests;
 
 pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
 pub use driver::{Gpu, Unavailable, probe};
+#[cfg(feature = "host-kernels")]
+pub use host_stage::start_host_double_workers;
 
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]

@@ -631,12 +631,13 @@ fn the_double_refuses_what_cuda_refuses_during_capture() {
     assert!(d.end_capture(s).is_err());
 }
 
-/// The whole stage on the host double with the host-built kernels: rows equal
-/// the CPU backend's, header rejections carry the CPU backend's text.
+/// The whole stage on the host double with the host-built kernels, started as
+/// the program starts it (`host_stage`): rows equal the CPU backend's, header
+/// rejections carry the CPU backend's text.
 #[test]
 fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
-    use super::backend::{CudaOptions, CudaReport, start_workers_with};
-    use super::double_kernels::MelHostKernels;
+    use super::backend::CudaOptions;
+    use super::host_stage::{DEVICE_NAME, start_host_double_workers_with};
     use crate::compute::Outcome;
     use crate::compute::Wiring as CudaWiring;
     use crate::dsp::{Plan, Scratch};
@@ -662,7 +663,6 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     long.extend_from_slice(&crate::app::synth::clip(7, 8, 1));
     files[7] = crate::app::synth::encode_wav_pcm16(&long, rate);
 
-    let log: Log = Arc::default();
     let input = Arc::new(Ring::<Loaded>::new(64));
     let output = Arc::new(Ring::<Outcome>::new(64));
     let wiring = CudaWiring {
@@ -677,22 +677,14 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
         batch_files: 4,
         ..CudaOptions::default()
     };
-    let log2 = Arc::clone(&log);
-    let workers = start_workers_with(
+    let workers = start_host_double_workers_with(
         Arc::clone(&plan),
-        move || {
-            Ok(HostDouble::new(
-                log2,
-                Progress::Random {
-                    seed: 3,
-                    max_steps: 2,
-                },
-            )
-            .with_kernels(Box::new(MelHostKernels)))
-        },
         opts,
         wiring,
-        CudaReport::default(),
+        Progress::Random {
+            seed: 3,
+            max_steps: 2,
+        },
     )
     .unwrap();
     for (job, f) in files.iter().enumerate() {
@@ -711,6 +703,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     }
     let report = workers.join().unwrap();
     assert_eq!(report.runner.files, 7);
+    assert_eq!(report.device, DEVICE_NAME);
 
     let mut clip = vec![0f32; plan.spec().clip_samples()];
     let mut scratch = Scratch::new(&plan);
@@ -731,81 +724,4 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
             }
         }
     }
-}
-
-/// Regression (serve on the GPU): a partial batch used to be computed only
-/// after `flush_after` *without new input*, so a steady trickle of files
-/// (one every few ms, as serve sees them) waited for a full batch. Now the
-/// first file of a batch waits at most `flush_after`.
-#[test]
-fn a_trickle_of_files_is_computed_within_the_batch_delay_not_at_a_full_batch() {
-    use super::backend::{CudaOptions, CudaReport, start_workers_with};
-    use super::double_kernels::MelHostKernels;
-    use crate::compute::{Outcome, Wiring};
-    use crate::dsp::Plan;
-    use crate::reader::{FileBytes, Loaded};
-    use crate::runtime::ring::Ring;
-    use crate::runtime::telemetry::Telemetry;
-
-    let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
-    let rate = plan.spec().sample_rate;
-    let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
-    let input = Arc::new(Ring::<Loaded>::new(256));
-    let output = Arc::new(Ring::<Outcome>::new(256));
-    let wiring = Wiring {
-        input: Arc::clone(&input),
-        output: Arc::clone(&output),
-        free_bytes: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-        free_rows: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-        telemetry: Arc::new(Telemetry::default()),
-        arena: None,
-    };
-    let opts = CudaOptions {
-        batch_files: 512,
-        flush_after: std::time::Duration::from_millis(10),
-        ..CudaOptions::default()
-    };
-    let workers = start_workers_with(
-        plan,
-        || {
-            Ok(HostDouble::new(Log::default(), Progress::Eager)
-                .with_kernels(Box::new(MelHostKernels)))
-        },
-        opts,
-        wiring,
-        CudaReport::default(),
-    )
-    .unwrap();
-    // Up to 400 files, one every 5 ms (2 s): fewer than a batch, and never
-    // 10 ms without new input. Under the old rule nothing comes out before
-    // the input closes; now the first batch is computed ~10 ms after its
-    // first file (plus the first capture's cost in a debug build).
-    let mut sent = 0;
-    let mut early = 0;
-    while sent < 400 && early == 0 {
-        input
-            .push(Loaded {
-                job: sent,
-                bytes: Ok(FileBytes::Heap(wav.clone())),
-            })
-            .unwrap();
-        sent += 1;
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        while let Some(o) = output.try_pop() {
-            assert!(o.row.is_ok());
-            early += 1;
-        }
-    }
-    eprintln!("first rows came out after {sent} file(s) had been sent");
-    assert!(
-        early > 0,
-        "no file came out while the trickle lasted: partial batches wait for a full batch"
-    );
-    input.close();
-    let mut rest = 0;
-    while output.pop().is_some() {
-        rest += 1;
-    }
-    assert_eq!(early + rest, sent);
-    workers.join().unwrap();
 }

@@ -1,0 +1,134 @@
+//! The CUDA compute stage over the host double with the host-built kernels
+//! (feature `host-kernels`): the same stage thread, batching, [`BatchRunner`]
+//! and [`MelRecipe`] as on a GPU — only the [`Device`] is a
+//! [`HostDouble`] running `kernels/mel.cu` compiled for the host
+//! ([`MelHostKernels`]) and realfft in f64 in place of cuFFT.
+//!
+//! What a run through here proves is what `tests.rs` proves on it (header
+//! rejections with the CPU backend's text, rows equal to the CPU rows within
+//! 1e-3 dB, ordering and lifetime rules of the runner); what it cannot prove
+//! is anything about the driver, cuFFT or speed (docs/GPU.md). It is meant
+//! for tests and for a test mode of the program on hosts without a GPU,
+//! never for producing datasets: it is far slower than the CPU backend.
+//!
+//! The double made here keeps no operation log ([`HostDouble::unlogged`]), so
+//! a long run (`serve`) does not grow one.
+//!
+//! [`BatchRunner`]: super::orchestrate::BatchRunner
+//! [`MelRecipe`]: super::recipe::MelRecipe
+//! [`Device`]: super::device::Device
+
+use std::sync::Arc;
+
+use super::Error;
+use super::backend::{CudaOptions, CudaReport, CudaWorkers, start_workers_with};
+use super::double::{HostDouble, Progress};
+use super::double_kernels::MelHostKernels;
+use crate::compute::Wiring as CudaWiring;
+use crate::dsp::Plan;
+
+/// What [`CudaReport::device`] says for a stage started here.
+pub const DEVICE_NAME: &str = "host double (no GPU; kernels built for the host)";
+
+/// Starts the CUDA stage for `plan` over a [`HostDouble`] that runs every
+/// queued operation as soon as it is runnable ([`Progress::Eager`]), wired and
+/// joined like [`super::start_cuda_workers`]'s stage.
+pub fn start_host_double_workers(
+    plan: Arc<Plan>,
+    opts: CudaOptions,
+    wiring: CudaWiring,
+) -> Result<CudaWorkers, Error> {
+    start_host_double_workers_with(plan, opts, wiring, Progress::Eager)
+}
+
+/// [`start_host_double_workers`] with a chosen [`Progress`]:
+/// `Progress::Random` makes copies and events complete late, in a seeded
+/// interleaving, as the orchestration tests do.
+pub fn start_host_double_workers_with(
+    plan: Arc<Plan>,
+    opts: CudaOptions,
+    wiring: CudaWiring,
+    progress: Progress,
+) -> Result<CudaWorkers, Error> {
+    let report = CudaReport {
+        device: DEVICE_NAME.to_string(),
+        batch_files: opts.batch_files,
+        ..CudaReport::default()
+    };
+    start_workers_with(
+        plan,
+        move || Ok(HostDouble::unlogged(progress).with_kernels(Box::new(MelHostKernels))),
+        opts,
+        wiring,
+        report,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regression (serve on the GPU): a partial batch used to be computed only
+    /// after `flush_after` *without new input*, so a steady trickle of files
+    /// (one every few ms, as serve sees them) waited for a full batch. Now the
+    /// first file of a batch waits at most `flush_after`.
+    #[test]
+    fn a_trickle_of_files_is_computed_within_the_batch_delay_not_at_a_full_batch() {
+        use super::*;
+        use crate::compute::{Outcome, Wiring};
+        use crate::dsp::Plan;
+        use crate::reader::{FileBytes, Loaded};
+        use crate::runtime::ring::Ring;
+        use crate::runtime::telemetry::Telemetry;
+
+        let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
+        let rate = plan.spec().sample_rate;
+        let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+        let input = Arc::new(Ring::<Loaded>::new(256));
+        let output = Arc::new(Ring::<Outcome>::new(256));
+        let wiring = Wiring {
+            input: Arc::clone(&input),
+            output: Arc::clone(&output),
+            free_bytes: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
+            free_rows: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
+            telemetry: Arc::new(Telemetry::default()),
+            arena: None,
+        };
+        let opts = CudaOptions {
+            batch_files: 512,
+            flush_after: std::time::Duration::from_millis(10),
+            ..CudaOptions::default()
+        };
+        let workers = start_host_double_workers(plan, opts, wiring).unwrap();
+        // Up to 400 files, one every 5 ms (2 s): fewer than a batch, and never
+        // 10 ms without new input. Under the old rule nothing comes out before
+        // the input closes; now the first batch is computed ~10 ms after its
+        // first file (plus the first capture's cost in a debug build).
+        let mut sent = 0;
+        let mut early = 0;
+        while sent < 400 && early == 0 {
+            input
+                .push(Loaded {
+                    job: sent,
+                    bytes: Ok(FileBytes::Heap(wav.clone())),
+                })
+                .unwrap();
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            while let Some(o) = output.try_pop() {
+                assert!(o.row.is_ok());
+                early += 1;
+            }
+        }
+        eprintln!("first rows came out after {sent} file(s) had been sent");
+        assert!(
+            early > 0,
+            "no file came out while the trickle lasted: partial batches wait for a full batch"
+        );
+        input.close();
+        let mut rest = 0;
+        while output.pop().is_some() {
+            rest += 1;
+        }
+        assert_eq!(early + rest, sent);
+        workers.join().unwrap();
+    }
+}
