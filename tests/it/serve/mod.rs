@@ -19,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use melforge::app::serve::status::{Stats, Status};
+use melforge::compute::RejectKind;
 use melforge::config::Config;
 use serde_json::Value;
 
@@ -137,10 +139,25 @@ fn a_malformed_file_is_rejected_once_and_retried_only_when_it_changes(stage: Sta
     let lines = rejected_lines(&svc);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["path"], "TRAINING/LEAK/bad.wav");
+    assert_eq!(lines[0]["kind"], "malformed", "{lines:?}");
     assert!(
         !lines[0]["reason"].as_str().unwrap().is_empty(),
         "{lines:?}"
     );
+    // status and stats are the typed structs, and count the rejection by kind.
+    let st: Status = serde_json::from_value(svc.status()).expect("status is a Status");
+    assert_eq!(st.backend, stage.backend());
+    assert_eq!(
+        st.rejected_by_kind.into_iter().collect::<Vec<_>>(),
+        [(RejectKind::Malformed, 1)]
+    );
+    assert_eq!(st.rows.values().sum::<usize>(), 1);
+    let names: Vec<&str> = st.rings.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["jobs", "loaded", "features"]);
+    let stats: Stats = serde_json::from_value(svc.ctl("stats")).expect("stats is a Stats");
+    assert_eq!((stats.report.files_ok, stats.report.files_rejected), (1, 1));
+    assert_eq!(stats.report.rejected_by_kind[&RejectKind::Malformed], 1);
+    assert_eq!(stats.backend, stage.backend());
     svc.shutdown();
 
     // After a restart the journal knows it: not offered again.
@@ -169,6 +186,39 @@ fn a_malformed_file_is_rejected_once_and_retried_only_when_it_changes(stage: Sta
         all_paths(&svc.out),
         ["TRAINING/LEAK/bad.wav", "TRAINING/LEAK/good.wav"]
     );
+}
+
+/// `ctl status --json` on a host without a GPU names the CPU backend and the
+/// sentence that says why the GPU was not used.
+#[test]
+fn status_names_the_cpu_backend_and_why_the_gpu_was_not_used() {
+    let Err(why) = melforge::compute::cuda::probe() else {
+        eprintln!("skipped: this host has a usable GPU");
+        return;
+    };
+    let mut svc = Svc::new(100, "");
+    svc.start();
+    let out = Command::new(BIN)
+        .args(["ctl", "--json", "--socket"])
+        .arg(&svc.sock)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let st: Status = serde_json::from_slice(&out.stdout).expect("ctl status --json is a Status");
+    assert_eq!(st.backend, "cpu");
+    assert!(
+        ["uring", "std"].contains(&st.engine.as_str()),
+        "{}",
+        st.engine
+    );
+    assert!(
+        st.backend_reason.contains(&why.to_string())
+            && st.backend_reason.contains("so the CPU backend is used"),
+        "{}",
+        st.backend_reason
+    );
+    svc.shutdown();
 }
 
 /// A python SWMR reader: opens `argv[1]`, prints `opened N`, then polls with
