@@ -169,7 +169,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         source,
     })?;
     for w in &plan.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(path = %w.path.display(), reason = %w.reason, "{}", w.kind.sentence());
     }
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));

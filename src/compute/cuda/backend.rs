@@ -134,13 +134,10 @@ pub fn start_cuda_workers(
         .next()
         .ok_or_else(|| Error::Unavailable("no kernel sources".into()))?;
     tracing::info!(
-        "CUDA kernels for {} ready in {compile_s:.3} s ({}).",
-        gpu,
-        if from_cache {
-            "from the cache"
-        } else {
-            "compiled by NVRTC"
-        }
+        gpu = %gpu,
+        seconds = compile_s,
+        from_cache,
+        "CUDA kernels are ready."
     );
     let report = CudaReport {
         device: gpu.to_string(),

@@ -125,7 +125,7 @@ pub fn pin_or_warn(cpu: Option<usize>, who: &str) {
     if let Some(cpu) = cpu
         && let Err(e) = pin_current(cpu)
     {
-        tracing::warn!("{who} runs unpinned: {e}.");
+        tracing::warn!(thread = who, cpu, error = %e, "A thread runs unpinned.");
     }
 }
 

@@ -48,8 +48,10 @@ pub(super) fn open_existing(
     }
     if found != confirmed {
         tracing::warn!(
-            "Cutting {} from {found} to {confirmed} rows: rows past the journal were never confirmed.",
-            p.display()
+            file = %p.display(),
+            rows = found,
+            confirmed,
+            "Cutting the rows past the journal: they were never confirmed."
         );
         ds.resize(p, confirmed)?;
     }

@@ -383,7 +383,7 @@ impl Service {
     }
 
     fn note_error(&mut self, e: String) {
-        tracing::error!("{e}");
+        tracing::error!(error = %e, "The service hit an error; it keeps running.");
         self.last_error = Some(e);
     }
 
@@ -561,7 +561,7 @@ impl Service {
         watch_tx: &mpsc::Sender<WatchEvent>,
         server: &control::Server,
     ) -> Result<(), Error> {
-        tracing::debug!("Command {} from {:?}.", req.cmd, req.origin);
+        tracing::debug!(command = %req.cmd, origin = ?req.origin, "Command received.");
         let reply = match req.cmd {
             Command::Status => self.status(),
             Command::Stats => self.stats(),
