@@ -130,9 +130,12 @@ impl ReaderStage {
                 });
             match spawned {
                 Ok(h) => handles.push(h),
-                // Threads already started end with the stream; the guards
-                // not yet handed out are dropped here.
-                Err(e) => return Err(StartError::Spawn(e)),
+                Err(e) => {
+                    // End the stream so the threads already started exit
+                    // instead of waiting for jobs that will never come.
+                    jobs.close();
+                    return Err(StartError::Spawn(e));
+                }
             }
         }
         Ok(ReaderStage {
