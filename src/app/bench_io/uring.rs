@@ -12,14 +12,14 @@ use std::time::Instant;
 
 use super::{FileEntry, Measured};
 use crate::reader::arena::Arena;
-use crate::reader::uring::{UringEngine, UringOptions, probe};
+use crate::reader::uring::{ProbeError, UringEngine, UringOptions, probe};
 
 const PAGE: u64 = 4096;
 const MIN_ARENA: u64 = 64 << 20;
 const MAX_ARENA: u64 = 1 << 30;
 
 /// Whether the engine can run here; the reason when it cannot.
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), ProbeError> {
     probe().map(|_| ())
 }
 
