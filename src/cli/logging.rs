@@ -33,7 +33,10 @@ impl LogFormat {
     /// The flag's value, else the environment variable's (`env`, the value of
     /// [`FORMAT_ENV`]; empty counts as unset), else text. An unknown value in
     /// the environment is an error naming the variable.
-    pub fn resolve(flag: Option<LogFormat>, env: Option<&OsStr>) -> Result<LogFormat, String> {
+    pub fn resolve(
+        flag: Option<LogFormat>,
+        env: Option<&OsStr>,
+    ) -> Result<LogFormat, UnknownFormat> {
         if let Some(f) = flag {
             return Ok(f);
         }
@@ -42,13 +45,22 @@ impl LogFormat {
         };
         raw.to_str()
             .and_then(|v| LogFormat::from_str(v.trim(), true).ok())
-            .ok_or_else(|| {
-                format!(
-                    "invalid value '{}' for {FORMAT_ENV} [possible values: text, json]",
-                    raw.to_string_lossy()
-                )
+            .ok_or_else(|| UnknownFormat {
+                value: raw.to_string_lossy().into_owned(),
             })
     }
+}
+
+/// `$MELFORGE_LOG_FORMAT` holds a value that is not a [`LogFormat`]; the
+/// sentence matches clap's own for a bad `--log-format`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid value '{value}' for {} [possible values: text, json]",
+    FORMAT_ENV
+)]
+pub struct UnknownFormat {
+    /// The variable's value (lossily decoded when it is not UTF-8).
+    pub value: String,
 }
 
 /// Installs the global subscriber. Call once, before anything logs.
@@ -96,9 +108,15 @@ mod tests {
     #[test]
     fn an_unknown_env_value_names_the_variable() {
         let e = LogFormat::resolve(None, Some(OsStr::new("yaml"))).unwrap_err();
-        assert!(
-            e.contains("MELFORGE_LOG_FORMAT") && e.contains("yaml"),
-            "{e}"
+        assert_eq!(
+            e,
+            UnknownFormat {
+                value: "yaml".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "invalid value 'yaml' for MELFORGE_LOG_FORMAT [possible values: text, json]"
         );
     }
 }

@@ -100,7 +100,7 @@ pub(super) fn pin(
     };
     let policy: PinPolicy = v.parse().map_err(|e| cx.invalid(key, format!("{e}")))?;
     if let PinPolicy::Cores(cpus) = &policy {
-        crate::runtime::pin::validate_cores(cpus).map_err(|e| cx.invalid(key, e))?;
+        crate::runtime::pin::validate_cores(cpus).map_err(|e| cx.invalid(key, e.to_string()))?;
     }
     Ok(policy)
 }

@@ -46,7 +46,7 @@ fn wheel_nvrtc() -> Option<PathBuf> {
     lib.is_file().then_some(lib)
 }
 
-fn locate_nvrtc() -> Result<String, String> {
+fn locate_nvrtc() -> Result<String, libs::Error> {
     if let Some(p) = std::env::var_os("MELFORGE_NVRTC_LIB") {
         return libs::ensure_from(&libs::NVRTC, Path::new(&p)).map(|f| f.loaded_as);
     }

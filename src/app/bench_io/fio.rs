@@ -16,7 +16,8 @@
 //! Files/s is the files fio found (its "opendir added N files" line, or
 //! `nrfiles`) over its read runtime.
 
-use std::process::Command;
+use std::io;
+use std::process::{Command, ExitStatus};
 
 use serde_json::Value;
 
@@ -25,6 +26,35 @@ use super::{Cache, Corpus, Engine, Latency, PassResult};
 
 const MAX_BS: u64 = 128 * 1024;
 
+/// Why fio could not be run, or its report not read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No `fio` on PATH.
+    #[error("fio is not installed (not on PATH; on Debian: apt-get install fio)")]
+    NotInstalled,
+    /// `fio --version` ran but failed.
+    #[error("`fio --version` exited with {status}")]
+    Version { status: ExitStatus },
+    /// fio could not be started.
+    #[error("cannot run fio: {source}")]
+    Spawn { source: io::Error },
+    /// fio ran and failed; `stderr` is the first line it wrote there.
+    #[error("fio exited with {status}: {stderr}")]
+    Failed { status: ExitStatus, stderr: String },
+    /// stdout held no `{`.
+    #[error("fio printed no JSON report")]
+    NoReport,
+    /// The JSON document did not parse.
+    #[error("cannot parse fio's JSON report: {source}")]
+    Json { source: serde_json::Error },
+    /// The report lacks a section (`jobs[0]`, `jobs[0].read`).
+    #[error("fio's report has no {section}")]
+    NoSection { section: &'static str },
+    /// The read section lacks a measurement (`io_bytes`, `runtime`).
+    #[error("no read.{field}")]
+    NoReadField { field: &'static str },
+}
+
 /// A usable fio binary.
 pub struct Fio {
     pub version: String,
@@ -32,16 +62,14 @@ pub struct Fio {
 
 impl Fio {
     /// Looks for `fio` on PATH.
-    pub fn find() -> Result<Fio, String> {
+    pub fn find() -> Result<Fio, Error> {
         match Command::new("fio").arg("--version").output() {
             Ok(o) if o.status.success() => Ok(Fio {
                 version: String::from_utf8_lossy(&o.stdout).trim().to_string(),
             }),
-            Ok(o) => Err(format!("`fio --version` exited with {}", o.status)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
-                "fio is not installed (not on PATH; on Debian: apt-get install fio)".to_string(),
-            ),
-            Err(e) => Err(format!("cannot run fio: {e}")),
+            Ok(o) => Err(Error::Version { status: o.status }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NotInstalled),
+            Err(source) => Err(Error::Spawn { source }),
         }
     }
 
@@ -75,20 +103,19 @@ impl Fio {
         cache: Cache,
         direct: bool,
         qd: usize,
-    ) -> Result<PassResult, String> {
+    ) -> Result<PassResult, Error> {
         let args = Self::args(corpus, cache, direct, qd);
         let out = Command::new("fio")
             .args(&args)
             .output()
-            .map_err(|e| format!("cannot run fio: {e}"))?;
+            .map_err(|source| Error::Spawn { source })?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!(
-                "fio exited with {}: {}",
-                out.status,
-                err.lines().next().unwrap_or("")
-            ));
+            return Err(Error::Failed {
+                status: out.status,
+                stderr: err.lines().next().unwrap_or("").to_owned(),
+            });
         }
         let (mut pass, found) = parse(&stdout, corpus.files.len(), cache, direct, qd)?;
         let bs = block_size(corpus);
@@ -124,7 +151,7 @@ pub fn parse(
     cache: Cache,
     direct: bool,
     qd: usize,
-) -> Result<(PassResult, Option<u64>), String> {
+) -> Result<(PassResult, Option<u64>), Error> {
     let mut found = None;
     for line in stdout.lines() {
         if let Some(rest) = line.strip_prefix("fio: opendir added ") {
@@ -132,17 +159,19 @@ pub fn parse(
             found = Some(found.unwrap_or(0) + n.unwrap_or(0));
         }
     }
-    let start = stdout.find('{').ok_or("fio printed no JSON report")?;
-    let doc: Value = serde_json::from_str(&stdout[start..])
-        .map_err(|e| format!("cannot parse fio's JSON report: {e}"))?;
+    let start = stdout.find('{').ok_or(Error::NoReport)?;
+    let doc: Value =
+        serde_json::from_str(&stdout[start..]).map_err(|source| Error::Json { source })?;
     let job = doc
         .pointer("/jobs/0")
-        .ok_or("fio's report has no jobs[0]")?;
+        .ok_or(Error::NoSection { section: "jobs[0]" })?;
     let err = job.get("error").and_then(Value::as_u64).unwrap_or(0);
-    let read = job.get("read").ok_or("fio's report has no jobs[0].read")?;
+    let read = job.get("read").ok_or(Error::NoSection {
+        section: "jobs[0].read",
+    })?;
     let num = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64);
-    let bytes = num(read, "/io_bytes").ok_or("no read.io_bytes")? as u64;
-    let runtime_ms = num(read, "/runtime").ok_or("no read.runtime")?;
+    let bytes = num(read, "/io_bytes").ok_or(Error::NoReadField { field: "io_bytes" })? as u64;
+    let runtime_ms = num(read, "/runtime").ok_or(Error::NoReadField { field: "runtime" })?;
     let files = found.map_or(limit as u64, |n| n.min(limit as u64));
     let files = if bytes == 0 { 0 } else { files };
     let secs = runtime_ms / 1000.0;

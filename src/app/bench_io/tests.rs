@@ -139,5 +139,42 @@ fn fio_json_is_parsed() {
     assert_eq!(p.latency.unwrap().p50_us, 2000.0);
     let (p, _) = fio::parse(out, 100, Cache::Cold, true, 32).unwrap();
     assert_eq!(p.files, 100);
-    assert!(fio::parse("no json", 1, Cache::Warm, false, 1).is_err());
+    assert!(matches!(
+        fio::parse("no json", 1, Cache::Warm, false, 1),
+        Err(fio::Error::NoReport)
+    ));
+}
+
+#[test]
+fn fio_report_problems_name_what_is_missing() {
+    let err = |out: &str| {
+        fio::parse(out, 1, Cache::Warm, false, 1)
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(err("no json"), "fio printed no JSON report");
+    assert_eq!(err("{\"jobs\":[]}"), "fio's report has no jobs[0]");
+    assert_eq!(err("{\"jobs\":[{}]}"), "fio's report has no jobs[0].read");
+    assert_eq!(
+        err("{\"jobs\":[{\"read\":{\"runtime\":1}}]}"),
+        "no read.io_bytes"
+    );
+    assert_eq!(
+        err("{\"jobs\":[{\"read\":{\"io_bytes\":1}}]}"),
+        "no read.runtime"
+    );
+    assert!(err("{ nope").starts_with("cannot parse fio's JSON report: "));
+    assert_eq!(
+        fio::Error::NotInstalled.to_string(),
+        "fio is not installed (not on PATH; on Debian: apt-get install fio)"
+    );
+}
+
+#[test]
+fn a_ring_failing_mid_pass_says_so() {
+    let e = uring::Error::MidPass(std::io::Error::from_raw_os_error(libc::EIO));
+    assert_eq!(
+        e.to_string(),
+        "the ring failed mid-pass: Input/output error (os error 5)"
+    );
 }

@@ -8,18 +8,30 @@
 //! engine's submit → complete time per file. Ring and arena set-up (mapping,
 //! buffer registration) happen before the clock starts.
 
+use std::io;
 use std::time::Instant;
 
 use super::{FileEntry, Measured};
 use crate::reader::arena::Arena;
-use crate::reader::uring::{UringEngine, UringOptions, probe};
+use crate::reader::uring::{ProbeError, SetupError, UringEngine, UringOptions, probe};
 
 const PAGE: u64 = 4096;
 const MIN_ARENA: u64 = 64 << 20;
 const MAX_ARENA: u64 = 1 << 30;
 
+/// Why a uring pass could not run to the end.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The arena or the ring could not be set up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The ring failed during the pass (the files read so far are lost).
+    #[error("the ring failed mid-pass: {0}")]
+    MidPass(#[source] io::Error),
+}
+
 /// Whether the engine can run here; the reason when it cannot.
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), ProbeError> {
     probe().map(|_| ())
 }
 
@@ -33,15 +45,15 @@ fn arena_bytes(files: &[FileEntry], queue_depth: usize) -> u64 {
 }
 
 /// One pass over `files` with `queue_depth` files in flight.
-pub fn run(files: &[FileEntry], direct: bool, queue_depth: usize) -> Result<Measured, String> {
+pub fn run(files: &[FileEntry], direct: bool, queue_depth: usize) -> Result<Measured, Error> {
     let bytes = arena_bytes(files, queue_depth);
-    let arena = Arena::new(bytes, 1).map_err(|e| e.to_string())?;
+    let arena = Arena::new(bytes, 1).map_err(SetupError::from)?;
     let opts = UringOptions {
         queue_depth,
         direct,
         max_file_bytes: bytes,
     };
-    let mut engine = UringEngine::new(&opts, arena.part(0)).map_err(|e| e.to_string())?;
+    let mut engine = UringEngine::new(&opts, arena.part(0))?;
     let mut m = Measured::default();
     let mut cursor = files.iter().enumerate();
     let next = || cursor.next().map(|(i, f)| (i, f.path.as_path()));
@@ -58,7 +70,7 @@ pub fn run(files: &[FileEntry], direct: bool, queue_depth: usize) -> Result<Meas
         true
     });
     m.elapsed = start.elapsed();
-    let stats = stats.map_err(|e| format!("the ring failed mid-pass: {e}"))?;
+    let stats = stats.map_err(Error::MidPass)?;
     m.buffered_fallbacks = stats.buffered_fallbacks;
     Ok(m)
 }

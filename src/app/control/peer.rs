@@ -56,23 +56,44 @@ impl PeerPolicy {
         &self,
         peer: PeerCred,
         supplementary: impl FnOnce(i32) -> Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Denied> {
         if peer.uid == 0 || peer.uid == self.service_uid {
             return Ok(());
         }
-        let allowed = match &self.group {
-            Some((name, gid)) => {
-                if peer.gid == *gid || supplementary(peer.pid).contains(gid) {
-                    return Ok(());
-                }
-                format!("root, uid {}, or members of group {name}", self.service_uid)
-            }
-            None => format!("root and uid {}", self.service_uid),
-        };
-        Err(format!(
-            "permission denied: uid {} may not use this socket (allowed: {allowed})",
-            peer.uid
-        ))
+        if let Some((_, gid)) = &self.group
+            && (peer.gid == *gid || supplementary(peer.pid).contains(gid))
+        {
+            return Ok(());
+        }
+        Err(Denied {
+            uid: peer.uid,
+            service_uid: self.service_uid,
+            group: self.group.as_ref().map(|(name, _)| name.clone()),
+        })
+    }
+}
+
+/// A peer that [`PeerPolicy::check`] refused: who it was and who would have
+/// been let in. The sentence goes back to the client and into the log.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "permission denied: uid {uid} may not use this socket (allowed: {})",
+    allowed(*.service_uid, .group.as_deref())
+)]
+pub struct Denied {
+    /// The peer's uid.
+    pub uid: u32,
+    /// The service's own uid (always allowed, as is root).
+    pub service_uid: u32,
+    /// The configured group's name, when one is allowed.
+    pub group: Option<String>,
+}
+
+/// Who may use the socket, for [`Denied`]'s sentence.
+fn allowed(service_uid: u32, group: Option<&str>) -> String {
+    match group {
+        Some(name) => format!("root, uid {service_uid}, or members of group {name}"),
+        None => format!("root and uid {service_uid}"),
     }
 }
 
@@ -132,8 +153,18 @@ mod tests {
         assert!(p.check(cred(0, 0), none).is_ok());
         assert!(p.check(cred(990, 990), none).is_ok());
         let e = p.check(cred(1000, 990), none).unwrap_err();
-        assert!(e.contains("uid 1000"), "{e}");
-        assert!(e.contains("root and uid 990"), "{e}");
+        assert_eq!(
+            e,
+            Denied {
+                uid: 1000,
+                service_uid: 990,
+                group: None
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "permission denied: uid 1000 may not use this socket (allowed: root and uid 990)"
+        );
     }
 
     #[test]
@@ -151,9 +182,10 @@ mod tests {
             .is_ok()
         );
         let e = p.check(cred(1001, 100), |_| vec![27]).unwrap_err();
-        assert!(
-            e.contains("uid 1001") && e.contains("group melforge"),
-            "{e}"
+        assert_eq!(
+            e.to_string(),
+            "permission denied: uid 1001 may not use this socket \
+             (allowed: root, uid 990, or members of group melforge)"
         );
     }
 

@@ -373,14 +373,14 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
             return;
         }
     };
-    if let Err(msg) = shared.policy.check(peer, supplementary_groups) {
+    if let Err(denied) = shared.policy.check(peer, supplementary_groups) {
         tracing::warn!(
             pid = peer.pid,
             uid = peer.uid,
-            reason = %msg,
+            reason = %denied,
             "Refused a control client: not allowed."
         );
-        let _ = write_reply(stream, &Reply::error(msg));
+        let _ = write_reply(stream, &Reply::error(denied.to_string()));
         return;
     }
     let timeout = Some(shared.limits.client_timeout);

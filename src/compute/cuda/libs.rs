@@ -3,7 +3,8 @@
 //! cudarc is built with `dynamic-loading`: each library (libcuda, libnvrtc,
 //! libcufft) is `dlopen`ed by bare name on first use, and a missing library or
 //! symbol **panics**. This module is the guard in front of that: it probes with
-//! an explicit `dlopen` and reports a sentence instead of a panic.
+//! an explicit `dlopen` and reports an [`Error`] (whose `Display` is the
+//! sentence users see) instead of a panic.
 //!
 //! A library found outside the loader's search path (an explicit path in an
 //! environment variable, `$CUDA_HOME/lib64`, a PyPI `nvidia-*` wheel) is
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// A library that this module knows how to find.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lib {
     /// Human name for messages ("libnvrtc").
     pub name: &'static str,
@@ -70,8 +71,71 @@ pub struct Found {
     pub loaded_as: String,
 }
 
+/// Why `dlopen` refused one file or name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// The name cannot be passed to `dlopen` at all.
+    #[error("{name:?} contains a NUL byte")]
+    Nul { name: String },
+    /// `dlopen` returned NULL; `message` is `dlerror()`'s text (it names the
+    /// file and the reason, e.g. "cannot open shared object file").
+    #[error("{message}")]
+    Dlopen { message: String },
+}
+
+/// Why the search for a library came up empty (the inner part of
+/// [`Error::NotFound`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Miss {
+    /// The library's environment variable names a file that does not load.
+    #[error("{var} = {} cannot be loaded: {source}", .path.display())]
+    Explicit {
+        var: &'static str,
+        path: PathBuf,
+        source: OpenError,
+    },
+    /// The loader refused the first SONAME (and nothing outside its path loaded).
+    #[error(transparent)]
+    Loader(OpenError),
+    /// No SONAME to ask for and no candidate file.
+    #[error("not found")]
+    Nowhere,
+}
+
+/// Why a CUDA library is not usable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// [`ensure`] searched everywhere it knows; the sentence lists where.
+    #[error(
+        "{} not found ({why}; searched {} , the loader path, $CUDA_HOME/lib64, \
+         /usr/local/cuda/lib64{})",
+        .lib.name,
+        .lib.env,
+        wheel_hint(.lib.wheel)
+    )]
+    NotFound {
+        lib: Lib,
+        /// Boxed: `Lib` and `Miss` together would make every error type that
+        /// carries this one (up to `pipeline::Error`) too large to return.
+        #[source]
+        why: Box<Miss>,
+    },
+    /// [`ensure_from`]: the explicit file does not load.
+    #[error("{} cannot be loaded: {source}", .path.display())]
+    Load { path: PathBuf, source: OpenError },
+}
+
+/// The pip wheel folder searched for `wheel`, for [`Error::NotFound`].
+fn wheel_hint(wheel: &str) -> String {
+    if wheel.is_empty() {
+        String::new()
+    } else {
+        format!(" and pip's nvidia/{wheel}/lib")
+    }
+}
+
 /// Results already established, so each library is probed once per process.
-static FOUND: Mutex<Vec<(&'static str, Result<Found, String>)>> = Mutex::new(Vec::new());
+static FOUND: Mutex<Vec<(&'static str, Result<Found, Error>)>> = Mutex::new(Vec::new());
 
 /// The last `dlerror()` text, or a placeholder.
 fn dlerror_text() -> String {
@@ -87,14 +151,18 @@ fn dlerror_text() -> String {
 }
 
 /// `dlopen(name, RTLD_NOW | RTLD_GLOBAL)`, keeping the handle forever.
-fn open_global(name: &str) -> Result<(), String> {
-    let c = CString::new(name).map_err(|_| format!("{name:?} contains a NUL byte"))?;
+fn open_global(name: &str) -> Result<(), OpenError> {
+    let c = CString::new(name).map_err(|_| OpenError::Nul {
+        name: name.to_owned(),
+    })?;
     // SAFETY: `c` is a valid C string. Loading a library runs its initialisers,
     // which is the point; the CUDA libraries' initialisers take no arguments
     // from us. The handle is intentionally never closed (module invariant).
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     if h.is_null() {
-        Err(dlerror_text())
+        Err(OpenError::Dlopen {
+            message: dlerror_text(),
+        })
     } else {
         Ok(())
     }
@@ -195,12 +263,17 @@ fn preload_companions(lib: &Lib, dir: &Path) {
     }
 }
 
-fn locate(lib: &Lib) -> Result<Found, String> {
+fn locate(lib: &Lib) -> Result<Found, Miss> {
     // 1. An explicit file.
     if let Some(p) = std::env::var_os(lib.env) {
         let p = PathBuf::from(p);
-        open_global(&p.to_string_lossy())
-            .map_err(|e| format!("{} = {} cannot be loaded: {e}", lib.env, p.display()))?;
+        if let Err(source) = open_global(&p.to_string_lossy()) {
+            return Err(Miss::Explicit {
+                var: lib.env,
+                path: p,
+                source,
+            });
+        }
         if let Some(dir) = p.parent() {
             preload_companions(lib, dir);
         }
@@ -233,28 +306,19 @@ fn locate(lib: &Lib) -> Result<Found, String> {
             });
         }
     }
-    Err(first_err.unwrap_or_else(|| "not found".into()))
+    Err(first_err.map_or(Miss::Nowhere, Miss::Loader))
 }
 
-/// Finds and preloads `lib` (once per process); the error is a sentence
-/// fragment naming what was searched.
-pub fn ensure(lib: &Lib) -> Result<Found, String> {
+/// Finds and preloads `lib` (once per process); the error's sentence names
+/// what was searched.
+pub fn ensure(lib: &Lib) -> Result<Found, Error> {
     let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, r)) = found.iter().find(|(n, _)| *n == lib.name) {
         return r.clone();
     }
-    let r = locate(lib).map_err(|e| {
-        format!(
-            "{} not found ({e}; searched {} , the loader path, $CUDA_HOME/lib64, \
-             /usr/local/cuda/lib64{})",
-            lib.name,
-            lib.env,
-            if lib.wheel.is_empty() {
-                String::new()
-            } else {
-                format!(" and pip's nvidia/{}/lib", lib.wheel)
-            }
-        )
+    let r = locate(lib).map_err(|why| Error::NotFound {
+        lib: *lib,
+        why: Box::new(why),
     });
     found.push((lib.name, r.clone()));
     r
@@ -263,7 +327,7 @@ pub fn ensure(lib: &Lib) -> Result<Found, String> {
 /// Loads `lib` from the explicit file `path` (and its companions beside it)
 /// and records it, so later [`ensure`] calls — and cudarc — use this copy.
 /// For tests and tools that know where the library is (e.g. a pip wheel).
-pub fn ensure_from(lib: &Lib, path: &Path) -> Result<Found, String> {
+pub fn ensure_from(lib: &Lib, path: &Path) -> Result<Found, Error> {
     let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
     // An earlier success stands (cudarc may already use that copy); an
     // earlier failure is replaced by this attempt.
@@ -280,7 +344,10 @@ pub fn ensure_from(lib: &Lib, path: &Path) -> Result<Found, String> {
                 loaded_as: path.display().to_string(),
             }
         })
-        .map_err(|e| format!("{} cannot be loaded: {e}", path.display()));
+        .map_err(|source| Error::Load {
+            path: path.to_owned(),
+            source,
+        });
     found.push((lib.name, r.clone()));
     r
 }
@@ -299,9 +366,80 @@ mod tests {
             companions: &[],
         };
         let e = ensure(&NOPE).unwrap_err();
-        assert!(e.contains("libmelforge-does-not-exist not found"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                Error::NotFound { lib: NOPE, why }
+                    if matches!(**why, Miss::Loader(OpenError::Dlopen { .. }))
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("libmelforge-does-not-exist not found ("),
+            "{e}"
+        );
         // Cached: the same answer without searching again.
         assert_eq!(ensure(&NOPE).unwrap_err(), e);
+    }
+
+    #[test]
+    fn not_found_names_every_place_searched() {
+        let dl = |m: &str| OpenError::Dlopen { message: m.into() };
+        let e = Error::NotFound {
+            lib: NVRTC,
+            why: Box::new(Miss::Loader(dl(
+                "libnvrtc.so.12: cannot open shared object file",
+            ))),
+        };
+        assert_eq!(
+            e.to_string(),
+            "libnvrtc not found (libnvrtc.so.12: cannot open shared object file; searched \
+             MELFORGE_NVRTC_LIB , the loader path, $CUDA_HOME/lib64, /usr/local/cuda/lib64 \
+             and pip's nvidia/cuda_nvrtc/lib)"
+        );
+        let e = Error::NotFound {
+            lib: CUDA,
+            why: Box::new(Miss::Explicit {
+                var: "MELFORGE_CUDA_LIB",
+                path: "/x/libcuda.so.1".into(),
+                source: dl("/x/libcuda.so.1: invalid ELF header"),
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "libcuda.so.1 not found (MELFORGE_CUDA_LIB = /x/libcuda.so.1 cannot be loaded: \
+             /x/libcuda.so.1: invalid ELF header; searched MELFORGE_CUDA_LIB , the loader path, \
+             $CUDA_HOME/lib64, /usr/local/cuda/lib64)"
+        );
+    }
+
+    #[test]
+    fn an_explicit_file_that_does_not_load_is_a_load_error() {
+        const NOPE_FROM: Lib = Lib {
+            name: "libmelforge-ensure-from-test",
+            sonames: &[],
+            env: "MELFORGE_TEST_NO_SUCH_LIB",
+            wheel: "",
+            companions: &[],
+        };
+        let path = Path::new("/nonexistent/libmelforge-ensure-from-test.so");
+        let e = ensure_from(&NOPE_FROM, path).unwrap_err();
+        let Error::Load { path: p, source } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(p, path);
+        assert!(matches!(source, OpenError::Dlopen { .. }), "{source:?}");
+        assert!(
+            e.to_string().starts_with(
+                "/nonexistent/libmelforge-ensure-from-test.so cannot be loaded: /nonexistent/"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            open_global("a\0b").unwrap_err().to_string(),
+            r#""a\0b" contains a NUL byte"#
+        );
     }
 
     #[test]

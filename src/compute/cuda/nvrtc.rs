@@ -72,6 +72,9 @@ impl Target {
 /// Why a kernel source could not be compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// libnvrtc cannot be found or loaded.
+    #[error(transparent)]
+    Library(#[from] libs::Error),
     #[error("{0}")]
     Unavailable(String),
     #[error("NVRTC failed on {file} for {target}: {msg}\n{log}")]
@@ -108,7 +111,7 @@ impl Image {
 
 /// Loads libnvrtc (once) and returns its version.
 pub fn version() -> Result<(i32, i32), Error> {
-    libs::ensure(&libs::NVRTC).map_err(Error::Unavailable)?;
+    libs::ensure(&libs::NVRTC)?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: libnvrtc is loaded (ensure above), so cudarc's lazy symbol lookup
     // succeeds; both out-pointers are valid for writes.
@@ -142,7 +145,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// Compiles `src` (named `file` in messages) for `target`. No cache.
 pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
-    libs::ensure(&libs::NVRTC).map_err(Error::Unavailable)?;
+    libs::ensure(&libs::NVRTC)?;
     let fail = |msg: String, log: String| Error::Compile {
         file: file.into(),
         target: target.tag(),

@@ -20,7 +20,7 @@ mod tests;
 use std::time::Duration;
 
 pub use engine::UringEngine;
-pub use probe::{ProbeReport, probe};
+pub use probe::{ProbeError, ProbeReport, probe};
 
 use super::arena::ArenaError;
 use crate::config::IoConfig;

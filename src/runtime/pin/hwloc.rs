@@ -16,37 +16,37 @@ use hwlocality::cpu::cpuset::CpuSet;
 use hwlocality::object::types::ObjectType;
 use hwlocality::topology::builder::TypeFilter;
 
-use super::Layout;
 use super::policy::MAX_CPU_ID;
+use super::{Error, HwlocError, Layout};
 
 /// The process-wide hwloc topology, discovered once (with important PCI
 /// devices, so a GPU's locality can be looked up).
-pub(super) fn topology() -> Result<&'static Topology, String> {
-    static TOPOLOGY: OnceLock<Result<Topology, String>> = OnceLock::new();
+pub(super) fn topology() -> Result<&'static Topology, HwlocError> {
+    static TOPOLOGY: OnceLock<Result<Topology, HwlocError>> = OnceLock::new();
     TOPOLOGY
         .get_or_init(|| {
             Topology::builder()
                 .with_io_type_filter(TypeFilter::KeepImportant)
-                .map_err(|e| format!("hwloc I/O filter refused: {e}"))?
+                .map_err(HwlocError::IoFilter)?
                 .build()
-                .map_err(|e| format!("hwloc topology discovery failed: {e}"))
+                .map_err(HwlocError::Discovery)
         })
         .as_ref()
         .map_err(Clone::clone)
 }
 
 /// Binds the calling thread to `cpu` (OS index) with `hwloc_set_cpubind`.
-pub(super) fn pin_current(topo: &Topology, cpu: usize) -> Result<(), String> {
+pub(super) fn pin_current(topo: &Topology, cpu: usize) -> Result<(), Error> {
     if cpu > MAX_CPU_ID || !topo.cpuset().is_set(cpu) {
-        return Err(format!(
-            "cannot pin to CPU {cpu}: not in this machine's allowed CPUs ({})",
-            topo.cpuset()
-        ));
+        return Err(Error::NotAllowed {
+            cpu,
+            allowed: CpuSet::clone(&topo.cpuset()),
+        });
     }
     let mut set = CpuSet::new();
     set.set(cpu);
     topo.bind_cpu(&set, CpuBindingFlags::THREAD)
-        .map_err(|e| format!("cannot pin to CPU {cpu}: hwloc_set_cpubind failed: {e}"))
+        .map_err(|source| Error::Bind { cpu, source })
 }
 
 /// The CPUs this process may run on, sorted (see [`hwloc_allowed`]).
@@ -82,11 +82,11 @@ pub(super) fn layout(
     topo: &Topology,
     gpu: Option<&str>,
     notes: &mut Vec<String>,
-) -> Result<Layout, String> {
+) -> Result<Layout, HwlocError> {
     let (allowed, note) = hwloc_allowed(topo);
     notes.extend(note);
     if allowed.is_empty() {
-        return Err("no allowed CPUs in the hwloc topology".to_owned());
+        return Err(HwlocError::NoAllowedCpus);
     }
     let allowed_pus = |set: &CpuSet| -> Vec<usize> {
         set.iter_set()
@@ -208,6 +208,20 @@ mod tests {
         // (no hyperthreads here; with them, the wrap goes to siblings first).
         let cpus = all(&p);
         assert_eq!(cpus.len(), cores + 2);
+    }
+
+    #[test]
+    fn pin_current_outside_the_topology_names_its_cpuset() {
+        let topo = topology().expect("hwloc topology on the test machine");
+        let e = pin_current(topo, MAX_CPU_ID + 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot pin to CPU {}: not in this machine's allowed CPUs ({})",
+                MAX_CPU_ID + 1,
+                topo.cpuset()
+            )
+        );
     }
 
     #[test]

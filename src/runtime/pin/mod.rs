@@ -31,8 +31,10 @@
 //! Files: [`policy`] parses and prints [`PinPolicy`]; this file plans
 //! ([`plan`], [`Placement`]) and pins ([`pin_current`], [`pin_or_warn`]);
 //! [`hwloc`] discovers the topology and finds cores near a GPU; [`fallback`]
-//! is the core_affinity path for when hwloc fails.
+//! is the core_affinity path for when hwloc fails; [`error`] holds
+//! [`Error`] and [`HwlocError`].
 
+mod error;
 mod fallback;
 mod hwloc;
 mod policy;
@@ -41,6 +43,7 @@ use std::fmt;
 
 use hwlocality::Topology;
 
+pub use error::{Error, HwlocError};
 use policy::compact_list;
 pub use policy::{ParsePinPolicyError, PinPolicy};
 
@@ -133,18 +136,18 @@ pub fn pin_or_warn(cpu: Option<usize>, who: &str) {
 ///
 /// Uses hwloc (`hwloc_set_cpubind` with `THREAD`), or core_affinity
 /// (`sched_setaffinity`) when the hwloc topology is unavailable.
-pub fn pin_current(cpu: usize) -> Result<(), String> {
+pub fn pin_current(cpu: usize) -> Result<(), Error> {
     match hwloc::topology() {
         Ok(topo) => hwloc::pin_current(topo, cpu),
-        Err(why) => fallback::pin_current(cpu, &why),
+        Err(why) => fallback::pin_current(cpu, why),
     }
 }
 
 /// Checks an explicit CPU list against the CPUs this process may run on; for
 /// the config layer, so a bad `io.pin` / `compute.pin` fails at load time.
-pub fn validate_cores(cpus: &[usize]) -> Result<(), String> {
+pub fn validate_cores(cpus: &[usize]) -> Result<(), Error> {
     if cpus.is_empty() {
-        return Err("the CPU list is empty".to_owned());
+        return Err(Error::EmptyList);
     }
     let (allowed, _) = allowed_cpus()?;
     let bad: Vec<usize> = cpus
@@ -152,25 +155,18 @@ pub fn validate_cores(cpus: &[usize]) -> Result<(), String> {
         .copied()
         .filter(|c| !allowed.contains(c))
         .collect();
-    match bad.as_slice() {
-        [] => Ok(()),
-        [one] => Err(format!(
-            "CPU {one} is not available to this process (allowed CPUs: {})",
-            compact_list(&allowed)
-        )),
-        many => Err(format!(
-            "CPUs {} are not available to this process (allowed CPUs: {})",
-            compact_list(many),
-            compact_list(&allowed)
-        )),
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Unavailable { cpus: bad, allowed })
     }
 }
 
 /// The CPUs this process may run on, sorted, and which library said so.
-fn allowed_cpus() -> Result<(Vec<usize>, &'static str), String> {
+fn allowed_cpus() -> Result<(Vec<usize>, &'static str), Error> {
     match hwloc::topology() {
         Ok(topo) => Ok((hwloc::allowed_cpus(topo), "hwloc")),
-        Err(why) => fallback::allowed_cpus(&why).map(|cpus| (cpus, "core_affinity")),
+        Err(why) => fallback::allowed_cpus(why).map(|cpus| (cpus, "core_affinity")),
     }
 }
 
@@ -186,7 +182,7 @@ struct Layout {
 /// `Auto`: the hwloc layout (`topo` is [`hwloc::topology`], passed in so a
 /// test can force the fallback), else core_affinity's, else unpinned.
 fn plan_auto(
-    topo: Result<&Topology, String>,
+    topo: Result<&Topology, HwlocError>,
     n_readers: usize,
     n_workers: usize,
     gpu: Option<&str>,
@@ -348,19 +344,28 @@ mod tests {
     #[test]
     fn validate_cores_rejects_unknown_and_empty() {
         let allowed = thread_affinity();
-        assert_eq!(validate_cores(&allowed), Ok(()));
+        validate_cores(&allowed).unwrap();
         let e = validate_cores(&[allowed[0], 8000]).unwrap_err();
         assert!(
-            e.contains("CPU 8000 is not available to this process"),
-            "{e}"
+            matches!(&e, Error::Unavailable { cpus, allowed: a } if *cpus == [8000] && *a == allowed),
+            "{e:?}"
         );
-        assert!(
-            e.contains(&format!("allowed CPUs: {}", compact_list(&allowed))),
-            "{e}"
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "CPU 8000 is not available to this process (allowed CPUs: {})",
+                compact_list(&allowed)
+            )
         );
         let e = validate_cores(&[7000, 7001]).unwrap_err();
-        assert!(e.contains("CPUs 7000-7001 are not available"), "{e}");
-        assert!(validate_cores(&[]).unwrap_err().contains("empty"));
+        assert!(
+            e.to_string()
+                .starts_with("CPUs 7000-7001 are not available to this process"),
+            "{e}"
+        );
+        let e = validate_cores(&[]).unwrap_err();
+        assert!(matches!(e, Error::EmptyList), "{e:?}");
+        assert_eq!(e.to_string(), "the CPU list is empty");
     }
 
     #[test]
@@ -385,7 +390,14 @@ mod tests {
             .join()
             .unwrap()
             .unwrap_err();
-        assert!(e.contains("cannot pin to CPU 8000"), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::NotAllowed { cpu: 8000, .. } | Error::SetAffinity { cpu: 8000, .. }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("cannot pin to CPU 8000: "), "{e}");
     }
 
     #[test]
