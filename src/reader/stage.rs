@@ -38,7 +38,7 @@ pub struct ReadJob {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("io_uring is not usable ({0}) and io.fallback = false")]
-    NoUring(String),
+    NoUring(#[from] uring::ProbeError),
     #[error(transparent)]
     Uring(#[from] SetupError),
     #[error("cannot start a reader thread: {0}")]
@@ -94,7 +94,7 @@ impl ReaderStage {
                     "io_uring is not usable; reading with the std engine instead \
                      (set io.fallback = false to make this fatal)."
                 ),
-                Err(why) => return Err(StartError::NoUring(why.to_string())),
+                Err(why) => return Err(StartError::NoUring(why)),
             }
         }
         let engine = if engines.is_some() {

@@ -81,8 +81,6 @@ impl RunStats {
 /// Why the ring engine could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("io_uring is unusable here: {0}")]
-    Unsupported(String),
     #[error(transparent)]
     Arena(#[from] ArenaError),
     #[error("cannot create an io_uring with {entries} entries: {source}")]
