@@ -187,7 +187,9 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     })?;
     let writer = DatasetWriter::create(output_plan(out, input, cfg, &plan))?;
     let telemetry = opts.telemetry.clone().unwrap_or_default();
-    let p = Arc::new(Pipeline::start(cfg, telemetry)?);
+    // Queue the whole walk ahead of the readers (bounded: ~100 bytes a job).
+    let queue_ahead = plan.jobs.len().min(1 << 16);
+    let p = Arc::new(Pipeline::start(cfg, telemetry, queue_ahead)?);
     let jobs: Arc<[Job]> = plan.jobs.into();
 
     // The source: the sorted walk, then the end of the stream (guard dropped).

@@ -8,9 +8,11 @@
 //! [`Producer`] guard per thread, so the ring closes when the last reader ends
 //! — however it ends.
 //!
-//! The ring engine reads in bursts: a thread blocks for one job, then keeps up
-//! to `io.queue_depth` files in flight while more jobs are queued, and goes
-//! back to blocking when the queue runs dry. A ring that fails mid-run hands
+//! The ring engine reads in runs: a thread blocks for one job, then keeps up
+//! to `io.queue_depth` files in flight, taking new jobs as slots free up; a
+//! momentarily empty queue does not end the run while files are in flight
+//! (`Next::Later`), so a source that falls behind never drains the ring. The
+//! thread goes back to blocking only when nothing is queued or in flight. A ring that fails mid-run hands
 //! its in-flight files on as read errors and its thread reads the rest of its
 //! jobs with plain `read()` (logged).
 
@@ -21,7 +23,7 @@ use std::thread::JoinHandle;
 use crossbeam_queue::ArrayQueue;
 
 use super::arena::Arena;
-use super::uring::{self, SetupError, UringEngine, UringOptions};
+use super::uring::{self, Next, SetupError, UringEngine, UringOptions};
 use super::{FileBytes, Loaded, read_file};
 use crate::config::{Engine, IoConfig};
 use crate::runtime::ring::{Producer, Ring};
@@ -169,14 +171,18 @@ impl ReaderStage {
 fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
     while let Some(first) = ctx.jobs.pop() {
         let mut first = Some(first);
-        let next = || {
-            first
-                .take()
-                .or_else(|| ctx.jobs.try_pop())
-                .map(|j| (j.id, j.path))
+        // While jobs keep coming, one run keeps the ring full; it ends only
+        // when nothing is queued and nothing is in flight.
+        let next = || match first.take().or_else(|| ctx.jobs.try_pop()) {
+            Some(j) => Next::Job(j.id, j.path),
+            None if ctx.jobs.is_closed() => match ctx.jobs.try_pop() {
+                Some(j) => Next::Job(j.id, j.path),
+                None => Next::End,
+            },
+            None => Next::Later,
         };
         let done = |job, bytes, _latency| ctx.out.push(Loaded { job, bytes }).is_ok();
-        match engine.run(next, done) {
+        match engine.run_stream(next, done) {
             Ok(stats) => {
                 // Busy = the loop's wall time less time blocked handing files on.
                 local.add_busy(Stage::Read, stats.busy());

@@ -99,6 +99,16 @@ struct Slot {
 }
 
 /// What `run` calls per finished file.
+/// What a job stream has for [`UringEngine::run_stream`].
+pub enum Next<P> {
+    /// Read this file for this job.
+    Job(usize, P),
+    /// Nothing now; ask again after the next completion.
+    Later,
+    /// Nothing ever again.
+    End,
+}
+
 pub(super) type Done<'a> = dyn FnMut(usize, Result<FileBytes, Error>, Duration) -> bool + 'a;
 
 /// One thread's ring over one arena partition. Not shared between threads.
@@ -182,6 +192,25 @@ impl UringEngine {
     pub fn run<P: AsRef<Path>>(
         &mut self,
         mut next: impl FnMut() -> Option<(usize, P)>,
+        done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
+    ) -> io::Result<RunStats> {
+        self.run_stream(
+            || match next() {
+                Some((job, path)) => Next::Job(job, path),
+                None => Next::End,
+            },
+            done,
+        )
+    }
+
+    /// [`UringEngine::run`] over a stream that may run dry for a while: on
+    /// [`Next::Later`] the engine keeps reaping the files it has in flight and
+    /// asks again after each completion, so a producer that is momentarily
+    /// behind never drains the ring; the run returns once nothing is in
+    /// flight and `next` has nothing (`Later`) or never will (`End`).
+    pub fn run_stream<P: AsRef<Path>>(
+        &mut self,
+        mut next: impl FnMut() -> Next<P>,
         mut done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
     ) -> io::Result<RunStats> {
         if self.broken {
@@ -204,20 +233,22 @@ impl UringEngine {
 
     fn run_loop<P: AsRef<Path>>(
         &mut self,
-        next: &mut dyn FnMut() -> Option<(usize, P)>,
+        next: &mut dyn FnMut() -> Next<P>,
         done: &mut Done<'_>,
     ) -> io::Result<()> {
         let mut exhausted = false;
         loop {
-            while !self.stopping && !exhausted && !self.free.is_empty() {
+            let mut dry = false;
+            while !self.stopping && !exhausted && !dry && !self.free.is_empty() {
                 match next() {
-                    None => exhausted = true,
-                    Some((job, path)) => self.admit(job, path.as_ref(), done)?,
+                    Next::End => exhausted = true,
+                    Next::Later => dry = true,
+                    Next::Job(job, path) => self.admit(job, path.as_ref(), done)?,
                 }
             }
             let seen = self.part.releases();
             self.service_waiters()?;
-            if self.free.len() == self.slots.len() && (exhausted || self.stopping) {
+            if self.free.len() == self.slots.len() && (exhausted || dry || self.stopping) {
                 return Ok(());
             }
             if self.in_kernel > 0 {

@@ -19,7 +19,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use engine::UringEngine;
+pub use engine::{Next, UringEngine};
 pub use probe::{ProbeError, ProbeReport, probe};
 
 use super::arena::ArenaError;

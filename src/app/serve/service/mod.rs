@@ -153,7 +153,7 @@ impl Service {
             );
         }
         let telemetry = Arc::new(Telemetry::default());
-        let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry))?;
+        let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
         let sink = AppendSink::new(&serve.output_dir, &cfg, &serve.watch_dir);
         let mut svc = Service {
             config_path: config_path.to_path_buf(),
@@ -677,7 +677,7 @@ impl Service {
         // Restart the stage graph with the new config.
         let old = std::mem::replace(
             &mut self.pipeline,
-            Pipeline::start(&done.cfg, Arc::clone(&self.telemetry))?,
+            Pipeline::start(&done.cfg, Arc::clone(&self.telemetry), 0)?,
         );
         old.close();
         while old.outcomes().pop().is_some() {}
