@@ -1,7 +1,7 @@
 //! [`Sink`]: where a run's finished files go — the one interface the stage
 //! graph's last step sees, implemented by the build writer
 //! ([`super::DatasetWriter`], rows in sorted path order, files renamed into
-//! place at the end) and by serve's SWMR appenders (`app::serve::sink`, rows
+//! place at the end) and by serve's SWMR appenders ([`super::append::AppendSink`], rows
 //! in arrival order, durable at each flush).
 //!
 //! A sink is driven from one thread (the build's writer thread, serve's loop)

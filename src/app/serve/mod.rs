@@ -5,13 +5,11 @@
 //! * [`service`]: the loop that owns the journal and the sink, feeds the stage
 //!   graph (`crate::pipeline`, the same one `build` runs, GPU included) and
 //!   answers the control socket and signals.
-//! * [`sink`]: the SWMR append sink the stage graph writes through.
 //! * [`status`]: the typed replies of `ctl status` and `ctl stats`.
 //! * [`rebuild`]: re-ingest everything into new files, then swap them in.
 pub mod journal;
 pub mod rebuild;
 pub mod service;
-pub mod sink;
 pub mod status;
 pub mod watch;
 

@@ -27,14 +27,18 @@
 //!   re-ingested rather than trusted.
 //!
 //! Files: this one is the [`Appender`] API (create, append, flush, close);
+//! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
 //! [`recover`] opens an existing file: it clears the SWMR status flags, checks
 //! the file matches this configuration and cuts rows back to the journal's
 //! count. Every `unsafe` block of the writer is in `recover` (the two raw
 //! calls `h5clear` makes).
 
 mod recover;
+pub mod sink;
 #[cfg(test)]
 mod tests;
+
+pub use sink::{AppendSink, Dest};
 
 use std::path::{Path, PathBuf};
 

@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::rebuild::Rebuild;
-use super::sink::{AppendSink, DropFile};
 use super::status::{RebuildStatus, State, Stats, Status};
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
 use crate::app::control::{self, Command, Reply, Request, notify};
@@ -51,6 +50,7 @@ use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::writer::Placed;
+use crate::writer::append::{AppendSink, Dest};
 
 /// A fatal service problem.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +79,16 @@ pub enum Error {
     Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
     Rebuild(#[from] super::rebuild::Error),
+}
+
+/// One file of the drop tree on its way through the pipeline.
+#[derive(Clone, Debug)]
+struct DropFile {
+    abs: PathBuf,
+    /// Where its row goes (`rel` is its path relative to the drop directory).
+    dest: Dest,
+    /// Size and mtime when it was offered (the journal's identity of the file).
+    stamp: FileStamp,
 }
 
 /// Something to do with a source file once the journal has confirmed it.
@@ -232,9 +242,7 @@ impl Service {
             id,
             DropFile {
                 abs,
-                rel,
-                split,
-                label,
+                dest: Dest { rel, split, label },
                 stamp,
             },
         );
@@ -266,17 +274,22 @@ impl Service {
 
     /// Takes one computed file into its split (or records its rejection).
     fn absorb(&mut self, o: Outcome) -> Result<(), Error> {
-        let Some(job) = self.jobs.remove(&o.job) else {
+        let Some(DropFile {
+            abs,
+            dest: job,
+            stamp,
+        }) = self.jobs.remove(&o.job)
+        else {
             return Ok(());
         };
         self.in_flight.remove(&job.rel);
-        self.uncommitted.insert(job.rel.clone(), job.stamp);
+        self.uncommitted.insert(job.rel.clone(), stamp);
         // A file that changed while it was read (e.g. written in place into a
         // new directory and picked up by its scan before the writer closed it)
         // is offered again: its close event was skipped while it was in flight.
         let recheck = (self.serve.on_success == OnSuccess::Keep
             && (o.row.is_ok() || self.serve.quarantine_dir.is_none()))
-        .then(|| (job.abs.clone(), job.stamp));
+        .then(|| (abs.clone(), stamp));
         if o.row.is_ok() {
             let confirmed = self.journal.state().rows_of(&job.split);
             self.sink.open(&job.split, confirmed)?;
@@ -295,12 +308,11 @@ impl Service {
                 let Placed::At { index } = placed else {
                     unreachable!("the append sink places every row at once")
                 };
-                self.journal
-                    .stage_row(&job.rel, job.stamp, &job.split, index);
+                self.journal.stage_row(&job.rel, stamp, &job.split, index);
                 self.files_ok += 1;
                 match self.serve.on_success {
                     OnSuccess::Keep => {}
-                    OnSuccess::Delete => self.after.push(After::Delete(job.abs)),
+                    OnSuccess::Delete => self.after.push(After::Delete(abs)),
                     OnSuccess::Move => {
                         let to = self
                             .serve
@@ -308,7 +320,7 @@ impl Service {
                             .as_ref()
                             .expect("validated: move has a done_dir")
                             .join(&job.rel);
-                        self.after.push(After::Move(job.abs, to));
+                        self.after.push(After::Move(abs, to));
                     }
                 }
             }
@@ -319,9 +331,9 @@ impl Service {
                     reason = %r.reason,
                     "Rejected a dropped file."
                 );
-                self.journal.stage_reject(&job.rel, job.stamp, &r.reason);
+                self.journal.stage_reject(&job.rel, stamp, &r.reason);
                 if let Some(q) = &self.serve.quarantine_dir {
-                    self.after.push(After::Move(job.abs, q.join(&job.rel)));
+                    self.after.push(After::Move(abs, q.join(&job.rel)));
                 }
                 self.rejections.push(r);
                 self.files_rejected += 1;
@@ -599,7 +611,7 @@ impl Service {
                 // Not yet started: leave them in the drop directory for next time.
                 for id in std::mem::take(&mut self.backlog) {
                     if let Some(j) = self.jobs.remove(&id) {
-                        self.in_flight.remove(&j.rel);
+                        self.in_flight.remove(&j.dest.rel);
                     }
                 }
                 return Ok(());

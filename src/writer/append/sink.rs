@@ -1,8 +1,9 @@
-//! serve's [`Sink`]: one SWMR [`Appender`] per split under `output_dir`, rows
-//! in arrival order, label lists kept identical across splits.
+//! The append [`Sink`] (serve's): one SWMR [`Appender`] per split under
+//! `output_dir`, rows in arrival order, label lists kept identical across
+//! splits.
 //!
-//! The service loop owns the sink and drives it through `pipeline::deliver`
-//! like `build` drives its writer. Before a row of a split is delivered, the
+//! serve's loop owns the sink and drives it through `pipeline::deliver` like
+//! `build` drives its writer. Before a row of a split is delivered, the
 //! loop opens that split with the row count the journal confirms
 //! ([`AppendSink::open`]): an existing file is cut back to it (rows written
 //! before a crash and never confirmed), so the journal and the files agree.
@@ -12,21 +13,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use super::journal::FileStamp;
+use super::{AppendSpec, Appender};
 use crate::config::Config;
-use crate::writer::append::{AppendSpec, Appender};
 use crate::writer::{self, Placed, Sink};
 
-/// One file of the drop tree on its way through the pipeline.
-#[derive(Clone, Debug)]
-pub struct DropFile {
-    pub abs: PathBuf,
-    /// Path relative to the drop directory, `/`-separated.
+/// Where one row goes: its split, the path recorded for it and its label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dest {
+    /// Path relative to the input directory, `/`-separated (the `path` value).
     pub rel: String,
     pub split: String,
     pub label: Option<String>,
-    /// Size and mtime when it was offered (the journal's identity of the file).
-    pub stamp: FileStamp,
 }
 
 /// The appenders of every split seen so far.
@@ -39,7 +36,7 @@ pub struct AppendSink {
 }
 
 impl AppendSink {
-    /// A sink writing `cfg`'s rows into `output_dir`, recording `input` (the
+    /// A sink writing `cfg`'s rows into `output_dir`, recording `input` (serve's
     /// drop directory) as the files' `input` attribute.
     pub fn new(output_dir: &Path, cfg: &Config, input: &Path) -> AppendSink {
         AppendSink {
@@ -136,11 +133,11 @@ impl AppendSink {
 }
 
 impl Sink for AppendSink {
-    type File = DropFile;
+    type File = Dest;
 
     fn write(
         &mut self,
-        file: &DropFile,
+        file: &Dest,
         row: Vec<f32>,
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, writer::Error> {
@@ -162,11 +159,7 @@ impl Sink for AppendSink {
         Ok(Placed::At { index })
     }
 
-    fn skip(
-        &mut self,
-        _file: &DropFile,
-        _recycle: &mut Vec<Vec<f32>>,
-    ) -> Result<(), writer::Error> {
+    fn skip(&mut self, _file: &Dest, _recycle: &mut Vec<Vec<f32>>) -> Result<(), writer::Error> {
         // Rows are in arrival order: a rejected file leaves no gap to close.
         Ok(())
     }
