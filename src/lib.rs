@@ -24,7 +24,7 @@
 //! * [`runtime`]: rings with producer guards, thread placement, telemetry,
 //!   raw syscalls ([`runtime::sys`]).
 //! * [`config`]: TOML → validated [`config::Config`], one file per section.
-//! * [`app`]: the commands — build, serve (journal, sink, status, rebuild),
+//! * [`app`]: the commands — build, serve (journal, status, reload, rebuild),
 //!   control socket and `ctl`, bench io, synth; [`cli`] parses the command
 //!   line and the binary's `main` only calls [`cli::main`].
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -150,6 +150,25 @@ pub struct Wiring {
     pub arena: Option<Arc<Arena>>,
 }
 
+#[cfg(test)]
+impl Wiring {
+    /// A wiring over fresh rings of `capacity` and no arena (stage tests),
+    /// with its input and output rings.
+    pub(crate) fn standalone(capacity: usize) -> (Wiring, Arc<Ring<Loaded>>, Arc<Ring<Outcome>>) {
+        let input = Arc::new(Ring::new(capacity));
+        let output = Arc::new(Ring::new(capacity));
+        let wiring = Wiring {
+            input: Arc::clone(&input),
+            output: Arc::clone(&output),
+            free_bytes: Arc::new(ArrayQueue::new(16)),
+            free_rows: Arc::new(ArrayQueue::new(16)),
+            telemetry: Arc::new(Telemetry::default()),
+            arena: None,
+        };
+        (wiring, input, output)
+    }
+}
+
 /// The running compute stage.
 pub enum ComputeStage {
     Cpu(cpu::Workers),

@@ -73,25 +73,14 @@ mod tests {
     #[test]
     fn a_trickle_of_files_is_computed_within_the_batch_delay_not_at_a_full_batch() {
         use super::*;
-        use crate::compute::{Outcome, Wiring};
+        use crate::compute::Wiring;
         use crate::dsp::Plan;
         use crate::reader::{FileBytes, Loaded};
-        use crate::runtime::ring::Ring;
-        use crate::runtime::telemetry::Telemetry;
 
         let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
         let rate = plan.spec().sample_rate;
         let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
-        let input = Arc::new(Ring::<Loaded>::new(256));
-        let output = Arc::new(Ring::<Outcome>::new(256));
-        let wiring = Wiring {
-            input: Arc::clone(&input),
-            output: Arc::clone(&output),
-            free_bytes: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-            free_rows: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-            telemetry: Arc::new(Telemetry::default()),
-            arena: None,
-        };
+        let (wiring, input, output) = Wiring::standalone(256);
         let opts = CudaOptions {
             batch_files: 512,
             flush_after: std::time::Duration::from_millis(10),

@@ -638,12 +638,9 @@ fn the_double_refuses_what_cuda_refuses_during_capture() {
 fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     use super::backend::CudaOptions;
     use super::host_stage::{DEVICE_NAME, start_host_double_workers_with};
-    use crate::compute::Outcome;
     use crate::compute::Wiring as CudaWiring;
     use crate::dsp::{Plan, Scratch};
     use crate::reader::{FileBytes, Loaded};
-    use crate::runtime::ring::Ring;
-    use crate::runtime::telemetry::Telemetry;
 
     let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
     let rate = plan.spec().sample_rate;
@@ -663,16 +660,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     long.extend_from_slice(&crate::app::synth::clip(7, 8, 1));
     files[7] = crate::app::synth::encode_wav_pcm16(&long, rate);
 
-    let input = Arc::new(Ring::<Loaded>::new(64));
-    let output = Arc::new(Ring::<Outcome>::new(64));
-    let wiring = CudaWiring {
-        input: Arc::clone(&input),
-        output: Arc::clone(&output),
-        free_bytes: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-        free_rows: Arc::new(crossbeam_queue::ArrayQueue::new(16)),
-        telemetry: Arc::new(Telemetry::default()),
-        arena: None,
-    };
+    let (wiring, input, output) = CudaWiring::standalone(64);
     let opts = CudaOptions {
         batch_files: 4,
         ..CudaOptions::default()
