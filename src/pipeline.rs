@@ -28,7 +28,7 @@ use std::time::Instant;
 use crossbeam_queue::ArrayQueue;
 use serde::{Deserialize, Serialize};
 
-use crate::compute::{self, Choice, ComputeStage, Outcome, Reject, Rejection, Wiring, cuda};
+use crate::compute::{self, ComputeStage, Outcome, Reject, Rejection, Wiring, cuda};
 use crate::config::{Config, Engine};
 use crate::dsp::Plan;
 use crate::reader::{self, Loaded, ReadJob, ReaderStage};
@@ -79,7 +79,6 @@ pub struct Pipeline {
     free_rows: Arc<ArrayQueue<Vec<f32>>>,
     readers: ReaderStage,
     compute: ComputeStage,
-    choice: Choice,
     shape: Shape,
     telemetry: Arc<Telemetry>,
 }
@@ -183,7 +182,6 @@ impl Pipeline {
             free_rows,
             readers,
             compute,
-            choice,
             shape,
             telemetry,
         })
@@ -207,10 +205,6 @@ impl Pipeline {
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
-    }
-
-    pub fn choice(&self) -> &Choice {
-        &self.choice
     }
 
     pub fn shape(&self) -> &Shape {
