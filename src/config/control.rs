@@ -32,8 +32,14 @@ pub struct RawControl {
     /// Concurrent client connections; more are answered "busy" (default
     /// [`defaults::control::MAX_CLIENTS`]).
     pub max_clients: Option<usize>,
-    /// A client that sends nothing (or half a line) for this long is
-    /// disconnected (default [`defaults::control::CLIENT_TIMEOUT_MS`]).
+    /// Concurrent connections one peer process (SO_PEERCRED pid) may hold;
+    /// more are answered "busy", so one misbehaving client cannot take every
+    /// slot (default [`defaults::control::MAX_CLIENTS_PER_PEER`], at most
+    /// `max_clients`).
+    pub max_clients_per_peer: Option<usize>,
+    /// A client must complete each request line within this long of the
+    /// previous reply (or of connecting): an idle connection, or one that
+    /// trickles a line byte by byte, is disconnected (default [`defaults::control::CLIENT_TIMEOUT_MS`]).
     pub client_timeout_ms: Option<u64>,
 }
 
@@ -47,6 +53,7 @@ pub struct ControlConfig {
     pub group: Option<String>,
     pub max_line_bytes: usize,
     pub max_clients: usize,
+    pub max_clients_per_peer: usize,
     pub client_timeout_ms: u64,
 }
 
@@ -119,16 +126,28 @@ impl ControlConfig {
             Some(v) => v,
             None => defaults::control::CLIENT_TIMEOUT_MS,
         };
+        let max_clients = cx.positive(
+            "control.max_clients",
+            c.max_clients,
+            defaults::control::MAX_CLIENTS,
+        )?;
+        let max_clients_per_peer = match c.max_clients_per_peer {
+            Some(n) if n == 0 || n > max_clients => {
+                return Err(cx.invalid(
+                    "control.max_clients_per_peer",
+                    format!("{n}; expected 1 to control.max_clients ({max_clients})"),
+                ));
+            }
+            Some(n) => n,
+            None => defaults::control::MAX_CLIENTS_PER_PEER.min(max_clients),
+        };
         Ok(ControlConfig {
             socket,
             mode,
             group,
             max_line_bytes,
-            max_clients: cx.positive(
-                "control.max_clients",
-                c.max_clients,
-                defaults::control::MAX_CLIENTS,
-            )?,
+            max_clients,
+            max_clients_per_peer,
             client_timeout_ms,
         })
     }

@@ -105,6 +105,8 @@ pub mod control {
     pub const MAX_LINE_BYTES: usize = 65536;
     /// `control.max_clients`.
     pub const MAX_CLIENTS: usize = 64;
+    /// `control.max_clients_per_peer` (capped at `max_clients`).
+    pub const MAX_CLIENTS_PER_PEER: usize = 16;
     /// `control.client_timeout_ms`.
     pub const CLIENT_TIMEOUT_MS: u64 = 5000;
 }

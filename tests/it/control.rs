@@ -98,9 +98,18 @@ impl Conn {
         }
     }
 
+    /// Sends one line. A server that refuses a client answers and closes
+    /// at once, so the send may meet a closed socket (EPIPE); the answer is
+    /// still there for `recv`.
     fn send(&mut self, line: &str) {
-        self.w.write_all(line.as_bytes()).unwrap();
-        self.w.write_all(b"\n").unwrap();
+        let sent = self
+            .w
+            .write_all(line.as_bytes())
+            .and_then(|()| self.w.write_all(b"\n"));
+        match sent {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("send: {e}"),
+            _ => {}
+        }
     }
 
     fn recv(&mut self) -> Value {
@@ -197,7 +206,8 @@ fn an_over_long_line_is_refused_and_the_connection_closed() {
 
 #[test]
 fn fifty_concurrent_clients_all_get_answers() {
-    let f = Arc::new(Fake::start(|_| {}));
+    // All fifty come from this one process: lift the per-peer cap.
+    let f = Arc::new(Fake::start(|c| c.max_clients_per_peer = 64));
     let barrier = Arc::new(Barrier::new(50));
     let threads: Vec<_> = (0..50)
         .map(|i| {
@@ -239,6 +249,89 @@ fn a_stalled_client_does_not_block_others_and_is_timed_out() {
     );
     assert!(t.elapsed() >= Duration::from_millis(1400));
     assert!(stalled.closed());
+}
+
+#[test]
+fn trickling_clients_cannot_hold_control_slots_past_one_request_deadline() {
+    // Regression: the timeout was per read, so a byte every 200 ms kept a
+    // slot forever and `ctl status` got "busy" for as long as they trickled.
+    let f = Arc::new(Fake::start(|c| {
+        c.max_clients = 4;
+        c.client_timeout_ms = 800;
+    }));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = f.connect();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if c.w.write_all(b" ").is_err() {
+                        return sent;
+                    }
+                    sent += 1;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                sent
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // While they trickle, a newcomer is busy at first...
+    let r = f.connect().recv();
+    assert!(r["error"].as_str().unwrap_or("").starts_with("busy"), "{r}");
+    // ...and gets its answer once the tricklers' line deadline has passed,
+    // though they never stop sending.
+    let t = Instant::now();
+    let answered = loop {
+        let r = f.connect().ask("status");
+        if r["ok"] == true {
+            break t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(6),
+            "still refused while clients trickle: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tricklers {
+        t.join().unwrap();
+    }
+    assert!(answered < Duration::from_secs(3), "{answered:?}");
+}
+
+#[test]
+fn one_process_cannot_take_every_control_slot() {
+    let f = Fake::start(|c| {
+        c.max_clients = 8;
+        c.max_clients_per_peer = 3;
+    });
+    let mut held: Vec<_> = (0..3).map(|_| f.connect()).collect();
+    for c in &mut held {
+        assert_eq!(c.ask("status")["ok"], true);
+    }
+    let mut fourth = f.connect();
+    let r = fourth.recv();
+    let e = r["error"].as_str().unwrap_or("");
+    assert!(
+        e.starts_with("busy: this process already holds 3 control connections"),
+        "{r}"
+    );
+    assert!(fourth.closed());
+    // Another process still gets in: the cap is per peer, not global.
+    let out = Process::new("python3")
+        .arg("-c")
+        .arg(
+            "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+             s.sendall(b'status\\n'); print(s.makefile().readline(), end='')",
+        )
+        .arg(&f.path)
+        .output()
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
 }
 
 #[test]

@@ -7,11 +7,19 @@
 //! * malformed JSON, a missing `cmd`, an unknown command: an error reply, and
 //!   the connection stays open;
 //! * a line longer than `max_line_bytes`: an error reply, then close;
-//! * a line left unfinished for `client_timeout_ms`: an error reply, then
-//!   close (an idle connection is closed silently after the same time);
-//! * more than `max_clients` connections: the newcomer gets a "busy" reply;
+//! * a line not finished within `client_timeout_ms` of the previous reply
+//!   (or of connecting): an error reply, then close. The deadline is per
+//!   request line, not per read, so a client trickling a byte at a time
+//!   cannot hold its slot; an idle connection is closed silently at the same
+//!   deadline;
+//! * more than `max_clients` connections, or more than
+//!   `max_clients_per_peer` from one process: the newcomer gets a "busy"
+//!   reply;
 //! * a peer (SO_PEERCRED) that is not root, the service's uid, or in the
-//!   configured group: an error naming its uid, then close.
+//!   configured group: an error naming its uid, then close. Refusals are
+//!   logged at most once per [`REFUSAL_LOG_EVERY`] per reason, with the
+//!   number left unlogged, so a client retrying in a loop cannot flood the
+//!   log.
 //!
 //! Threads: one accept thread (poll on the listener and a wake-up socket) and
 //! one thread per client, capped. Each request goes to the service loop as a
@@ -49,11 +57,14 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Longest command text quoted back in an "unknown command" error.
 const MAX_ECHO: usize = 64;
+/// At most one log line per refusal reason in this interval.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Settings the client threads need, copied out of the config.
 struct Limits {
     max_line_bytes: usize,
     max_clients: usize,
+    max_clients_per_peer: usize,
     client_timeout: Duration,
 }
 
@@ -63,8 +74,11 @@ struct Shared {
     tx: Sender,
     stopping: AtomicBool,
     /// Connected clients (a clone of each stream, to unblock their reads at
-    /// shutdown); a client thread removes its own entry when it ends.
-    clients: Mutex<HashMap<u64, UnixStream>>,
+    /// shutdown, and the peer's pid); a client thread removes its own entry
+    /// when it ends.
+    clients: Mutex<HashMap<u64, Client>>,
+    /// Rate limits for the refusal log lines.
+    refusals: Mutex<RefusalLog>,
     clients_changed: Condvar,
     next_id: AtomicU64,
 }
@@ -133,12 +147,14 @@ impl Server {
             limits: Limits {
                 max_line_bytes: cfg.max_line_bytes,
                 max_clients: cfg.max_clients,
+                max_clients_per_peer: cfg.max_clients_per_peer,
                 client_timeout: Duration::from_millis(cfg.client_timeout_ms),
             },
             policy: PeerPolicy::for_this_process(group),
             tx,
             stopping: AtomicBool::new(false),
             clients: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(RefusalLog::default()),
             clients_changed: Condvar::new(),
             next_id: AtomicU64::new(0),
         });
@@ -223,9 +239,9 @@ impl Drop for Server {
         let Ok(mut clients) = self.shared.clients.lock() else {
             return;
         };
-        for s in clients.values() {
+        for c in clients.values() {
             // Unblocks a read waiting for the next request; writes still work.
-            let _ = s.shutdown(std::net::Shutdown::Read);
+            let _ = c.stream.shutdown(std::net::Shutdown::Read);
         }
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         while !clients.is_empty() {
@@ -303,26 +319,48 @@ fn accept_loop(listener: &UnixListener, wake: &UnixStream, shared: &Arc<Shared>)
     }
 }
 
-/// Starts a client thread, or answers "busy" when the cap is reached.
+/// A connected client, as the registry keeps it.
+struct Client {
+    /// A clone of the client's stream, shut down to unblock its thread.
+    stream: UnixStream,
+    /// The peer process (SO_PEERCRED), for the per-peer cap.
+    pid: Option<i32>,
+}
+
+/// Starts a client thread, or answers "busy" when a cap is reached.
 fn admit(stream: UnixStream, shared: &Arc<Shared>) {
     let _ = stream.set_nonblocking(false);
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let pid = peer_cred(&stream).ok().map(|p| p.pid);
     {
         let Ok(mut clients) = shared.clients.lock() else {
             return;
         };
-        if clients.len() >= shared.limits.max_clients {
-            drop(clients);
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let msg = format!(
+        let limits = &shared.limits;
+        let busy = if clients.len() >= limits.max_clients {
+            Some(format!(
                 "busy: {} control clients are connected; try again",
-                shared.limits.max_clients
-            );
+                limits.max_clients
+            ))
+        } else if pid.is_some()
+            && clients.values().filter(|c| c.pid == pid).count() >= limits.max_clients_per_peer
+        {
+            Some(format!(
+                "busy: this process already holds {} control connections (control.max_clients_per_peer); close one and try again",
+                limits.max_clients_per_peer
+            ))
+        } else {
+            None
+        };
+        if let Some(msg) = busy {
+            drop(clients);
+            shared.log_refusal(Refusal::Busy, pid, None, &msg);
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = write_reply(&stream, &Reply::error(msg));
             return;
         }
         match stream.try_clone() {
-            Ok(c) => clients.insert(id, c),
+            Ok(c) => clients.insert(id, Client { stream: c, pid }),
             Err(_) => return,
         };
     }
@@ -374,26 +412,28 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
         }
     };
     if let Err(denied) = shared.policy.check(peer, supplementary_groups) {
-        tracing::warn!(
-            pid = peer.pid,
-            uid = peer.uid,
-            reason = %denied,
-            "Refused a control client: not allowed."
-        );
-        let _ = write_reply(stream, &Reply::error(denied.to_string()));
+        let msg = denied.to_string();
+        shared.log_refusal(Refusal::Denied, Some(peer.pid), Some(peer.uid), &msg);
+        let _ = write_reply(stream, &Reply::error(msg));
         return;
     }
-    let timeout = Some(shared.limits.client_timeout);
-    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+    let timeout = shared.limits.client_timeout;
+    if stream.set_write_timeout(Some(timeout)).is_err() {
         return;
     }
     let origin = Origin::Socket {
         pid: peer.pid,
         uid: peer.uid,
     };
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(LineDeadline {
+        stream,
+        deadline: Instant::now() + timeout,
+    });
     let mut line = Vec::new();
     loop {
+        // Each request line must be complete within the timeout, however
+        // its bytes arrive.
+        reader.get_mut().deadline = Instant::now() + timeout;
         let reply = match read_line_limited(&mut reader, &mut line, shared.limits.max_line_bytes) {
             Ok(Line::Eof) => return,
             Ok(Line::TooLong) => {
@@ -430,7 +470,7 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
                 if !line.is_empty() {
                     let msg = format!(
                         "timed out after {} ms waiting for the end of the request line",
-                        shared.limits.client_timeout.as_millis()
+                        timeout.as_millis()
                     );
                     let _ = write_reply(stream, &Reply::error(msg));
                 }
@@ -440,6 +480,85 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
         };
         if write_reply(stream, &reply).is_err() {
             return;
+        }
+    }
+}
+
+/// A client stream read under a deadline for the current request line: each
+/// read waits at most until `deadline`, and a read at or past it fails with
+/// `TimedOut`.
+struct LineDeadline<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl io::Read for LineDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// Why a client was turned away, for the rate-limited log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Refusal {
+    Busy,
+    Denied,
+}
+
+/// Per-reason log throttle: the first refusal of an interval is logged, the
+/// rest are counted and reported with the next logged one.
+#[derive(Default)]
+struct RefusalLog {
+    last: HashMap<Refusal, Instant>,
+    unlogged: HashMap<Refusal, u64>,
+}
+
+impl RefusalLog {
+    /// Whether to log this refusal now, and how many were left unlogged
+    /// since the last line for the same reason.
+    fn admit(&mut self, why: Refusal, now: Instant) -> Option<u64> {
+        match self.last.get(&why) {
+            Some(t) if now.duration_since(*t) < REFUSAL_LOG_EVERY => {
+                *self.unlogged.entry(why).or_default() += 1;
+                None
+            }
+            _ => {
+                self.last.insert(why, now);
+                Some(self.unlogged.remove(&why).unwrap_or(0))
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn log_refusal(&self, why: Refusal, pid: Option<i32>, uid: Option<u32>, reason: &str) {
+        let Some(unlogged) = self
+            .refusals
+            .lock()
+            .ok()
+            .and_then(|mut l| l.admit(why, Instant::now()))
+        else {
+            return;
+        };
+        match why {
+            Refusal::Denied => tracing::warn!(
+                pid,
+                uid,
+                reason,
+                unlogged,
+                "Refused a control client: not allowed."
+            ),
+            Refusal::Busy => tracing::warn!(
+                pid,
+                reason,
+                unlogged,
+                "Refused a control client: no free slot."
+            ),
         }
     }
 }
@@ -595,6 +714,23 @@ mod tests {
         let long = "x".repeat(1000);
         let e = parse_request(long.as_bytes()).unwrap_err();
         assert!(e.len() < 300, "the echo is truncated: {e}");
+    }
+
+    #[test]
+    fn a_refused_peer_in_a_loop_logs_one_line_per_interval() {
+        let mut log = RefusalLog::default();
+        let t0 = Instant::now();
+        assert_eq!(log.admit(Refusal::Denied, t0), Some(0));
+        for i in 1..5000u64 {
+            let t = t0 + Duration::from_micros(i);
+            assert_eq!(log.admit(Refusal::Denied, t), None);
+        }
+        // Another reason has its own budget.
+        assert_eq!(log.admit(Refusal::Busy, t0), Some(0));
+        // The next interval logs once, with the count left unlogged.
+        let later = t0 + REFUSAL_LOG_EVERY;
+        assert_eq!(log.admit(Refusal::Denied, later), Some(4999));
+        assert_eq!(log.admit(Refusal::Denied, later), None);
     }
 
     #[test]
