@@ -126,7 +126,10 @@ impl Reject {
                 | W::ZeroChannels
                 | W::ZeroSampleRate
                 | W::BlockAlign { .. }
-                | W::EmptyData { .. } => RejectKind::Malformed,
+                | W::EmptyData { .. }
+                | W::ExtensionOverrun { .. }
+                | W::ValidBits { .. }
+                | W::NonFinite { .. } => RejectKind::Malformed,
                 W::Rf64 { .. }
                 | W::UnsupportedCodec { .. }
                 | W::UnknownSubFormat { .. }

@@ -12,8 +12,11 @@
 //! Accepted: `RIFF`/`WAVE`, little-endian, format tag 1 (PCM: 8-bit unsigned,
 //! 16/24/32-bit signed), 3 (IEEE float: 32/64-bit) and `0xFFFE`
 //! (WAVE_FORMAT_EXTENSIBLE whose sub-format GUID is the standard KSDATAFORMAT PCM or
-//! IEEE-float GUID; the container size `wBitsPerSample` decides decoding,
-//! `wValidBitsPerSample` is ignored). Scaling follows docs/DESIGN.md: int16/2^15,
+//! IEEE-float GUID; the container size `wBitsPerSample` decides decoding;
+//! `wValidBitsPerSample` must not exceed it (0 is read as "all"), and `cbSize`
+//! must fit in the fmt chunk). IEEE-float samples must be finite once held
+//! as `f32` (NaN, ±Inf, or an f64 beyond f32's range is rejected with the
+//! frame and channel, not turned into silence). Scaling follows docs/DESIGN.md: int16/2^15,
 //! int24/2^23, int32/2^31, uint8 (v−128)/128, float as stored (f64 rounded to f32).
 //! Several channels → the mean computed like `np.mean(y, axis=0)` on float32: the
 //! scaled channel values summed left to right in `f32`, then divided by the count.
@@ -150,6 +153,28 @@ pub enum Error {
     SampleRate { found: u32, expected: u32 },
     #[error("empty data chunk (0 sample frames; {bytes} data bytes, {block_align} per frame)")]
     EmptyData { bytes: usize, block_align: u16 },
+    #[error(
+        "fmt chunk's cbSize declares {declared} extension bytes but the {size}-byte chunk \
+         holds {available}"
+    )]
+    ExtensionOverrun {
+        declared: u16,
+        size: u32,
+        available: u32,
+    },
+    #[error(
+        "wValidBitsPerSample {valid} exceeds the {bits}-bit container; expected at most {bits}"
+    )]
+    ValidBits { valid: u16, bits: u16 },
+    #[error(
+        "sample frame {frame}, channel {channel} is {value} (not a finite float32 value); \
+         expected finite IEEE-float samples"
+    )]
+    NonFinite {
+        frame: usize,
+        channel: u16,
+        value: f64,
+    },
 }
 
 /// Smallest buffer that can hold RIFF header + 16-byte `fmt ` + `data` header.
@@ -224,6 +249,8 @@ pub fn parse(bytes: &[u8]) -> Result<WavInfo, Error> {
             block_align: fmt.block_align,
         });
     }
+    let samples = &bytes[data_offset..data_offset + frames * usize::from(fmt.block_align)];
+    check_finite(samples, fmt.format, fmt.channels)?;
     Ok(WavInfo {
         sample_rate: fmt.sample_rate,
         channels: fmt.channels,
@@ -232,6 +259,47 @@ pub fn parse(bytes: &[u8]) -> Result<WavInfo, Error> {
         data_offset,
         frames,
     })
+}
+
+/// The first sample of float `data` that is not finite as `f32`, as an
+/// error; integer formats always pass. One branch-free pass per chunk of
+/// samples, so the common all-finite case costs a read of the data.
+fn check_finite(data: &[u8], format: SampleFormat, channels: u16) -> Result<(), Error> {
+    let first_bad = match format {
+        SampleFormat::F32 => first_non_finite::<4>(data, |b| f32::from_le_bytes(b).is_finite()),
+        SampleFormat::F64 => {
+            first_non_finite::<8>(data, |b| f64::from_le_bytes(b).abs() <= f64::from(f32::MAX))
+        }
+        _ => None,
+    };
+    let Some(i) = first_bad else {
+        return Ok(());
+    };
+    let value = match format {
+        SampleFormat::F32 => f64::from(f32::from_le_bytes(
+            data[i * 4..i * 4 + 4].try_into().expect("4 bytes"),
+        )),
+        _ => f64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().expect("8 bytes")),
+    };
+    Err(Error::NonFinite {
+        frame: i / usize::from(channels),
+        channel: (i % usize::from(channels)) as u16,
+        value,
+    })
+}
+
+/// Index of the first `W`-byte sample for which `ok` is false.
+fn first_non_finite<const W: usize>(data: &[u8], ok: impl Fn([u8; W]) -> bool) -> Option<usize> {
+    const BLOCK: usize = 256;
+    let (samples, _) = data.as_chunks::<W>();
+    for (b, block) in samples.chunks(BLOCK).enumerate() {
+        // `all` without early exit in the block keeps the loop vectorisable.
+        if !block.iter().fold(true, |acc, &s| acc & ok(s)) {
+            let i = block.iter().position(|&s| !ok(s)).expect("a bad sample");
+            return Some(b * BLOCK + i);
+        }
+    }
+    None
 }
 
 /// [`parse`], check `sample_rate == expected_rate`, then [`decode_mono_into`].
@@ -363,9 +431,24 @@ fn parse_fmt(chunk: &[u8]) -> Result<Fmt, Error> {
     let block_align = u16_at(12);
     let bits = u16_at(14);
 
+    if chunk.len() >= 18 {
+        let declared = u16_at(16);
+        let available = size - 18;
+        if u32::from(declared) > available {
+            return Err(Error::ExtensionOverrun {
+                declared,
+                size,
+                available,
+            });
+        }
+    }
     let (base, extensible) = if tag == TAG_EXTENSIBLE {
         if chunk.len() < 40 {
             return Err(Error::FmtTooSmall { size, needed: 40 });
+        }
+        let valid = u16_at(18);
+        if valid > bits {
+            return Err(Error::ValidBits { valid, bits });
         }
         let mut guid = [0u8; 16];
         guid.copy_from_slice(&chunk[24..40]);

@@ -696,3 +696,127 @@ proptest! {
         }
     }
 }
+
+// ---- regressions from the attack pass: accepted before, rejected now ----
+
+#[test]
+fn cb_size_0xffff_is_rejected_not_accepted() {
+    let mut body = fmt_ext(TAG_PCM, 1, 4096, 16, 16);
+    body[16..18].copy_from_slice(&0xFFFFu16.to_le_bytes());
+    let f = riff(&[chunk(b"fmt ", &body), chunk(b"data", &i16_bytes(&[1, 2]))]);
+    let (e, s) = err(&f);
+    assert!(
+        matches!(
+            e,
+            Error::ExtensionOverrun {
+                declared: 0xFFFF,
+                size: 40,
+                available: 22
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        s,
+        "fmt chunk's cbSize declares 65535 extension bytes but the 40-byte chunk holds 22"
+    );
+    // The same overrun in a plain PCM fmt chunk with a cbSize field.
+    let mut body = fmt(TAG_PCM, 1, 4096, 16);
+    body.extend_from_slice(&4u16.to_le_bytes());
+    let f = riff(&[chunk(b"fmt ", &body), chunk(b"data", &i16_bytes(&[1, 2]))]);
+    assert!(matches!(
+        err(&f).0,
+        Error::ExtensionOverrun { declared: 4, .. }
+    ));
+    // cbSize 0 in an 18-byte chunk is fine.
+    let mut body = fmt(TAG_PCM, 1, 4096, 16);
+    body.extend_from_slice(&0u16.to_le_bytes());
+    let f = riff(&[chunk(b"fmt ", &body), chunk(b"data", &i16_bytes(&[1, 2]))]);
+    assert_eq!(decode_all(&f).1.len(), 2);
+}
+
+#[test]
+fn valid_bits_above_the_container_size_is_rejected() {
+    let f = riff(&[
+        chunk(b"fmt ", &fmt_ext(TAG_PCM, 1, 4096, 16, 24)),
+        chunk(b"data", &i16_bytes(&[1, 2])),
+    ]);
+    let (e, s) = err(&f);
+    assert!(
+        matches!(
+            e,
+            Error::ValidBits {
+                valid: 24,
+                bits: 16
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        s,
+        "wValidBitsPerSample 24 exceeds the 16-bit container; expected at most 16"
+    );
+    // Fewer valid bits than the container (20 in 24) and 0 ("all") are fine.
+    for valid in [20, 0] {
+        let f = riff(&[
+            chunk(b"fmt ", &fmt_ext(TAG_PCM, 1, 4096, 24, valid)),
+            chunk(b"data", &[0, 0, 0x40]),
+        ]);
+        assert_eq!(decode_all(&f).1, [0.5]);
+    }
+}
+
+#[test]
+fn nan_and_inf_float_samples_are_rejected_not_turned_into_silence() {
+    for (bad, shown) in [
+        (f32::NAN, "NaN"),
+        (f32::INFINITY, "inf"),
+        (f32::NEG_INFINITY, "-inf"),
+    ] {
+        // Stereo: frame 300, channel 1 (past the first 256-sample block).
+        let mut v = vec![0.25f32; 1000];
+        v[601] = bad;
+        let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let (e, s) = err(&wav(TAG_FLOAT, 2, 4096, 32, &data));
+        assert!(
+            matches!(
+                e,
+                Error::NonFinite {
+                    frame: 300,
+                    channel: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            s,
+            format!(
+                "sample frame 300, channel 1 is {shown} (not a finite float32 value); \
+                 expected finite IEEE-float samples"
+            )
+        );
+    }
+}
+
+#[test]
+fn f64_samples_beyond_the_f32_range_are_rejected() {
+    let data: Vec<u8> = [0.5f64, 1e300, -0.5]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let (e, _) = err(&wav(TAG_FLOAT, 1, 4096, 64, &data));
+    assert!(
+        matches!(e, Error::NonFinite { frame: 1, channel: 0, value } if value == 1e300),
+        "{e:?}"
+    );
+    // The largest finite f32 still passes.
+    let data: Vec<u8> = [f64::from(f32::MAX), -f64::from(f32::MAX)]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    assert_eq!(
+        decode_all(&wav(TAG_FLOAT, 1, 4096, 64, &data)).1,
+        [f32::MAX, -f32::MAX]
+    );
+}
