@@ -141,6 +141,11 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         }
         Command::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
+            // The group must exist on this host, as serve will need it.
+            if let Some(group) = &cfg.control.group {
+                crate::app::control::peer::resolve_group(group)
+                    .with_context(|| file.display().to_string())?;
+            }
             println!("{} is valid. Resolved settings:", file.display());
             println!(
                 "{}",
@@ -232,17 +237,41 @@ pub fn main() -> ExitCode {
     let format = LogFormat::resolve(cli.log_format, env.as_deref())
         .unwrap_or_else(|why| Cli::command().error(ErrorKind::InvalidValue, why).exit());
     logging::init(&cli.log_level, format);
+    // `build --json` promises a JSON document on stdout, failure included.
+    let json_out = matches!(cli.command, Command::Build { json: true, .. });
     match run(cli, format) {
         Ok(code) => code,
         Err(e) => {
+            let error = describe(&e);
+            if json_out {
+                println!("{}", serde_json::json!({ "ok": false, "error": error }));
+            }
             if json_errors(format) {
-                tracing::error!(error = format!("{e:#}"), "The command failed.");
+                tracing::error!(error, "The command failed.");
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {error}");
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes as one line, `outer: cause: …`, leaving out a
+/// cause whose text the line already holds (most of our errors name their
+/// source in their own message, so anyhow's `{:#}` would print it twice).
+fn describe(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Whether a fatal error goes out as a JSON log event rather than the plain

@@ -141,3 +141,49 @@ fn log_format_comes_from_the_environment_and_a_bad_value_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MELFORGE_LOG_FORMAT"));
 }
+
+#[test]
+fn check_config_refuses_a_control_group_that_does_not_exist() {
+    let d = tempfile::tempdir().unwrap();
+    let f = put(
+        d.path(),
+        "g.toml",
+        b"[control]\ngroup = \"melforge-no-such-group\"\n",
+    );
+    let o = melforge().arg("check-config").arg(&f).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("g.toml: control.group: no group named \"melforge-no-such-group\""),
+        "{err}"
+    );
+    // A numeric gid needs no lookup.
+    let f = put(d.path(), "n.toml", b"[control]\ngroup = \"65534\"\n");
+    let o = melforge().arg("check-config").arg(&f).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_failed_build_prints_its_cause_once_and_json_on_stdout() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("no-such-input");
+    let o = melforge()
+        .args(["build", "--json", "--out"])
+        .arg(d.path().join("out"))
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("No such file or directory").count(),
+        1,
+        "the cause is printed once: {err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("--json prints a document on failure ({e}): {:?}", o.stdout));
+    assert_eq!(j["ok"], false);
+    let e = j["error"].as_str().unwrap();
+    assert!(e.starts_with("cannot read input directory"), "{e}");
+    assert!(e.contains("no-such-input"), "{e}");
+}
