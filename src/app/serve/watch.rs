@@ -11,15 +11,30 @@
 //! The same path may be reported more than once (a rescan, a close after a
 //! rename); the consumer deduplicates against its journal. The watcher owns
 //! its thread; [`Watcher::stop`] (or drop) ends it within one poll interval.
+//!
+//! The drop directory is watched by identity (device and inode), checked
+//! every [`ROOT_CHECK`]: when it is deleted, renamed away or replaced by a new
+//! directory of the same name, the watcher drops every watch (events from a
+//! renamed-away tree would carry the wrong paths), reports
+//! [`WatchEvent::Lost`], waits for the path to be a directory again, watches
+//! it afresh and asks for a [`WatchEvent::Rescan`], which covers whatever
+//! arrived meanwhile.
+//!
+//! Symbolic links are never followed, by the scan or the watch: a link in the
+//! drop tree (to a file or a directory, inside or outside the tree) is not
+//! ingested and is logged once per sighting, so nothing outside the drop
+//! directory is read through one.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
@@ -28,8 +43,37 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 pub enum WatchEvent {
     /// A complete WAV file at this absolute path.
     File(PathBuf),
-    /// Events were lost; the consumer must rescan the whole tree.
+    /// Events were lost, or the drop directory is watched afresh: the
+    /// consumer must rescan the whole tree.
     Rescan,
+    /// The drop directory was deleted, moved or replaced; nothing is watched
+    /// until it is a directory again (then a [`WatchEvent::Rescan`] follows).
+    Lost(String),
+}
+
+/// How often the drop directory's identity is checked.
+pub const ROOT_CHECK: Duration = Duration::from_millis(100);
+
+/// Logs a symbolic link that the scan or the watch leaves alone.
+fn skip_symlink(path: &Path) {
+    tracing::warn!(
+        path = %path.display(),
+        "Ignored a symbolic link in the drop directory: serve does not follow links; \
+         move or copy the file in instead."
+    );
+}
+
+/// Whether `path` is a symbolic link (without following it).
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// (device, inode) of `dir` when it is a directory.
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Names that are never ingested: dotfiles and the configured suffix patterns
@@ -84,7 +128,11 @@ pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() {
+            if t.is_symlink() {
+                if !ignore.ignores(name) {
+                    skip_symlink(&e.path());
+                }
+            } else if t.is_dir() {
                 if !ignore.ignores(name) {
                     walk(&e.path(), ignore, out);
                 }
@@ -109,16 +157,64 @@ const FILE_MASK: WatchMask = WatchMask::CLOSE_WRITE
     .union(WatchMask::MOVED_TO)
     .union(WatchMask::CREATE)
     .union(WatchMask::DELETE_SELF)
-    .union(WatchMask::ONLYDIR);
+    .union(WatchMask::MOVE_SELF)
+    .union(WatchMask::ONLYDIR)
+    .union(WatchMask::DONT_FOLLOW);
 
 struct State {
     inotify: Inotify,
     dirs: HashMap<WatchDescriptor, PathBuf>,
     ignore: Ignore,
     tx: Sender<WatchEvent>,
+    /// The drop directory and the identity it had when watched (None while
+    /// it is missing).
+    root: PathBuf,
+    root_id: Option<(u64, u64)>,
+    next_root_check: Instant,
 }
 
 impl State {
+    /// Checks the drop directory is still the one watched; handles its loss
+    /// and its return. False when the consumer has gone.
+    fn check_root(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.next_root_check {
+            return true;
+        }
+        self.next_root_check = now + ROOT_CHECK;
+        let id = dir_identity(&self.root);
+        if self.root_id.is_some() && id != self.root_id {
+            let what = if id.is_some() {
+                "was replaced by another directory"
+            } else {
+                "was deleted or moved away"
+            };
+            let msg = format!(
+                "the drop directory {} {what}; watching for it again",
+                self.root.display()
+            );
+            tracing::warn!(dir = %self.root.display(), "The drop directory {what}; re-watching it.");
+            for wd in std::mem::take(&mut self.dirs).into_keys() {
+                // The watch may be gone already (IN_IGNORED); nothing to do.
+                let _ = self.inotify.watches().remove(wd);
+            }
+            self.root_id = None;
+            if self.tx.send(WatchEvent::Lost(msg)).is_err() {
+                return false;
+            }
+        }
+        if self.root_id.is_none() && id.is_some() {
+            self.root_id = id;
+            let root = self.root.clone();
+            if !self.watch_tree(&root, false) {
+                return false;
+            }
+            tracing::info!(dir = %self.root.display(), "Watching the drop directory again; rescanning it.");
+            return self.tx.send(WatchEvent::Rescan).is_ok();
+        }
+        true
+    }
+
     /// Watches `dir` and every subdirectory; reports the files already there
     /// when `report_existing` (a directory that appeared after start-up).
     fn watch_tree(&mut self, dir: &Path, report_existing: bool) -> bool {
@@ -138,7 +234,11 @@ impl State {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() && !self.ignore.ignores(name) {
+            if t.is_symlink() {
+                if report_existing && !self.ignore.ignores(name) {
+                    skip_symlink(&e.path());
+                }
+            } else if t.is_dir() && !self.ignore.ignores(name) {
                 if !self.watch_tree(&e.path(), report_existing) {
                     return false;
                 }
@@ -188,7 +288,11 @@ impl State {
                     .intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
                     && self.ignore.wants(name)
                 {
-                    files.push(path);
+                    if is_symlink(&path) {
+                        skip_symlink(&path);
+                    } else {
+                        files.push(path);
+                    }
                 }
             }
             for f in files {
@@ -224,18 +328,21 @@ impl Watcher {
     /// this returns, so nothing that lands in between is missed.
     pub fn start(root: &Path, ignore: Ignore, tx: Sender<WatchEvent>) -> std::io::Result<Watcher> {
         let inotify = Inotify::init()?;
+        let Some(root_id) = dir_identity(root) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("drop directory {} does not exist", root.display()),
+            ));
+        };
         let mut state = State {
             inotify,
             dirs: HashMap::new(),
             ignore,
             tx,
+            root: root.to_path_buf(),
+            root_id: Some(root_id),
+            next_root_check: Instant::now() + ROOT_CHECK,
         };
-        if !root.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("drop directory {} does not exist", root.display()),
-            ));
-        }
         state.watch_tree(root, false);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -243,8 +350,11 @@ impl Watcher {
             .name("watch".into())
             .spawn(move || {
                 let mut buf = vec![0u8; 64 * 1024];
-                let tick = Some(std::time::Duration::from_millis(100));
+                let tick = Some(ROOT_CHECK);
                 while !flag.load(Ordering::Acquire) {
+                    if !state.check_root() {
+                        break;
+                    }
                     // Timed out, interrupted or failed: look at the stop flag again.
                     let ready = crate::runtime::sys::poll_readable([state.inotify.as_fd()], tick);
                     if !matches!(ready, Ok([true])) {
@@ -293,7 +403,6 @@ impl Drop for Watcher {
 mod tests {
     use super::*;
     use std::sync::mpsc::{Receiver, channel};
-    use std::time::{Duration, Instant};
 
     fn collect(rx: &Receiver<WatchEvent>, want: usize) -> Vec<WatchEvent> {
         let deadline = Instant::now() + Duration::from_secs(5);

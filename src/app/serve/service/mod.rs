@@ -528,6 +528,7 @@ impl Service {
                     match ev {
                         WatchEvent::File(p) => self.offer(p),
                         WatchEvent::Rescan => self.rescan(),
+                        WatchEvent::Lost(why) => self.note_error(why),
                     }
                 }
             }
