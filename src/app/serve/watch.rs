@@ -456,7 +456,7 @@ mod tests {
             .into_iter()
             .map(|e| match e {
                 WatchEvent::File(p) => p,
-                WatchEvent::Rescan => panic!("unexpected rescan"),
+                other => panic!("unexpected {other:?}"),
             })
             .collect();
         files.sort();
