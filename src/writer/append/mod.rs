@@ -77,6 +77,10 @@ pub struct OpenReport {
     pub rows_found: usize,
     /// Rows cut because the journal did not confirm them.
     pub rows_dropped: usize,
+    /// Label names the confirmed rows use: the file's list up to the highest
+    /// id a kept row carries. Only this prefix is fixed; the names after it
+    /// (added before a crash, never committed) are free to be rewritten.
+    pub labels_in_use: usize,
 }
 
 /// An open `<split>.h5` in SWMR-write mode; see the module documentation.
@@ -108,9 +112,14 @@ impl Appender {
     /// `confirmed_rows` is the row count the journal confirms: an existing file is
     /// cut to it (clearing the status flags a killed writer left behind); a file
     /// with fewer rows is an error, as is a missing file when `confirmed_rows > 0`.
-    /// Names of `label_names` the file lacks are appended, so the file's list
-    /// starts with its own names (ids never change) and then the new ones; the
-    /// caller checks [`Appender::label_names`] if it needs ids to match.
+    /// The file's label list becomes `label_names` (the caller's table, kept
+    /// identical across splits) whenever that agrees with the names its kept
+    /// rows use ([`OpenReport::labels_in_use`]; ids in use never change): names
+    /// a crashed writer added in its own order and never committed are
+    /// rewritten, or dropped when the table lacks them. When the names in use
+    /// conflict with the table (files from before this rule), the file keeps
+    /// its list and the table's missing names are appended; the caller checks
+    /// [`Appender::label_names`] if it needs ids to match.
     pub fn open(
         out_dir: &Path,
         spec: &AppendSpec,
@@ -132,7 +141,7 @@ impl Appender {
             action: "look for the output file",
             source,
         })?;
-        let (file, ds, names_ds, names, report) = if exists {
+        let (file, ds, names_ds, mut names, report) = if exists {
             open_existing(&path, &header, confirmed_rows)?
         } else {
             if confirmed_rows > 0 {
@@ -146,6 +155,13 @@ impl Appender {
             create_new(out_dir, &path, &header)?
         };
         let rows = report.rows_found - report.rows_dropped;
+        if let Some(list) = adopt_table(&names, report.labels_in_use, label_names)
+            && list != names
+        {
+            rewrite_names(&names_ds, &list)
+                .ctx(&path, || "rewrite dataset `label_names`".into())?;
+            names = list;
+        }
         let sync = std::fs::File::open(&path).map_err(|source| Error::Io {
             path: path.clone(),
             action: "open the output file for fsync",
@@ -412,6 +428,30 @@ fn create_names_ds(file: &File, names: &[String]) -> hdf5::Result<Dataset> {
         d.write_raw(&vlen_strings("label names", names)?)?;
     }
     Ok(d)
+}
+
+/// The list a reopened file takes: `table` when the file's names in use
+/// (`names[..in_use]`) and `table` agree where both have entries (the longer
+/// of the two then), or None when they conflict.
+fn adopt_table(names: &[String], in_use: usize, table: &[String]) -> Option<Vec<String>> {
+    let used = &names[..in_use.min(names.len())];
+    let common = used.len().min(table.len());
+    (used[..common] == table[..common]).then(|| {
+        if table.len() >= used.len() {
+            table.to_vec()
+        } else {
+            used.to_vec()
+        }
+    })
+}
+
+/// Replaces the whole `label_names` dataset with `names` (before SWMR starts).
+fn rewrite_names(d: &Dataset, names: &[String]) -> hdf5::Result<()> {
+    d.resize(names.len())?;
+    if !names.is_empty() {
+        d.write_slice(&vlen_strings("label names", names)?, 0..names.len())?;
+    }
+    Ok(())
 }
 
 fn replace_names_attr(file: &File, names: &[String]) -> hdf5::Result<()> {

@@ -75,12 +75,29 @@ pub(super) fn open_existing(
         let d = create_names_ds(&file, &names).ctx(p, || "create dataset `label_names`".into())?;
         (d, names)
     };
+    let labels_in_use = labels_in_use(&ds, p, confirmed, names.len())?;
     let report = OpenReport {
         created: false,
         rows_found: found,
         rows_dropped: found - confirmed,
+        labels_in_use,
     };
     Ok((file, ds, names_ds, names, report))
+}
+
+/// How many of the file's `n_names` label names its first `rows` rows use:
+/// one past the highest label id among them (all names when an id is out of
+/// range: such a file is left as it is).
+fn labels_in_use(ds: &Datasets, p: &Path, rows: usize, n_names: usize) -> Result<usize, Error> {
+    if rows == 0 {
+        return Ok(0);
+    }
+    let ids = ds
+        .label
+        .read_slice_1d::<i32, _>(0..rows)
+        .ctx(p, || "read dataset `label`".into())?;
+    let top = ids.iter().copied().max().unwrap_or(-1);
+    Ok(usize::try_from(top + 1).map_or(n_names, |n| if n > n_names { n_names } else { n }))
 }
 
 /// Refuses a file whose rows were computed with other parameters.

@@ -82,10 +82,11 @@ impl AppendSink {
             self.add_label(&name)?;
         }
         if app.label_names() != self.labels.as_slice() {
+            // Only files written before label tables were reconciled on open.
             tracing::warn!(
                 file = %app.path().display(),
-                "This split lists its labels in another order than the other splits; label \
-                 ids of this split follow its own label_names."
+                "This split's committed rows use its labels in another order than the other \
+                 splits; label ids of this split follow its own label_names."
             );
         }
         self.appenders.insert(split.to_string(), app);

@@ -118,7 +118,8 @@ fn reopen_cuts_unconfirmed_rows_and_keeps_ids() {
         OpenReport {
             created: false,
             rows_found: 9,
-            rows_dropped: 4
+            rows_dropped: 4,
+            labels_in_use: 2,
         }
     );
     assert_eq!(a.label_names(), ["a", "b", "c"]);
@@ -268,4 +269,86 @@ print(n, f["path"].asstr()[n - 1], names[f["label"][n - 1]], float(f["mel"][n - 
         format!("10 b/9.wav b {:?}", f64::from(row(9)[0]))
     );
     a.close().unwrap();
+}
+
+#[test]
+fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
+    // Regression: two splits whose rows, flushed but never committed, added
+    // labels in different orders kept those orders after the restart
+    // (TESTING [L0,L3,L2,L1], VALIDATION [L0,L1,L3,L2]).
+    let d = tempfile::tempdir().unwrap();
+    for (split, order) in [
+        ("TESTING", ["L0", "L3", "L2", "L1"]),
+        ("VALIDATION", ["L0", "L1", "L3", "L2"]),
+    ] {
+        let spec = AppendSpec {
+            split: split.into(),
+            ..spec()
+        };
+        let (mut a, _) = Appender::open(d.path(), &spec, &[], 0).unwrap();
+        for (i, l) in order.iter().enumerate() {
+            let id = a.label_id(l).unwrap();
+            a.append(&format!("{split}/{l}/f.wav"), id, &row(i))
+                .unwrap();
+        }
+        a.flush().unwrap();
+        drop(a); // killed: the journal never confirmed a row
+    }
+    let cfg = crate::config::Config {
+        spec: crate::writer::tests::tiny_spec(),
+        ..crate::config::Config::default()
+    };
+    use crate::writer::Sink as _;
+    let mut sink = sink::AppendSink::new(d.path(), &cfg, Path::new("/drop"));
+    let mut recycle = Vec::new();
+    let dest = |split: &str, label: &str| sink::Dest {
+        rel: format!("{split}/{label}/g.wav"),
+        split: split.into(),
+        label: Some(label.into()),
+    };
+    // After the restart the rows arrive in yet another order.
+    for (split, label) in [
+        ("VALIDATION", "L1"),
+        ("TESTING", "L2"),
+        ("VALIDATION", "L3"),
+        ("TESTING", "L0"),
+    ] {
+        sink.open(split, 0).unwrap();
+        sink.write(&dest(split, label), row(0), &mut recycle)
+            .unwrap();
+    }
+    sink.close_all().unwrap();
+    let read = |split: &str| {
+        let f = File::open(d.path().join(format!("{split}.h5"))).unwrap();
+        let names = strings(&f.dataset("label_names").unwrap());
+        assert_eq!(attr_names_of(&f), names, "{split}");
+        let ids = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
+        let labels: Vec<String> = ids.iter().map(|&i| names[i as usize].clone()).collect();
+        (names, labels)
+    };
+    let (t_names, t_labels) = read("TESTING");
+    let (v_names, v_labels) = read("VALIDATION");
+    assert_eq!(t_names, v_names, "label ids differ between splits");
+    assert_eq!(t_labels, ["L2", "L0"]);
+    assert_eq!(v_labels, ["L1", "L3"]);
+}
+
+#[test]
+fn names_in_use_by_committed_rows_keep_their_ids_on_reopen() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(d.path(), &spec(), &[], 0).unwrap();
+    for (i, l) in ["b", "a", "c"].iter().enumerate() {
+        let id = a.label_id(l).unwrap();
+        a.append(&format!("train/{l}/f.wav"), id, &row(i)).unwrap();
+    }
+    a.flush().unwrap();
+    drop(a);
+    // Two rows confirmed: "b" and "a" are in use, "c" is not.
+    let (a, rep) = Appender::open(d.path(), &spec(), &names(&["b", "a", "z"]), 2).unwrap();
+    assert_eq!(rep.labels_in_use, 2);
+    assert_eq!(a.label_names(), names(&["b", "a", "z"]));
+    drop(a);
+    // A table that conflicts with the names in use leaves them alone.
+    let (a, _) = Appender::open(d.path(), &spec(), &names(&["a", "b"]), 2).unwrap();
+    assert_eq!(a.label_names(), names(&["b", "a", "z"]));
 }
