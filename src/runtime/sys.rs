@@ -313,6 +313,42 @@ pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     Ok(())
 }
 
+// ----------------------------------------------------------- disk space
+
+/// Reserves `len` bytes of disk blocks from `offset` without changing the
+/// file size (`fallocate(FALLOC_FL_KEEP_SIZE)`): later writes into the range
+/// cannot fail for lack of space. ENOSPC/EDQUOT when the space is not there;
+/// EOPNOTSUPP where the filesystem cannot reserve.
+pub fn reserve_blocks(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    loop {
+        // SAFETY: the descriptor is borrowed, so open; fallocate touches only
+        // the file's block map, no memory of ours.
+        let rc = unsafe { libc::fallocate(fd.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Bytes available to an unprivileged writer on the filesystem holding `fd`
+/// (`fstatvfs`: `f_bavail × f_frsize`).
+pub fn available_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: statvfs is plain data; all-zero is a valid value to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor is open and `st` is valid for writes.
+    if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 // -------------------------------------------------------------- page cache
 
 /// Writes out the dirty pages of the filesystem holding `fd` (`syncfs`).

@@ -72,6 +72,10 @@ impl ChunkBuf {
         self.labels.len()
     }
 
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub(super) fn is_full(&self) -> bool {
         self.rows() >= self.capacity
     }

@@ -62,6 +62,14 @@ impl Dtype {
             Dtype::Float16 => "float16",
         }
     }
+
+    /// Bytes per stored value.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::Float32 => 4,
+            Dtype::Float16 => 2,
+        }
+    }
 }
 
 /// The files of one split, in sorted path order; a file's index is its `seq`.
@@ -150,6 +158,16 @@ pub enum Error {
     },
     #[error("the writer failed earlier and accepts no more calls")]
     Failed,
+    #[error(
+        "{}: not enough disk space: {needed} bytes could not be reserved for the next write \
+         ({source}); nothing was written",
+        path.display()
+    )]
+    NoSpace {
+        path: PathBuf,
+        needed: u64,
+        source: std::io::Error,
+    },
     #[error("{}: {reason}", file.display())]
     Incompatible {
         /// An existing output file that cannot be appended to with this setup.

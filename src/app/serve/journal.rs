@@ -258,28 +258,7 @@ impl Journal {
         let created = !path
             .try_exists()
             .map_err(io(&path, "look for the journal"))?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(&path, "open the journal"))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(io(&path, "read the journal"))?;
-        let (mut state, good) = replay(&path, &bytes)?;
-        state.created = created;
-        state.torn_bytes = (bytes.len() - good) as u64;
-        if good < bytes.len() {
-            tracing::warn!(
-                path = %path.display(),
-                bytes = bytes.len() - good,
-                "Cutting a torn tail off the journal: the last batch was never committed."
-            );
-            file.set_len(good as u64)
-                .map_err(io(&path, "cut the torn tail"))?;
-        }
+        let file = open_append(&path)?;
         let mut j = Journal {
             path,
             file,
@@ -288,21 +267,63 @@ impl Journal {
             staged: Vec::new(),
             staged_records: Vec::new(),
         };
-        if good == 0 {
-            j.stage(Record::Journal { version: VERSION });
-            j.write_staged()?;
-            if created {
-                File::open(state_dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(io(state_dir, "sync the state directory"))?;
-            }
-        } else if good < bytes.len() {
-            j.file
-                .sync_data()
-                .map_err(io(&j.path, "sync the journal"))?;
+        let mut state = j.load()?;
+        state.created = created;
+        if created {
+            File::open(state_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(state_dir, "sync the state directory"))?;
         }
         j.state = state.clone();
         Ok((j, state))
+    }
+
+    /// Forgets what was staged and re-reads the journal from disk, as a
+    /// restart would (cutting a torn tail a failed commit left), keeping the
+    /// lock. For a service that keeps running after a failed write.
+    pub fn reopen(&mut self) -> Result<RecoveredState, Error> {
+        self.staged.clear();
+        self.staged_records.clear();
+        self.file = open_append(&self.path)?;
+        let state = self.load()?;
+        self.state = state.clone();
+        Ok(state)
+    }
+
+    /// Reads and replays the whole file, cuts a torn tail, and writes the
+    /// version record into an empty journal.
+    fn load(&mut self) -> Result<RecoveredState, Error> {
+        let io = |action| {
+            let path = self.path.clone();
+            move |source| Error::Io {
+                path,
+                action,
+                source,
+            }
+        };
+        let mut bytes = Vec::new();
+        (&self.file)
+            .read_to_end(&mut bytes)
+            .map_err(io("read the journal"))?;
+        let (mut state, good) = replay(&self.path, &bytes)?;
+        state.torn_bytes = (bytes.len() - good) as u64;
+        if good < bytes.len() {
+            tracing::warn!(
+                path = %self.path.display(),
+                bytes = bytes.len() - good,
+                "Cutting a torn tail off the journal: the last batch was never committed."
+            );
+            self.file
+                .set_len(good as u64)
+                .map_err(io("cut the torn tail"))?;
+        }
+        if good == 0 {
+            self.stage(Record::Journal { version: VERSION });
+            self.write_staged()?;
+        } else if good < bytes.len() {
+            self.file.sync_data().map_err(io("sync the journal"))?;
+        }
+        Ok(state)
     }
 
     /// The state as of the last commit.
@@ -333,6 +354,13 @@ impl Journal {
         });
     }
 
+    /// Drops the records staged since the last commit (their rows were never
+    /// made durable).
+    pub fn discard_staged(&mut self) {
+        self.staged.clear();
+        self.staged_records.clear();
+    }
+
     /// Records staged and not yet committed.
     pub fn staged(&self) -> usize {
         self.staged_records.len()
@@ -340,7 +368,8 @@ impl Journal {
 
     /// Writes the staged records and a commit record in one `write`, then
     /// `fdatasync`s. Call only after every appender holding the staged rows has
-    /// flushed. On error the journal is unusable (restart to recover).
+    /// flushed. On error the journal must be re-read ([`Journal::reopen`], or a
+    /// restart) before the next commit.
     pub fn commit(&mut self) -> Result<(), Error> {
         if self.staged_records.is_empty() {
             return Ok(());
@@ -383,6 +412,21 @@ impl Journal {
             source,
         })
     }
+}
+
+/// Opens the journal file for reading and appending, creating it.
+fn open_append(path: &Path) -> Result<File, Error> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            action: "open the journal",
+            source,
+        })
 }
 
 /// Takes an exclusive `flock` on `lock`. A lock that is busy is retried for a
@@ -510,6 +554,32 @@ mod tests {
     fn crc32_matches_zlib() {
         assert_eq!(crc32(b""), 0);
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn reopen_after_a_torn_commit_keeps_what_was_committed() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut j, _) = Journal::open(d.path()).unwrap();
+        j.stage_row("train/a/x.wav", stamp(0), "train", 0);
+        j.commit().unwrap();
+        j.stage_row("train/a/y.wav", stamp(1), "train", 1);
+        // A commit that failed half-way (ENOSPC): part of a line on disk.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.path().join("journal"))
+            .unwrap()
+            .write_all(b"0badc0de {\"t\":\"row\",\"pa")
+            .unwrap();
+        let s = j.reopen().unwrap();
+        assert_eq!(s.rows_of("train"), 1);
+        assert_eq!(s.torn_bytes, 23);
+        assert_eq!(j.staged(), 0);
+        j.stage_row("train/a/y.wav", stamp(1), "train", 1);
+        j.commit().unwrap();
+        drop(j);
+        let (_j, s) = Journal::open(d.path()).unwrap();
+        assert_eq!(s.rows_of("train"), 2);
+        assert_eq!(s.torn_bytes, 0);
     }
 
     #[test]

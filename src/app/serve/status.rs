@@ -21,6 +21,9 @@ use crate::runtime::telemetry::{BusySeconds, Report};
 pub enum State {
     Running,
     Paused,
+    /// A write failed (e.g. a full disk): nothing is read until writes work
+    /// again, which the service checks by itself; `last_error` says why.
+    Degraded,
     Stopping,
 }
 

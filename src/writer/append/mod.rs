@@ -25,6 +25,15 @@
 //!   dataset to the row count the journal confirms: rows past it may be a torn,
 //!   unflushed chunk, and their files are still in the drop directory, so they are
 //!   re-ingested rather than trusted.
+//! * **A full disk never reaches HDF5.** Before rows, names or a flush go to
+//!   HDF5, the appender reserves (`fallocate` with `FALLOC_FL_KEEP_SIZE`, or a
+//!   free-space check where the filesystem cannot reserve) the most the file
+//!   can grow by for them, plus [`METADATA_HEADROOM`]. When the space is not
+//!   there the call fails with [`Error::NoSpace`] and changes nothing: HDF5 never
+//!   sees a failed write it could leave half-done (ENOSPC inside HDF5 corrupts
+//!   the file's free-space and address metadata beyond recovery), the appender
+//!   stays usable, and the caller may retry or close it. Up to one reservation
+//!   of blocks past the end of the file stays allocated while it is open.
 //!
 //! Files: this one is the [`Appender`] API (create, append, flush, close);
 //! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
@@ -51,10 +60,16 @@ use super::h5::{
 };
 use super::{Dtype, Error};
 use crate::dsp::Spec;
+use crate::runtime::sys;
 use recover::{open_existing, open_rw};
 
 /// Rows per chunk of the `label_names` dataset.
 const NAMES_CHUNK: usize = 64;
+
+/// Space reserved past the end of the file beyond the rows themselves: HDF5's
+/// metadata (chunk index, object headers, the global heap holding the path
+/// and label strings, free-space sections) and a close.
+pub const METADATA_HEADROOM: u64 = 1 << 20;
 
 /// What an [`Appender`] needs to create or check `<out_dir>/<split>.h5`.
 #[derive(Clone, Debug)]
@@ -100,8 +115,11 @@ pub struct Appender {
     rows_flushed: usize,
     chunk: ChunkBuf,
     row_len: usize,
-    /// A plain descriptor of the same file, for `fdatasync`.
+    /// A plain descriptor of the same file, for `fdatasync` and space
+    /// reservations.
     sync: std::fs::File,
+    /// Bytes of one row of `mel` as stored.
+    row_bytes: u64,
     failed: bool,
 }
 
@@ -162,11 +180,16 @@ impl Appender {
                 .ctx(&path, || "rewrite dataset `label_names`".into())?;
             names = list;
         }
-        let sync = std::fs::File::open(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            action: "open the output file for fsync",
-            source,
-        })?;
+        // Writable: fallocate needs a descriptor open for writing.
+        let sync = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| Error::Io {
+                path: path.clone(),
+                action: "open the output file for fsync and space reservations",
+                source,
+            })?;
         let names_in_attr = names.len();
         let mut app = Appender {
             chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
@@ -181,6 +204,7 @@ impl Appender {
             rows_written: rows,
             rows_flushed: rows,
             sync,
+            row_bytes: (spec.spec.row_len() * spec.dtype.size()) as u64,
             failed: false,
         };
         // New names go into the attribute too while SWMR is not yet on.
@@ -253,11 +277,73 @@ impl Appender {
                 "path {rel_path:?} contains a NUL byte"
             )));
         }
-        self.chunk.push(row, label, rel_path)?;
+        // A full chunk is written before the row is taken, so a refusal for
+        // lack of space leaves the row with the caller and nothing changed.
         if self.chunk.is_full() {
+            self.reserve(self.chunk.rows(), rel_path.len())?;
             self.guard(|a| a.write_pending())?;
         }
+        self.chunk.push(row, label, rel_path)?;
         Ok(index)
+    }
+
+    /// Reserves the disk space that writing the buffered rows (and the next
+    /// `more_path` bytes of path), pending names and a flush can take;
+    /// [`Error::NoSpace`] when it is not there.
+    fn reserve(&self, rows: usize, more_path: usize) -> Result<(), Error> {
+        let chunk_rows = self.chunk.capacity();
+        // A write may start a new chunk at each end of its rows.
+        let chunks = (rows.div_ceil(chunk_rows) + 1) as u64;
+        let strings: usize = self
+            .chunk
+            .paths()
+            .iter()
+            .map(|p| p.as_str().len() + 32)
+            .chain(
+                self.label_names[self.names_written..]
+                    .iter()
+                    .map(|n| n.len() + 32),
+            )
+            .sum::<usize>()
+            + more_path;
+        let needed =
+            chunks * chunk_rows as u64 * (self.row_bytes + 4) + strings as u64 + METADATA_HEADROOM;
+        let size = self.sync.metadata().map_err(|source| Error::Io {
+            path: self.path.clone(),
+            action: "stat the output file",
+            source,
+        })?;
+        let no_space = |source| Error::NoSpace {
+            path: self.path.clone(),
+            needed,
+            source,
+        };
+        let fd = std::os::fd::AsFd::as_fd(&self.sync);
+        match sys::reserve_blocks(fd, size.len(), needed) {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+                ) =>
+            {
+                Err(no_space(e))
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP)) => {
+                match sys::available_bytes(fd) {
+                    Ok(free) if free < needed => {
+                        Err(no_space(std::io::Error::from_raw_os_error(libc::ENOSPC)))
+                    }
+                    // Cannot tell: let the write try.
+                    _ => Ok(()),
+                }
+            }
+            Err(source) => Err(Error::Io {
+                path: self.path.clone(),
+                action: "reserve disk space in",
+                source,
+            }),
+        }
     }
 
     /// Rows appended so far (written, buffered or flushed).
@@ -284,6 +370,7 @@ impl Appender {
         if self.pending_rows() == 0 && self.names_written == self.label_names.len() {
             return Ok(self.rows_flushed);
         }
+        self.reserve(self.chunk.rows(), 0)?;
         self.guard(|a| {
             a.write_names()?;
             a.write_pending()?;
@@ -316,7 +403,28 @@ impl Appender {
                 .ctx(&path, || "rewrite attribute `label_names`".into())?;
             file.close().ctx(&path, || "close the file".into())?;
         }
+        release_reservation(&self.sync);
         Ok(rows)
+    }
+
+    /// Closes the file without writing the rows appended since the last
+    /// flush (a failed write: they will be ingested again), then gives back
+    /// the space reserved past its end. Errors are logged: the next open
+    /// recovers the file to the journal's row count either way.
+    pub fn abandon(self) {
+        let Appender {
+            path,
+            file,
+            ds,
+            names_ds,
+            sync,
+            ..
+        } = self;
+        drop((ds, names_ds));
+        if let Err(e) = file.close() {
+            tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
+        }
+        release_reservation(&sync);
     }
 
     /// Runs `f`, marking the appender failed if it errs.
@@ -428,6 +536,15 @@ fn create_names_ds(file: &File, names: &[String]) -> hdf5::Result<Dataset> {
         d.write_raw(&vlen_strings("label names", names)?)?;
     }
     Ok(d)
+}
+
+/// Frees the blocks reserved past the end of the file (truncating it to its
+/// own size drops them on ext4, XFS and tmpfs). Best effort: a failure only
+/// leaves the reservation allocated until the next close.
+fn release_reservation(f: &std::fs::File) {
+    if let Ok(m) = f.metadata() {
+        let _ = f.set_len(m.len());
+    }
 }
 
 /// The list a reopened file takes: `table` when the file's names in use

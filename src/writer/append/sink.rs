@@ -124,6 +124,16 @@ impl AppendSink {
         result
     }
 
+    /// Closes every split file without writing rows appended since the last
+    /// flush ([`super::Appender::abandon`]): after a failed write, the caller
+    /// forgets those rows and ingests their files again.
+    pub fn abandon_all(&mut self) {
+        for (_, app) in self.appenders.drain() {
+            app.abandon();
+        }
+        self.labels.clear();
+    }
+
     /// Rows per split (written, not necessarily flushed).
     pub fn rows(&self) -> BTreeMap<String, usize> {
         self.appenders

@@ -101,3 +101,95 @@ fn the_startup_scan_and_the_watch_never_follow_symlinks_out_of_the_drop_dir() {
     assert!(log.contains("live.wav"), "{log}");
     svc.shutdown();
 }
+
+/// A tmpfs of `mib` MiB mounted at `dir` (unmounted on drop), or None with
+/// the reason printed when this host cannot mount one (not root, no
+/// CAP_SYS_ADMIN).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, mib: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "skipped: cannot mount a tmpfs (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+
+    fn resize(&self, mib: u64) {
+        let st = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(st.success(), "remount failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_output_disk_degrades_serve_and_it_resumes_by_itself_when_space_frees() {
+    // Regression: serve exited on ENOSPC ("cannot write rows … errno 28")
+    // and the split files it left could never be opened again.
+    let corpus = clips(240, 41);
+    let mut svc = Svc::new(100, "");
+    // The output (and the state directory inside it) on a 6 MiB tmpfs:
+    // room for about a hundred rows.
+    let Some(disk) = Tmpfs::mount(&svc.out, 6) else {
+        return;
+    };
+    svc.start();
+    for (rel, bytes) in &corpus {
+        svc.drop_file(rel, bytes);
+    }
+    let s = wait_for(WAIT, "the service to degrade", || {
+        let s = svc.status();
+        (s["state"] == "degraded").then_some(s)
+    });
+    let e = s["last_error"].as_str().unwrap_or("");
+    assert!(e.contains("disk space"), "{s}");
+    // It stays up and keeps answering while the disk is full.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(svc.status()["state"], "degraded");
+
+    disk.resize(64);
+    let s = svc.wait_rows(corpus.len() as u64);
+    assert_eq!(s["state"], "running", "{s}");
+    assert_eq!(s["files_ok"], corpus.len() as u64, "{s}");
+    assert_eq!(s["files_rejected"], 0, "{s}");
+    svc.shutdown();
+    let check = |svc: &Svc| {
+        let mut paths: Vec<String> = splits(&svc.out)
+            .values()
+            .flat_map(|f| f.path.clone())
+            .collect();
+        paths.sort();
+        let want: Vec<String> = corpus.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(paths, want, "every file exactly once");
+    };
+    check(&svc);
+    // A restart opens every file and finds nothing left to do.
+    svc.start();
+    let s = svc.wait_rows(corpus.len() as u64);
+    assert_eq!(s["files_ok"], 0, "{s}");
+    svc.shutdown();
+    check(&svc);
+    drop(disk);
+}

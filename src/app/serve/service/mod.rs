@@ -23,10 +23,13 @@
 //! source file) run only after the commit, so a crash never loses a file that
 //! has no confirmed row.
 //!
+//! A failed write (full disk, EIO) does not end the service: see `degraded`.
+//!
 //! Shutdown (SIGTERM/SIGINT or `shutdown`): stop watching and accepting, drop the
 //! not-yet-started backlog (those files stay in the drop directory), finish the
 //! files in flight, flush, commit, close the files, exit 0.
 
+mod degraded;
 mod reload;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -125,6 +128,12 @@ pub struct Service {
     rebuild_report: Option<RebuildStatus>,
     /// (time, files done) at the last rate sample, and the rate then.
     rate: (Instant, u64, f64),
+    /// Files ok and rejected since the last commit (forgotten if a write fails).
+    since_commit: (u64, u64),
+    /// Set while writes fail; see `degraded`.
+    degraded: Option<degraded::Degraded>,
+    /// Wait before the next recovery attempt; relaxes after a good commit.
+    backoff: Duration,
 }
 
 fn dir(path: &Path) -> Result<(), Error> {
@@ -189,6 +198,9 @@ impl Service {
             rebuild: None,
             rebuild_report: None,
             rate: (Instant::now(), 0, 0.0),
+            since_commit: (0, 0),
+            degraded: None,
+            backoff: degraded::FIRST_BACKOFF,
         };
         svc.open_journal_splits()?;
         Ok(svc)
@@ -260,7 +272,7 @@ impl Service {
 
     /// Moves backlog jobs into the reader's ring while it has room.
     fn feed(&mut self) {
-        if self.state != State::Running {
+        if self.state != State::Running || self.degraded.is_some() {
             return;
         }
         while let Some(&id) = self.backlog.front() {
@@ -310,6 +322,7 @@ impl Service {
                 };
                 self.journal.stage_row(&job.rel, stamp, &job.split, index);
                 self.files_ok += 1;
+                self.since_commit.0 += 1;
                 match self.serve.on_success {
                     OnSuccess::Keep => {}
                     OnSuccess::Delete => self.after.push(After::Delete(abs)),
@@ -337,6 +350,7 @@ impl Service {
                 }
                 self.rejections.push(r);
                 self.files_rejected += 1;
+                self.since_commit.1 += 1;
             }
         }
         if let Some((abs, stamp)) = recheck
@@ -352,8 +366,13 @@ impl Service {
     fn flush_commit(&mut self) -> Result<(), Error> {
         let t = Instant::now();
         self.sink.flush()?;
+        let committed = self.journal.staged() > 0;
         self.journal.commit()?;
         self.uncommitted.clear();
+        self.since_commit = (0, 0);
+        if committed {
+            self.backoff = degraded::FIRST_BACKOFF;
+        }
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
         if !self.rejections.is_empty() {
@@ -405,15 +424,20 @@ impl Service {
         let (t0, d0, last) = self.rate;
         let dt = now.duration_since(t0).as_secs_f64();
         let rate = if dt >= 1.0 {
-            let r = (done - d0) as f64 / dt;
+            // Saturating: a failed write takes uncommitted files off the count.
+            let r = done.saturating_sub(d0) as f64 / dt;
             self.rate = (now, done, r);
             r
         } else {
             last
         };
         let shape = self.pipeline.shape();
+        let state = match (self.state, &self.degraded) {
+            (State::Running | State::Paused, Some(_)) => State::Degraded,
+            (s, _) => s,
+        };
         Reply::ok_with(Status {
-            state: self.state,
+            state,
             uptime_s: self.started.elapsed().as_secs_f64(),
             backend: shape.backend.clone(),
             backend_reason: shape.backend_reason.clone(),
@@ -532,17 +556,22 @@ impl Service {
                     }
                 }
             }
+            self.try_recover();
             self.feed();
             while let Some(o) = self.pipeline.outcomes().try_pop() {
-                self.absorb(o)?;
+                if let Err(e) = self.absorb(o) {
+                    self.on_write_error(e)?;
+                }
             }
             self.poll_rebuild()?;
             let now = Instant::now();
             if now >= next_flush {
                 let flush_every = Duration::from_millis(self.serve.flush_interval_ms);
                 next_flush = now + flush_every;
-                if self.journal.staged() > 0 || !self.after.is_empty() {
-                    self.flush_commit()?;
+                if (self.journal.staged() > 0 || !self.after.is_empty())
+                    && let Err(e) = self.flush_commit()
+                {
+                    self.on_write_error(e)?;
                 }
             }
             if let Some(every) = watchdog
@@ -552,13 +581,22 @@ impl Service {
                 next_ping = now + every;
             }
             if now >= next_status {
-                notify::status(&format!(
-                    "{:?}: {} ok, {} rejected, {} queued",
-                    self.state,
-                    self.files_ok,
-                    self.files_rejected,
-                    self.backlog.len()
-                ));
+                let status = match &self.degraded {
+                    Some(d) => format!(
+                        "Degraded for {:.0} s: {}; {} queued",
+                        d.since.elapsed().as_secs_f64(),
+                        d.error,
+                        self.backlog.len()
+                    ),
+                    None => format!(
+                        "{:?}: {} ok, {} rejected, {} queued",
+                        self.state,
+                        self.files_ok,
+                        self.files_rejected,
+                        self.backlog.len()
+                    ),
+                };
+                notify::status(&status);
                 next_status = now + Duration::from_secs(5);
             }
             if self.state == State::Stopping && self.jobs.len() == self.backlog.len() {
@@ -595,7 +633,7 @@ impl Service {
                 Err(e) => {
                     let msg = e.to_string();
                     req.respond(Reply::error(msg));
-                    return Err(e);
+                    return self.on_write_error(e);
                 }
             },
             Command::Shutdown => {
@@ -627,6 +665,12 @@ impl Service {
     fn start_rebuild(&mut self) -> Reply {
         if self.rebuild.is_some() {
             return Reply::error("a rebuild is already running");
+        }
+        if let Some(d) = &self.degraded {
+            return Reply::error(format!(
+                "cannot rebuild while writes fail (degraded: {})",
+                d.error
+            ));
         }
         if self.serve.on_success != OnSuccess::Keep {
             return Reply::error(
