@@ -349,3 +349,69 @@ fn merge_refuses_overlapping_shards() {
     let e = refusal(out.path());
     assert!(e.contains("the shards overlap or are out of order"), "{e}");
 }
+
+/// Runs scripts/check_deploy.py on `dir`; (success, stdout + stderr).
+fn check_deploy(dir: &Path) -> (bool, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(root.join("scripts/check_deploy.py"))
+        .arg(dir)
+        .output()
+        .expect("python3 runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A copy of deploy/kubernetes with `edit` applied to one manifest.
+fn manifests_with(file: &str, edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let d = tempfile::tempdir().unwrap();
+    for name in ["pvc.yaml", "build-job.yaml", "merge-job.yaml"] {
+        let text = std::fs::read_to_string(src.join(name)).unwrap();
+        let text = if name == file { edit(&text) } else { text };
+        std::fs::write(d.path().join(name), text).unwrap();
+    }
+    d
+}
+
+#[test]
+fn kubernetes_manifests_pass_the_schema_and_wiring_checks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let (ok, text) = check_deploy(&dir);
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn kubernetes_checks_catch_miswired_manifests() {
+    let cases: [(&str, fn(&str) -> String, &str); 4] = [
+        (
+            "build-job.yaml",
+            |t| t.replace("  parallelism: 4", "  parallelism: 3"),
+            "must all be N",
+        ),
+        (
+            "build-job.yaml",
+            |t| t.replace("$(JOB_COMPLETION_INDEX)/$(MELFORGE_SHARDS)", "0/4"),
+            "--shard is '0/4'",
+        ),
+        (
+            "merge-job.yaml",
+            |t| t.replace("claimName: melforge-data", "claimName: other"),
+            "does not mount the claim",
+        ),
+        (
+            "build-job.yaml",
+            |t| t.replace("  backoffLimit: 8", "  backoffLimit: 8\n  retries: 3"),
+            "'retries' was unexpected",
+        ),
+    ];
+    for (file, edit, expect) in cases {
+        let d = manifests_with(file, edit);
+        let (ok, text) = check_deploy(d.path());
+        assert!(
+            !ok && text.contains(expect),
+            "{file}: expected {expect:?} in {text}"
+        );
+    }
+}
