@@ -143,6 +143,32 @@ fn four_shards_merged_equal_a_single_build_with_a_split_smaller_than_n() {
     check_sharded_equals_single(4);
 }
 
+/// More shards than files: two of the four shards build nothing at all and
+/// still write their (empty) files, so the merge is complete.
+#[test]
+fn shards_with_no_file_at_all_still_merge_into_a_single_build() {
+    let src = corpus();
+    let bytes = std::fs::read(first_wav(&src.path().join("TRAINING"))).unwrap();
+    let input = tempfile::tempdir().unwrap();
+    put(input.path(), "A/x/1.wav", &bytes);
+    put(input.path(), "B/y/2.wav", &bytes[..40]);
+    let cfg = common::config(2);
+    let single = tempfile::tempdir().unwrap();
+    common::build(input.path(), single.path(), &cfg);
+    let out = tempfile::tempdir().unwrap();
+    build_all_shards(input.path(), out.path(), &cfg, 4);
+    let r = merge::merge(out.path(), false).unwrap();
+    let rows: Vec<_> = r.outputs.iter().map(|o| (o.split.as_str(), o.rows)).collect();
+    assert_eq!((rows, r.rejected), (vec![("A", 1), ("B", 0)], 1));
+    for split in ["A", "B"] {
+        let a = read_split(&single.path().join(format!("{split}.h5")));
+        let b = read_split(&out.path().join(format!("{split}.h5")));
+        assert_eq!((a.mel, a.label, a.path), (b.mel, b.label, b.path), "{split}");
+    }
+    let rej = |d: &Path| std::fs::read_to_string(d.join("rejected.jsonl")).unwrap();
+    assert_eq!(rej(single.path()), rej(out.path()));
+}
+
 #[test]
 fn every_shard_has_every_split_and_the_whole_label_table() {
     let input = corpus();
