@@ -158,12 +158,20 @@ fn shards_with_no_file_at_all_still_merge_into_a_single_build() {
     let out = tempfile::tempdir().unwrap();
     build_all_shards(input.path(), out.path(), &cfg, 4);
     let r = merge::merge(out.path(), false).unwrap();
-    let rows: Vec<_> = r.outputs.iter().map(|o| (o.split.as_str(), o.rows)).collect();
+    let rows: Vec<_> = r
+        .outputs
+        .iter()
+        .map(|o| (o.split.as_str(), o.rows))
+        .collect();
     assert_eq!((rows, r.rejected), (vec![("A", 1), ("B", 0)], 1));
     for split in ["A", "B"] {
         let a = read_split(&single.path().join(format!("{split}.h5")));
         let b = read_split(&out.path().join(format!("{split}.h5")));
-        assert_eq!((a.mel, a.label, a.path), (b.mel, b.label, b.path), "{split}");
+        assert_eq!(
+            (a.mel, a.label, a.path),
+            (b.mel, b.label, b.path),
+            "{split}"
+        );
     }
     let rej = |d: &Path| std::fs::read_to_string(d.join("rejected.jsonl")).unwrap();
     assert_eq!(rej(single.path()), rej(out.path()));
@@ -410,7 +418,8 @@ fn kubernetes_manifests_pass_the_schema_and_wiring_checks() {
 
 #[test]
 fn kubernetes_checks_catch_miswired_manifests() {
-    let cases: [(&str, fn(&str) -> String, &str); 4] = [
+    type Case = (&'static str, fn(&str) -> String, &'static str);
+    let cases: [Case; 4] = [
         (
             "build-job.yaml",
             |t| t.replace("  parallelism: 4", "  parallelism: 3"),

@@ -38,17 +38,19 @@ use shard::{SHARD_ATTR, Shard, ShardFile};
 /// Why a merge was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot {action} {}: {source}", path.display())]
+    // The causes are in the sentence, not chained as `source` (the CLI
+    // prints the chain, which would repeat them).
+    #[error("cannot {action} {}: {cause}", path.display())]
     Io {
         path: PathBuf,
         action: &'static str,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: cannot {action}: {source}", file.display())]
+    #[error("{}: cannot {action}: {cause}", file.display())]
     Hdf5 {
         file: PathBuf,
         action: String,
-        source: hdf5::Error,
+        cause: hdf5::Error,
     },
     #[error(
         "no shard files (<split>.shard-K-of-N.h5) in {}; run `melforge build --shard K/N` for every K first",
@@ -143,10 +145,10 @@ trait Ctx<T> {
 
 impl<T> Ctx<T> for hdf5::Result<T> {
     fn ctx(self, file: &Path, action: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Hdf5 {
+        self.map_err(|cause| Error::Hdf5 {
             file: file.to_path_buf(),
             action: action(),
-            source,
+            cause,
         })
     }
 }
@@ -185,10 +187,10 @@ struct Found {
 }
 
 fn list_names(dir: &Path) -> Result<Vec<String>, Error> {
-    let io = |source| Error::Io {
+    let io = |cause| Error::Io {
         path: dir.to_path_buf(),
         action: "list",
-        source,
+        cause,
     };
     let mut names = Vec::new();
     for e in std::fs::read_dir(dir).map_err(io)? {
@@ -450,10 +452,10 @@ fn write_atomically(
     let final_path = dir.join(name);
     let partial = dir.join(format!("{name}.partial"));
     write(&partial)?;
-    std::fs::rename(&partial, &final_path).map_err(|source| Error::Io {
+    std::fs::rename(&partial, &final_path).map_err(|cause| Error::Io {
         path: partial,
         action: "rename",
-        source,
+        cause,
     })?;
     Ok(final_path)
 }
@@ -512,16 +514,16 @@ fn merge_rejections(dir: &Path, logs: &[String], out: &Path) -> Result<usize, Er
     let mut lines: Vec<(String, String)> = Vec::new();
     for name in logs {
         let p = dir.join(name);
-        let f = std::fs::File::open(&p).map_err(|source| Error::Io {
+        let f = std::fs::File::open(&p).map_err(|cause| Error::Io {
             path: p.clone(),
             action: "open",
-            source,
+            cause,
         })?;
         for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-            let line = line.map_err(|source| Error::Io {
+            let line = line.map_err(|cause| Error::Io {
                 path: p.clone(),
                 action: "read",
-                source,
+                cause,
             })?;
             if line.trim().is_empty() {
                 continue;
@@ -542,10 +544,10 @@ fn merge_rejections(dir: &Path, logs: &[String], out: &Path) -> Result<usize, Er
         }
     }
     lines.sort();
-    let io = |source| Error::Io {
+    let io = |cause| Error::Io {
         path: out.to_path_buf(),
         action: "write",
-        source,
+        cause,
     };
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(io)?);
     for (_, line) in &lines {
