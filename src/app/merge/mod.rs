@@ -130,11 +130,11 @@ pub enum Error {
         line: usize,
         reason: String,
     },
-    #[error("cannot write the virtual dataset `{dataset}` of {}: {reason}", file.display())]
+    #[error("cannot write the virtual dataset `{dataset}` of {}: {cause}", file.display())]
     Virtual {
         file: PathBuf,
         dataset: &'static str,
-        reason: String,
+        cause: vds::Error,
     },
 }
 
@@ -497,11 +497,11 @@ fn write_virtual(
             .dataset(d)
             .ctx(&dir.join(&parts[0].name), || format!("open dataset `{d}`"))?;
         let shape = like.shape();
-        vds::create(file.id(), d, like.id(), &shape[1..], total, &sources).map_err(|reason| {
+        vds::create(file.id(), d, like.id(), &shape[1..], total, &sources).map_err(|cause| {
             Error::Virtual {
                 file: out.to_path_buf(),
                 dataset: d,
-                reason,
+                cause,
             }
         })?;
     }

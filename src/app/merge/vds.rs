@@ -18,6 +18,17 @@ use hdf5_sys::h5p::{
 use hdf5_sys::h5s::{H5S_seloper_t, H5Sclose, H5Screate_simple, H5Sselect_hyperslab};
 use hdf5_sys::h5t::H5Tclose;
 
+/// Why a virtual dataset could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An HDF5 C call returned a failure status or an invalid id.
+    #[error("{0} failed")]
+    Call(&'static str),
+    /// A dataset or file name contains a NUL byte, which C strings cannot hold.
+    #[error("the name {0:?} contains a NUL byte")]
+    Nul(String),
+}
+
 /// One source of a virtual dataset: all `rows` rows of dataset `dataset` in
 /// file `file` (a name relative to the virtual file's directory), placed at
 /// row `offset`.
@@ -33,12 +44,12 @@ struct Ids(Vec<(hid_t, unsafe extern "C" fn(hid_t) -> i32)>);
 impl Ids {
     fn keep(
         &mut self,
-        what: &str,
+        what: &'static str,
         id: hid_t,
         close: unsafe extern "C" fn(hid_t) -> i32,
-    ) -> Result<hid_t, String> {
+    ) -> Result<hid_t, Error> {
         if id < 0 {
-            return Err(format!("{what} failed"));
+            return Err(Error::Call(what));
         }
         self.0.push((id, close));
         Ok(id)
@@ -55,9 +66,9 @@ impl Drop for Ids {
     }
 }
 
-fn check(what: &str, status: i32) -> Result<(), String> {
+fn check(what: &'static str, status: i32) -> Result<(), Error> {
     if status < 0 {
-        Err(format!("{what} failed"))
+        Err(Error::Call(what))
     } else {
         Ok(())
     }
@@ -74,8 +85,8 @@ pub fn create(
     row_shape: &[usize],
     total: usize,
     sources: &[Source<'_>],
-) -> Result<(), String> {
-    let c_name = CString::new(name).map_err(|_| "a dataset name with a NUL byte".to_string())?;
+) -> Result<(), Error> {
+    let c_name = CString::new(name).map_err(|_| Error::Nul(name.to_string()))?;
     let dims: Vec<hsize_t> = std::iter::once(total)
         .chain(row_shape.iter().copied())
         .map(|d| d as hsize_t)
@@ -83,16 +94,16 @@ pub fn create(
     let rank = dims.len() as i32;
     let mut srcs = Vec::new();
     for s in sources.iter().filter(|s| s.rows > 0) {
-        let f =
-            CString::new(s.file).map_err(|_| format!("file name {:?} has a NUL byte", s.file))?;
+        let f = CString::new(s.file).map_err(|_| Error::Nul(s.file.to_string()))?;
         srcs.push((f, s));
     }
     hdf5::sync::sync(|| {
         let mut ids = Ids(Vec::new());
-        // SAFETY (whole block): every pointer passed points into a live local
-        // (`dims`, `start`, `count`, the CStrings) whose length matches `rank`;
-        // every id is checked before use and closed by `ids`; the global HDF5
-        // lock is held by `sync`.
+        // SAFETY: every pointer passed points into a live local (`dims`,
+        // `src_dims`, `start`, the CStrings) whose length matches `rank`; every
+        // id is checked (negative = failure) before use and closed once by
+        // `ids`; `file_id` and `like` are open ids the caller's safe handles
+        // keep alive for the call; the global HDF5 lock is held by `sync`.
         unsafe {
             let dcpl = ids.keep("H5Pcreate", H5Pcreate(*H5P_CLS_DATASET_CREATE), H5Pclose)?;
             check(
