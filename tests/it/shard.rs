@@ -252,6 +252,20 @@ print("ok")
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+    // A virtual file whose shard is gone would read fill values: check_h5.py
+    // names the missing source.
+    std::fs::remove_file(out.path().join("TRAINING.shard-1-of-3.h5")).unwrap();
+    let check = Command::new("python3")
+        .arg(&script)
+        .arg(out.path())
+        .output()
+        .expect("python3 runs");
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        !check.status.success()
+            && err.contains("maps TRAINING.shard-1-of-3.h5, which does not exist"),
+        "{err}"
+    );
 }
 
 /// Builds all 3 shards of `corpus()` into a fresh directory.
