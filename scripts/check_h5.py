@@ -17,6 +17,7 @@ See docs/FORMAT.md for the schema.
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def check_file(path, expect_rows):
     """Returns (summary line, list of problems)."""
     problems = []
     bad = problems.append
-    split = path.name[: -len(".h5")]
+    # A shard of a sharded build (`build --shard K/N`) holds split <split>.
+    split = re.sub(r"\.shard-\d+-of-\d+$", "", path.name[: -len(".h5")])
     with h5py.File(path, "r") as f:
         a = f.attrs
         # --- attributes ---
@@ -135,6 +137,13 @@ def check_file(path, expect_rows):
         ):
             if ds.shape[0] != n:
                 bad(f"{name} has {ds.shape[0]} rows, mel has {n}")
+            if ds.is_virtual:
+                # `melforge merge`: a fixed-size virtual dataset over the
+                # shard files, which must all be there.
+                for vs in ds.virtual_sources():
+                    if not (path.parent / vs.file_name).is_file():
+                        bad(f"{name} maps {vs.file_name}, which does not exist")
+                continue
             if ds.chunks != chunk:
                 bad(f"{name} chunks {ds.chunks}, expected {chunk}")
             if ds.maxshape[0] is not None:

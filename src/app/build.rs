@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::compute::{Rejection, cuda};
 use crate::config::Config;
 use crate::pipeline::{self, Delivered, Pipeline};
@@ -81,7 +82,13 @@ pub struct OutputFile {
     pub rows: usize,
 }
 
-fn output_plan(out: &Path, input: &Path, cfg: &Config, plan: &source::Plan) -> OutputPlan {
+fn output_plan(
+    out: &Path,
+    input: &Path,
+    cfg: &Config,
+    plan: &source::Plan,
+    shard: Option<Shard>,
+) -> OutputPlan {
     let splits = plan
         .splits
         .iter()
@@ -98,6 +105,12 @@ fn output_plan(out: &Path, input: &Path, cfg: &Config, plan: &source::Plan) -> O
         })
         .collect();
     let input = std::path::absolute(input).unwrap_or_else(|_| input.to_path_buf());
+    let mut extra_attrs = vec![("input".into(), input.display().to_string())];
+    if let Some(s) = shard {
+        // Which shard a file holds; merge checks it against the file name and
+        // leaves it out of the merged file.
+        extra_attrs.push((SHARD_ATTR.into(), s.to_string()));
+    }
     OutputPlan {
         out_dir: out.to_path_buf(),
         splits,
@@ -105,7 +118,7 @@ fn output_plan(out: &Path, input: &Path, cfg: &Config, plan: &source::Plan) -> O
         spec: cfg.spec.clone(),
         dtype: cfg.output.dtype,
         chunk_files: cfg.output.chunk_files,
-        extra_attrs: vec![("input".into(), input.display().to_string())],
+        extra_attrs,
     }
 }
 
@@ -163,6 +176,21 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
 
 /// Runs a whole build of `input` into `out`.
 pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<Outcomes, Error> {
+    build_shard(input, out, cfg, opts, None)
+}
+
+/// Runs a build of `input` into `out`, or with `shard` only that shard's share
+/// of the sorted walk (rule in [`crate::app::merge::shard`]) into
+/// `<split>.shard-K-of-N.h5` and `rejected.shard-K-of-N.jsonl`, with the label
+/// table and split list of the whole tree. A shard whose share is empty still
+/// writes every split's file (zero rows) and an empty rejection log.
+pub fn build_shard(
+    input: &Path,
+    out: &Path,
+    cfg: &Config,
+    opts: &Options,
+    shard: Option<Shard>,
+) -> Result<Outcomes, Error> {
     let started = Instant::now();
     let plan = source::scan(input).map_err(|source| Error::Input {
         path: input.to_path_buf(),
@@ -174,6 +202,19 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));
     }
+    let plan = match shard {
+        Some(s) => {
+            let part = s.apply(&plan);
+            tracing::info!(
+                shard = %s,
+                files = part.jobs.len(),
+                of = plan.jobs.len(),
+                "Building one shard of the walk."
+            );
+            part
+        }
+        None => plan,
+    };
     tracing::info!(
         files = plan.jobs.len(),
         splits = plan.splits.len(),
@@ -185,7 +226,11 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
         path: out.to_path_buf(),
         source,
     })?;
-    let writer = DatasetWriter::create(output_plan(out, input, cfg, &plan))?;
+    let output = output_plan(out, input, cfg, &plan, shard);
+    let writer = match shard {
+        Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
+        None => DatasetWriter::create(output)?,
+    };
     let telemetry = opts.telemetry.clone().unwrap_or_default();
     // Queue the whole walk ahead of the readers (bounded: ~100 bytes a job).
     let queue_ahead = plan.jobs.len().min(1 << 16);
@@ -259,7 +304,7 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
     let cuda_report = p.join()?;
     let (write_report, rejected) = written?;
 
-    let rejected_log = out.join("rejected.jsonl");
+    let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
     write_rejections(&rejected_log, &rejected).map_err(|source| Error::Output {
         path: rejected_log.clone(),
         source,

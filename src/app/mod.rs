@@ -5,6 +5,8 @@
 //!   split (`melforge build`).
 //! * [`serve`]: the drop-directory service (`melforge serve`): inotify source,
 //!   SWMR append sink, journal, rebuild.
+//! * [`merge`]: `melforge merge`, joining the files of a sharded build
+//!   (`build --shard K/N`) into one dataset per split.
 //! * [`control`]: the control socket, signals and `melforge ctl`.
 //! * [`bench_io`]: `melforge bench io`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
@@ -12,5 +14,6 @@
 pub mod bench_io;
 pub mod build;
 pub mod control;
+pub mod merge;
 pub mod serve;
 pub mod synth;

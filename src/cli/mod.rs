@@ -82,6 +82,22 @@ enum Command {
         /// Print the final report as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Build only shard K of N (0 ≤ K < N) of the sorted walk, into
+        /// <split>.shard-K-of-N.h5; join the shards with `melforge merge`.
+        #[arg(long, value_name = "K/N")]
+        shard: Option<crate::app::merge::shard::Shard>,
+    },
+    /// Join the files of a sharded build (`build --shard K/N`, all K) into
+    /// <split>.h5 (HDF5 virtual datasets over the shards) and rejected.jsonl.
+    Merge {
+        /// The output directory the shards were built into.
+        out: PathBuf,
+        /// Write standalone files with the rows copied instead of virtual datasets.
+        #[arg(long)]
+        copy: bool,
+        /// Print the report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure the reader engines (and optionally fio) on a directory of WAVs.
     Bench {
@@ -135,6 +151,24 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             crate::app::serve::run(&config)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Merge { out, copy, json } => {
+            let done = crate::app::merge::merge(&out, copy)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                for o in &done.outputs {
+                    println!("{}: {} rows → {}", o.split, o.rows, o.path.display());
+                }
+                println!(
+                    "{} shards merged ({}); {} rejection(s) in {}",
+                    done.shards,
+                    done.mode,
+                    done.rejected,
+                    done.rejected_log.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Ctl(args) => {
             crate::app::control::client::main(&args)?;
             Ok(ExitCode::SUCCESS)
@@ -169,6 +203,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             backend,
             strict,
             json,
+            shard,
         } => {
             let mut cfg = match &config {
                 Some(f) => Config::load(f)?,
@@ -186,7 +221,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 progress: !json && format == LogFormat::Text && std::io::stderr().is_terminal(),
                 telemetry: None,
             };
-            let done = build::build(&input, &out, &cfg, &opts)?;
+            let done = build::build_shard(&input, &out, &cfg, &opts, shard)?;
             for r in &done.rejected {
                 tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
             }

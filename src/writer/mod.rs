@@ -207,6 +207,16 @@ struct SplitWriter {
 impl DatasetWriter {
     /// Creates `<out_dir>/<split>.h5.partial` for every split (out_dir created if missing).
     pub fn create(plan: OutputPlan) -> Result<DatasetWriter, Error> {
+        Self::create_named(plan, |split| format!("{split}.h5"))
+    }
+
+    /// As [`DatasetWriter::create`], with the final file name of each split given
+    /// by `file_name(split)` (e.g. `<split>.shard-K-of-N.h5` for a sharded build);
+    /// the file is `<name>.partial` until [`DatasetWriter::finish`].
+    pub fn create_named(
+        plan: OutputPlan,
+        file_name: impl Fn(&str) -> String,
+    ) -> Result<DatasetWriter, Error> {
         validate(&plan)?;
         std::fs::create_dir_all(&plan.out_dir).map_err(|source| Error::Io {
             path: plan.out_dir.clone(),
@@ -225,7 +235,7 @@ impl DatasetWriter {
                 chunk_files: plan.chunk_files,
                 extra_attrs: &plan.extra_attrs,
             };
-            let final_path = plan.out_dir.join(format!("{}.h5", split.name));
+            let final_path = plan.out_dir.join(file_name(&split.name));
             let out = SplitFile::create(final_path, &header)?;
             let chunk_rows = plan.chunk_files.min(split.files.len());
             tracing::debug!(

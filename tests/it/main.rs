@@ -8,4 +8,5 @@ mod crash;
 mod cuda;
 mod golden;
 mod serve;
+mod shard;
 mod uring;
