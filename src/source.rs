@@ -102,6 +102,20 @@ impl std::fmt::Display for Warning {
     }
 }
 
+/// `path` as text for logs and `rejected.jsonl`: valid UTF-8 as is, each
+/// byte that is not as `\xNN`, so distinct names stay distinct.
+pub fn escape_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Split and label names of a relative path's parent folders (docs/DESIGN.md rule).
 pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     let parents = &components[..components.len().saturating_sub(1)];
@@ -145,6 +159,11 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
         };
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
+            // Only what would have been built: directories and WAV files.
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir && !is_wav(&name.to_string_lossy()) {
+                continue;
+            }
             plan.warnings.push(Warning {
                 kind: WarningKind::NonUtf8Name,
                 path: entry.path(),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
-use crate::compute::{Rejection, cuda};
+use crate::compute::{RejectKind, Rejection, cuda};
 use crate::config::Config;
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
@@ -153,6 +153,33 @@ fn write_all(
     Ok((report?, rejected))
 }
 
+/// The rejection for a path the walk skipped: its path relative to `input`
+/// (bytes that are not UTF-8 escaped), the kind, and the reason.
+fn walk_rejection(input: &Path, w: &source::Warning) -> Rejection {
+    let rel = w.path.strip_prefix(input).unwrap_or(&w.path);
+    let path = source::escape_path(rel);
+    let (kind, reason) = match w.kind {
+        source::WarningKind::NonUtf8Name => (
+            RejectKind::BadPath,
+            "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot be a row's \
+             path; rename it to UTF-8"
+                .to_string(),
+        ),
+        source::WarningKind::UnreadableDir => (
+            RejectKind::Unreadable,
+            format!(
+                "directory cannot be read, nothing below it was built: {}",
+                w.reason
+            ),
+        ),
+        source::WarningKind::UnlistableEntry => (
+            RejectKind::Unreadable,
+            format!("an entry of this directory cannot be listed: {}", w.reason),
+        ),
+    };
+    Rejection { path, kind, reason }
+}
+
 fn write_rejections(path: &Path, rejected: &[Rejection]) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     for r in rejected {
@@ -199,6 +226,16 @@ pub fn build_shard(
     for w in &plan.warnings {
         tracing::warn!(path = %w.path.display(), reason = %w.reason, "{}", w.kind.sentence());
     }
+    // Paths the walk could not use are rejections too (every shard walks the
+    // whole tree, so only shard 0 records them).
+    let walk_rejected: Vec<Rejection> = if shard.is_none_or(|s| s.index == 0) {
+        plan.warnings
+            .iter()
+            .map(|w| walk_rejection(input, w))
+            .collect()
+    } else {
+        Vec::new()
+    };
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));
     }
@@ -302,7 +339,14 @@ pub fn build_shard(
     let report = p.report(started);
     let shape = p.shape().clone();
     let cuda_report = p.join()?;
-    let (write_report, rejected) = written?;
+    let (write_report, mut rejected) = written?;
+    let mut report = report;
+    for r in walk_rejected {
+        report.files_rejected += 1;
+        *report.rejected_by_kind.entry(r.kind).or_default() += 1;
+        rejected.push(r);
+    }
+    rejected.sort_by(|a, b| a.path.cmp(&b.path));
 
     let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
     write_rejections(&rejected_log, &rejected).map_err(|source| Error::Output {

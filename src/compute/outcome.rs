@@ -61,11 +61,13 @@ pub enum RejectKind {
     SampleRate,
     /// The compute device failed.
     Device,
+    /// A path that cannot be a row's `path`: a name that is not valid UTF-8.
+    BadPath,
 }
 
 impl RejectKind {
     /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 8] = [
+    pub const ALL: [RejectKind; 9] = [
         RejectKind::Unreadable,
         RejectKind::NotAFile,
         RejectKind::TooLarge,
@@ -74,6 +76,7 @@ impl RejectKind {
         RejectKind::Unsupported,
         RejectKind::SampleRate,
         RejectKind::Device,
+        RejectKind::BadPath,
     ];
 
     /// The snake_case name used in JSON, logs and metrics labels.
@@ -87,6 +90,7 @@ impl RejectKind {
             RejectKind::Unsupported => "unsupported",
             RejectKind::SampleRate => "sample_rate",
             RejectKind::Device => "device",
+            RejectKind::BadPath => "bad_path",
         }
     }
 

@@ -187,3 +187,86 @@ fn a_failed_build_prints_its_cause_once_and_json_on_stdout() {
     assert!(e.starts_with("cannot read input directory"), "{e}");
     assert!(e.contains("no-such-input"), "{e}");
 }
+
+#[test]
+fn paths_the_walk_cannot_use_are_rejections_and_strict_fails_on_them() {
+    // Regression: a non-UTF-8 name and a directory past PATH_MAX got a WARN
+    // only; rejected.jsonl had no line for them and --strict exited 0.
+    use std::os::unix::ffi::OsStrExt;
+    let corpus = synth_corpus(3, 7);
+    let wav = wav_with(1, 1, 4096, 16, 2, &[0u8; 8192]);
+    let bad = corpus
+        .path()
+        .join("TRAINING/LEAK")
+        .join(std::ffi::OsStr::from_bytes(b"caf\xe9.wav"));
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, &wav).unwrap();
+    // A non-UTF-8 name that is not audio is not a rejection.
+    std::fs::write(
+        corpus
+            .path()
+            .join(std::ffi::OsStr::from_bytes(b"notes\xe9.txt")),
+        b"x",
+    )
+    .unwrap();
+    // A tree deeper than PATH_MAX (built with relative mkdirs).
+    let st = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os,sys; os.chdir(sys.argv[1]); os.makedirs('TESTING', exist_ok=True); \
+             os.chdir('TESTING')\nfor _ in range(22): os.mkdir(sys.argv[2]); os.chdir(sys.argv[2])\n\
+             os.mkdir('PUMP'); open('PUMP/deep.wav', 'w').write('x')",
+        )
+        .arg(corpus.path())
+        .arg("d".repeat(200))
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let out = tempfile::tempdir().unwrap();
+    let o = melforge()
+        .args(["build", "--json", "--out"])
+        .arg(out.path())
+        .arg(corpus.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["report"]["files_ok"], 3, "{j}");
+    let rejected = j["rejected"].as_array().unwrap();
+    let by_path = |p: &str| {
+        rejected
+            .iter()
+            .find(|r| r["path"].as_str().is_some_and(|x| x.starts_with(p)))
+    };
+    let r = by_path("TRAINING/LEAK/caf\\xE9.wav").unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(r["kind"], "bad_path");
+    assert!(
+        r["reason"].as_str().unwrap().contains("not valid UTF-8"),
+        "{r}"
+    );
+    let r = by_path("TESTING/ddd").unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(r["kind"], "unreadable");
+    assert!(
+        r["reason"].as_str().unwrap().contains("name too long"),
+        "{r}"
+    );
+    assert_eq!(rejected.len(), 2, "{j}");
+    assert_eq!(j["report"]["files_rejected"], 2, "{j}");
+    let lines = std::fs::read_to_string(out.path().join("rejected.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+    assert!(lines.contains("caf\\\\xE9.wav"), "{lines}");
+
+    let o = melforge()
+        .args(["build", "--strict", "--out"])
+        .arg(out.path())
+        .arg(corpus.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

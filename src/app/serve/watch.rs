@@ -126,7 +126,9 @@ pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
+            // Names that are not UTF-8 are matched by their lossy text and
+            // reported: the consumer rejects them with a reason.
+            let name = &*name.to_string_lossy();
             let Ok(t) = e.file_type() else { continue };
             if t.is_symlink() {
                 if !ignore.ignores(name) {
@@ -232,7 +234,9 @@ impl State {
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
+            // Names that are not UTF-8 are matched by their lossy text and
+            // reported: the consumer rejects them with a reason.
+            let name = &*name.to_string_lossy();
             let Ok(t) = e.file_type() else { continue };
             if t.is_symlink() {
                 if report_existing && !self.ignore.ignores(name) {
@@ -275,8 +279,8 @@ impl State {
                 let (Some(dir), Some(name)) = (self.dirs.get(&ev.wd), ev.name) else {
                     continue;
                 };
-                let Some(name) = name.to_str() else { continue };
                 let path = dir.join(name);
+                let name = &*name.to_string_lossy();
                 if ev.mask.contains(EventMask::ISDIR) {
                     if ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
                         && !self.ignore.ignores(name)

@@ -193,3 +193,40 @@ fn a_full_output_disk_degrades_serve_and_it_resumes_by_itself_when_space_frees()
     check(&svc);
     drop(disk);
 }
+
+#[test]
+fn a_dropped_file_with_a_non_utf8_name_is_rejected_once_not_ignored_forever() {
+    // Regression: serve skipped such a file with no log line and no
+    // rejection; it stayed in the drop directory forever.
+    use std::os::unix::ffi::OsStrExt;
+    let corpus = clips(2, 33);
+    let mut svc = Svc::new(100, "");
+    svc.start();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.wav");
+    let staged = svc.root.path().join("stage").join(name);
+    std::fs::write(&staged, &corpus[0].1).unwrap();
+    std::fs::create_dir_all(svc.drop.join("TRAINING/LEAK")).unwrap();
+    std::fs::rename(&staged, svc.drop.join("TRAINING/LEAK").join(name)).unwrap();
+    svc.drop_file("TRAINING/LEAK/good.wav", &corpus[1].1);
+    let s = wait_for(WAIT, "the rejection", || {
+        let s = svc.status();
+        (s["files_rejected"] == 1 && total_rows(&s) == 1).then_some(s)
+    });
+    assert_eq!(s["rejected_by_kind"]["bad_path"], 1, "{s}");
+    svc.ctl("flush");
+    let lines = std::fs::read_to_string(svc.out.join("rejected.jsonl")).unwrap();
+    assert!(
+        lines.contains(r#""path":"TRAINING/LEAK/caf\\xE9.wav""#),
+        "{lines}"
+    );
+    assert!(lines.contains("not valid UTF-8"), "{lines}");
+    svc.shutdown();
+    // Journalled: a restart's scan does not reject it again.
+    svc.start();
+    svc.wait_rows(1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(svc.status()["files_rejected"], 0);
+    svc.shutdown();
+    let lines = std::fs::read_to_string(svc.out.join("rejected.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+}

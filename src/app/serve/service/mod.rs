@@ -226,9 +226,9 @@ impl Service {
         let Ok(rel) = abs.strip_prefix(&self.serve.watch_dir) else {
             return;
         };
-        let Some(rel) = rel.to_str().map(str::to_string) else {
-            tracing::warn!(path = %abs.display(), "Skipped a file: its path is not valid UTF-8.");
-            return;
+        let (rel, utf8) = match rel.to_str() {
+            Some(r) => (r.to_string(), true),
+            None => (crate::source::escape_path(rel), false),
         };
         if self.in_flight.contains(&rel) {
             return;
@@ -243,6 +243,10 @@ impl Service {
         if self.journal.state().lookup(&rel, stamp).is_some()
             || self.uncommitted.get(&rel) == Some(&stamp)
         {
+            return;
+        }
+        if !utf8 {
+            self.reject_unusable(abs, rel, stamp);
             return;
         }
         let parts: Vec<&str> = rel.split('/').collect();
@@ -268,6 +272,32 @@ impl Service {
         for f in scan_tree(&self.serve.watch_dir, &ignore) {
             self.offer(f);
         }
+    }
+
+    /// Rejects a dropped file whose path cannot be a row's `path` (not UTF-8;
+    /// `rel` is its escaped form) without reading it, like any rejection:
+    /// journalled, logged, listed in `rejected.jsonl`, quarantined if set.
+    fn reject_unusable(&mut self, abs: PathBuf, rel: String, stamp: FileStamp) {
+        let kind = crate::compute::RejectKind::BadPath;
+        let reason = "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot be \
+                      a row's path; rename it to UTF-8"
+            .to_string();
+        tracing::warn!(path = %rel, kind = %kind, reason, "Rejected a dropped file.");
+        self.journal.stage_reject(&rel, stamp, &reason);
+        if let Some(q) = &self.serve.quarantine_dir {
+            let to = q.join(abs.strip_prefix(&self.serve.watch_dir).unwrap_or(&abs));
+            self.after.push(After::Move(abs, to));
+        }
+        self.local.file_done(Err(kind), &self.telemetry);
+        self.local.publish(&self.telemetry);
+        self.uncommitted.insert(rel.clone(), stamp);
+        self.rejections.push(Rejection {
+            path: rel,
+            kind,
+            reason,
+        });
+        self.files_rejected += 1;
+        self.since_commit.1 += 1;
     }
 
     /// Moves backlog jobs into the reader's ring while it has room.
