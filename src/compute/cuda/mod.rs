@@ -54,6 +54,8 @@ pub mod host;
 pub mod host_stage;
 #[cfg(all(test, feature = "host-kernels"))]
 mod tests;
+#[cfg(all(test, feature = "host-kernels"))]
+mod tests_regress;
 
 pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
 pub use driver::{Gpu, Unavailable, probe};

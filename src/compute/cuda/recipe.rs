@@ -206,6 +206,14 @@ impl Recipe for MelRecipe {
         Ok(())
     }
 
+    fn warm_up<D: Device>(&mut self, dev: &mut D, s: Stream, w: &MelWork, n: usize) -> Result<()> {
+        let plan = *self
+            .plans
+            .get(&n)
+            .ok_or_else(|| DeviceError::new("warm-up", "no FFT plan for this shape"))?;
+        dev.fft_exec(s, plan, w.frames, w.spectrum)
+    }
+
     fn issue<D: Device>(
         &mut self,
         dev: &mut D,
