@@ -4,7 +4,12 @@
 //! an explicit `dlopen` ([`super::libs`]), every driver symbol the backend
 //! calls is checked with `dlsym` (cudarc panics on a missing one: an old
 //! driver), then `cuInit` and the device count are asked, then libnvrtc and
-//! libcufft are located. The answer is cached for the process. Each failure is
+//! libcufft are located for the driver's generation (CUDA 12: libnvrtc.so.12,
+//! libcufft.so.11; CUDA 13: libnvrtc.so.13|12, libcufft.so.12|11; with
+//! libnvJitLink preloaded first), every entry point melforge calls in them is
+//! resolved ([`super::api`]), NVRTC's major must not exceed the driver's, and
+//! NVRTC must know the device's architecture or one below it. The answer is
+//! cached for the process. Each failure is
 //! a sentence naming what is missing, used verbatim in `compute::select`'s
 //! reason ("libcuda.so.1 not found (no NVIDIA driver)", "cuInit failed: …",
 //! "no CUDA device", …).
@@ -105,6 +110,9 @@ fn probe_uncached() -> Result<Gpu, String> {
             missing.join(", ")
         ));
     }
+    // cudarc loads libcuda by its own list of names: make sure that is the
+    // copy whose symbols were just checked (not a stub `libcuda.so`).
+    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))?;
     let mut version = 0;
     // SAFETY: libcuda is loaded and exports the symbol (checked above); the
     // out-pointer is valid.
@@ -140,11 +148,34 @@ fn probe_uncached() -> Result<Gpu, String> {
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
     );
-    libs::ensure(&libs::NVRTC).map_err(|e| {
-        format!("{e}; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12`")
+    let major = version / 1000;
+    let [nvrtc_lib, cufft_lib, jitlink_lib] = libs::for_driver(major);
+    if let Err(e) = libs::ensure(jitlink_lib) {
+        tracing::debug!(error = %e, "No libnvJitLink to preload before libcufft.");
+    }
+    let wheel = |w: &str| {
+        if major >= 13 {
+            format!("`pip install {w}`")
+        } else {
+            format!("`pip install {w}-cu12`")
+        }
+    };
+    libs::ensure(nvrtc_lib).map_err(|e| {
+        format!(
+            "{e}; install the CUDA toolkit or {}",
+            wheel("nvidia-cuda-nvrtc")
+        )
     })?;
-    libs::ensure(&libs::CUFFT)
-        .map_err(|e| format!("{e}; install the CUDA toolkit or `pip install nvidia-cufft-cu12`"))?;
+    libs::ensure(cufft_lib)
+        .map_err(|e| format!("{e}; install the CUDA toolkit or {}", wheel("nvidia-cufft")))?;
+    // Every NVRTC and cuFFT entry point, from the copies just found.
+    let nvrtc = super::api::nvrtc()?;
+    super::api::cufft()?;
+    let nv = nvrtc.library_version()?;
+    super::nvrtc::check_versions(nv, version)?;
+    let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
+    super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?)
+        .map_err(|e| format!("{e}; NVRTC {}.{} is too old for {name}", nv.0, nv.1))?;
     Ok(Gpu {
         name,
         cc,
@@ -160,10 +191,26 @@ fn probe_uncached() -> Result<Gpu, String> {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// The usable GPU, or why there is none (cached per process).
+/// The usable GPU, or why there is none (cached per process). Beyond the
+/// libraries, the probe compiles the kernels (cached) and opens the device
+/// once with them, so whatever fails at start-up — a CUBIN the driver
+/// refuses, a context that cannot be made — fails here, where `auto` can
+/// still choose the CPU.
 pub fn probe() -> Result<Gpu, Unavailable> {
     static PROBE: OnceLock<Result<Gpu, Unavailable>> = OnceLock::new();
     PROBE
-        .get_or_init(|| probe_uncached().map_err(Unavailable))
+        .get_or_init(|| {
+            probe_uncached()
+                .and_then(|gpu| {
+                    let image = super::backend::compile_kernels(&gpu)
+                        .map_err(|e| e.to_string())?
+                        .0;
+                    let dev = super::real::CudaDevice::open(gpu.clone(), &image)
+                        .map_err(|e| format!("CUDA device start-up failed: {e}"))?;
+                    drop(dev);
+                    Ok(gpu)
+                })
+                .map_err(Unavailable)
+        })
         .clone()
 }

@@ -35,6 +35,8 @@
 
 pub mod tables;
 
+pub mod api;
+
 pub mod backend;
 pub mod device;
 pub mod driver;

@@ -1,7 +1,8 @@
 //! `CudaDevice`: the [`Device`] trait on the CUDA driver API (cudarc `result`
 //! layer), cuFFT and an NVRTC-compiled module.
 //!
-//! Layering: cudarc `sys` (raw) → cudarc `result` (thin `Result` wrappers) →
+//! Layering: cudarc `sys` (raw) → cudarc `result` (thin `Result` wrappers),
+//! and cuFFT through [`api::Cufft`] (resolved from the probed library) →
 //! this type, which owns every handle it hands out and releases them all in
 //! `Drop` (in reverse order of dependency). Drop never panics: a failed
 //! release is recorded in the sink its owner attached
@@ -15,13 +16,13 @@
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
-use cudarc::cufft::{result as fft, sys as fsys};
 use cudarc::driver::{result, sys};
 
 use super::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
 };
+use super::api;
 use super::driver::Gpu;
 use super::nvrtc::Image;
 
@@ -37,8 +38,13 @@ fn de(op: &'static str) -> impl Fn(result::DriverError) -> DeviceError {
     move |e| DeviceError::new(op, e)
 }
 
-fn fe(op: &'static str) -> impl Fn(fft::CufftError) -> DeviceError {
-    move |e| DeviceError::new(op, format!("{e:?}"))
+/// A `cufftResult` as a device error (0 is success).
+fn fft_result(op: &'static str, r: std::ffi::c_int) -> Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(DeviceError::new(op, format!("cufftResult {r}")))
+    }
 }
 
 /// Flags of every event: no timing, and a host wait on it (cuEventSynchronize)
@@ -61,7 +67,8 @@ pub struct CudaDevice {
     pinned: Vec<(*mut u8, usize)>,
     regs: Vec<*mut u8>,
     kernels: Vec<sys::CUfunction>,
-    plans: Vec<fsys::cufftHandle>,
+    fft: api::Cufft,
+    plans: Vec<api::Plan>,
     graphs: Vec<sys::CUgraph>,
     execs: Vec<sys::CUgraphExec>,
     /// Teardown failures of this device only (never a process-wide list:
@@ -72,6 +79,7 @@ pub struct CudaDevice {
 impl CudaDevice {
     /// Retains device 0's primary context, makes it current, loads `image`.
     pub fn open(gpu: Gpu, image: &Image) -> Result<CudaDevice> {
+        let fft = api::cufft().map_err(|e| DeviceError::new("cuFFT", e))?;
         let dev = result::device::get(0).map_err(de("cuDeviceGet"))?;
         // SAFETY: `dev` is valid; setting flags of a (possibly inactive)
         // primary context has no other precondition.
@@ -93,6 +101,7 @@ impl CudaDevice {
             pinned: Vec::new(),
             regs: Vec::new(),
             kernels: Vec::new(),
+            fft,
             plans: Vec::new(),
             graphs: Vec::new(),
             execs: Vec::new(),
@@ -218,7 +227,11 @@ impl Device for CudaDevice {
     fn fft_plan(&mut self, shape: FftShape) -> Result<FftPlan> {
         let n = i32::try_from(shape.n).map_err(|_| DeviceError::new("cufftPlan1d", "n"))?;
         let b = i32::try_from(shape.batch).map_err(|_| DeviceError::new("cufftPlan1d", "batch"))?;
-        let p = fft::plan_1d(n, fsys::cufftType::CUFFT_D2Z, b).map_err(fe("cufftPlan1d"))?;
+        let mut p: api::Plan = 0;
+        // SAFETY: valid out-pointer; a plan in the current context.
+        fft_result("cufftPlan1d", unsafe {
+            (self.fft.plan_1d)(&mut p, n, api::CUFFT_D2Z, b)
+        })?;
         self.plans.push(p);
         Ok(FftPlan(self.plans.len() - 1))
     }
@@ -338,10 +351,12 @@ impl Device for CudaDevice {
         // SAFETY: plan and stream are live handles of this device; the buffers
         // were sized by the recipe for this plan's batch.
         unsafe {
-            fft::set_stream(p, s as fsys::cudaStream_t).map_err(fe("cufftSetStream"))?;
-            fft::exec_d2z(p, i as *mut f64, o as *mut fsys::cufftDoubleComplex)
+            fft_result("cufftSetStream", (self.fft.set_stream)(p, s.cast()))?;
+            fft_result(
+                "cufftExecD2Z",
+                (self.fft.exec_d2z)(p, i as *mut f64, o as *mut f64),
+            )
         }
-        .map_err(fe("cufftExecD2Z"))
     }
 
     fn record_event(&mut self, e: Event, stream: Stream) -> Result<()> {
@@ -447,8 +462,9 @@ impl Drop for CudaDevice {
                 }
             }
             for p in self.plans.drain(..) {
-                if let Err(e) = fft::destroy(p) {
-                    record(&sink, "cufftDestroy", e);
+                let r = (self.fft.destroy)(p);
+                if r != 0 {
+                    record(&sink, "cufftDestroy", format!("cufftResult {r}"));
                 }
             }
             for e in self.events.drain(..) {

@@ -210,3 +210,38 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
         assert!(warm, "no uncaptured FFT between the plan and its capture");
     }
 }
+
+/// Suspect 8: under confidential computing, some vGPU and WSL set-ups
+/// `cuMemHostRegister` is refused; that used to abort start-up although the
+/// pageable copy path works. Now the stage starts, warns and computes.
+#[test]
+fn a_refused_arena_registration_falls_back_to_pageable_copies() {
+    let plan = plan();
+    let rate = plan.spec().sample_rate;
+    let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+    let (mut wiring, input, output) = Wiring::standalone(16);
+    wiring.arena = Some(crate::reader::arena::Arena::new(1 << 20, 1).unwrap());
+    let dev = HostDouble::unlogged(Progress::Eager)
+        .with_kernels(Box::new(MelHostKernels))
+        .refusing("cuMemHostRegister", "CUDA_ERROR_NOT_SUPPORTED");
+    let workers = start_workers_with(
+        plan,
+        move || Ok(dev),
+        CudaOptions::default(),
+        wiring,
+        CudaReport::default(),
+    )
+    .expect("start-up survives a refused registration");
+    input
+        .push(crate::reader::Loaded {
+            job: 0,
+            bytes: Ok(crate::reader::FileBytes::Heap(wav)),
+        })
+        .unwrap();
+    input.close();
+    let o = output.pop().expect("one outcome");
+    assert!(o.row.is_ok(), "{:?}", o.row.err());
+    let report = workers.join().unwrap();
+    assert!(report.pageable_copies);
+    assert_eq!(report.runner.files, 1);
+}
