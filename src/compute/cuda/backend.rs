@@ -49,6 +49,9 @@ pub struct CudaOptions {
     pub slots: usize,
     /// Compute a partial batch once its first file has waited this long.
     pub flush_after: Duration,
+    /// The output is float16: rows are converted inside the graph and leave
+    /// the device as binary16 (`MelRecipe::with_f16_rows`).
+    pub f16_rows: bool,
 }
 
 impl Default for CudaOptions {
@@ -57,6 +60,7 @@ impl Default for CudaOptions {
             batch_files: 256,
             slots: 2,
             flush_after: Duration::from_millis(20),
+            f16_rows: false,
         }
     }
 }
@@ -199,7 +203,7 @@ where
                 // 32-bit mono); larger files close the batch early.
                 input_bytes: opts.batch_files.max(1) * tables.clip_samples * 4 + (1 << 20),
             };
-            let runner = make().and_then(|dev| BatchRunner::new(dev, MelRecipe::new(tables), cfg));
+            let runner = make().and_then(|dev| BatchRunner::new(dev, MelRecipe::new(tables).with_f16_rows(opts.f16_rows), cfg));
             let mut runner: BatchRunner<D, MelRecipe, usize, Held> = match runner {
                 Ok(r) => r,
                 Err(e) => {

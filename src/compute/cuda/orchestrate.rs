@@ -95,8 +95,17 @@ pub trait Recipe {
     fn encode(&self, file: Option<&Placed>, out: &mut [u8]);
     /// Samples per clip (frames beyond are never read).
     fn clip_samples(&self) -> usize;
-    /// Output bytes per file (f32 row).
+    /// Output bytes per file (one row as the graph copies it back).
     fn row_bytes(&self) -> usize;
+    /// Appends the f32 values of one row's `bytes` to `out` (default: the
+    /// bytes are native-endian f32).
+    fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
+        out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+        );
+    }
     /// One-time set-up: kernels, constant tables (synchronous is fine).
     fn init<D: Device>(&mut self, dev: &mut D) -> Result<()>;
     /// Allocates a slot's work memory for up to `files` files.
@@ -390,14 +399,10 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         // SAFETY: `done` completed, so the graph's D2H into `out` has run and
         // nothing is in flight into it until this slot is reused.
         let out = unsafe { self.dev.pinned(slot.out) };
-        let mut vals = Vec::with_capacity(row / 4);
+        let mut vals = Vec::with_capacity(row / 2);
         for (k, tag) in slot.tags.drain(..).enumerate() {
             vals.clear();
-            vals.extend(
-                out[k * row..(k + 1) * row]
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
+            self.recipe.decode_row(&out[k * row..(k + 1) * row], &mut vals);
             sink(tag, &vals);
         }
     }

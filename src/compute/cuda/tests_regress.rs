@@ -245,3 +245,67 @@ fn a_refused_arena_registration_falls_back_to_pageable_copies() {
     assert!(report.pageable_copies);
     assert_eq!(report.runner.files, 1);
 }
+
+/// Rows of `n` synthetic clips through the MelRecipe on the double (host
+/// kernels), with f32 or binary16 rows leaving the "device".
+fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
+    let log: Log = Arc::default();
+    let plan = plan();
+    let tables = super::tables::Tables::new(&plan).unwrap();
+    let dev = HostDouble::unlogged(Progress::Eager).with_kernels(Box::new(MelHostKernels));
+    let cfg = RunnerConfig {
+        batch_files: 4,
+        input_bytes: 1 << 20,
+        slots: 2,
+    };
+    let recipe = super::recipe::MelRecipe::new(tables).with_f16_rows(f16_rows);
+    let mut r: BatchRunner<HostDouble, super::recipe::MelRecipe, usize, TestBytes> =
+        BatchRunner::new(dev, recipe, cfg).unwrap();
+    let rate = plan.spec().sample_rate;
+    let mut wavs: Vec<Vec<u8>> = (0..n)
+        .map(|i| crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(i as u64 + 5, 1, 0), rate))
+        .collect();
+    let rows = std::cell::RefCell::new(vec![Vec::new(); n]);
+    let mut sink = |id: usize, v: &[f32]| rows.borrow_mut()[id] = v.to_vec();
+    for (id, w) in wavs.iter_mut().enumerate() {
+        let info = crate::decode::wav::parse(w).unwrap();
+        let item = Staged {
+            tag: id,
+            bytes: TestBytes {
+                id,
+                ptr: w.as_mut_ptr(),
+                len: w.len(),
+                log: Arc::clone(&log),
+            },
+            info,
+        };
+        if let Err(back) = r.add(item) {
+            r.flush(&mut sink).unwrap();
+            assert!(r.add(back).is_ok());
+        }
+    }
+    r.finish(&mut sink).unwrap();
+    drop(r);
+    rows.into_inner()
+}
+
+/// float16 output: `mf_to_f16` runs inside the graph and the rows leave the
+/// device as binary16; what the writer then stores is bit for bit what it
+/// stores when the f32 rows come back and it converts them itself.
+#[test]
+fn float16_rows_made_in_the_graph_equal_the_writers_conversion_bit_for_bit() {
+    let f32_rows = mel_rows(false, 6);
+    let f16_rows = mel_rows(true, 6);
+    let mut checked = 0;
+    for (a, b) in f32_rows.iter().zip(&f16_rows) {
+        assert_eq!(a.len(), b.len());
+        assert!(!a.is_empty());
+        for (x, y) in a.iter().zip(b) {
+            let want = half::f16::from_f32(*x).to_bits();
+            assert_eq!(half::f16::from_f32(*y).to_bits(), want, "{x} vs {y}");
+            assert_eq!(half::f16::from_bits(want).to_f32().to_bits(), y.to_bits());
+            checked += 1;
+        }
+    }
+    assert!(checked > 1000);
+}
