@@ -183,9 +183,14 @@ impl Nvrtc {
         // SAFETY: `v` has room for the `n` entries NVRTC reported.
         let r = unsafe { (self.archs)(v.as_mut_ptr()) };
         if r != 0 {
-            return Err(format!("nvrtcGetSupportedArchs failed: {}", self.describe(r)));
+            return Err(format!(
+                "nvrtcGetSupportedArchs failed: {}",
+                self.describe(r)
+            ));
         }
-        Ok(v.into_iter().filter_map(|a| u32::try_from(a).ok()).collect())
+        Ok(v.into_iter()
+            .filter_map(|a| u32::try_from(a).ok())
+            .collect())
     }
 }
 

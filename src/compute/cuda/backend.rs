@@ -203,7 +203,13 @@ where
                 // 32-bit mono); larger files close the batch early.
                 input_bytes: opts.batch_files.max(1) * tables.clip_samples * 4 + (1 << 20),
             };
-            let runner = make().and_then(|dev| BatchRunner::new(dev, MelRecipe::new(tables).with_f16_rows(opts.f16_rows), cfg));
+            let runner = make().and_then(|dev| {
+                BatchRunner::new(
+                    dev,
+                    MelRecipe::new(tables).with_f16_rows(opts.f16_rows),
+                    cfg,
+                )
+            });
             let mut runner: BatchRunner<D, MelRecipe, usize, Held> = match runner {
                 Ok(r) => r,
                 Err(e) => {

@@ -804,7 +804,9 @@ impl Drop for HostDouble {
     /// failure goes to the attached sink, as `CudaDevice::drop` does.
     fn drop(&mut self) {
         if let (Err(e), Some(sink)) = (self.refused("cuMemFree"), &self.sink) {
-            sink.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.to_string());
         }
     }
 }

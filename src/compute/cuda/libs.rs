@@ -554,11 +554,17 @@ mod tests {
         assert!(symbol("libc.so.6", "malloc").is_some());
         assert!(symbol("libc.so.6", "melforge_no_such_symbol").is_none());
         assert_eq!(
-            same_as_loader_pick("libc.so.6", &["libmelforge-nope.so".into(), "libc.so.6".into()]),
+            same_as_loader_pick(
+                "libc.so.6",
+                &["libmelforge-nope.so".into(), "libc.so.6".into()]
+            ),
             Ok(())
         );
         let e = same_as_loader_pick("libc.so.6", &["libm.so.6".into()]).unwrap_err();
-        assert!(e.starts_with("the CUDA bindings would load libm.so.6, a different copy"), "{e}");
+        assert!(
+            e.starts_with("the CUDA bindings would load libm.so.6, a different copy"),
+            "{e}"
+        );
         let e = same_as_loader_pick("libc.so.6", &["libmelforge-nope.so".into()]).unwrap_err();
         assert!(e.contains("would find none of libmelforge-nope.so"), "{e}");
     }

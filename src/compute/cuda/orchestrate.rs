@@ -402,7 +402,8 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         let mut vals = Vec::with_capacity(row / 2);
         for (k, tag) in slot.tags.drain(..).enumerate() {
             vals.clear();
-            self.recipe.decode_row(&out[k * row..(k + 1) * row], &mut vals);
+            self.recipe
+                .decode_row(&out[k * row..(k + 1) * row], &mut vals);
             sink(tag, &vals);
         }
     }

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
 
+use super::api;
 use super::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
 };
-use super::api;
 use super::driver::Gpu;
 use super::nvrtc::Image;
 

@@ -47,7 +47,10 @@ fn teardown_errors_belong_to_their_own_run_and_never_poison_the_next() {
     }
     let clean = HostDouble::unlogged(Progress::Eager).with_kernels(Box::new(MelHostKernels));
     let r = empty_run(clean);
-    assert!(r.is_ok(), "a clean run failed with an earlier run's errors: {r:?}");
+    assert!(
+        r.is_ok(),
+        "a clean run failed with an earlier run's errors: {r:?}"
+    );
 }
 
 /// `n` adjacent files (one coalesced copy run), no holes.
@@ -89,7 +92,11 @@ fn runner_on(dev: HostDouble, b: usize, input_bytes: usize) -> Runner<HostDouble
 /// with it, so they got no rejection and the writer ended `Incomplete`.
 #[test]
 fn a_failed_submit_keeps_every_file_of_its_batch_for_rejection() {
-    for op in ["cuStreamBeginCapture", "cuGraphInstantiate", "cuMemcpyHtoDAsync"] {
+    for op in [
+        "cuStreamBeginCapture",
+        "cuGraphInstantiate",
+        "cuMemcpyHtoDAsync",
+    ] {
         let log: Log = Arc::default();
         let (mut mem, spans) = contiguous(3);
         let dev = HostDouble::new(Arc::clone(&log), Progress::Eager)
@@ -115,12 +122,17 @@ fn a_failed_submit_keeps_every_file_of_its_batch_for_rejection() {
 fn a_batch_closed_by_input_bytes_is_not_padded_to_a_power_of_two() {
     let log: Log = Arc::default();
     let (mut mem, spans) = contiguous(300);
-    let dev = HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(GatherKernel));
+    let dev =
+        HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(GatherKernel));
     // Room for exactly 130 files (one coalesced copy); B = 256.
     let mut r = runner_on(dev, 256, 130 * FILE);
     let rows = std::cell::RefCell::new(vec![None; spans.len()]);
     let mut sink = |id: usize, vals: &[f32]| {
-        rows.borrow_mut()[id] = Some(vals.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>());
+        rows.borrow_mut()[id] = Some(
+            vals.iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect::<Vec<u8>>(),
+        );
     };
     let mut sizes = Vec::new();
     for (id, &span) in spans.iter().enumerate() {
@@ -152,7 +164,8 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
     let log: Log = Arc::default();
     let plan = plan();
     let tables = super::tables::Tables::new(&plan).unwrap();
-    let dev = HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(MelHostKernels));
+    let dev =
+        HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(MelHostKernels));
     let cfg = RunnerConfig {
         batch_files: 4,
         input_bytes: 1 << 20,
@@ -263,7 +276,9 @@ fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
         BatchRunner::new(dev, recipe, cfg).unwrap();
     let rate = plan.spec().sample_rate;
     let mut wavs: Vec<Vec<u8>> = (0..n)
-        .map(|i| crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(i as u64 + 5, 1, 0), rate))
+        .map(|i| {
+            crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(i as u64 + 5, 1, 0), rate)
+        })
         .collect();
     let rows = std::cell::RefCell::new(vec![Vec::new(); n]);
     let mut sink = |id: usize, v: &[f32]| rows.borrow_mut()[id] = v.to_vec();
