@@ -214,3 +214,86 @@ pub fn probe() -> Result<Gpu, Unavailable> {
         })
         .clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SYMBOLS;
+
+    /// cudarc `result` wrappers the backend calls → the driver symbol each
+    /// resolves (read off cudarc 0.19's `driver/result.rs`).
+    const WRAPPERS: &[(&str, &str)] = &[
+        ("init", "cuInit"),
+        ("device::get", "cuDeviceGet"),
+        ("device::get_count", "cuDeviceGetCount"),
+        ("device::get_name", "cuDeviceGetName"),
+        ("device::get_attribute", "cuDeviceGetAttribute"),
+        ("primary_ctx::retain", "cuDevicePrimaryCtxRetain"),
+        ("primary_ctx::release", "cuDevicePrimaryCtxRelease_v2"),
+        ("ctx::set_current", "cuCtxSetCurrent"),
+        ("module::load_data", "cuModuleLoadData"),
+        ("module::get_function", "cuModuleGetFunction"),
+        ("module::unload", "cuModuleUnload"),
+        ("malloc_sync", "cuMemAlloc_v2"),
+        ("free_sync", "cuMemFree_v2"),
+        ("malloc_host", "cuMemHostAlloc"),
+        ("free_host", "cuMemFreeHost"),
+        ("stream::create", "cuStreamCreate"),
+        ("stream::synchronize", "cuStreamSynchronize"),
+        ("stream::destroy", "cuStreamDestroy_v2"),
+        ("stream::wait_event", "cuStreamWaitEvent"),
+        ("stream::begin_capture", "cuStreamBeginCapture_v2"),
+        ("stream::end_capture", "cuStreamEndCapture"),
+        ("event::record", "cuEventRecord"),
+        ("event::synchronize", "cuEventSynchronize"),
+        ("event::destroy", "cuEventDestroy_v2"),
+        ("graph::instantiate", "cuGraphInstantiateWithFlags"),
+        ("graph::launch", "cuGraphLaunch"),
+        ("graph::destroy", "cuGraphDestroy"),
+        ("graph::exec_destroy", "cuGraphExecDestroy"),
+        ("launch_kernel", "cuLaunchKernel"),
+    ];
+
+    /// Regression: `cuStreamSynchronize` (CudaDevice::drop) was missing from
+    /// the probe's list, so a driver without it passed the probe and cudarc
+    /// panicked at teardown. Every driver call in the sources — direct `sys`
+    /// calls and cudarc `result` wrappers — must be probed.
+    #[test]
+    fn every_driver_call_in_the_sources_is_probed_first() {
+        let sources = [include_str!("real.rs"), include_str!("driver.rs")];
+        let mut used = Vec::new();
+        for src in sources {
+            for (i, _) in src.match_indices("sys::cu") {
+                let name: String = src[i + 5..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.len() > 2 {
+                    used.push(name);
+                }
+            }
+            for (i, _) in src.match_indices("result::") {
+                let path: String = src[i + 8..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let lower = path.starts_with(|c: char| c.is_ascii_lowercase());
+                if lower && src[i + 8 + path.len()..].starts_with('(') {
+                    let sym = WRAPPERS
+                        .iter()
+                        .find(|(w, _)| *w == path)
+                        .unwrap_or_else(|| panic!("result::{path}: add it to WRAPPERS"))
+                        .1;
+                    used.push(sym.to_string());
+                }
+            }
+        }
+        used.sort();
+        used.dedup();
+        assert!(used.len() > 30, "{used:?}");
+        let missing: Vec<&String> = used
+            .iter()
+            .filter(|u| !SYMBOLS.contains(&u.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "not probed: {missing:?}");
+    }
+}
