@@ -31,6 +31,10 @@ MF_HOST_KERNEL(mf_power_mel_db,
                (spectrum, n_rows, n_bins, n_mels, band_first, band_len, band_offset,
                 band_weights, power, amin, ref_db, db))
 
+MF_HOST_KERNEL(mf_clip_max_part,
+               (const float* db, int n_files, int per_file, int parts, float* partial),
+               (db, n_files, per_file, parts, partial))
+
 MF_HOST_KERNEL(mf_clip_max, (const float* db, int n_files, int per_file, float* clip_max),
                (db, n_files, per_file, clip_max))
 

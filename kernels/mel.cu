@@ -229,8 +229,30 @@ extern "C" __global__ void mf_power_mel_db(const double* __restrict__ spectrum, 
     }
 }
 
-// Maximum of each file's dB values: clip_max f32 [n_files]. One thread per file
-// (max is exact, so any reduction order gives the same value).
+// Partial maxima of each file's dB values, in parallel: partial f32
+// [n_files][parts], partial[b][p] = max of db[b][p], db[b][p + parts], … .
+// mf_clip_max over `partial` (per_file = parts) then gives each file's maximum.
+// Two passes instead of a shared-memory block reduction, so the host shim (no
+// __shared__, no barriers) runs the same source; max is exact, so any
+// reduction order gives the same value as one thread per file.
+extern "C" __global__ void mf_clip_max_part(const float* __restrict__ db, int n_files,
+                                            int per_file, int parts,
+                                            float* __restrict__ partial) {
+    long long total = (long long)n_files * parts;
+    for (long long i = mf_first_index(); i < total; i += mf_stride()) {
+        long long b = i / parts;
+        int p = (int)(i % parts);
+        const float* v = db + b * per_file;
+        float m = -__int_as_float(0x7f800000);  // -inf
+        for (int k = p; k < per_file; k += parts) {
+            m = fmaxf(m, v[k]);
+        }
+        partial[i] = m;
+    }
+}
+
+// Maximum of each file's values: clip_max f32 [n_files]. One thread per file
+// over `per_file` values (the `parts` partial maxima of mf_clip_max_part).
 extern "C" __global__ void mf_clip_max(const float* __restrict__ db, int n_files, int per_file,
                                        float* __restrict__ clip_max) {
     for (long long b = mf_first_index(); b < n_files; b += mf_stride()) {

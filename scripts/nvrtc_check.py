@@ -2,7 +2,8 @@
 """Compile every kernels/*.cu with NVRTC (no GPU needed) and check the kernels exist.
 
 Uses libnvrtc from the `nvidia-cuda-nvrtc-cu12` wheel (pip install
-nvidia-cuda-nvrtc-cu12), or the path in $MELFORGE_NVRTC, or the system loader.
+nvidia-cuda-nvrtc-cu12), else CUDA 13's `nvidia-cuda-nvrtc` (nvidia/cu13/lib),
+or the path in $MELFORGE_NVRTC, or the system loader.
 Compiles with the options the CUDA backend uses and fails (exit 1) on any error,
 warning-free log not required; prints the log. Exit 2 when libnvrtc is missing.
 
@@ -32,7 +33,14 @@ def load_nvrtc():
             candidates += sorted(glob.glob(os.path.join(base, "lib", "libnvrtc.so*")))
     except ImportError:
         pass
-    candidates += ["libnvrtc.so.12", "libnvrtc.so"]
+    try:
+        import nvidia  # type: ignore  # CUDA 13 wheels share nvidia/cu13/lib
+
+        for base in nvidia.__path__:
+            candidates += sorted(glob.glob(os.path.join(base, "cu13", "lib", "libnvrtc.so*")))
+    except ImportError:
+        pass
+    candidates += ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"]
     errors = []
     for c in candidates:
         if ".alt." in c:

@@ -49,6 +49,9 @@ pub struct CudaOptions {
     pub slots: usize,
     /// Compute a partial batch once its first file has waited this long.
     pub flush_after: Duration,
+    /// The output is float16: rows are converted inside the graph and leave
+    /// the device as binary16 (`MelRecipe::with_f16_rows`).
+    pub f16_rows: bool,
 }
 
 impl Default for CudaOptions {
@@ -57,6 +60,7 @@ impl Default for CudaOptions {
             batch_files: 256,
             slots: 2,
             flush_after: Duration::from_millis(20),
+            f16_rows: false,
         }
     }
 }
@@ -75,6 +79,9 @@ pub struct CudaReport {
     pub run_s: f64,
     /// h2d_bytes / run_s, GB/s (a lower bound on the link's rate).
     pub h2d_gb_per_s: f64,
+    /// Host→device copies read pageable memory (no arena, or its
+    /// registration was refused).
+    pub pageable_copies: bool,
 }
 
 /// The running CUDA stage.
@@ -114,14 +121,16 @@ impl Drop for Held {
     }
 }
 
-/// Starts the CUDA stage on the GPU `gpu` found by `driver::probe`.
-pub fn start_cuda_workers(
-    plan: Arc<Plan>,
-    gpu: Gpu,
-    opts: CudaOptions,
-    wiring: Wiring,
-) -> Result<CudaWorkers, Error> {
-    let target = nvrtc::Target::for_device(gpu.cc.0, gpu.cc.1);
+/// The kernels for `gpu`: CUBIN for its architecture, or PTX for the newest
+/// one NVRTC knows below it (`nvrtc::pick_target`); (image, seconds, whether
+/// every source came from the disk cache).
+pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Error> {
+    let n = super::api::nvrtc().map_err(Error::Unavailable)?;
+    let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
+    let target = n
+        .supported_archs()
+        .and_then(|a| nvrtc::pick_target(sm, &a))
+        .map_err(Error::Unavailable)?;
     let t = Instant::now();
     let mut images = Vec::new();
     for (file, src) in nvrtc::SOURCES {
@@ -133,6 +142,17 @@ pub fn start_cuda_workers(
         .into_iter()
         .next()
         .ok_or_else(|| Error::Unavailable("no kernel sources".into()))?;
+    Ok((image, compile_s, from_cache))
+}
+
+/// Starts the CUDA stage on the GPU `gpu` found by `driver::probe`.
+pub fn start_cuda_workers(
+    plan: Arc<Plan>,
+    gpu: Gpu,
+    opts: CudaOptions,
+    wiring: Wiring,
+) -> Result<CudaWorkers, Error> {
+    let (image, compile_s, from_cache) = compile_kernels(&gpu)?;
     tracing::info!(
         gpu = %gpu,
         seconds = compile_s,
@@ -183,7 +203,13 @@ where
                 // 32-bit mono); larger files close the batch early.
                 input_bytes: opts.batch_files.max(1) * tables.clip_samples * 4 + (1 << 20),
             };
-            let runner = make().and_then(|dev| BatchRunner::new(dev, MelRecipe::new(tables), cfg));
+            let runner = make().and_then(|dev| {
+                BatchRunner::new(
+                    dev,
+                    MelRecipe::new(tables).with_f16_rows(opts.f16_rows),
+                    cfg,
+                )
+            });
             let mut runner: BatchRunner<D, MelRecipe, usize, Held> = match runner {
                 Ok(r) => r,
                 Err(e) => {
@@ -191,13 +217,20 @@ where
                     return Err(Error::Unavailable("CUDA start-up failed".into()));
                 }
             };
+            let mut pageable = false;
             if let Some(a) = &wiring.arena {
                 // SAFETY: the mapping stays alive while `wiring.arena` (an Arc)
                 // is held, i.e. until after `runner` (and its device, which
                 // unregisters) is dropped at the end of this closure.
                 if let Err(e) = unsafe { runner.device().register_host(a.as_ptr(), a.len()) } {
-                    let _gone = ready_tx.send(Err(e.into()));
-                    return Err(Error::Unavailable("CUDA start-up failed".into()));
+                    // Refused under confidential computing, some vGPU and
+                    // WSL set-ups: copies then go through the driver's
+                    // staging buffers (pageable path), slower but correct.
+                    tracing::warn!(
+                        error = %e,
+                        "The reader arena cannot be registered for DMA; copies use pageable memory."
+                    );
+                    pageable = true;
                 }
             }
             let _gone = ready_tx.send(Ok(()));
@@ -214,6 +247,7 @@ where
             }
             Ok(CudaReport {
                 runner: stats,
+                pageable_copies: pageable || wiring.arena.is_none(),
                 run_s,
                 h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
                 ..report

@@ -199,8 +199,11 @@ pub trait Device {
     fn graph_instantiate(&mut self, g: Graph) -> Result<GraphExec>;
     fn graph_launch(&mut self, g: GraphExec, stream: Stream) -> Result<()>;
 
-    /// Teardown errors recorded so far (Drop never panics; see CONVENTIONS).
-    fn teardown_errors(&self) -> Vec<String> {
-        Vec::new()
+    /// Where this device records what failed while it is dropped (Drop
+    /// never panics; see CONVENTIONS). The owner attaches its own sink and
+    /// reads it after the device is gone, so the errors are this device's
+    /// only — never an earlier device's, never lost to a read before Drop.
+    fn attach_error_sink(&mut self, sink: std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let _unused = sink;
     }
 }

@@ -179,6 +179,11 @@ pub struct HostDouble {
     execs: Vec<usize>,
     exec: Option<Box<dyn HostKernels>>,
     fft: realfft::RealFftPlanner<f64>,
+    /// Operations that fail (fault injection): the driver's op name and the
+    /// result code it answers with.
+    refuse: Vec<(&'static str, &'static str)>,
+    /// Where Drop records teardown failures (`attach_error_sink`).
+    sink: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 fn words(bytes: usize) -> Box<[u64]> {
@@ -202,10 +207,9 @@ fn range_err(op: &'static str, what: &str) -> DeviceError {
 
 impl HostDouble {
     pub fn new(log: Log, progress: Progress) -> HostDouble {
-        HostDouble {
-            log: Some(log),
-            ..HostDouble::unlogged(progress)
-        }
+        let mut d = HostDouble::unlogged(progress);
+        d.log = Some(log);
+        d
     }
 
     /// A double that keeps no log (the stage in `host_stage.rs`, which may run
@@ -231,6 +235,28 @@ impl HostDouble {
             execs: Vec::new(),
             exec: None,
             fft: realfft::RealFftPlanner::new(),
+            refuse: Vec::new(),
+            sink: None,
+        }
+    }
+
+    /// Fault injection: every later call of the driver operation `op`
+    /// ("cuMemHostRegister", "cuStreamBeginCapture", "cuMemcpyHtoDAsync",
+    /// "cuGraphInstantiate", "cufftExecD2Z") fails with `code`.
+    pub fn refusing(mut self, op: &'static str, code: &'static str) -> HostDouble {
+        self.refuse.push((op, code));
+        self
+    }
+
+    /// Stops refusing `op` (a transient fault has passed).
+    pub fn stop_refusing(&mut self, op: &str) {
+        self.refuse.retain(|(o, _)| *o != op);
+    }
+
+    fn refused(&self, op: &'static str) -> Result<()> {
+        match self.refuse.iter().find(|(o, _)| *o == op) {
+            Some((_, code)) => Err(DeviceError::new(op, code)),
+            None => Ok(()),
         }
     }
 
@@ -473,8 +499,13 @@ impl Device for HostDouble {
         "host double (no GPU)".into()
     }
 
+    fn attach_error_sink(&mut self, sink: Arc<Mutex<Vec<String>>>) {
+        self.sink = Some(sink);
+    }
+
     unsafe fn register_host(&mut self, _ptr: *mut u8, len: usize) -> Result<HostReg> {
         self.forbid_in_capture("cuMemHostRegister")?;
+        self.refused("cuMemHostRegister")?;
         self.call(Call::RegisterHost { len });
         Ok(HostReg(0))
     }
@@ -547,6 +578,7 @@ impl Device for HostDouble {
         len: usize,
     ) -> Result<()> {
         self.check_buf("cuMemcpyHtoDAsync", dst, dst_off, len)?;
+        self.refused("cuMemcpyHtoDAsync")?;
         let work = Work::HtoD {
             dst,
             off: dst_off,
@@ -636,6 +668,7 @@ impl Device for HostDouble {
             .ok_or_else(|| DeviceError::new("cufftExecD2Z", "unknown plan"))?;
         self.check_buf("cufftExecD2Z", input, 0, n * batch * 8)?;
         self.check_buf("cufftExecD2Z", output, 0, (n / 2 + 1) * batch * 16)?;
+        self.refused("cufftExecD2Z")?;
         self.issue(
             stream,
             Work::Fft {
@@ -717,6 +750,7 @@ impl Device for HostDouble {
 
     fn begin_capture(&mut self, stream: Stream) -> Result<()> {
         self.forbid_in_capture("cuStreamBeginCapture")?;
+        self.refused("cuStreamBeginCapture")?;
         self.call(Call::BeginCapture(stream));
         self.capture = Some((stream, Vec::new()));
         Ok(())
@@ -742,6 +776,7 @@ impl Device for HostDouble {
 
     fn graph_instantiate(&mut self, g: Graph) -> Result<GraphExec> {
         self.forbid_in_capture("cuGraphInstantiate")?;
+        self.refused("cuGraphInstantiate")?;
         if g.0 >= self.graphs.len() {
             return Err(DeviceError::new("cuGraphInstantiate", "unknown graph"));
         }
@@ -761,5 +796,17 @@ impl Device for HostDouble {
         let body = self.graphs[g].clone();
         self.streams[stream.0].extend(body);
         self.tick()
+    }
+}
+
+impl Drop for HostDouble {
+    /// Releasing "device memory" fails when `cuMemFree` is refused; the
+    /// failure goes to the attached sink, as `CudaDevice::drop` does.
+    fn drop(&mut self) {
+        if let (Err(e), Some(sink)) = (self.refused("cuMemFree"), &self.sink) {
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.to_string());
+        }
     }
 }

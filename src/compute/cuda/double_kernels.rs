@@ -95,6 +95,9 @@ impl HostKernels for MelHostKernels {
                     ref_db,
                     db.cast(),
                 ),
+                ("mf_clip_max_part", &[Ptr(db), I32(n), I32(per), I32(parts), Ptr(p)]) => {
+                    ffi::host_mf_clip_max_part(g, b, db.cast(), n, per, parts, p.cast())
+                }
                 ("mf_clip_max", &[Ptr(db), I32(n), I32(per), Ptr(mx)]) => {
                     ffi::host_mf_clip_max(g, b, db.cast(), n, per, mx.cast())
                 }

@@ -4,7 +4,12 @@
 //! an explicit `dlopen` ([`super::libs`]), every driver symbol the backend
 //! calls is checked with `dlsym` (cudarc panics on a missing one: an old
 //! driver), then `cuInit` and the device count are asked, then libnvrtc and
-//! libcufft are located. The answer is cached for the process. Each failure is
+//! libcufft are located for the driver's generation (CUDA 12: libnvrtc.so.12,
+//! libcufft.so.11; CUDA 13: libnvrtc.so.13|12, libcufft.so.12|11; with
+//! libnvJitLink preloaded first), every entry point melforge calls in them is
+//! resolved ([`super::api`]), NVRTC's major must not exceed the driver's, and
+//! NVRTC must know the device's architecture or one below it. The answer is
+//! cached for the process. Each failure is
 //! a sentence naming what is missing, used verbatim in `compute::select`'s
 //! reason ("libcuda.so.1 not found (no NVIDIA driver)", "cuInit failed: …",
 //! "no CUDA device", …).
@@ -25,12 +30,14 @@ pub const SYMBOLS: &[&str] = &[
     "cuDeviceGetAttribute",
     "cuDeviceGetName",
     "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxSetFlags_v2",
     "cuDevicePrimaryCtxRelease_v2",
     "cuCtxSetCurrent",
     "cuGetErrorName",
     "cuGetErrorString",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
     "cuStreamWaitEvent",
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
@@ -103,6 +110,9 @@ fn probe_uncached() -> Result<Gpu, String> {
             missing.join(", ")
         ));
     }
+    // cudarc loads libcuda by its own list of names: make sure that is the
+    // copy whose symbols were just checked (not a stub `libcuda.so`).
+    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))?;
     let mut version = 0;
     // SAFETY: libcuda is loaded and exports the symbol (checked above); the
     // out-pointer is valid.
@@ -138,11 +148,34 @@ fn probe_uncached() -> Result<Gpu, String> {
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
     );
-    libs::ensure(&libs::NVRTC).map_err(|e| {
-        format!("{e}; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12`")
+    let major = version / 1000;
+    let [nvrtc_lib, cufft_lib, jitlink_lib] = libs::for_driver(major);
+    if let Err(e) = libs::ensure(jitlink_lib) {
+        tracing::debug!(error = %e, "No libnvJitLink to preload before libcufft.");
+    }
+    let wheel = |w: &str| {
+        if major >= 13 {
+            format!("`pip install {w}`")
+        } else {
+            format!("`pip install {w}-cu12`")
+        }
+    };
+    libs::ensure(nvrtc_lib).map_err(|e| {
+        format!(
+            "{e}; install the CUDA toolkit or {}",
+            wheel("nvidia-cuda-nvrtc")
+        )
     })?;
-    libs::ensure(&libs::CUFFT)
-        .map_err(|e| format!("{e}; install the CUDA toolkit or `pip install nvidia-cufft-cu12`"))?;
+    libs::ensure(cufft_lib)
+        .map_err(|e| format!("{e}; install the CUDA toolkit or {}", wheel("nvidia-cufft")))?;
+    // Every NVRTC and cuFFT entry point, from the copies just found.
+    let nvrtc = super::api::nvrtc()?;
+    super::api::cufft()?;
+    let nv = nvrtc.library_version()?;
+    super::nvrtc::check_versions(nv, version)?;
+    let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
+    super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?)
+        .map_err(|e| format!("{e}; NVRTC {}.{} is too old for {name}", nv.0, nv.1))?;
     Ok(Gpu {
         name,
         cc,
@@ -158,10 +191,109 @@ fn probe_uncached() -> Result<Gpu, String> {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// The usable GPU, or why there is none (cached per process).
+/// The usable GPU, or why there is none (cached per process). Beyond the
+/// libraries, the probe compiles the kernels (cached) and opens the device
+/// once with them, so whatever fails at start-up — a CUBIN the driver
+/// refuses, a context that cannot be made — fails here, where `auto` can
+/// still choose the CPU.
 pub fn probe() -> Result<Gpu, Unavailable> {
     static PROBE: OnceLock<Result<Gpu, Unavailable>> = OnceLock::new();
     PROBE
-        .get_or_init(|| probe_uncached().map_err(Unavailable))
+        .get_or_init(|| {
+            probe_uncached()
+                .and_then(|gpu| {
+                    let image = super::backend::compile_kernels(&gpu)
+                        .map_err(|e| e.to_string())?
+                        .0;
+                    let dev = super::real::CudaDevice::open(gpu.clone(), &image)
+                        .map_err(|e| format!("CUDA device start-up failed: {e}"))?;
+                    drop(dev);
+                    Ok(gpu)
+                })
+                .map_err(Unavailable)
+        })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SYMBOLS;
+
+    /// cudarc `result` wrappers the backend calls → the driver symbol each
+    /// resolves (read off cudarc 0.19's `driver/result.rs`).
+    const WRAPPERS: &[(&str, &str)] = &[
+        ("init", "cuInit"),
+        ("device::get", "cuDeviceGet"),
+        ("device::get_count", "cuDeviceGetCount"),
+        ("device::get_name", "cuDeviceGetName"),
+        ("device::get_attribute", "cuDeviceGetAttribute"),
+        ("primary_ctx::retain", "cuDevicePrimaryCtxRetain"),
+        ("primary_ctx::release", "cuDevicePrimaryCtxRelease_v2"),
+        ("ctx::set_current", "cuCtxSetCurrent"),
+        ("module::load_data", "cuModuleLoadData"),
+        ("module::get_function", "cuModuleGetFunction"),
+        ("module::unload", "cuModuleUnload"),
+        ("malloc_sync", "cuMemAlloc_v2"),
+        ("free_sync", "cuMemFree_v2"),
+        ("malloc_host", "cuMemHostAlloc"),
+        ("free_host", "cuMemFreeHost"),
+        ("stream::create", "cuStreamCreate"),
+        ("stream::synchronize", "cuStreamSynchronize"),
+        ("stream::destroy", "cuStreamDestroy_v2"),
+        ("stream::wait_event", "cuStreamWaitEvent"),
+        ("stream::begin_capture", "cuStreamBeginCapture_v2"),
+        ("stream::end_capture", "cuStreamEndCapture"),
+        ("event::record", "cuEventRecord"),
+        ("event::synchronize", "cuEventSynchronize"),
+        ("event::destroy", "cuEventDestroy_v2"),
+        ("graph::instantiate", "cuGraphInstantiateWithFlags"),
+        ("graph::launch", "cuGraphLaunch"),
+        ("graph::destroy", "cuGraphDestroy"),
+        ("graph::exec_destroy", "cuGraphExecDestroy"),
+        ("launch_kernel", "cuLaunchKernel"),
+    ];
+
+    /// Regression: `cuStreamSynchronize` (CudaDevice::drop) was missing from
+    /// the probe's list, so a driver without it passed the probe and cudarc
+    /// panicked at teardown. Every driver call in the sources — direct `sys`
+    /// calls and cudarc `result` wrappers — must be probed.
+    #[test]
+    fn every_driver_call_in_the_sources_is_probed_first() {
+        let sources = [include_str!("real.rs"), include_str!("driver.rs")];
+        let mut used = Vec::new();
+        for src in sources {
+            for (i, _) in src.match_indices("sys::cu") {
+                let name: String = src[i + 5..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.len() > 2 {
+                    used.push(name);
+                }
+            }
+            for (i, _) in src.match_indices("result::") {
+                let path: String = src[i + 8..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let lower = path.starts_with(|c: char| c.is_ascii_lowercase());
+                if lower && src[i + 8 + path.len()..].starts_with('(') {
+                    let sym = WRAPPERS
+                        .iter()
+                        .find(|(w, _)| *w == path)
+                        .unwrap_or_else(|| panic!("result::{path}: add it to WRAPPERS"))
+                        .1;
+                    used.push(sym.to_string());
+                }
+            }
+        }
+        used.sort();
+        used.dedup();
+        assert!(used.len() > 30, "{used:?}");
+        let missing: Vec<&String> = used
+            .iter()
+            .filter(|u| !SYMBOLS.contains(&u.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "not probed: {missing:?}");
+    }
 }

@@ -135,6 +135,15 @@ pub(crate) mod ffi {
             ref_db: f64,
             db: *mut f32,
         );
+        pub fn host_mf_clip_max_part(
+            grid: Dim3,
+            block: Dim3,
+            db: *const f32,
+            n_files: i32,
+            per_file: i32,
+            parts: i32,
+            partial: *mut f32,
+        );
         pub fn host_mf_clip_max(
             grid: Dim3,
             block: Dim3,
@@ -343,25 +352,73 @@ pub fn power_mel_db(
     Ok(())
 }
 
-/// `mf_clip_max` then `mf_top_db`: clamps each file's `per_file` dB values at
-/// its maximum − `top_db`.
-pub fn top_db(launch: Launch, db: &mut [f32], per_file: usize, top_db: f32) -> Result<(), Error> {
+/// Partial maxima per file the recipe reduces in parallel
+/// (`mf_clip_max_part`), before `mf_clip_max` reduces them.
+pub const CLIP_MAX_PARTS: usize = 64;
+
+/// Each file's maximum as the recipe computes it: `mf_clip_max_part` with
+/// `parts` partial maxima per file, then `mf_clip_max` over them; `parts` = 0
+/// runs the single-pass `mf_clip_max` over the values themselves.
+pub fn clip_max(
+    launch: Launch,
+    db: &[f32],
+    per_file: usize,
+    parts: usize,
+) -> Result<Vec<f32>, Error> {
     launch.check()?;
     let files = db.len() / per_file.max(1);
     expect_len("db", db.len(), files * per_file)?;
     let mut clip_max = vec![0f32; files];
     let (n_files, per) = (int("files", files)?, int("per file", per_file)?);
-    // SAFETY: db holds files · per_file values and clip_max `files` (checked /
-    // allocated above); the kernels index nothing else.
+    if parts == 0 {
+        // SAFETY: db holds files · per_file values, clip_max `files`.
+        unsafe {
+            ffi::host_mf_clip_max(
+                launch.grid,
+                launch.block,
+                db.as_ptr(),
+                n_files,
+                per,
+                clip_max.as_mut_ptr(),
+            );
+        }
+        return Ok(clip_max);
+    }
+    let mut partial = vec![0f32; files * parts];
+    let p = int("parts", parts)?;
+    // SAFETY: db holds files · per_file values, partial files · parts and
+    // clip_max `files` (checked / allocated above).
     unsafe {
-        ffi::host_mf_clip_max(
+        ffi::host_mf_clip_max_part(
             launch.grid,
             launch.block,
             db.as_ptr(),
             n_files,
             per,
+            p,
+            partial.as_mut_ptr(),
+        );
+        ffi::host_mf_clip_max(
+            launch.grid,
+            launch.block,
+            partial.as_ptr(),
+            n_files,
+            p,
             clip_max.as_mut_ptr(),
         );
+    }
+    Ok(clip_max)
+}
+
+/// `mf_clip_max_part`, `mf_clip_max`, then `mf_top_db`: clamps each file's
+/// `per_file` dB values at its maximum − `top_db`.
+pub fn top_db(launch: Launch, db: &mut [f32], per_file: usize, top_db: f32) -> Result<(), Error> {
+    let clip_max = clip_max(launch, db, per_file, CLIP_MAX_PARTS)?;
+    let files = clip_max.len();
+    let (n_files, per) = (int("files", files)?, int("per file", per_file)?);
+    // SAFETY: db holds files · per_file values and clip_max `files` (checked
+    // in clip_max); the kernel indexes nothing else.
+    unsafe {
         ffi::host_mf_top_db(
             launch.grid,
             launch.block,

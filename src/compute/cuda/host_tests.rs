@@ -586,3 +586,39 @@ fn wrappers_reject_arguments_that_would_read_out_of_bounds() {
         rows[0]
     );
 }
+
+/// `mf_clip_max` runs in parallel (partial maxima per file, then their
+/// maximum); max is exact, so it equals the one-thread-per-file pass bit for
+/// bit, whatever the launch shape, with ties, -inf, and sizes not a multiple
+/// of the part count.
+#[test]
+fn the_parallel_clip_max_equals_the_single_pass_bit_for_bit() {
+    use super::{CLIP_MAX_PARTS, clip_max};
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for (files, per_file) in [(1, 1), (3, 63), (5, 64), (7, 65), (4, 1000), (2, 8192)] {
+        let db: Vec<f32> = (0..files * per_file)
+            .map(|i| match next() % 11 {
+                0 => f32::NEG_INFINITY,
+                1 => -100.0,
+                _ => ((next() % 200_000) as f32 - 150_000.0) / 1000.0 + (i % 3) as f32 * 1e-7,
+            })
+            .collect();
+        let one = clip_max(Launch::for_total(files), &db, per_file, 0).unwrap();
+        for launch in [Launch::for_total(files * CLIP_MAX_PARTS), Launch::new(1, 1)] {
+            let two = clip_max(launch, &db, per_file, CLIP_MAX_PARTS).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&two), bits(&one), "{files} files × {per_file}");
+        }
+        let want: Vec<f32> = db
+            .chunks(per_file)
+            .map(|c| c.iter().copied().fold(f32::NEG_INFINITY, f32::max))
+            .collect();
+        assert_eq!(one, want);
+    }
+}

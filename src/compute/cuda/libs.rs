@@ -31,8 +31,11 @@ pub struct Lib {
     pub sonames: &'static [&'static str],
     /// Environment variable naming the library file explicitly.
     pub env: &'static str,
-    /// Sub-folder of `site-packages/nvidia/` holding the PyPI wheel's `lib/`.
-    pub wheel: &'static str,
+    /// Sub-folders of `site-packages/nvidia/` holding the PyPI wheels'
+    /// `lib/`: CUDA 13 wheels share `cu13/` (`nvidia-cuda-nvrtc`,
+    /// `nvidia-cufft`, `nvidia-nvjitlink`), CUDA 12 wheels have one folder
+    /// each (`cuda_nvrtc/`, `cufft/`, `nvjitlink/` from the `-cu12` wheels).
+    pub wheels: &'static [&'static str],
     /// File-name prefix of companions to preload from the same folder.
     pub companions: &'static [&'static str],
 }
@@ -42,27 +45,71 @@ pub const CUDA: Lib = Lib {
     name: "libcuda.so.1",
     sonames: &["libcuda.so.1", "libcuda.so"],
     env: "MELFORGE_CUDA_LIB",
-    wheel: "",
+    wheels: &[],
     companions: &[],
 };
 
-/// NVRTC (CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12`).
+/// NVRTC for a CUDA 13 driver (toolkit 13 or `pip install nvidia-cuda-nvrtc`;
+/// a 12.x NVRTC also works with it).
 pub const NVRTC: Lib = Lib {
     name: "libnvrtc",
-    sonames: &["libnvrtc.so.12", "libnvrtc.so"],
+    sonames: &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
     env: "MELFORGE_NVRTC_LIB",
-    wheel: "cuda_nvrtc",
+    wheels: &["cu13", "cuda_nvrtc"],
     companions: &["libnvrtc-builtins.so"],
 };
 
-/// cuFFT (CUDA toolkit, or `pip install nvidia-cufft-cu12`).
+/// NVRTC for a CUDA 12 driver: a 13.x NVRTC makes CUBINs it cannot load.
+pub const NVRTC_12: Lib = Lib {
+    sonames: &["libnvrtc.so.12", "libnvrtc.so"],
+    wheels: &["cuda_nvrtc"],
+    ..NVRTC
+};
+
+/// cuFFT for a CUDA 13 driver (cuFFT 12: toolkit 13 or `pip install
+/// nvidia-cufft`; cuFFT 11 from CUDA 12 also works with it).
 pub const CUFFT: Lib = Lib {
     name: "libcufft",
-    sonames: &["libcufft.so.11", "libcufft.so.12", "libcufft.so"],
+    sonames: &["libcufft.so.12", "libcufft.so.11", "libcufft.so"],
     env: "MELFORGE_CUFFT_LIB",
-    wheel: "cufft",
+    wheels: &["cu13", "cufft"],
     companions: &[],
 };
+
+/// cuFFT for a CUDA 12 driver (cuFFT 11: `pip install nvidia-cufft-cu12`).
+pub const CUFFT_12: Lib = Lib {
+    sonames: &["libcufft.so.11", "libcufft.so"],
+    wheels: &["cufft"],
+    ..CUFFT
+};
+
+/// nvJitLink, which pip's libcufft may need (cuFFT 11.2's wheel lists it as
+/// NEEDED with a RUNPATH into `nvjitlink/lib`; others `dlopen` it): preloaded
+/// before cuFFT when present, never required.
+pub const NVJITLINK: Lib = Lib {
+    name: "libnvJitLink",
+    sonames: &["libnvJitLink.so.13", "libnvJitLink.so.12"],
+    env: "MELFORGE_NVJITLINK_LIB",
+    wheels: &["cu13", "nvjitlink"],
+    companions: &[],
+};
+
+/// nvJitLink for a CUDA 12 driver.
+pub const NVJITLINK_12: Lib = Lib {
+    sonames: &["libnvJitLink.so.12"],
+    wheels: &["nvjitlink"],
+    ..NVJITLINK
+};
+
+/// The NVRTC, cuFFT and nvJitLink to look for under a driver of CUDA
+/// `driver_major`: the driver's generation first, never a newer one.
+pub fn for_driver(driver_major: i32) -> [&'static Lib; 3] {
+    if driver_major >= 13 {
+        [&NVRTC, &CUFFT, &NVJITLINK]
+    } else {
+        [&NVRTC_12, &CUFFT_12, &NVJITLINK_12]
+    }
+}
 
 /// Where a library was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +158,7 @@ pub enum Error {
          /usr/local/cuda/lib64{})",
         .lib.name,
         .lib.env,
-        wheel_hint(.lib.wheel)
+        wheel_hint(.lib.wheels)
     )]
     NotFound {
         lib: Lib,
@@ -125,12 +172,13 @@ pub enum Error {
     Load { path: PathBuf, source: OpenError },
 }
 
-/// The pip wheel folder searched for `wheel`, for [`Error::NotFound`].
-fn wheel_hint(wheel: &str) -> String {
-    if wheel.is_empty() {
+/// The pip wheel folders searched, for [`Error::NotFound`].
+fn wheel_hint(wheels: &[&str]) -> String {
+    if wheels.is_empty() {
         String::new()
     } else {
-        format!(" and pip's nvidia/{wheel}/lib")
+        let dirs: Vec<String> = wheels.iter().map(|w| format!("nvidia/{w}/lib")).collect();
+        format!(" and pip's {}", dirs.join(", "))
     }
 }
 
@@ -186,6 +234,65 @@ pub fn has_symbol(soname: &str, symbol: &str) -> bool {
     !p.is_null()
 }
 
+/// The address of `symbol` in the (already loaded) library `loaded_as`
+/// (a SONAME or the path it was loaded from), or None.
+pub fn symbol(loaded_as: &str, symbol: &str) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    let (Ok(lib), Ok(sym)) = (CString::new(loaded_as), CString::new(symbol)) else {
+        return None;
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded.
+    // The handle is not closed: the library stays loaded for the process
+    // (module invariant), so the address stays valid.
+    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: `h` is a live handle and `sym` a valid C string.
+    std::ptr::NonNull::new(unsafe { libc::dlsym(h, sym.as_ptr()) })
+}
+
+/// The handle of the loaded object `loaded_as` (no new load).
+fn loaded_handle(loaded_as: &str) -> Option<usize> {
+    let c = CString::new(loaded_as).ok()?;
+    // SAFETY: RTLD_NOLOAD returns an already loaded object or NULL; the extra
+    // reference is kept (libraries are never unloaded here).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    (!h.is_null()).then_some(h as usize)
+}
+
+/// Checks that a loader walking `candidates` in order (as cudarc's dynamic
+/// loading does: `dlopen(name, RTLD_LAZY | RTLD_LOCAL)`, first success wins)
+/// gets the object the probe loaded as `probed` — not another copy found
+/// earlier on the search path (a stub `libcuda.so`, an older toolkit). The
+/// walk loads what cudarc would load anyway. Err: a sentence naming both.
+pub fn same_as_loader_pick(probed: &str, candidates: &[String]) -> Result<(), String> {
+    let want = loaded_handle(probed)
+        .ok_or_else(|| format!("{probed} is no longer loaded (internal error)"))?;
+    for c in candidates {
+        let Ok(name) = CString::new(c.as_str()) else {
+            continue;
+        };
+        // SAFETY: a valid C string; loading runs the library's initialisers,
+        // as cudarc's own load of the same name would.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            continue;
+        }
+        return if h as usize == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "the CUDA bindings would load {c}, a different copy from the probed {probed}; \
+                 remove the other copy from the loader path or point MELFORGE_CUDA_LIB at it"
+            ))
+        };
+    }
+    Err(format!(
+        "the CUDA bindings would find none of {} although {probed} is loaded",
+        candidates.join(", ")
+    ))
+}
+
 /// `site-packages/nvidia/<wheel>/lib` folders of the Python installations we
 /// can see without running Python: `$MELFORGE_PYTHON_SITE`, then `sys.path`-like
 /// guesses under the usual prefixes.
@@ -232,8 +339,8 @@ fn candidates(lib: &Lib) -> Vec<PathBuf> {
         }
     }
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
-    if !lib.wheel.is_empty() {
-        dirs.extend(wheel_dirs(lib.wheel));
+    for w in lib.wheels {
+        dirs.extend(wheel_dirs(w));
     }
     let mut out = Vec::new();
     for d in dirs {
@@ -362,7 +469,7 @@ mod tests {
             name: "libmelforge-does-not-exist",
             sonames: &["libmelforge-does-not-exist.so.1"],
             env: "MELFORGE_TEST_NO_SUCH_LIB",
-            wheel: "melforge_no_such_wheel",
+            wheels: &["melforge_no_such_wheel"],
             companions: &[],
         };
         let e = ensure(&NOPE).unwrap_err();
@@ -396,7 +503,7 @@ mod tests {
             e.to_string(),
             "libnvrtc not found (libnvrtc.so.12: cannot open shared object file; searched \
              MELFORGE_NVRTC_LIB , the loader path, $CUDA_HOME/lib64, /usr/local/cuda/lib64 \
-             and pip's nvidia/cuda_nvrtc/lib)"
+             and pip's nvidia/cu13/lib, nvidia/cuda_nvrtc/lib)"
         );
         let e = Error::NotFound {
             lib: CUDA,
@@ -420,7 +527,7 @@ mod tests {
             name: "libmelforge-ensure-from-test",
             sonames: &[],
             env: "MELFORGE_TEST_NO_SUCH_LIB",
-            wheel: "",
+            wheels: &[],
             companions: &[],
         };
         let path = Path::new("/nonexistent/libmelforge-ensure-from-test.so");
@@ -440,6 +547,26 @@ mod tests {
             open_global("a\0b").unwrap_err().to_string(),
             r#""a\0b" contains a NUL byte"#
         );
+    }
+
+    #[test]
+    fn the_loader_pick_is_checked_against_the_probed_copy() {
+        assert!(symbol("libc.so.6", "malloc").is_some());
+        assert!(symbol("libc.so.6", "melforge_no_such_symbol").is_none());
+        assert_eq!(
+            same_as_loader_pick(
+                "libc.so.6",
+                &["libmelforge-nope.so".into(), "libc.so.6".into()]
+            ),
+            Ok(())
+        );
+        let e = same_as_loader_pick("libc.so.6", &["libm.so.6".into()]).unwrap_err();
+        assert!(
+            e.starts_with("the CUDA bindings would load libm.so.6, a different copy"),
+            "{e}"
+        );
+        let e = same_as_loader_pick("libc.so.6", &["libmelforge-nope.so".into()]).unwrap_err();
+        assert!(e.contains("would find none of libmelforge-nope.so"), "{e}");
     }
 
     #[test]

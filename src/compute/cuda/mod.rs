@@ -35,6 +35,8 @@
 
 pub mod tables;
 
+pub mod api;
+
 pub mod backend;
 pub mod device;
 pub mod driver;
@@ -54,6 +56,8 @@ pub mod host;
 pub mod host_stage;
 #[cfg(all(test, feature = "host-kernels"))]
 mod tests;
+#[cfg(all(test, feature = "host-kernels"))]
+mod tests_regress;
 
 pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
 pub use driver::{Gpu, Unavailable, probe};

@@ -16,17 +16,21 @@
 //! options); written to a temporary name and renamed, so a concurrent start-up
 //! never reads half a file. A cache that cannot be written is logged, not fatal.
 //!
-//! Calls into libnvrtc happen only after [`super::libs::ensure`] found it:
-//! cudarc (dynamic loading) would panic on a missing library.
+//! Calls into libnvrtc go through [`super::api::Nvrtc`]: every entry point
+//! resolved from the library the probe found, none through cudarc (whose
+//! lookup panics on a missing symbol and knows no `libnvrtc.so.13`).
+//! [`check_versions`] refuses an NVRTC newer than the driver (its CUBINs
+//! would not load); [`pick_target`] falls back to PTX for the newest
+//! architecture NVRTC knows when it does not know the device's.
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use cudarc::nvrtc::{result, sys};
+use std::ffi::c_char;
 
-use super::libs;
+use super::{api, libs};
 
 /// The kernel sources compiled into the binary: (file name, text).
 pub const SOURCES: &[(&str, &str)] = &[("mel.cu", include_str!("../../../kernels/mel.cu"))];
@@ -111,14 +115,51 @@ impl Image {
 
 /// Loads libnvrtc (once) and returns its version.
 pub fn version() -> Result<(i32, i32), Error> {
-    libs::ensure(&libs::NVRTC)?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: libnvrtc is loaded (ensure above), so cudarc's lazy symbol lookup
-    // succeeds; both out-pointers are valid for writes.
-    let r = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
-    r.result()
-        .map_err(|e| Error::Unavailable(format!("nvrtcVersion failed: {e:?}")))?;
-    Ok((major, minor))
+    api::nvrtc()
+        .and_then(|n| n.library_version())
+        .map_err(Error::Unavailable)
+}
+
+/// Whether NVRTC `nvrtc` (major, minor) makes code the driver of CUDA
+/// version `driver` (e.g. 12040) loads: same or older major, and 12 or newer.
+pub fn check_versions(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
+    let (dmaj, dmin) = (driver / 1000, driver % 1000 / 10);
+    if nvrtc.0 > dmaj {
+        return Err(format!(
+            "NVRTC {}.{} is newer than the NVIDIA driver (CUDA {dmaj}.{dmin}): the kernels it \
+             compiles would not load; install the CUDA {dmaj} NVRTC (e.g. `pip install \
+             nvidia-cuda-nvrtc-cu{dmaj}`) or a newer driver",
+            nvrtc.0, nvrtc.1
+        ));
+    }
+    if nvrtc.0 < 12 {
+        return Err(format!(
+            "NVRTC {}.{} is older than the 12.0 melforge needs",
+            nvrtc.0, nvrtc.1
+        ));
+    }
+    Ok(())
+}
+
+/// What to compile for a device of `sm` (e.g. 90) given the real
+/// architectures NVRTC supports: a CUBIN for `sm_XY` when NVRTC knows it,
+/// else PTX for the newest architecture below it (the driver compiles that
+/// PTX for the device). Err when NVRTC knows nothing at or below `sm`.
+pub fn pick_target(sm: u32, supported: &[u32]) -> Result<Target, String> {
+    if supported.contains(&sm) {
+        return Ok(Target::Sm(sm));
+    }
+    match supported.iter().copied().filter(|&a| a < sm).max() {
+        Some(a) => Ok(Target::Compute(a)),
+        None => Err(format!(
+            "this NVRTC cannot compile for sm_{sm} (it supports {})",
+            supported
+                .iter()
+                .map(|a| format!("sm_{a}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 /// FNV-1a 64: a stable hash for cache keys (std's hasher is not stable).
@@ -145,7 +186,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// Compiles `src` (named `file` in messages) for `target`. No cache.
 pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
-    libs::ensure(&libs::NVRTC)?;
+    let n = api::nvrtc().map_err(Error::Unavailable)?;
     let fail = |msg: String, log: String| Error::Compile {
         file: file.into(),
         target: target.tag(),
@@ -156,45 +197,48 @@ pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
         CString::new(src).map_err(|_| fail("source contains a NUL byte".into(), String::new()))?;
     let cname =
         CString::new(file).map_err(|_| fail("name contains a NUL byte".into(), String::new()))?;
-    let prog = result::create_program(&csrc, Some(&cname))
-        .map_err(|e| fail(format!("{e:?}"), String::new()))?;
+    let mut prog: api::Program = std::ptr::null_mut();
+    // SAFETY: valid out-pointer and C strings; no headers (count 0, NULLs).
+    let r = unsafe {
+        (n.create_program)(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(fail(n.describe(r), String::new()));
+    }
     let mut opts: Vec<String> = OPTIONS.iter().map(|s| (*s).to_string()).collect();
     opts.push(target.option());
+    let copts: Vec<CString> = opts
+        .iter()
+        .filter_map(|o| CString::new(o.as_str()).ok())
+        .collect();
+    let ptrs: Vec<*const c_char> = copts.iter().map(|c| c.as_ptr()).collect();
     // SAFETY: `prog` was just created and is destroyed exactly once below;
-    // `csrc`/`cname` outlive it.
-    let compiled = unsafe { result::compile_program(prog, &opts) };
-    // SAFETY: as above.
-    let log = unsafe { result::get_program_log(prog) }
-        .map(|l| {
-            let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-            String::from_utf8_lossy(&bytes).into_owned()
+    // `ptrs` points into `copts`, alive for the call.
+    let compiled = unsafe { (n.compile_program)(prog, ptrs.len() as i32, ptrs.as_ptr()) };
+    let log = read_sized(prog, n.log_size, n.log)
+        .map(|b| {
+            let b: Vec<u8> = b.into_iter().take_while(|&c| c != 0).collect();
+            String::from_utf8_lossy(&b).into_owned()
         })
         .unwrap_or_default();
-    let image = compiled
-        .map_err(|e| fail(format!("{e:?}"), log.clone()))
-        .and_then(|()| {
-            if target.is_ptx() {
-                // SAFETY: compiled program, not yet destroyed.
-                unsafe { result::get_ptx(prog) }
-                    .map(|v| v.iter().map(|&c| c as u8).collect::<Vec<u8>>())
-                    .map_err(|e| fail(format!("{e:?}"), log.clone()))
-            } else {
-                let mut size = 0usize;
-                // SAFETY: compiled program; `size` is a valid out-pointer.
-                let r = unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) };
-                r.result()
-                    .map_err(|e| fail(format!("{e:?}"), log.clone()))?;
-                let mut buf = vec![0u8; size];
-                // SAFETY: `buf` holds exactly the size NVRTC reported.
-                let r = unsafe { sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast()) };
-                r.result()
-                    .map_err(|e| fail(format!("{e:?}"), log.clone()))?;
-                Ok(buf)
-            }
-        });
+    let image = if compiled != 0 {
+        Err(fail(n.describe(compiled), log.clone()))
+    } else if target.is_ptx() {
+        read_sized(prog, n.ptx_size, n.ptx).map_err(|r| fail(n.describe(r), log.clone()))
+    } else {
+        read_sized(prog, n.cubin_size, n.cubin).map_err(|r| fail(n.describe(r), log.clone()))
+    };
     // SAFETY: created above, destroyed once; a failure only leaks the program.
-    if let Err(e) = unsafe { result::destroy_program(prog) } {
-        tracing::warn!(error = ?e, "Could not destroy an NVRTC program; it is leaked.");
+    let r = unsafe { (n.destroy_program)(&mut prog) };
+    if r != 0 {
+        tracing::warn!(error = %n.describe(r), "Could not destroy an NVRTC program; it is leaked.");
     }
     if !log.trim().is_empty() {
         tracing::debug!(file, arch = target.tag(), log = %log, "NVRTC printed a compile log.");
@@ -204,6 +248,27 @@ pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
         ptx: target.is_ptx(),
         from_disk_cache: false,
     })
+}
+
+type SizeFn = unsafe extern "C" fn(api::Program, *mut usize) -> i32;
+type ReadFn = unsafe extern "C" fn(api::Program, *mut c_char) -> i32;
+
+/// One of NVRTC's "size, then bytes" outputs (log, PTX, CUBIN).
+fn read_sized(prog: api::Program, size: SizeFn, read: ReadFn) -> Result<Vec<u8>, i32> {
+    let mut len = 0usize;
+    // SAFETY: a live program and a valid out-pointer.
+    let r = unsafe { size(prog, &mut len) };
+    if r != 0 {
+        return Err(r);
+    }
+    let mut buf = vec![0u8; len.max(1)];
+    // SAFETY: `buf` holds at least the size NVRTC reported.
+    let r = unsafe { read(prog, buf.as_mut_ptr().cast()) };
+    if r != 0 {
+        return Err(r);
+    }
+    buf.truncate(len);
+    Ok(buf)
 }
 
 static MEMORY: Mutex<Option<HashMap<String, Image>>> = Mutex::new(None);
@@ -275,6 +340,34 @@ mod tests {
         // FNV-1a of known input (regression: cache keys must not change silently).
         assert_eq!(fnv(&[b"a"]), fnv(&[b"a"]));
         assert_ne!(fnv(&[b"ab", b"c"]), fnv(&[b"a", b"bc"]));
+    }
+
+    #[test]
+    fn an_nvrtc_newer_than_the_driver_or_older_than_12_is_refused() {
+        assert_eq!(check_versions((12, 4), 12040), Ok(()));
+        assert_eq!(check_versions((12, 9), 13000), Ok(()));
+        assert_eq!(check_versions((13, 0), 13000), Ok(()));
+        let e = check_versions((13, 0), 12080).unwrap_err();
+        assert!(
+            e.starts_with("NVRTC 13.0 is newer than the NVIDIA driver (CUDA 12.8)"),
+            "{e}"
+        );
+        assert!(e.contains("nvidia-cuda-nvrtc-cu12"), "{e}");
+        let e = check_versions((11, 8), 12040).unwrap_err();
+        assert_eq!(e, "NVRTC 11.8 is older than the 12.0 melforge needs");
+    }
+
+    #[test]
+    fn an_architecture_nvrtc_does_not_know_falls_back_to_ptx_below_it() {
+        let known = [75, 80, 86, 89, 90];
+        assert_eq!(pick_target(90, &known), Ok(Target::Sm(90)));
+        assert_eq!(pick_target(100, &known), Ok(Target::Compute(90)));
+        assert_eq!(pick_target(87, &known), Ok(Target::Compute(86)));
+        let e = pick_target(70, &known).unwrap_err();
+        assert_eq!(
+            e,
+            "this NVRTC cannot compile for sm_70 (it supports sm_75, sm_80, sm_86, sm_89, sm_90)"
+        );
     }
 
     #[test]

@@ -19,10 +19,17 @@
 //!   harvested, so neither its device input nor its pinned output is
 //!   overwritten while in use;
 //! * a graph is captured once per (slot, shape) and replayed afterwards; the
-//!   shape of a batch of n files is `n.next_power_of_two().min(B)`, the extra
-//!   files being empty descriptors (0 frames → silence, rows discarded), so a
-//!   partial batch (the last of a build, or a time-flushed one in `serve`)
-//!   costs at most log2(B)+1 captures per slot, never one per size;
+//!   shape of a partial batch of n files is `n.next_power_of_two().min(B)`,
+//!   the extra files being empty descriptors (0 frames → silence, rows
+//!   discarded), so a partial batch (the last of a build, or a time-flushed
+//!   one in `serve`) costs at most log2(B)+1 captures per slot, never one per
+//!   size; a batch closed because the device input was full rounds up only
+//!   to a multiple of B/16 (`BatchRunner::shape`);
+//! * each new shape's work runs once uncaptured before its capture
+//!   (`Recipe::warm_up`: lazily loaded cuFFT kernels load outside capture);
+//! * a failed submit loses no file: before the copies, the batch stays open
+//!   (`take_open`); after, its tags go to `take_in_flight` and its bytes are
+//!   leaked, never released while a copy may read them;
 //! * host-parsed headers decide what is copied: only `data_offset + min(frames,
 //!   clip) × block_align` bytes of a file (a long file is trimmed before the
 //!   copy); runs of extents adjacent in the arena go as one copy.
@@ -88,14 +95,38 @@ pub trait Recipe {
     fn encode(&self, file: Option<&Placed>, out: &mut [u8]);
     /// Samples per clip (frames beyond are never read).
     fn clip_samples(&self) -> usize;
-    /// Output bytes per file (f32 row).
+    /// Output bytes per file (one row as the graph copies it back).
     fn row_bytes(&self) -> usize;
+    /// Appends the f32 values of one row's `bytes` to `out` (default: the
+    /// bytes are native-endian f32).
+    fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
+        out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+        );
+    }
     /// One-time set-up: kernels, constant tables (synchronous is fine).
     fn init<D: Device>(&mut self, dev: &mut D) -> Result<()>;
     /// Allocates a slot's work memory for up to `files` files.
     fn alloc_work<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<Self::Work>;
     /// Outside capture: whatever a shape needs (cuFFT plans).
     fn prepare<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<()>;
+    /// Outside capture, on `stream`, once per new shape before its capture:
+    /// runs what loads code lazily on first use (a cuFFT plan's first
+    /// execution loads its kernels; with lazy module loading, CUDA ≥ 12.2's
+    /// default, that load must not happen inside a capture). `work` is the
+    /// slot's, free at this point, so garbage in it is harmless.
+    fn warm_up<D: Device>(
+        &mut self,
+        dev: &mut D,
+        stream: Stream,
+        work: &Self::Work,
+        files: usize,
+    ) -> Result<()> {
+        let _unused = (dev, stream, work, files);
+        Ok(())
+    }
     /// Issues one batch of `files` files on `stream` (captured into a graph):
     /// kernels reading `input`/`descs`, then D2H of the rows into `out`.
     #[allow(clippy::too_many_arguments)]
@@ -149,6 +180,8 @@ struct Open<T, B> {
     /// (dst offset, host ptr, len) of each coalesced copy.
     copies: Vec<(usize, *const u8, usize)>,
     cursor: usize,
+    /// Closed because the device input was full (not by count or time).
+    full: bool,
 }
 
 impl<T, B> Open<T, B> {
@@ -158,6 +191,7 @@ impl<T, B> Open<T, B> {
             placed: Vec::new(),
             copies: Vec::new(),
             cursor: 0,
+            full: false,
         }
     }
 }
@@ -191,6 +225,12 @@ pub struct BatchRunner<D: Device, R: Recipe, T, B: HostBytes> {
     stats: RunnerStats,
     failed: Option<DeviceError>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Tags of a batch whose submit failed after its copies may have been
+    /// issued: returned by `take_in_flight` for rejection.
+    lost_tags: Vec<T>,
+    /// Their bytes: a copy may still read them, so they are never released
+    /// (leaked in Drop — the safe failure).
+    stranded: Vec<B>,
 }
 
 const ALIGN: usize = 256;
@@ -204,6 +244,8 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             slots: cfg.slots.max(1),
             input_bytes: cfg.input_bytes.max(ALIGN),
         };
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        dev.attach_error_sink(Arc::clone(&errors));
         recipe.init(&mut dev)?;
         let copy = dev.create_stream()?;
         let compute = dev.create_stream()?;
@@ -234,7 +276,9 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             open: Open::new(),
             stats: RunnerStats::default(),
             failed: None,
-            errors: Arc::default(),
+            errors,
+            lost_tags: Vec::new(),
+            stranded: Vec::new(),
         })
     }
 
@@ -312,6 +356,7 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             _ => (self.open.cursor.div_ceil(ALIGN) * ALIGN, false),
         };
         if dst + copy_len > self.cfg.input_bytes {
+            self.open.full = !self.open.items.is_empty();
             return Err(item);
         }
         if extend {
@@ -354,14 +399,11 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         // SAFETY: `done` completed, so the graph's D2H into `out` has run and
         // nothing is in flight into it until this slot is reused.
         let out = unsafe { self.dev.pinned(slot.out) };
-        let mut vals = Vec::with_capacity(row / 4);
+        let mut vals = Vec::with_capacity(row / 2);
         for (k, tag) in slot.tags.drain(..).enumerate() {
             vals.clear();
-            vals.extend(
-                out[k * row..(k + 1) * row]
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
+            self.recipe
+                .decode_row(&out[k * row..(k + 1) * row], &mut vals);
             sink(tag, &vals);
         }
     }
@@ -387,8 +429,10 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             return Ok(g);
         }
         self.recipe.prepare(&mut self.dev, shape)?;
-        self.dev.begin_capture(self.compute)?;
         let slot = &self.slots[s];
+        self.recipe
+            .warm_up(&mut self.dev, self.compute, &slot.work, shape)?;
+        self.dev.begin_capture(self.compute)?;
         let issued = self.recipe.issue(
             &mut self.dev,
             self.compute,
@@ -427,21 +471,63 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             self.stats.wait_s += t.elapsed().as_secs_f64();
             self.harvest(s, sink);
         }
-        let open = std::mem::replace(&mut self.open, Open::new());
-        let n = open.items.len();
-        let shape = n.next_power_of_two().min(self.cfg.batch_files);
+        let n = self.open.items.len();
+        let shape = self.shape(n, self.open.full);
+        // Capture (or find) the graph while the batch is still open: when that
+        // fails, nothing was copied and the files stay open for rejection.
         let exec = self.graph(s, shape)?;
+        let open = std::mem::replace(&mut self.open, Open::new());
+        let done = self.slots[s].done;
+        let r = self.issue_batch(s, shape, &open).and_then(|()| {
+            self.dev.graph_launch(exec, self.compute)?;
+            self.dev.record_event(done, self.compute)
+        });
+        if r.is_err() {
+            // Copies may have been issued: the tags go to `take_in_flight`,
+            // the bytes are never released (Drop leaks them).
+            for it in open.items {
+                self.lost_tags.push(it.tag);
+                self.stranded.push(it.bytes);
+            }
+            return r;
+        }
+        self.stats.graph_launches += 1;
+        self.stats.batches += 1;
+        self.stats.files += n as u64;
+        self.stats.padded_files += (shape - n) as u64;
+        let slot = &mut self.slots[s];
+        slot.busy = true;
+        for it in open.items {
+            slot.tags.push(it.tag);
+            slot.held.push(it.bytes);
+        }
+        self.release_copied()
+    }
 
+    /// The captured shape for a batch of `n` files. A partial batch (count
+    /// not reached: the last of a build, a time-flushed one in serve) rounds
+    /// up to a power of two — at most log2(B)+1 shapes. A batch closed because
+    /// the device input was full rounds up only to a multiple of B/16 (its
+    /// size depends on the files' bytes, not on timing, so it recurs): 130
+    /// files of B = 256 run as 144, not 256; at most 16 more shapes.
+    fn shape(&self, n: usize, full: bool) -> usize {
+        let b = self.cfg.batch_files;
+        if full {
+            let g = (b / 16).max(1);
+            n.div_ceil(g).saturating_mul(g).min(b)
+        } else {
+            n.next_power_of_two().min(b)
+        }
+    }
+
+    /// Descriptors and copies of `open` into slot `s`, then the copy event
+    /// and the compute stream's wait on it.
+    fn issue_batch(&mut self, s: usize, shape: usize, open: &Open<T, B>) -> Result<()> {
         // Descriptors: real files, then padding.
         let db = self.recipe.desc_bytes();
         let slot = &self.slots[s];
-        let (desc_host, descs, input, copied, done) = (
-            slot.desc_host,
-            slot.descs,
-            slot.input,
-            slot.copied,
-            slot.done,
-        );
+        let (desc_host, descs, input, copied) =
+            (slot.desc_host, slot.descs, slot.input, slot.copied);
         {
             // SAFETY: the slot is free (its done event completed or it never
             // ran), so no copy from `desc_host` is in flight.
@@ -456,27 +542,15 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         for &(dst, ptr, len) in &open.copies {
             // SAFETY: `ptr..ptr+len` lies in the bytes of the items of this
             // batch (their `readable` ranges, merged only when adjacent); the
-            // items move into `held` and are dropped only after `copied`
-            // completes (release_copied / harvest / Drop).
+            // items move into `held` (or `stranded` on failure) and are
+            // dropped only after `copied` completes (release_copied / harvest
+            // / Drop), or never.
             unsafe { self.dev.memcpy_htod_async(self.copy, input, dst, ptr, len) }?;
             self.stats.h2d_bytes += len as u64;
             self.stats.h2d_copies += 1;
         }
         self.dev.record_event(copied, self.copy)?;
-        self.dev.stream_wait_event(self.compute, copied)?;
-        self.dev.graph_launch(exec, self.compute)?;
-        self.dev.record_event(done, self.compute)?;
-        self.stats.graph_launches += 1;
-        self.stats.batches += 1;
-        self.stats.files += n as u64;
-        self.stats.padded_files += (shape - n) as u64;
-        let slot = &mut self.slots[s];
-        slot.busy = true;
-        for it in open.items {
-            slot.tags.push(it.tag);
-            slot.held.push(it.bytes);
-        }
-        self.release_copied()
+        self.dev.stream_wait_event(self.compute, copied)
     }
 
     /// Flushes and waits for every batch; all rows reach `sink`.
@@ -503,7 +577,7 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
 
     /// Tags of files submitted but not finished (after a failure: to reject).
     pub fn take_in_flight(&mut self) -> Vec<T> {
-        let mut v = Vec::new();
+        let mut v = std::mem::take(&mut self.lost_tags);
         for s in &mut self.slots {
             v.append(&mut s.tags);
         }
@@ -539,8 +613,17 @@ impl<D: Device, R: Recipe, T, B: HostBytes> Drop for BatchRunner<D, R, T, B> {
                 self.record_error(format!("batch slot {i}: {e}"));
             }
         }
-        for e in self.dev.teardown_errors() {
-            self.record_error(e);
+        if !self.stranded.is_empty() {
+            self.record_error(format!(
+                "{} file buffer(s) of a failed submit leaked rather than released while a \
+                 copy may still read them",
+                self.stranded.len()
+            ));
+            for b in self.stranded.drain(..) {
+                std::mem::forget(b);
+            }
         }
+        // The device is dropped after this body and records its own
+        // teardown failures into `errors` (attach_error_sink).
     }
 }

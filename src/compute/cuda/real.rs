@@ -1,10 +1,12 @@
 //! `CudaDevice`: the [`Device`] trait on the CUDA driver API (cudarc `result`
 //! layer), cuFFT and an NVRTC-compiled module.
 //!
-//! Layering: cudarc `sys` (raw) → cudarc `result` (thin `Result` wrappers) →
+//! Layering: cudarc `sys` (raw) → cudarc `result` (thin `Result` wrappers),
+//! and cuFFT through [`api::Cufft`] (resolved from the probed library) →
 //! this type, which owns every handle it hands out and releases them all in
 //! `Drop` (in reverse order of dependency). Drop never panics: a failed
-//! release is recorded (see [`teardown_errors`]) and surfaced at shutdown.
+//! release is recorded in the sink its owner attached
+//! ([`Device::attach_error_sink`]) and surfaced at shutdown.
 //!
 //! Construct only after [`super::driver::probe`] succeeded: cudarc's dynamic
 //! loading panics when a library or symbol is missing, and the probe is what
@@ -12,11 +14,11 @@
 //! constructing thread; use the device from that thread only (it is `!Send`).
 
 use std::ffi::CString;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cudarc::cufft::{result as fft, sys as fsys};
 use cudarc::driver::{result, sys};
 
+use super::api;
 use super::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
@@ -24,26 +26,35 @@ use super::device::{
 use super::driver::Gpu;
 use super::nvrtc::Image;
 
-static TEARDOWN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Failures recorded while releasing CUDA resources (sticky, process-wide).
-pub fn teardown_errors() -> Vec<String> {
-    TEARDOWN.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-fn record(what: &str, e: impl std::fmt::Debug) {
+/// Where a failed release is recorded: the owner's sink (see
+/// [`Device::attach_error_sink`]) and the log.
+fn record(sink: &Mutex<Vec<String>>, what: &str, e: impl std::fmt::Debug) {
     let msg = format!("{what}: {e:?}");
     tracing::error!(op = what, error = ?e, "CUDA teardown failed.");
-    TEARDOWN.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
+    sink.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
 }
 
 fn de(op: &'static str) -> impl Fn(result::DriverError) -> DeviceError {
     move |e| DeviceError::new(op, e)
 }
 
-fn fe(op: &'static str) -> impl Fn(fft::CufftError) -> DeviceError {
-    move |e| DeviceError::new(op, format!("{e:?}"))
+/// A `cufftResult` as a device error (0 is success).
+fn fft_result(op: &'static str, r: std::ffi::c_int) -> Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(DeviceError::new(op, format!("cufftResult {r}")))
+    }
 }
+
+/// Flags of every event: no timing, and a host wait on it (cuEventSynchronize)
+/// sleeps instead of spinning a core.
+pub(crate) const EVENT_FLAGS: u32 = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+    | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+
+/// Scheduling flags of the primary context, set before it is retained: host
+/// waits block on a sync primitive (SCHED_AUTO spins when cores look idle).
+pub(crate) const CTX_FLAGS: u32 = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
 
 /// See the module doc.
 pub struct CudaDevice {
@@ -56,15 +67,27 @@ pub struct CudaDevice {
     pinned: Vec<(*mut u8, usize)>,
     regs: Vec<*mut u8>,
     kernels: Vec<sys::CUfunction>,
-    plans: Vec<fsys::cufftHandle>,
+    fft: api::Cufft,
+    plans: Vec<api::Plan>,
     graphs: Vec<sys::CUgraph>,
     execs: Vec<sys::CUgraphExec>,
+    /// Teardown failures of this device only (never a process-wide list:
+    /// that one leaked old errors into the next run).
+    errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl CudaDevice {
     /// Retains device 0's primary context, makes it current, loads `image`.
     pub fn open(gpu: Gpu, image: &Image) -> Result<CudaDevice> {
+        let fft = api::cufft().map_err(|e| DeviceError::new("cuFFT", e))?;
         let dev = result::device::get(0).map_err(de("cuDeviceGet"))?;
+        // SAFETY: `dev` is valid; setting flags of a (possibly inactive)
+        // primary context has no other precondition.
+        if let Err(e) = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(dev, CTX_FLAGS) }.result() {
+            // Another user of the primary context fixed other flags: waits
+            // still block through the events' own flag.
+            tracing::warn!(error = %e, "Could not set blocking-sync scheduling on the CUDA context.");
+        }
         // SAFETY: `dev` came from cuDeviceGet; released in Drop.
         let ctx =
             unsafe { result::primary_ctx::retain(dev) }.map_err(de("cuDevicePrimaryCtxRetain"))?;
@@ -78,9 +101,11 @@ impl CudaDevice {
             pinned: Vec::new(),
             regs: Vec::new(),
             kernels: Vec::new(),
+            fft,
             plans: Vec::new(),
             graphs: Vec::new(),
             execs: Vec::new(),
+            errors: Arc::default(),
         };
         // SAFETY: `ctx` is the retained primary context of `dev`.
         unsafe { result::ctx::set_current(ctx) }.map_err(de("cuCtxSetCurrent"))?;
@@ -181,7 +206,10 @@ impl Device for CudaDevice {
     }
 
     fn create_event(&mut self) -> Result<Event> {
-        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        let mut e = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the flags are a valid combination.
+        unsafe { sys::cuEventCreate(&mut e, EVENT_FLAGS) }
+            .result()
             .map_err(de("cuEventCreate"))?;
         self.events.push(e);
         Ok(Event(self.events.len() - 1))
@@ -199,7 +227,11 @@ impl Device for CudaDevice {
     fn fft_plan(&mut self, shape: FftShape) -> Result<FftPlan> {
         let n = i32::try_from(shape.n).map_err(|_| DeviceError::new("cufftPlan1d", "n"))?;
         let b = i32::try_from(shape.batch).map_err(|_| DeviceError::new("cufftPlan1d", "batch"))?;
-        let p = fft::plan_1d(n, fsys::cufftType::CUFFT_D2Z, b).map_err(fe("cufftPlan1d"))?;
+        let mut p: api::Plan = 0;
+        // SAFETY: valid out-pointer; a plan in the current context.
+        fft_result("cufftPlan1d", unsafe {
+            (self.fft.plan_1d)(&mut p, n, api::CUFFT_D2Z, b)
+        })?;
         self.plans.push(p);
         Ok(FftPlan(self.plans.len() - 1))
     }
@@ -319,10 +351,12 @@ impl Device for CudaDevice {
         // SAFETY: plan and stream are live handles of this device; the buffers
         // were sized by the recipe for this plan's batch.
         unsafe {
-            fft::set_stream(p, s as fsys::cudaStream_t).map_err(fe("cufftSetStream"))?;
-            fft::exec_d2z(p, i as *mut f64, o as *mut fsys::cufftDoubleComplex)
+            fft_result("cufftSetStream", (self.fft.set_stream)(p, s.cast()))?;
+            fft_result(
+                "cufftExecD2Z",
+                (self.fft.exec_d2z)(p, i as *mut f64, o as *mut f64),
+            )
         }
-        .map_err(fe("cufftExecD2Z"))
     }
 
     fn record_event(&mut self, e: Event, stream: Stream) -> Result<()> {
@@ -397,18 +431,19 @@ impl Device for CudaDevice {
         unsafe { result::graph::launch(x, s) }.map_err(de("cuGraphLaunch"))
     }
 
-    fn teardown_errors(&self) -> Vec<String> {
-        teardown_errors()
+    fn attach_error_sink(&mut self, sink: Arc<Mutex<Vec<String>>>) {
+        self.errors = sink;
     }
 }
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
+        let sink = Arc::clone(&self.errors);
         // Let queued work finish before anything it uses is released.
         for &s in &self.streams {
             // SAFETY: live stream.
             if let Err(e) = unsafe { result::stream::synchronize(s) } {
-                record("cuStreamSynchronize", e);
+                record(&sink, "cuStreamSynchronize", e);
             }
         }
         // SAFETY (every call below): each handle was created by this device,
@@ -418,52 +453,75 @@ impl Drop for CudaDevice {
         unsafe {
             for x in self.execs.drain(..) {
                 if let Err(e) = result::graph::exec_destroy(x) {
-                    record("cuGraphExecDestroy", e);
+                    record(&sink, "cuGraphExecDestroy", e);
                 }
             }
             for g in self.graphs.drain(..) {
                 if let Err(e) = result::graph::destroy(g) {
-                    record("cuGraphDestroy", e);
+                    record(&sink, "cuGraphDestroy", e);
                 }
             }
             for p in self.plans.drain(..) {
-                if let Err(e) = fft::destroy(p) {
-                    record("cufftDestroy", e);
+                let r = (self.fft.destroy)(p);
+                if r != 0 {
+                    record(&sink, "cufftDestroy", format!("cufftResult {r}"));
                 }
             }
             for e in self.events.drain(..) {
                 if let Err(err) = result::event::destroy(e) {
-                    record("cuEventDestroy", err);
+                    record(&sink, "cuEventDestroy", err);
                 }
             }
             for s in self.streams.drain(..) {
                 if let Err(e) = result::stream::destroy(s) {
-                    record("cuStreamDestroy", e);
+                    record(&sink, "cuStreamDestroy", e);
                 }
             }
             for b in self.bufs.drain(..) {
                 if let Err(e) = result::free_sync(b) {
-                    record("cuMemFree", e);
+                    record(&sink, "cuMemFree", e);
                 }
             }
             for (p, _) in self.pinned.drain(..) {
                 if let Err(e) = result::free_host(p.cast()) {
-                    record("cuMemFreeHost", e);
+                    record(&sink, "cuMemFreeHost", e);
                 }
             }
             for r in self.regs.drain(..) {
                 if let Err(e) = sys::cuMemHostUnregister(r.cast()).result() {
-                    record("cuMemHostUnregister", e);
+                    record(&sink, "cuMemHostUnregister", e);
                 }
             }
             if !self.module.is_null()
                 && let Err(e) = result::module::unload(self.module)
             {
-                record("cuModuleUnload", e);
+                record(&sink, "cuModuleUnload", e);
             }
             if let Err(e) = result::primary_ctx::release(self.dev) {
-                record("cuDevicePrimaryCtxRelease", e);
+                record(&sink, "cuDevicePrimaryCtxRelease", e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: events lacked CU_EVENT_BLOCKING_SYNC and the primary
+    /// context kept CU_CTX_SCHED_AUTO, so the stage thread spun a whole core
+    /// in cuEventSynchronize — the core the reader and writer need.
+    #[test]
+    fn host_waits_block_instead_of_spinning_a_core() {
+        let blocking = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        assert_eq!(EVENT_FLAGS & blocking, blocking, "events spin");
+        let timing = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        assert_eq!(EVENT_FLAGS & timing, timing, "events time (slower)");
+        let sched = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
+        assert_eq!(
+            CTX_FLAGS & sys::CUctx_flags::CU_CTX_SCHED_MASK as u32,
+            sched,
+            "the primary context spins (SCHED_AUTO)"
+        );
     }
 }

@@ -1,9 +1,16 @@
 //! `MelRecipe`: the batch sequence of `kernels/README.md` as device calls.
 //!
 //! ```text
-//! mf_decode ─▶ mf_frame ─▶ cuFFT D2Z ─▶ mf_power_mel_db ─▶ [mf_clip_max ─▶ mf_top_db]
-//!   ─▶ mf_scatter ─▶ D2H rows (f32; the writer converts to float16 when asked)
+//! mf_decode ─▶ mf_frame ─▶ cuFFT D2Z ─▶ mf_power_mel_db
+//!   ─▶ [mf_clip_max_part ─▶ mf_clip_max ─▶ mf_top_db] ─▶ mf_scatter
+//!   ─▶ [mf_to_f16] ─▶ D2H rows
 //! ```
+//!
+//! With float16 output ([`MelRecipe::with_f16_rows`]) the rows are converted
+//! inside the graph and copied back as binary16 (half the D2H bytes); the
+//! host widens them to f32 exactly, so the writer's own f16 conversion gives
+//! back the same bits: the dataset equals `half::f16::from_f32` of the f32
+//! rows bit for bit (tests_regress.rs).
 //!
 //! The per-plan [`Tables`] are uploaded once in `init`; per slot the recipe owns
 //! the intermediate buffers sized for B files; a shape of n ≤ B files launches
@@ -19,10 +26,11 @@ use super::orchestrate::{Placed, Recipe};
 use super::tables::{self, MfFile, Tables};
 
 /// Kernel entry points, in launch order (`kernels/README.md`).
-pub const KERNELS: [&str; 7] = [
+pub const KERNELS: [&str; 8] = [
     "mf_decode",
     "mf_frame",
     "mf_power_mel_db",
+    "mf_clip_max_part",
     "mf_clip_max",
     "mf_top_db",
     "mf_scatter",
@@ -47,9 +55,16 @@ pub struct MelWork {
     frames: DevBuf,
     spectrum: DevBuf,
     db: DevBuf,
+    clip_max_part: DevBuf,
     clip_max: DevBuf,
     rows: DevBuf,
+    /// Binary16 rows (float16 output only).
+    rows16: Option<DevBuf>,
 }
+
+/// Partial maxima per file (`mf_clip_max_part`): the parallel half of the
+/// per-file maximum (`host::CLIP_MAX_PARTS` in the host tests).
+pub const CLIP_MAX_PARTS: usize = 64;
 
 /// See the module doc.
 pub struct MelRecipe {
@@ -57,6 +72,7 @@ pub struct MelRecipe {
     kernels: HashMap<&'static str, Kernel>,
     consts: Option<Consts>,
     plans: HashMap<usize, FftPlan>,
+    f16_rows: bool,
 }
 
 impl MelRecipe {
@@ -66,7 +82,15 @@ impl MelRecipe {
             kernels: HashMap::new(),
             consts: None,
             plans: HashMap::new(),
+            f16_rows: false,
         }
+    }
+
+    /// Rows leave the device as binary16 (float16 output), converted by
+    /// `mf_to_f16` inside the graph.
+    pub fn with_f16_rows(mut self, on: bool) -> MelRecipe {
+        self.f16_rows = on;
+        self
     }
 
     fn k(&self, name: &'static str) -> Result<Kernel> {
@@ -126,7 +150,23 @@ impl Recipe for MelRecipe {
     }
 
     fn row_bytes(&self) -> usize {
-        self.t.row_len * 4
+        self.t.row_len * if self.f16_rows { 2 } else { 4 }
+    }
+
+    fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
+        if self.f16_rows {
+            out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()),
+            );
+        } else {
+            out.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+            );
+        }
     }
 
     fn init<D: Device>(&mut self, dev: &mut D) -> Result<()> {
@@ -190,8 +230,14 @@ impl Recipe for MelRecipe {
             frames: dev.alloc(rows * t.n_fft * 8)?,
             spectrum: dev.alloc(rows * t.n_bins * 16)?,
             db: dev.alloc(rows * t.n_mels * 4)?,
+            clip_max_part: dev.alloc(files * CLIP_MAX_PARTS * 4)?,
             clip_max: dev.alloc(files * 4)?,
             rows: dev.alloc(files * t.row_len * 4)?,
+            rows16: if self.f16_rows {
+                Some(dev.alloc(files * t.row_len * 2)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -204,6 +250,14 @@ impl Recipe for MelRecipe {
             self.plans.insert(files, p);
         }
         Ok(())
+    }
+
+    fn warm_up<D: Device>(&mut self, dev: &mut D, s: Stream, w: &MelWork, n: usize) -> Result<()> {
+        let plan = *self
+            .plans
+            .get(&n)
+            .ok_or_else(|| DeviceError::new("warm-up", "no FFT plan for this shape"))?;
+        dev.fft_exec(s, plan, w.frames, w.spectrum)
     }
 
     fn issue<D: Device>(
@@ -280,9 +334,26 @@ impl Recipe for MelRecipe {
         if let Some(top) = t.top_db {
             dev.launch(
                 s,
+                self.k("mf_clip_max_part")?,
+                dims(n * CLIP_MAX_PARTS),
+                &[
+                    b(w.db),
+                    i32a(n),
+                    i32a(per_file),
+                    i32a(CLIP_MAX_PARTS),
+                    b(w.clip_max_part),
+                ],
+            )?;
+            dev.launch(
+                s,
                 self.k("mf_clip_max")?,
                 dims(n),
-                &[b(w.db), i32a(n), i32a(per_file), b(w.clip_max)],
+                &[
+                    b(w.clip_max_part),
+                    i32a(n),
+                    i32a(CLIP_MAX_PARTS),
+                    b(w.clip_max),
+                ],
             )?;
             dev.launch(
                 s,
@@ -312,6 +383,18 @@ impl Recipe for MelRecipe {
                 b(w.rows),
             ],
         )?;
-        dev.memcpy_dtoh_async(s, out, 0, w.rows, 0, n * t.row_len * 4)
+        match w.rows16 {
+            Some(r16) => {
+                let total = n * t.row_len;
+                dev.launch(
+                    s,
+                    self.k("mf_to_f16")?,
+                    dims(total),
+                    &[b(w.rows), Arg::I64(total as i64), b(r16)],
+                )?;
+                dev.memcpy_dtoh_async(s, out, 0, r16, 0, total * 2)
+            }
+            None => dev.memcpy_dtoh_async(s, out, 0, w.rows, 0, n * t.row_len * 4),
+        }
     }
 }

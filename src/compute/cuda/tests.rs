@@ -16,9 +16,9 @@ use crate::decode::wav::{SampleFormat, WavInfo};
 // ---------------------------------------------------------------- fixtures
 
 /// A tiny recipe: one kernel copies 16 bytes from each file's data to its row.
-struct Gather;
+pub(super) struct Gather;
 
-const ROW: usize = 16;
+pub(super) const ROW: usize = 16;
 
 impl Recipe for Gather {
     type Work = DevBuf;
@@ -71,7 +71,7 @@ impl Recipe for Gather {
     }
 }
 
-struct GatherKernel;
+pub(super) struct GatherKernel;
 
 impl HostKernels for GatherKernel {
     unsafe fn run(&mut self, name: &str, _d: LaunchDims, a: &[HostArg]) -> Result<()> {
@@ -104,11 +104,11 @@ impl HostKernels for GatherKernel {
 
 /// File bytes inside a shared test "arena"; dropping logs the release and
 /// poisons the bytes, as a reader reusing the extent would.
-struct TestBytes {
-    id: usize,
-    ptr: *mut u8,
-    len: usize,
-    log: Log,
+pub(super) struct TestBytes {
+    pub(super) id: usize,
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
+    pub(super) log: Log,
 }
 
 impl HostBytes for TestBytes {
@@ -128,10 +128,10 @@ impl Drop for TestBytes {
     }
 }
 
-const HEADER: usize = 44;
-const FILE: usize = HEADER + 32;
+pub(super) const HEADER: usize = 44;
+pub(super) const FILE: usize = HEADER + 32;
 
-fn info() -> WavInfo {
+pub(super) fn info() -> WavInfo {
     WavInfo {
         sample_rate: 4096,
         channels: 1,
@@ -145,7 +145,7 @@ fn info() -> WavInfo {
 /// An arena of `n` files; file i's data bytes are (i, i+1, …). Files are
 /// adjacent, so consecutive ones coalesce into one copy; `gap` inserts a hole
 /// after every third file to exercise both paths.
-fn arena(n: usize) -> (Vec<u8>, Vec<(usize, usize)>) {
+pub(super) fn arena(n: usize) -> (Vec<u8>, Vec<(usize, usize)>) {
     let mut mem = Vec::new();
     let mut spans = Vec::new();
     for i in 0..n {
@@ -160,13 +160,13 @@ fn arena(n: usize) -> (Vec<u8>, Vec<(usize, usize)>) {
     (mem, spans)
 }
 
-fn expected_row(i: usize) -> Vec<u8> {
+pub(super) fn expected_row(i: usize) -> Vec<u8> {
     (0..ROW).map(|k| (i * 7 + k) as u8).collect()
 }
 
-type Runner<D> = BatchRunner<D, Gather, usize, TestBytes>;
+pub(super) type Runner<D> = BatchRunner<D, Gather, usize, TestBytes>;
 
-fn runner(log: &Log, progress: Progress, b: usize) -> Runner<HostDouble> {
+pub(super) fn runner(log: &Log, progress: Progress, b: usize) -> Runner<HostDouble> {
     let dev = HostDouble::new(Arc::clone(log), progress).with_kernels(Box::new(GatherKernel));
     let cfg = RunnerConfig {
         batch_files: b,
@@ -177,7 +177,7 @@ fn runner(log: &Log, progress: Progress, b: usize) -> Runner<HostDouble> {
 }
 
 /// Feeds `n` files through a runner; returns the rows by file id.
-fn feed<D: Device>(
+pub(super) fn feed<D: Device>(
     r: &mut Runner<D>,
     mem: &mut [u8],
     spans: &[(usize, usize)],
@@ -211,7 +211,7 @@ fn feed<D: Device>(
     Ok(rows.into_inner())
 }
 
-fn calls(log: &Log) -> Vec<Call> {
+pub(super) fn calls(log: &Log) -> Vec<Call> {
     log.lock()
         .unwrap()
         .iter()

@@ -1,0 +1,327 @@
+//! NVRTC and cuFFT entry points, resolved from the exact library the probe
+//! loaded — every one of them, before the first call.
+//!
+//! cudarc's dynamic loading looks a library up by a fixed list of names
+//! (`libnvrtc.so`, `.so.12`, `.so.11`, … — no `.so.13`), may pick another
+//! copy than the one found here, and panics ("Missing symbol") on the first
+//! call of an entry point an old library lacks. So these two libraries are
+//! not reached through cudarc: [`Nvrtc::load`] and [`Cufft::load`] take the
+//! library [`super::libs`] loaded (a SONAME or a path), resolve every symbol
+//! listed in [`NVRTC_SYMBOLS`] / [`CUFFT_SYMBOLS`] with `dlsym`, and answer a
+//! sentence naming what is missing instead of a panic.
+//!
+//! Invariants: the libraries are never unloaded (see `libs`), so the function
+//! pointers stay valid for the process; every pointer is transmuted to the
+//! C signature of the NVIDIA headers (`nvrtc.h`, `cufft.h`).
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::libs;
+
+/// NVRTC entry points melforge calls.
+pub const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcVersion",
+    "nvrtcGetErrorString",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+    "nvrtcGetNumSupportedArchs",
+    "nvrtcGetSupportedArchs",
+];
+
+/// cuFFT entry points melforge calls.
+pub const CUFFT_SYMBOLS: &[&str] = &[
+    "cufftGetVersion",
+    "cufftPlan1d",
+    "cufftSetStream",
+    "cufftExecD2Z",
+    "cufftDestroy",
+];
+
+/// An NVRTC program handle.
+pub type Program = *mut c_void;
+
+/// The NVRTC functions (signatures of `nvrtc.h`; results are `nvrtcResult`).
+#[derive(Clone, Copy, Debug)]
+pub struct Nvrtc {
+    pub version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
+    pub error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    pub create_program: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    pub compile_program: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int,
+    pub destroy_program: unsafe extern "C" fn(*mut Program) -> c_int,
+    pub log_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
+    pub log: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
+    pub ptx_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
+    pub ptx: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
+    pub cubin_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
+    pub cubin: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
+    pub num_archs: unsafe extern "C" fn(*mut c_int) -> c_int,
+    pub archs: unsafe extern "C" fn(*mut c_int) -> c_int,
+}
+
+/// A cuFFT plan handle (`cufftHandle`).
+pub type Plan = c_int;
+/// `CUFFT_D2Z`.
+pub const CUFFT_D2Z: c_int = 0x6a;
+
+/// The cuFFT functions (signatures of `cufft.h`; results are `cufftResult`).
+#[derive(Clone, Copy, Debug)]
+pub struct Cufft {
+    pub get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
+    pub plan_1d: unsafe extern "C" fn(*mut Plan, c_int, c_int, c_int) -> c_int,
+    pub set_stream: unsafe extern "C" fn(Plan, *mut c_void) -> c_int,
+    pub exec_d2z: unsafe extern "C" fn(Plan, *mut f64, *mut f64) -> c_int,
+    pub destroy: unsafe extern "C" fn(Plan) -> c_int,
+}
+
+/// Resolves `names` in `loaded_as`; Err names every missing one.
+fn resolve(what: &str, loaded_as: &str, names: &[&str]) -> Result<Vec<*mut c_void>, String> {
+    let mut found = Vec::with_capacity(names.len());
+    let mut missing = Vec::new();
+    for n in names {
+        match libs::symbol(loaded_as, n) {
+            Some(p) => found.push(p.as_ptr()),
+            None => missing.push(*n),
+        }
+    }
+    if missing.is_empty() {
+        Ok(found)
+    } else {
+        Err(format!(
+            "{what} ({loaded_as}) is too old or incomplete: it lacks {}",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// Reinterprets a resolved symbol as the function type `F`.
+///
+/// # Safety
+/// `p` must be the address of a function whose C signature is `F`.
+unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    // SAFETY: function pointers and data pointers have the same size and
+    // representation on the platforms CUDA supports; the caller guarantees
+    // the signature.
+    unsafe { std::mem::transmute_copy(&p) }
+}
+
+impl Nvrtc {
+    /// Every NVRTC entry point from the library loaded as `loaded_as`.
+    pub fn load(loaded_as: &str) -> Result<Nvrtc, String> {
+        let p = resolve("libnvrtc", loaded_as, NVRTC_SYMBOLS)?;
+        // SAFETY: each pointer is the symbol of the same index in
+        // NVRTC_SYMBOLS, whose nvrtc.h signature is the field's type.
+        unsafe {
+            Ok(Nvrtc {
+                version: as_fn(p[0]),
+                error_string: as_fn(p[1]),
+                create_program: as_fn(p[2]),
+                compile_program: as_fn(p[3]),
+                destroy_program: as_fn(p[4]),
+                log_size: as_fn(p[5]),
+                log: as_fn(p[6]),
+                ptx_size: as_fn(p[7]),
+                ptx: as_fn(p[8]),
+                cubin_size: as_fn(p[9]),
+                cubin: as_fn(p[10]),
+                num_archs: as_fn(p[11]),
+                archs: as_fn(p[12]),
+            })
+        }
+    }
+
+    /// `nvrtcGetErrorString` of `code`, e.g. "NVRTC_ERROR_INVALID_OPTION".
+    pub fn describe(&self, code: c_int) -> String {
+        // SAFETY: returns a static NUL-terminated string (or NULL).
+        let p = unsafe { (self.error_string)(code) };
+        if p.is_null() {
+            format!("nvrtcResult {code}")
+        } else {
+            // SAFETY: non-null static C string.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+
+    /// (major, minor) of the library.
+    pub fn library_version(&self) -> Result<(i32, i32), String> {
+        let (mut a, mut b) = (0, 0);
+        // SAFETY: valid out-pointers.
+        match unsafe { (self.version)(&mut a, &mut b) } {
+            0 => Ok((a, b)),
+            r => Err(format!("nvrtcVersion failed: {}", self.describe(r))),
+        }
+    }
+
+    /// The real architectures (`sm_XY` as XY) this NVRTC can compile for.
+    pub fn supported_archs(&self) -> Result<Vec<u32>, String> {
+        let mut n = 0;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (self.num_archs)(&mut n) };
+        if r != 0 {
+            return Err(format!(
+                "nvrtcGetNumSupportedArchs failed: {}",
+                self.describe(r)
+            ));
+        }
+        let mut v = vec![0 as c_int; usize::try_from(n).unwrap_or(0)];
+        // SAFETY: `v` has room for the `n` entries NVRTC reported.
+        let r = unsafe { (self.archs)(v.as_mut_ptr()) };
+        if r != 0 {
+            return Err(format!(
+                "nvrtcGetSupportedArchs failed: {}",
+                self.describe(r)
+            ));
+        }
+        Ok(v.into_iter()
+            .filter_map(|a| u32::try_from(a).ok())
+            .collect())
+    }
+}
+
+impl Cufft {
+    /// Every cuFFT entry point from the library loaded as `loaded_as`.
+    pub fn load(loaded_as: &str) -> Result<Cufft, String> {
+        let p = resolve("libcufft", loaded_as, CUFFT_SYMBOLS)?;
+        // SAFETY: each pointer is the symbol of the same index in
+        // CUFFT_SYMBOLS, whose cufft.h signature is the field's type.
+        unsafe {
+            Ok(Cufft {
+                get_version: as_fn(p[0]),
+                plan_1d: as_fn(p[1]),
+                set_stream: as_fn(p[2]),
+                exec_d2z: as_fn(p[3]),
+                destroy: as_fn(p[4]),
+            })
+        }
+    }
+}
+
+/// The NVRTC functions of the libnvrtc [`libs::ensure`] finds (the probe
+/// asks first, for the driver's generation; the answer is cached).
+pub fn nvrtc() -> Result<Nvrtc, String> {
+    static FNS: std::sync::OnceLock<Result<Nvrtc, String>> = std::sync::OnceLock::new();
+    FNS.get_or_init(|| {
+        let found = libs::ensure(&libs::NVRTC).map_err(|e| e.to_string())?;
+        Nvrtc::load(&found.loaded_as)
+    })
+    .clone()
+}
+
+/// The cuFFT functions of the libcufft [`libs::ensure`] finds (cached).
+pub fn cufft() -> Result<Cufft, String> {
+    static FNS: std::sync::OnceLock<Result<Cufft, String>> = std::sync::OnceLock::new();
+    FNS.get_or_init(|| {
+        // nvJitLink first, when present: some pip cuFFT builds need it.
+        if let Err(e) = libs::ensure(&libs::NVJITLINK) {
+            tracing::debug!(error = %e, "No libnvJitLink to preload.");
+        }
+        let found = libs::ensure(&libs::CUFFT).map_err(|e| e.to_string())?;
+        Cufft::load(&found.loaded_as)
+    })
+    .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a shared object from C source `src` with the system `cc`.
+    fn fake_library(name: &str, src: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("melforge-fake-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = dir.join(format!("{name}.c"));
+        let so = dir.join(format!("{name}.so"));
+        std::fs::write(&c, src).unwrap();
+        let st = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .status()
+            .expect("cc (a C compiler) is needed for this test");
+        assert!(st.success());
+        so
+    }
+
+    fn load_fake(name: &'static str, src: &str) -> String {
+        let so = fake_library(name, src);
+        let lib = libs::Lib {
+            name,
+            sonames: &[],
+            env: "MELFORGE_TEST_NO_SUCH_LIB",
+            wheels: &[],
+            companions: &[],
+        };
+        libs::ensure_from(&lib, &so).unwrap().loaded_as
+    }
+
+    /// An NVRTC without the CUBIN entry points (before 11.1) used to pass the
+    /// probe and then panic inside cudarc ("Missing symbol") after `auto`
+    /// had chosen CUDA; now loading it fails with the missing names.
+    #[test]
+    fn a_library_missing_an_entry_point_is_refused_with_its_name_not_a_panic() {
+        let mut src = String::new();
+        for s in NVRTC_SYMBOLS {
+            if !s.starts_with("nvrtcGetCUBIN") {
+                src.push_str(&format!("int {s}(void) {{ return 0; }}\n"));
+            }
+        }
+        let path = load_fake("libnvrtc-old", &src);
+        let e = Nvrtc::load(&path).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "libnvrtc ({path}) is too old or incomplete: it lacks nvrtcGetCUBINSize, \
+                 nvrtcGetCUBIN"
+            )
+        );
+        let e = Cufft::load(&path).unwrap_err();
+        assert!(e.contains("it lacks cufftGetVersion, cufftPlan1d"), "{e}");
+    }
+
+    /// A complete NVRTC of version 13.0 that knows sm_75 and sm_80 only:
+    /// the calls go through the resolved pointers, the version check refuses
+    /// it under a CUDA 12 driver, and an sm_90 device gets PTX for sm_80.
+    #[test]
+    fn a_fake_nvrtc_answers_through_the_resolved_entry_points() {
+        let mut src = String::from(
+            "int nvrtcVersion(int* a, int* b) { *a = 13; *b = 0; return 0; }\n\
+             int nvrtcGetNumSupportedArchs(int* n) { *n = 2; return 0; }\n\
+             int nvrtcGetSupportedArchs(int* v) { v[0] = 75; v[1] = 80; return 0; }\n\
+             const char* nvrtcGetErrorString(int r) { return r ? \"NVRTC_ERROR_FAKE\" : \"ok\"; }\n",
+        );
+        for s in NVRTC_SYMBOLS {
+            if !src.contains(&format!(" {s}(")) {
+                src.push_str(&format!("int {s}(void) {{ return 7; }}\n"));
+            }
+        }
+        let path = load_fake("libnvrtc-fake13", &src);
+        let n = Nvrtc::load(&path).unwrap();
+        let v = n.library_version().unwrap();
+        assert_eq!(v, (13, 0));
+        assert!(crate::compute::cuda::nvrtc::check_versions(v, 12080).is_err());
+        assert!(crate::compute::cuda::nvrtc::check_versions(v, 13000).is_ok());
+        let archs = n.supported_archs().unwrap();
+        assert_eq!(archs, [75, 80]);
+        assert_eq!(
+            crate::compute::cuda::nvrtc::pick_target(90, &archs),
+            Ok(crate::compute::cuda::nvrtc::Target::Compute(80))
+        );
+        assert_eq!(n.describe(6), "NVRTC_ERROR_FAKE");
+    }
+}
