@@ -145,17 +145,24 @@ impl Pipeline {
             arena: readers.arena().cloned(),
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
-        let compute =
-            match ComputeStage::start(&choice, plan, &cfg.compute, &placement.workers, wiring) {
-                Ok(c) => c,
-                Err(e) => {
-                    // Unblock the readers before reporting.
-                    jobs.close();
-                    loaded.close();
-                    let _ = readers.join();
-                    return Err(e.into());
-                }
-            };
+        let f16_rows = cfg.output.dtype == writer::Dtype::Float16;
+        let compute = match ComputeStage::start(
+            &choice,
+            plan,
+            &cfg.compute,
+            f16_rows,
+            &placement.workers,
+            wiring,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                // Unblock the readers before reporting.
+                jobs.close();
+                loaded.close();
+                let _ = readers.join();
+                return Err(e.into());
+            }
+        };
         let engine = match readers.engine() {
             Engine::Uring => "uring",
             Engine::Std => "std",

@@ -178,17 +178,21 @@ pub enum ComputeStage {
 impl ComputeStage {
     /// Starts what `choice` names: CPU workers on `cpus` (one per entry), or
     /// the CUDA stage thread. CUDA start-up is synchronous: an error here
-    /// means no file was taken from the input.
+    /// means no file was taken from the input. With `f16_rows` (float16
+    /// output) the CUDA stage converts rows in its graph and copies half the
+    /// bytes back; the rows handed on are the same either way.
     pub fn start(
         choice: &Choice,
         plan: Arc<Plan>,
         cfg: &ComputeConfig,
+        f16_rows: bool,
         cpus: &[Option<usize>],
         wiring: Wiring,
     ) -> Result<ComputeStage, Error> {
         let opts = cuda::CudaOptions {
             batch_files: cfg.batch_files,
             flush_after: cfg.max_batch_delay,
+            f16_rows,
             ..cuda::CudaOptions::default()
         };
         match &choice.target {

@@ -128,3 +128,61 @@ fn backend_choice_on_this_host_never_panics() {
         Ok(gpu) => eprintln!("this host has a GPU ({gpu}); the GPU-less checks do not apply"),
     }
 }
+
+#[test]
+fn float16_builds_on_the_cuda_stage_equal_the_cpu_build_bit_for_bit() {
+    // The CUDA stage over the host double and host kernels (the same graph a
+    // GPU runs), with float16 output: rows converted by `mf_to_f16` in the
+    // graph must give the same file as the CPU path's writer conversion.
+    let corpus = crate::common::synth_corpus(12, 5);
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("f16.toml");
+    std::fs::write(&cfg, "[output]\ndtype = \"float16\"\n").unwrap();
+    let run = |backend: &str, double: bool, out: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_melforge"));
+        if double {
+            cmd.env(melforge::compute::HOST_DOUBLE_ENV, "1");
+        } else {
+            cmd.env_remove(melforge::compute::HOST_DOUBLE_ENV);
+        }
+        let o = cmd
+            .args(["build", "--json", "--backend", backend, "--config"])
+            .arg(&cfg)
+            .arg("--out")
+            .arg(out)
+            .arg(corpus.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let (gpu_out, cpu_out) = (d.path().join("gpu"), d.path().join("cpu"));
+    let j = run("auto", true, &gpu_out);
+    assert_eq!(j["backend"], "cuda", "{j}");
+    assert_eq!(
+        j["cuda"]["f16_rows"], true,
+        "the graph converts to float16: {j}"
+    );
+    run("cpu", false, &cpu_out);
+    let mut files: Vec<_> = std::fs::read_dir(&cpu_out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".h5"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for split in files {
+        let read = |dir: &Path| {
+            let f = hdf5::File::open(dir.join(&split)).unwrap();
+            let mel = f.dataset("mel").unwrap();
+            assert!(mel.dtype().unwrap().is::<half::f16>());
+            mel.read_raw::<half::f16>().unwrap()
+        };
+        let (g, c) = (read(&gpu_out), read(&cpu_out));
+        assert!(!g.is_empty());
+        assert!(
+            g.iter().zip(&c).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{split:?}: float16 rows differ"
+        );
+    }
+}

@@ -82,6 +82,8 @@ pub struct CudaReport {
     /// Host→device copies read pageable memory (no arena, or its
     /// registration was refused).
     pub pageable_copies: bool,
+    /// Rows left the device as float16 (converted in the graph).
+    pub f16_rows: bool,
 }
 
 /// The running CUDA stage.
@@ -250,6 +252,7 @@ where
                 pageable_copies: pageable || wiring.arena.is_none(),
                 run_s,
                 h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
+                f16_rows: opts.f16_rows,
                 ..report
             })
         })
