@@ -43,18 +43,19 @@ def _decode(values: Any) -> List[str]:
 def _open(path: str, swmr: Optional[bool], rdcc_nbytes: int) -> Tuple[h5py.File, bool]:
     """Opens `path` read-only; `swmr=None` tries a plain open first and falls
     back to SWMR when a writer (a running serve) holds the file."""
-    # No file locks: a reader holding one would stop a running serve from
-    # reopening its file (it does at shutdown and on restart). melforge never
-    # lets a reader see a file while a non-SWMR writer writes it (build writes
-    # `<split>.h5.partial` and renames it when done).
-    kw = {"rdcc_nbytes": rdcc_nbytes, "locking": False}
+    kw = {"rdcc_nbytes": rdcc_nbytes}
+    # SWMR opens take no file lock: a reader holding one would stop a running
+    # serve from reopening its file (at shutdown and on restart). Plain opens
+    # keep h5py's default, so the same file can also be opened with plain
+    # h5py in this process (HDF5 refuses mixed locking flags).
+    swmr_kw = {"libver": "latest", "swmr": True, "locking": False, **kw}
     if swmr is None:
         try:
             return h5py.File(path, "r", **kw), False
         except OSError:
-            return h5py.File(path, "r", libver="latest", swmr=True, **kw), True
+            return h5py.File(path, "r", **swmr_kw), True
     if swmr:
-        return h5py.File(path, "r", libver="latest", swmr=True, **kw), True
+        return h5py.File(path, "r", **swmr_kw), True
     return h5py.File(path, "r", **kw), False
 
 

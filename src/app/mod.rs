@@ -6,11 +6,13 @@
 //! * [`serve`]: the drop-directory service (`melforge serve`): inotify source,
 //!   SWMR append sink, journal, rebuild.
 //! * [`control`]: the control socket, signals and `melforge ctl`.
+//! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
 
 pub mod bench_io;
 pub mod build;
 pub mod control;
+pub mod metrics;
 pub mod serve;
 pub mod synth;

@@ -42,6 +42,7 @@ use super::rebuild::Rebuild;
 use super::status::{RebuildStatus, State, Stats, Status};
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
 use crate::app::control::{self, Command, Reply, Request, notify};
+use crate::app::metrics::{self, CommitClock, Endpoint};
 use crate::app::serve::journal::{FileStamp, Journal};
 use crate::compute::{Outcome, Rejection};
 use crate::config::Config;
@@ -79,6 +80,8 @@ pub enum Error {
     Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
     Rebuild(#[from] super::rebuild::Error),
+    #[error(transparent)]
+    Metrics(#[from] metrics::Error),
 }
 
 /// One file of the drop tree on its way through the pipeline.
@@ -89,6 +92,8 @@ struct DropFile {
     dest: Dest,
     /// Size and mtime when it was offered (the journal's identity of the file).
     stamp: FileStamp,
+    /// When it was offered (the start of its drop→commit latency).
+    seen: Instant,
 }
 
 /// Something to do with a source file once the journal has confirmed it.
@@ -125,6 +130,8 @@ pub struct Service {
     rebuild_report: Option<RebuildStatus>,
     /// (time, files done) at the last rate sample, and the rate then.
     rate: (Instant, u64, f64),
+    /// Journal commits and drop→commit latency, for `stats` and metrics.
+    commits: CommitClock,
 }
 
 fn dir(path: &Path) -> Result<(), Error> {
@@ -189,6 +196,7 @@ impl Service {
             rebuild: None,
             rebuild_report: None,
             rate: (Instant::now(), 0, 0.0),
+            commits: CommitClock::default(),
         };
         svc.open_journal_splits()?;
         Ok(svc)
@@ -244,6 +252,7 @@ impl Service {
                 abs,
                 dest: Dest { rel, split, label },
                 stamp,
+                seen: Instant::now(),
             },
         );
         self.backlog.push_back(id);
@@ -278,6 +287,7 @@ impl Service {
             abs,
             dest: job,
             stamp,
+            seen,
         }) = self.jobs.remove(&o.job)
         else {
             return Ok(());
@@ -309,6 +319,7 @@ impl Service {
                     unreachable!("the append sink places every row at once")
                 };
                 self.journal.stage_row(&job.rel, stamp, &job.split, index);
+                self.commits.staged(seen);
                 self.files_ok += 1;
                 match self.serve.on_success {
                     OnSuccess::Keep => {}
@@ -353,6 +364,7 @@ impl Service {
         let t = Instant::now();
         self.sink.flush()?;
         self.journal.commit()?;
+        self.commits.committed();
         self.uncommitted.clear();
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
@@ -446,6 +458,10 @@ impl Service {
             engine: shape.engine.clone(),
             report: self.pipeline.report(self.started),
             rows: self.sink.rows(),
+            queued: self.backlog.len(),
+            in_flight: self.in_flight.len() - self.backlog.len(),
+            rings: self.pipeline.ring_depths(),
+            journal: self.commits.journal(self.journal.staged()),
         })
     }
 }
@@ -465,6 +481,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     let cfg = Config::load(config_path)?;
     let mut svc = Service::new(config_path, cfg)?;
     let server = control::Server::start(&svc.cfg.control, tx.clone())?;
+    let endpoint = match svc.cfg.metrics.listen {
+        Some(addr) => Some(Endpoint::start(addr, metrics::from_service(tx.clone()))?),
+        None => None,
+    };
     let (watch_tx, watch_rx) = mpsc::channel();
     let ignore = Ignore {
         patterns: svc.serve.ignore.clone(),
@@ -497,6 +517,7 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
         w.stop();
     }
     server.shutdown();
+    drop(endpoint);
     notify::stopping();
     let finish = svc.finish();
     signals.stop();
