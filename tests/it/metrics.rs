@@ -1,7 +1,8 @@
 //! The metrics endpoint outside serve: a build's graph scraped over HTTP
 //! (the endpoint reads the published telemetry and releases the pipeline when
 //! stopped), a taken port named by its key, and `ctl --format prometheus`
-//! limited to `stats`. The serve scrape test is `serve::metrics`.
+//! limited to `stats`, and text logs without colour codes off a terminal (what
+//! journald stores). The serve scrape test is `serve::metrics`.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -124,4 +125,24 @@ fn format_prometheus_is_only_for_stats() {
         err.contains("--format prometheus is only for `stats` (not `status`)"),
         "{err}"
     );
+}
+
+#[test]
+fn piped_text_logs_have_no_escape_codes() {
+    // Under journald or a pipe, text logs used to carry ANSI colour codes.
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_melforge"))
+        .args(["synth", "--files", "1"])
+        .arg(d.path().join("c"))
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("INFO") && err.contains("Wrote the synthetic corpus."),
+        "{err}"
+    );
+    assert!(!err.contains('\x1b'), "escape codes in {err:?}");
 }
