@@ -114,3 +114,32 @@ def test_a_file_that_is_not_melforge_output_is_an_error(tmp_path: Path) -> None:
         melforge.MelDataset(p)
     with pytest.raises(OSError):
         melforge.MelDataset(tmp_path / "missing.h5")
+
+
+def test_direct_reads_match_h5py_reads(built: Path) -> None:
+    fast = melforge.MelDataset(built / "TRAINING.h5")
+    slow = melforge.MelDataset(built / "TRAINING.h5", direct=False)
+    fast[0], slow[0]
+    assert fast._direct is not None and fast._direct.rows == len(fast)
+    assert slow._direct is None
+    for i in range(len(fast)):
+        np.testing.assert_array_equal(fast[i][0], slow[i][0])
+    order = list(range(len(fast)))[::-3]
+    np.testing.assert_array_equal(fast.batch(order)[0], slow.batch(order)[0])
+
+
+def test_a_compressed_copy_is_read_through_h5py(built: Path, tmp_path: Path) -> None:
+    # Another tool may rewrite the file compressed: rows must still be right.
+    src = built / "TRAINING.h5"
+    dst = tmp_path / "gz.h5"
+    with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
+        g.create_dataset("mel", data=f["mel"][:], chunks=(4,) + f["mel"].shape[1:], compression="gzip")
+        g["label"] = f["label"][:]
+        g.create_dataset("path", data=f["path"][:], dtype=h5py.string_dtype())
+        g.attrs["label_names"] = f.attrs["label_names"]
+    ds = melforge.MelDataset(dst)
+    ref = melforge.MelDataset(src)
+    x, y = ds[5]
+    assert ds._direct is None
+    np.testing.assert_array_equal(x, ref[5][0])
+    assert y == ref[5][1] and ds.paths == ref.paths
