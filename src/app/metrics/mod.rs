@@ -107,8 +107,12 @@ impl CommitClock {
         self.waiting.push(seen);
     }
 
-    /// The journal committed everything staged.
-    pub fn committed(&mut self) {
+    /// The journal committed everything staged: `records` records (none:
+    /// the journal wrote nothing, which is not a commit).
+    pub fn committed(&mut self, records: usize) {
+        if records == 0 {
+            return;
+        }
         let now = Instant::now();
         for seen in self.waiting.drain(..) {
             self.drop_to_commit

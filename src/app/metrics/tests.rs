@@ -7,7 +7,9 @@ fn snapshot() -> Snapshot {
     let t = Instant::now();
     clock.staged(t);
     clock.staged(t);
-    clock.committed();
+    clock.committed(0);
+    assert_eq!(clock.journal(0).commits, 0, "an empty commit is none");
+    clock.committed(2);
     Snapshot {
         backend: "cpu".into(),
         backend_reason: "auto: \"no GPU\", so cpu".into(),

@@ -363,8 +363,9 @@ impl Service {
     fn flush_commit(&mut self) -> Result<(), Error> {
         let t = Instant::now();
         self.sink.flush()?;
+        let records = self.journal.staged();
         self.journal.commit()?;
-        self.commits.committed();
+        self.commits.committed(records);
         self.uncommitted.clear();
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
