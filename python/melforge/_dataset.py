@@ -11,7 +11,10 @@ Invariants:
   default 1 MiB chunk cache, so with the defaults every row read reads and
   copies its whole chunk. The file is opened with the chunk cache off
   (`rdcc_nbytes=0`, see `DEFAULT_CHUNK_CACHE_BYTES`): the datasets are not
-  compressed, so HDF5 then reads only the row's bytes.
+  compressed, so HDF5 then reads only the row's bytes. Faster still, rows of
+  chunks stored without filters are read with one `pread` at the byte offset
+  HDF5 reports for their chunk (`_DirectRows`), skipping HDF5's per-call
+  selection work; anything else goes through h5py.
 * `label`s and `path`s are read once, at open and at `refresh()`, and held in
   memory; `ds[i]` reads only `mel[i]`.
 * `refresh()` follows a running `melforge serve` (SWMR): it reopens the file
@@ -30,7 +33,7 @@ import numpy as np
 
 #: Chunk cache size `MelDataset` opens files with: 0 turns HDF5's chunk cache
 #: off, so a single-row read touches only that row (docs/BENCHMARKS.md,
-#: "Issue 14": about 10x the rows/s of h5py's 1 MiB default on 64-row chunks).
+#: "Issue 14": many times the rows/s of h5py's 1 MiB default on 64-row chunks).
 DEFAULT_CHUNK_CACHE_BYTES = 0
 
 Index = Union[int, np.integer]
