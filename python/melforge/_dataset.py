@@ -7,9 +7,9 @@ Invariants:
   own. Pickling drops the handle (spawned workers open their own too), so an
   `h5py.File` is never shared across processes.
 * Random single-row reads are the trainer's access pattern. A `mel` chunk holds
-  `chunk_files` rows (64 rows of 79x3x32 float32 is 1.9 MB), bigger than h5py's
-  default 1 MiB chunk cache, so with the defaults every row read reads and
-  copies its whole chunk. The file is opened with the chunk cache off
+  `chunk_files` rows (64 rows of 79x3x32 float32 is 1.9 MB); through a chunk
+  cache (h5py's default) a random row misses it and HDF5 reads and copies the
+  whole chunk to return one row. The file is opened with the chunk cache off
   (`rdcc_nbytes=0`, see `DEFAULT_CHUNK_CACHE_BYTES`): the datasets are not
   compressed, so HDF5 then reads only the row's bytes. Faster still, rows of
   chunks stored without filters are read with one `pread` at the byte offset
@@ -33,7 +33,7 @@ import numpy as np
 
 #: Chunk cache size `MelDataset` opens files with: 0 turns HDF5's chunk cache
 #: off, so a single-row read touches only that row (docs/BENCHMARKS.md,
-#: "Issue 14": many times the rows/s of h5py's 1 MiB default on 64-row chunks).
+#: "Issue 14": many times the rows/s of h5py's default cache on 64-row chunks).
 DEFAULT_CHUNK_CACHE_BYTES = 0
 
 Index = Union[int, np.integer]
