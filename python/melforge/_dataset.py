@@ -26,7 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import h5py
 import numpy as np
@@ -114,7 +114,7 @@ class _DirectRows:
         """Reads row `i` into `out` (C-contiguous, `row_bytes` long)."""
         c, r = divmod(i, self.chunk_rows)
         off = int(self.offsets[c]) + r * self.row_bytes
-        got = os.preadv(self.fd, [memoryview(out).cast("B")], off)
+        got = os.preadv(self.fd, [out.data.cast("B")], off)
         if got != self.row_bytes:
             raise OSError(f"short read of row {i}: {got} of {self.row_bytes} bytes")
 
@@ -161,7 +161,7 @@ class MelDataset:
         self._labels = np.zeros(0, dtype=np.int32)
         self._paths: List[str] = []
         self.label_names: List[str] = []
-        self.attrs: dict = {}
+        self.attrs: Dict[str, Any] = {}
         self._load_index(0)
 
     # -- metadata ---------------------------------------------------------
@@ -190,7 +190,7 @@ class MelDataset:
         self.attrs = {k: f.attrs[k] for k in f.attrs.keys()}
         self.row_shape: Tuple[int, ...] = tuple(mel.shape[1:])
         self.dtype = mel.dtype
-        self._n = n
+        self._n: int = int(n)
         self._adopt(f)
 
     def _adopt(self, f: h5py.File) -> None:
@@ -288,13 +288,13 @@ class MelDataset:
 
     # -- pickling (spawned workers) ----------------------------------------
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_file"], state["_mel"], state["_pid"], state["_mel_rows"] = None, None, -1, 0
         state["_direct"] = None
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
