@@ -82,6 +82,8 @@ def test_refresh_follows_a_running_serve(corpus: Path, built: Path, tmp_path: Pa
             np.testing.assert_array_equal(x, rx)
             assert ds.label_names[y] == ref.label_names[ry]
     finally:
+        # `ds` still holds the file open: serve must still reopen and close it
+        # at shutdown (a reader holding a file lock made that fail, exit 1).
         svc.terminate()
         svc.wait(timeout=60)
         log.close()
