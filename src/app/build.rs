@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
+use crate::app::metrics::{self, Endpoint};
 use crate::compute::{RejectKind, Rejection, cuda};
 use crate::config::Config;
 use crate::pipeline::{self, Delivered, Pipeline};
@@ -48,6 +49,8 @@ pub enum Error {
     Spawn(&'static str, std::io::Error),
     #[error("the {0} thread panicked")]
     Panicked(&'static str),
+    #[error(transparent)]
+    Metrics(#[from] metrics::Error),
 }
 
 /// Run-time options that are not pipeline settings.
@@ -273,6 +276,19 @@ pub fn build_shard(
     let queue_ahead = plan.jobs.len().min(1 << 16);
     let p = Arc::new(Pipeline::start(cfg, telemetry, queue_ahead)?);
     let jobs: Arc<[Job]> = plan.jobs.into();
+    // `[metrics] listen`: scrapes read the graph's published telemetry.
+    let endpoint = match cfg.metrics.listen {
+        None => None,
+        Some(addr) => {
+            match Endpoint::start(addr, metrics::from_pipeline(Arc::clone(&p), started)) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    p.abort();
+                    return Err(e.into());
+                }
+            }
+        }
+    };
 
     // The source: the sorted walk, then the end of the stream (guard dropped).
     let source = {
@@ -335,6 +351,7 @@ pub fn build_shard(
         .join()
         .map_err(|_| Error::Panicked("writer"))?;
     source.join().map_err(|_| Error::Panicked("source"))?;
+    drop(endpoint); // joins the metrics thread, which holds the pipeline
     let p = Arc::into_inner(p).expect("every thread holding the pipeline has been joined");
     let report = p.report(started);
     let shape = p.shape().clone();

@@ -8,6 +8,7 @@
 //! * [`merge`]: `melforge merge`, joining the files of a sharded build
 //!   (`build --shard K/N`) into one dataset per split.
 //! * [`control`]: the control socket, signals and `melforge ctl`.
+//! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
 
@@ -15,5 +16,6 @@ pub mod bench_io;
 pub mod build;
 pub mod control;
 pub mod merge;
+pub mod metrics;
 pub mod serve;
 pub mod synth;

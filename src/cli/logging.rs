@@ -7,6 +7,10 @@
 //!   journald and log shippers: `timestamp`, `level`, `message`, then the
 //!   event's fields at the top level (`path`, `reason`, …), then `target`.
 //!
+//! * Colour: text lines carry ANSI colours only when stderr is a terminal and
+//!   `NO_COLOR` is unset (see [`ansi`]); under journald, a pipe or a file they
+//!   are plain, so `journalctl` and log files show no escape codes.
+//!
 //! Call sites log a sentence as the message and put values in named fields
 //! (`warn!(path = %rel, reason = %why, "Rejected a file.")`), so both formats
 //! carry the same information and JSON consumers never parse a message.
@@ -63,15 +67,33 @@ pub struct UnknownFormat {
     pub value: String,
 }
 
+/// Whether text lines get ANSI colours: only on a terminal, and not when
+/// `NO_COLOR` is set to anything non-empty (no-color.org). `JOURNAL_STREAM`
+/// (set by systemd when stderr is the journal) also turns them off, in case a
+/// unit connects a terminal-like stream.
+pub fn ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>, journal: Option<&OsStr>) -> bool {
+    stderr_is_terminal
+        && no_color.is_none_or(|v| v.is_empty())
+        && journal.is_none_or(|v| v.is_empty())
+}
+
 /// Installs the global subscriber. Call once, before anything logs.
 pub fn init(level: &str, format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => fmt.with_target(false).init(),
+        LogFormat::Text => fmt
+            .with_target(false)
+            .with_ansi(ansi(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+                std::env::var_os("JOURNAL_STREAM").as_deref(),
+            ))
+            .init(),
         LogFormat::Json => fmt
             .json()
             .flatten_event(true)
@@ -103,6 +125,17 @@ mod tests {
             LogFormat::resolve(Some(LogFormat::Text), json),
             Ok(LogFormat::Text)
         );
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color_or_journald() {
+        let set = Some(OsStr::new("1"));
+        let empty = Some(OsStr::new(""));
+        assert!(ansi(true, None, None));
+        assert!(ansi(true, empty, empty));
+        assert!(!ansi(false, None, None), "a pipe, a file or the journal");
+        assert!(!ansi(true, set, None));
+        assert!(!ansi(true, None, Some(OsStr::new("8:12345"))));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!
 //! One file per TOML section, each holding the raw struct, the validated struct
 //! and the step between them: `mel` (`[mel]` + `[segmentation]` → [`Spec`]),
-//! `output`, `io`, `compute`, `control` and [`serve`]. This file owns the top
+//! `output`, `io`, `compute`, `control`, `metrics` and [`serve`]. This file owns the top
 //! level (`RawConfig` → `Config`), the error type and the helpers every section
 //! validates with (`Ctx`); the section types are re-exported here, so callers
 //! name them `config::X` whichever file they live in.
@@ -19,6 +19,7 @@ mod control;
 pub mod defaults;
 mod io;
 mod mel;
+mod metrics;
 mod output;
 pub mod serve;
 
@@ -33,6 +34,7 @@ pub use control::{ControlConfig, RawControl};
 pub use defaults::control::SOCKET as DEFAULT_CONTROL_SOCKET;
 pub use io::{Engine, IoConfig, RawIo};
 pub use mel::{RawMel, RawSegmentation};
+pub use metrics::{MetricsConfig, RawMetrics};
 pub use output::{OutputConfig, RawOutput};
 
 /// A configuration problem, with the key and line it concerns.
@@ -78,6 +80,9 @@ pub struct RawConfig {
     /// `[control]`: the service's control socket.
     #[serde(default)]
     pub control: RawControl,
+    /// `[metrics]`: the Prometheus endpoint (absent: off).
+    #[serde(default)]
+    pub metrics: RawMetrics,
     /// `[serve]`: only `melforge serve` reads it.
     pub serve: Option<serve::RawServe>,
 }
@@ -90,6 +95,7 @@ pub struct Config {
     pub io: IoConfig,
     pub compute: ComputeConfig,
     pub control: ControlConfig,
+    pub metrics: MetricsConfig,
     /// Present when the file has a `[serve]` section.
     pub serve: Option<serve::ServeConfig>,
 }
@@ -235,6 +241,7 @@ impl Config {
             io: IoConfig::from_raw(&raw.io, &cx)?,
             compute: ComputeConfig::from_raw(&raw.compute, &cx, serve.as_ref())?,
             control: ControlConfig::from_raw(&raw.control, &cx, base)?,
+            metrics: MetricsConfig::from_raw(&raw.metrics, &cx)?,
             serve,
         })
     }

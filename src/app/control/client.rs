@@ -1,6 +1,7 @@
 //! `melforge ctl`: sends one command to a running `melforge serve` over its
 //! control socket and prints the reply, human-readable (key: value lines,
-//! nested objects indented) or as the raw JSON line with `--json`.
+//! nested objects indented), as the raw JSON line with `--json`, or for
+//! `stats` as the Prometheus text exposition with `--format prometheus`.
 //!
 //! Exit status (through [`main`]'s result): success when the reply has
 //! `"ok": true`; an [`Error`] (exit 1 in `main`) when the socket cannot be
@@ -31,12 +32,24 @@ pub struct CtlArgs {
     /// Config file to read control.socket from.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Print the reply as one JSON line.
+    /// Print the reply as one JSON line (same as --format json).
     #[arg(long)]
     pub json: bool,
+    /// Output format; prometheus (text exposition, as the metrics endpoint
+    /// serves it) is for `stats` only.
+    #[arg(long, value_enum, conflicts_with = "json")]
+    pub format: Option<Format>,
     /// Seconds to wait for the reply.
     #[arg(long, default_value_t = 35)]
     pub timeout: u64,
+}
+
+/// How `ctl` prints the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Prometheus,
 }
 
 /// Why `melforge ctl` failed.
@@ -57,6 +70,10 @@ pub enum Error {
     Refused(String),
     #[error(transparent)]
     Config(#[from] crate::config::Error),
+    #[error("--format prometheus is only for `stats` (not `{0}`)")]
+    NotStats(Command),
+    #[error("the stats reply does not read as stats: {0}")]
+    BadStats(serde_json::Error),
 }
 
 /// The socket `ctl` talks to: `--socket`, else the config's, else the default.
@@ -191,6 +208,14 @@ fn render_object(m: &serde_json::Map<String, Value>, depth: usize, out: &mut Str
 /// `melforge ctl`: sends the command, prints the reply to stdout; `Err` (exit
 /// 1) when the service cannot be reached or answers `"ok": false`.
 pub fn main(args: &CtlArgs) -> Result<(), Error> {
+    let format = match args.format {
+        Some(f) => f,
+        None if args.json => Format::Json,
+        None => Format::Human,
+    };
+    if format == Format::Prometheus && args.command != Command::Stats {
+        return Err(Error::NotStats(args.command));
+    }
     let path = socket_path(args)?;
     let reply = request(
         &path,
@@ -199,12 +224,15 @@ pub fn main(args: &CtlArgs) -> Result<(), Error> {
     )?;
     let ok = reply.get("ok") == Some(&Value::Bool(true));
     let mut stdout = io::stdout().lock();
-    let printed = if args.json {
-        writeln!(stdout, "{reply}")
-    } else if ok {
-        write!(stdout, "{}", render_human(&reply))
-    } else {
-        Ok(())
+    let printed = match format {
+        Format::Json => writeln!(stdout, "{reply}"),
+        _ if !ok => Ok(()),
+        Format::Human => write!(stdout, "{}", render_human(&reply)),
+        Format::Prometheus => {
+            let stats: crate::app::serve::status::Stats =
+                serde_json::from_value(reply.clone()).map_err(Error::BadStats)?;
+            write!(stdout, "{}", crate::app::metrics::render(&stats.snapshot()))
+        }
     };
     let _ = printed.and_then(|_| stdout.flush());
     if ok {

@@ -114,6 +114,8 @@ pub enum Origin {
     Signal(i32),
     /// A control socket client, identified by its SO_PEERCRED credentials.
     Socket { pid: i32, uid: u32 },
+    /// A scrape of the metrics endpoint (`stats` only).
+    Metrics,
 }
 
 /// One reply: a JSON object with `"ok"`. Build with [`Reply::ok`],

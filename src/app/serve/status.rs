@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::app::metrics::{Journal, Snapshot};
 use crate::compute::RejectKind;
 use crate::pipeline::RingDepth;
 use crate::runtime::telemetry::{BusySeconds, Report};
@@ -77,7 +78,8 @@ pub struct Status {
     pub last_error: Option<String>,
 }
 
-/// `ctl stats`: the stage report (as `build --json` gives it) and rows.
+/// `ctl stats`: the stage report (as `build --json` gives it), rows, and the
+/// live gauges and journal numbers the metrics endpoint shows.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Stats {
     pub backend: String,
@@ -85,4 +87,33 @@ pub struct Stats {
     pub engine: String,
     pub report: Report,
     pub rows: BTreeMap<String, usize>,
+    /// Offered, not yet handed to the readers.
+    pub queued: usize,
+    /// Handed to the readers, not yet written or rejected.
+    pub in_flight: usize,
+    /// Depth of each ring now, in stage order.
+    pub rings: Vec<RingDepth>,
+    pub journal: Journal,
+}
+
+impl Stats {
+    /// What a scrape shows (`ctl stats --format prometheus` and `/metrics`).
+    pub fn snapshot(&self) -> Snapshot {
+        let r = &self.report;
+        Snapshot {
+            backend: self.backend.clone(),
+            backend_reason: self.backend_reason.clone(),
+            engine: self.engine.clone(),
+            files_ok: r.files_ok,
+            files_rejected: r.files_rejected,
+            rejected_by_kind: r.rejected_by_kind.clone(),
+            bytes_read: r.bytes_read,
+            busy_s: r.busy_s.clone(),
+            rings: self.rings.clone(),
+            in_flight: self.in_flight as u64,
+            queued: self.queued as u64,
+            rows: self.rows.clone(),
+            journal: Some(self.journal.clone()),
+        }
+    }
 }

@@ -28,6 +28,7 @@ use crate::common::features_of;
 
 mod faults;
 mod harness;
+mod metrics;
 use harness::*;
 
 both_stages!(dropped_files_become_rows_with_their_split_and_label);

@@ -71,6 +71,7 @@ impl Service {
         // Closing the files writes only metadata the last reservation covers.
         self.sink.abandon_all();
         self.journal.discard_staged();
+        self.commits.forget_staged();
         self.uncommitted.clear();
         self.after.clear();
         self.rejections.clear();

@@ -45,6 +45,7 @@ use super::rebuild::Rebuild;
 use super::status::{RebuildStatus, State, Stats, Status};
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
 use crate::app::control::{self, Command, Reply, Request, notify};
+use crate::app::metrics::{self, CommitClock, Endpoint};
 use crate::app::serve::journal::{FileStamp, Journal};
 use crate::compute::{Outcome, Rejection};
 use crate::config::Config;
@@ -82,6 +83,8 @@ pub enum Error {
     Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
     Rebuild(#[from] super::rebuild::Error),
+    #[error(transparent)]
+    Metrics(#[from] metrics::Error),
 }
 
 /// One file of the drop tree on its way through the pipeline.
@@ -92,6 +95,8 @@ struct DropFile {
     dest: Dest,
     /// Size and mtime when it was offered (the journal's identity of the file).
     stamp: FileStamp,
+    /// When it was offered (the start of its drop→commit latency).
+    seen: Instant,
 }
 
 /// Something to do with a source file once the journal has confirmed it.
@@ -134,6 +139,8 @@ pub struct Service {
     degraded: Option<degraded::Degraded>,
     /// Wait before the next recovery attempt; relaxes after a good commit.
     backoff: Duration,
+    /// Journal commits and drop→commit latency, for `stats` and metrics.
+    commits: CommitClock,
 }
 
 fn dir(path: &Path) -> Result<(), Error> {
@@ -201,6 +208,7 @@ impl Service {
             since_commit: (0, 0),
             degraded: None,
             backoff: degraded::FIRST_BACKOFF,
+            commits: CommitClock::default(),
         };
         svc.open_journal_splits()?;
         Ok(svc)
@@ -260,6 +268,7 @@ impl Service {
                 abs,
                 dest: Dest { rel, split, label },
                 stamp,
+                seen: Instant::now(),
             },
         );
         self.backlog.push_back(id);
@@ -320,6 +329,7 @@ impl Service {
             abs,
             dest: job,
             stamp,
+            seen,
         }) = self.jobs.remove(&o.job)
         else {
             return Ok(());
@@ -351,6 +361,7 @@ impl Service {
                     unreachable!("the append sink places every row at once")
                 };
                 self.journal.stage_row(&job.rel, stamp, &job.split, index);
+                self.commits.staged(seen);
                 self.files_ok += 1;
                 self.since_commit.0 += 1;
                 match self.serve.on_success {
@@ -396,8 +407,10 @@ impl Service {
     fn flush_commit(&mut self) -> Result<(), Error> {
         let t = Instant::now();
         self.sink.flush()?;
-        let committed = self.journal.staged() > 0;
+        let records = self.journal.staged();
+        let committed = records > 0;
         self.journal.commit()?;
+        self.commits.committed(records);
         self.uncommitted.clear();
         self.since_commit = (0, 0);
         if committed {
@@ -500,6 +513,10 @@ impl Service {
             engine: shape.engine.clone(),
             report: self.pipeline.report(self.started),
             rows: self.sink.rows(),
+            queued: self.backlog.len(),
+            in_flight: self.in_flight.len() - self.backlog.len(),
+            rings: self.pipeline.ring_depths(),
+            journal: self.commits.journal(self.journal.staged()),
         })
     }
 }
@@ -519,6 +536,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     let cfg = Config::load(config_path)?;
     let mut svc = Service::new(config_path, cfg)?;
     let server = control::Server::start(&svc.cfg.control, tx.clone())?;
+    let endpoint = match svc.cfg.metrics.listen {
+        Some(addr) => Some(Endpoint::start(addr, metrics::from_service(tx.clone()))?),
+        None => None,
+    };
     let (watch_tx, watch_rx) = mpsc::channel();
     let ignore = Ignore {
         patterns: svc.serve.ignore.clone(),
@@ -551,6 +572,7 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
         w.stop();
     }
     server.shutdown();
+    drop(endpoint);
     notify::stopping();
     let finish = svc.finish();
     signals.stop();

@@ -34,6 +34,7 @@ impl Service {
             ("io", new.io == self.cfg.io),
             ("compute", new.compute == self.cfg.compute),
             ("control", new.control == self.cfg.control),
+            ("metrics", new.metrics == self.cfg.metrics),
         ] {
             if !same {
                 needs_restart.push(name);

@@ -1,0 +1,301 @@
+"""`MelDataset`: one split file of a melforge dataset, read row by row.
+
+Invariants:
+
+* The HDF5 file is opened lazily, once per process: the handle remembers the
+  pid that opened it and a different pid (a forked DataLoader worker) opens its
+  own. Pickling drops the handle (spawned workers open their own too), so an
+  `h5py.File` is never shared across processes.
+* Random single-row reads are the trainer's access pattern. A `mel` chunk holds
+  `chunk_files` rows (64 rows of 79x3x32 float32 is 1.9 MB); through a chunk
+  cache (h5py's default) a random row misses it and HDF5 reads and copies the
+  whole chunk to return one row. The file is opened with the chunk cache off
+  (`rdcc_nbytes=0`, see `DEFAULT_CHUNK_CACHE_BYTES`): the datasets are not
+  compressed, so HDF5 then reads only the row's bytes. Faster still, rows of
+  chunks stored without filters are read with one `pread` at the byte offset
+  HDF5 reports for their chunk (`_DirectRows`), skipping HDF5's per-call
+  selection work; anything else goes through h5py.
+* `label`s and `path`s are read once, at open and at `refresh()`, and held in
+  memory; `ds[i]` reads only `mel[i]`.
+* `refresh()` follows a running `melforge serve` (SWMR): it reopens the file
+  (variable-length strings, `path` and `label_names`, are not covered by SWMR,
+  so a long-open handle can fail to read new ones) and picks up the new rows,
+  labels, paths and label names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import h5py
+import numpy as np
+
+#: Chunk cache size `MelDataset` opens files with: 0 turns HDF5's chunk cache
+#: off, so a single-row read touches only that row (docs/BENCHMARKS.md,
+#: "Issue 14": many times the rows/s of h5py's default cache on 64-row chunks).
+DEFAULT_CHUNK_CACHE_BYTES = 0
+
+Index = Union[int, np.integer]
+
+
+def _decode(values: Any) -> List[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def _open(path: str, swmr: Optional[bool], rdcc_nbytes: int) -> Tuple[h5py.File, bool]:
+    """Opens `path` read-only; `swmr=None` tries a plain open first and falls
+    back to SWMR when a writer (a running serve) holds the file."""
+    kw = {"rdcc_nbytes": rdcc_nbytes}
+    # SWMR opens take no file lock: a reader holding one would stop a running
+    # serve from reopening its file (at shutdown and on restart). Plain opens
+    # keep h5py's default, so the same file can also be opened with plain
+    # h5py in this process (HDF5 refuses mixed locking flags).
+    swmr_kw = {"libver": "latest", "swmr": True, "locking": False, **kw}
+    if swmr is None:
+        try:
+            return h5py.File(path, "r", **kw), False
+        except OSError:
+            return h5py.File(path, "r", **swmr_kw), True
+    if swmr:
+        return h5py.File(path, "r", **swmr_kw), True
+    return h5py.File(path, "r", **kw), False
+
+
+class _DirectRows:
+    """Row reads that bypass HDF5's per-call overhead: for a `mel` dataset
+    stored without filters (melforge never compresses), row `i` is
+    `row_bytes` contiguous bytes at `chunk_offset[i // chunk_rows] +
+    (i % chunk_rows) * row_bytes`. The offsets come from HDF5 itself
+    (`H5Dget_chunk_info`) when the file is opened, and only rows that existed
+    then (`rows`) are read this way; the caller reads any other row through
+    h5py. Chunks without filters are written in place and never move.
+
+    On this machine a row costs about one `pread` instead of an HDF5
+    selection, a few times more rows/s (docs/BENCHMARKS.md, "Issue 14").
+    """
+
+    def __init__(self, fd: int, offsets: np.ndarray, chunk_rows: int, row_bytes: int, rows: int):
+        self.fd, self.offsets, self.chunk_rows = fd, offsets, chunk_rows
+        self.row_bytes, self.rows = row_bytes, rows
+
+    @staticmethod
+    def of(path: str, mel: h5py.Dataset) -> "Optional[_DirectRows]":
+        """The direct reader for `mel`, or None where its layout does not
+        allow one (filters, a non-native byte order, no chunk info API)."""
+        dt = mel.dtype
+        if mel.compression or mel.shuffle or mel.fletcher32 or mel.scaleoffset:
+            return None
+        if not dt.isnative or mel.chunks is None or len(mel.shape) < 1:
+            return None
+        dsid = mel.id
+        if not hasattr(dsid, "get_num_chunks"):
+            return None  # h5py < 3.0 / HDF5 < 1.10.5
+        chunk_rows = mel.chunks[0]
+        if mel.chunks[1:] != mel.shape[1:]:
+            return None  # chunked along N only, as melforge writes
+        row_bytes = dt.itemsize * int(np.prod(mel.shape[1:], dtype=np.int64))
+        rows = mel.shape[0]
+        n_chunks = -(-rows // chunk_rows)
+        offsets = np.full(n_chunks, -1, dtype=np.int64)
+        for k in range(dsid.get_num_chunks()):
+            info = dsid.get_chunk_info(k)
+            if info.filter_mask != 0 or info.byte_offset is None:
+                return None
+            c = info.chunk_offset[0] // chunk_rows
+            if c < n_chunks:
+                offsets[c] = info.byte_offset
+        if (offsets < 0).any():
+            return None  # an unallocated chunk (never written): let h5py read fill values
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return _DirectRows(fd, offsets, chunk_rows, row_bytes, rows)
+
+    def read(self, i: int, out: np.ndarray) -> None:
+        """Reads row `i` into `out` (C-contiguous, `row_bytes` long)."""
+        c, r = divmod(i, self.chunk_rows)
+        off = int(self.offsets[c]) + r * self.row_bytes
+        got = os.preadv(self.fd, [out.data.cast("B")], off)
+        if got != self.row_bytes:
+            raise OSError(f"short read of row {i}: {got} of {self.row_bytes} bytes")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class MelDataset:
+    """Rows of one melforge split file: `ds[i] -> (mel, label)`.
+
+    `mel` is a numpy array of shape `(n_long, n_short, n_mels, n_frames)`
+    (float32, or float16 when the build wrote float16) and `label` an int
+    indexing `label_names` (-1 for a file with no label).
+
+    Safe to hand to PyTorch `DataLoader` workers started by fork or spawn: the
+    file is opened in each process on its first read.
+
+    `swmr`: None (default) opens normally and falls back to SWMR when a
+    running `melforge serve` has the file open for writing; True always opens
+    with SWMR (to `refresh()` while a serve appends), False never.
+    `rdcc_nbytes`: HDF5 chunk cache size per dataset; the default 0 is the
+    fast path for random rows (see the module doc).
+    `direct`: read rows of unfiltered chunks with `pread` at the offsets HDF5
+    reports (see `_DirectRows`); False reads every row through h5py.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        swmr: Optional[bool] = None,
+        rdcc_nbytes: int = DEFAULT_CHUNK_CACHE_BYTES,
+        direct: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._swmr_request = swmr
+        self._rdcc_nbytes = int(rdcc_nbytes)
+        self._fast = bool(direct)
+        self._direct: Optional[_DirectRows] = None
+        self._file: Optional[h5py.File] = None
+        self._mel: Optional[h5py.Dataset] = None
+        self._mel_rows = 0
+        self._pid = -1
+        self._labels = np.zeros(0, dtype=np.int32)
+        self._paths: List[str] = []
+        self.label_names: List[str] = []
+        self.attrs: Dict[str, Any] = {}
+        self._load_index(0)
+
+    # -- metadata ---------------------------------------------------------
+
+    def _load_index(self, have: int) -> None:
+        """(Re)reads rows `have..` of `label` and `path`, the label names and
+        the root attributes, through a fresh handle of this process."""
+        self._close()
+        f, swmr = _open(self.path, self._swmr_request, self._rdcc_nbytes)
+        self.swmr = swmr
+        mel, label, path = f["mel"], f["label"], f["path"]
+        n = min(mel.shape[0], label.shape[0], path.shape[0])
+        if n < have:
+            # The file shrank (a serve restarted after a crash and cut
+            # unconfirmed rows): start over.
+            have = 0
+            self._labels = np.zeros(0, dtype=np.int32)
+            self._paths = []
+        if n > have:
+            self._labels = np.concatenate([self._labels[:have], label[have:n]])
+            self._paths = self._paths[:have] + _decode(path[have:n])
+        if "label_names" in f:
+            self.label_names = _decode(f["label_names"][:])
+        else:
+            self.label_names = _decode(f.attrs.get("label_names", []))
+        self.attrs = {k: f.attrs[k] for k in f.attrs.keys()}
+        self.row_shape: Tuple[int, ...] = tuple(mel.shape[1:])
+        self.dtype = mel.dtype
+        self._n: int = int(n)
+        self._adopt(f)
+
+    def _adopt(self, f: h5py.File) -> None:
+        self._file, self._mel = f, f["mel"]
+        self._mel_rows = self._mel.shape[0]
+        self._pid = os.getpid()
+        self._direct = _DirectRows.of(self.path, self._mel) if self._fast else None
+
+    def _close(self) -> None:
+        if self._pid == os.getpid():
+            if self._file is not None:
+                self._file.close()
+            if self._direct is not None:
+                self._direct.close()
+        # A handle inherited through fork is left to the parent (closing it
+        # here is not needed: the child only drops its reference).
+        self._file, self._mel, self._pid, self._direct = None, None, -1, None
+
+    def close(self) -> None:
+        """Closes this process's handle (the next read reopens it)."""
+        self._close()
+
+    def refresh(self) -> int:
+        """Picks up rows appended since the last open or refresh (a running
+        `melforge serve`); returns the number of new rows."""
+        before = self._n
+        self._load_index(before)
+        return self._n - before
+
+    @property
+    def paths(self) -> List[str]:
+        """Source path of each row, relative to the build's input (or the
+        serve's drop directory)."""
+        return self._paths
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Label id of each row (int32; -1 for none)."""
+        return self._labels[: self._n]
+
+    # -- rows -------------------------------------------------------------
+
+    def _dataset(self, need: int) -> h5py.Dataset:
+        """This process's `mel` dataset, holding at least `need` rows."""
+        if self._pid != os.getpid() or self._mel is None:
+            f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
+            self._adopt(f)
+        assert self._mel is not None
+        if need > self._mel_rows:
+            # A worker's handle predates rows the parent's refresh() found.
+            self._mel.refresh()
+            self._mel_rows = self._mel.shape[0]
+        return self._mel
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _index(self, i: Index) -> int:
+        j = int(i)
+        if j < 0:
+            j += self._n
+        if not 0 <= j < self._n:
+            raise IndexError(f"row {int(i)} out of range for {self._n} rows of {self.path}")
+        return j
+
+    def __getitem__(self, i: Index) -> Tuple[np.ndarray, int]:
+        j = self._index(i)
+        d = self._dataset(j + 1)
+        direct = self._direct
+        if direct is not None and j < direct.rows:
+            out = np.empty(self.row_shape, dtype=self.dtype)
+            direct.read(j, out)
+            return out, int(self._labels[j])
+        return d[j], int(self._labels[j])
+
+    def batch(self, rows: Sequence[Index]) -> Tuple[np.ndarray, np.ndarray]:
+        """Many rows at once: `(mel[len(rows), ...], labels[len(rows)])`, in
+        the order given (one HDF5 read per row, without per-call overhead
+        beyond that)."""
+        idx = [self._index(i) for i in rows]
+        out = np.empty((len(idx),) + self.row_shape, dtype=self.dtype)
+        if idx:
+            d = self._dataset(max(idx) + 1)
+            direct = self._direct
+            for k, j in enumerate(idx):
+                if direct is not None and j < direct.rows:
+                    direct.read(j, out[k])
+                else:
+                    out[k] = d[j]
+        return out, self._labels[idx].astype(np.int64)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- pickling (spawned workers) ----------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_file"], state["_mel"], state["_pid"], state["_mel_rows"] = None, None, -1, 0
+        state["_direct"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"MelDataset({self.path!r}, rows={self._n}, labels={len(self.label_names)})"
