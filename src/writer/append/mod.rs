@@ -503,23 +503,49 @@ fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
 
 type Opened = (File, Datasets, Dataset, Vec<String>, OpenReport);
 
+/// Creates `p` atomically: the file is made complete (datasets, attributes)
+/// under a temporary name, synced, renamed into place, then opened like an
+/// existing file. A write failing half-way leaves only the temporary file
+/// (replaced by the next attempt), never a `<split>.h5` without its datasets.
 fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<Opened, Error> {
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Io {
         path: out_dir.to_path_buf(),
         action: "create the output directory",
         source,
     })?;
-    let file = create_file(p)?;
-    write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
-    let ds = Datasets::create(&file, p, header)?;
-    let names_ds = create_names_ds(&file, &[]).ctx(p, || "create dataset `label_names`".into())?;
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = out_dir.join(format!(".{name}.creating"));
+    let made = (|| {
+        let file = create_file(&tmp)?;
+        write_attrs(&file, header).ctx(&tmp, || "write the root attributes".into())?;
+        drop(Datasets::create(&file, &tmp, header)?);
+        drop(create_names_ds(&file, &[]).ctx(&tmp, || "create dataset `label_names`".into())?);
+        file.close().ctx(&tmp, || "close the new file".into())?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| Error::Io {
+                path: tmp.clone(),
+                action: "sync the new file",
+                source,
+            })
+    })();
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, p).map_err(|source| Error::Io {
+        path: p.to_path_buf(),
+        action: "move the new file into place",
+        source,
+    })?;
     // The directory entry must be durable before the journal names rows in it.
     sync_dir(out_dir)?;
+    let (file, ds, names_ds, names, _) = open_existing(p, header, 0)?;
     let report = OpenReport {
         created: true,
         ..OpenReport::default()
     };
-    Ok((file, ds, names_ds, Vec::new(), report))
+    Ok((file, ds, names_ds, names, report))
 }
 
 /// The resizable `label_names` dataset holding `names`.

@@ -77,6 +77,8 @@ pub(super) struct Svc {
     pub(super) runs: usize,
     pub(super) staged: AtomicUsize,
     pub(super) stage: Stage,
+    /// Extra environment for the next runs (e.g. an LD_PRELOAD fault shim).
+    pub(super) env: Vec<(String, String)>,
 }
 
 impl Svc {
@@ -102,6 +104,7 @@ impl Svc {
             runs: 0,
             staged: AtomicUsize::new(0),
             stage,
+            env: Vec::new(),
         };
         s.write_config(flush_ms, extra);
         s
@@ -134,6 +137,7 @@ impl Svc {
             Stage::Cpu => cmd.env_remove(melforge::compute::HOST_DOUBLE_ENV),
             Stage::CudaDouble => cmd.env(melforge::compute::HOST_DOUBLE_ENV, "1"),
         };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd
             .args(["--log-level", "debug", "serve", "--config"])
             .arg(&self.cfg)
