@@ -23,8 +23,10 @@
 //! * **Protocol errors change nothing.** A bad split index, out-of-range or duplicate
 //!   seq, or wrong row length is reported before any state changes; the writer stays
 //!   usable. After an HDF5 or I/O error the writer is failed: every later call
-//!   returns [`Error::Failed`]. Dropping a writer without `finish` closes the files
-//!   and leaves the `.partial` files behind.
+//!   returns [`Error::Failed`]. Dropping a writer without `finish` (a failed
+//!   run), or a `finish` that fails, closes the files and deletes the `.partial`
+//!   files of the splits not yet renamed: a failed build leaves no debris (a
+//!   killed one leaves `.partial` files, which the next build overwrites).
 //!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
 //! in `h5` (schema, build files) and [`append`] (SWMR appends for `serve`), the
@@ -309,7 +311,7 @@ impl DatasetWriter {
     /// Writes the remaining partial chunk of every split, closes the files and
     /// renames every `.partial` to `<split>.h5`. Errors, renaming nothing, if some
     /// seq never arrived.
-    pub fn finish(self) -> Result<WriteReport, Error> {
+    pub fn finish(mut self) -> Result<WriteReport, Error> {
         if self.failed {
             return Err(Error::Failed);
         }
@@ -327,11 +329,16 @@ impl DatasetWriter {
             files: Vec::with_capacity(self.splits.len()),
             bytes_written: 0,
         };
-        for mut s in self.splits {
+        // Splits not yet renamed stay in `self.splits`, so a failure here
+        // leaves their `.partial` files to `Drop`.
+        while !self.splits.is_empty() {
+            let s = &mut self.splits[0];
             if s.chunk.rows() > 0 {
                 s.out.append(&s.chunk)?;
             }
-            let (path, rows, bytes) = s.out.close()?;
+            let s = self.splits.remove(0);
+            let partial = s.out.partial_path().to_path_buf();
+            let (path, rows, bytes) = s.out.close().inspect_err(|_| remove_partial(&partial))?;
             tracing::debug!(
                 split = %s.name,
                 path = %path.display(),
@@ -343,6 +350,31 @@ impl DatasetWriter {
             report.bytes_written += bytes;
         }
         Ok(report)
+    }
+}
+
+impl Drop for DatasetWriter {
+    fn drop(&mut self) {
+        let partial: Vec<PathBuf> = self
+            .splits
+            .iter()
+            .map(|s| s.out.partial_path().to_path_buf())
+            .collect();
+        self.splits.clear(); // closes the files
+        for p in &partial {
+            remove_partial(p);
+        }
+    }
+}
+
+/// Deletes an unfinished `.partial` file; failures are logged.
+fn remove_partial(p: &std::path::Path) {
+    match std::fs::remove_file(p) {
+        Ok(()) => tracing::debug!(path = %p.display(), "Deleted an unfinished split file."),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %p.display(), error = %e, "Cannot delete an unfinished split file.")
+        }
     }
 }
 

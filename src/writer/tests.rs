@@ -333,7 +333,22 @@ fn finish_with_a_missing_seq_errors() {
         other => panic!("expected Incomplete, got {other:?}"),
     }
     assert!(!dir.path().join("train.h5").exists());
-    assert!(dir.path().join("train.h5.partial").exists());
+    // A failed finish leaves no debris.
+    assert!(!dir.path().join("train.h5.partial").exists());
+}
+
+#[test]
+fn a_failed_build_leaves_no_partial_files_behind() {
+    // Regression: a build that failed (e.g. ENOSPC) left `<split>.h5.partial`
+    // files that nothing ever cleaned.
+    let dir = tempfile::tempdir().unwrap();
+    let partial = dir.path().join("train.h5.partial");
+    let mut w = DatasetWriter::create(plan(dir.path(), 3, 2, Dtype::Float32)).unwrap();
+    w.submit(0, 0, Some(row(0))).unwrap();
+    assert!(partial.exists());
+    drop(w);
+    assert!(!partial.exists());
+    assert!(!dir.path().join("train.h5").exists());
 }
 
 #[test]

@@ -513,7 +513,10 @@ fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<Opened, E
         action: "create the output directory",
         source,
     })?;
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = out_dir.join(format!(".{name}.creating"));
     let made = (|| {
         let file = create_file(&tmp)?;
