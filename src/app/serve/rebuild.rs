@@ -166,6 +166,37 @@ impl Rebuild {
     }
 }
 
+/// At start-up: deletes what a rebuild that was killed while it built left
+/// (`<output_dir>/.rebuild/`); no rebuild runs yet, and the live journal and
+/// files were never touched by it. A rebuild killed while being installed
+/// (its journal already in `<state_dir>/rebuild/`) is left for inspection,
+/// with a warning.
+pub fn clear_interrupted(serve: &ServeConfig) {
+    let staging = serve.output_dir.join(".rebuild");
+    if !staging.exists() {
+        return;
+    }
+    if serve.state_dir.join("rebuild").join("journal").exists() {
+        tracing::warn!(
+            staging = %staging.display(),
+            "A rebuild was interrupted while its files were being swapped in; its staging \
+             directories are left as they are. Run `melforge ctl rebuild` to rebuild again."
+        );
+        return;
+    }
+    match std::fs::remove_dir_all(&staging) {
+        Ok(()) => tracing::info!(
+            staging = %staging.display(),
+            "Deleted what an interrupted rebuild left behind."
+        ),
+        Err(e) => tracing::warn!(
+            staging = %staging.display(),
+            error = %e,
+            "Cannot delete what an interrupted rebuild left behind."
+        ),
+    }
+}
+
 impl Finished {
     /// Swaps the rebuilt files and a matching journal in (module doc, steps
     /// 1–3). `live` is replaced by the reopened journal. Returns a summary.

@@ -334,3 +334,23 @@ fn injected_write_faults_at_every_point_never_lose_or_duplicate_a_row() {
     }
     assert!(fired >= 20, "the shim fired in only {fired} runs");
 }
+
+#[test]
+fn a_rebuild_killed_while_it_built_leaves_nothing_after_a_restart() {
+    // Regression: `out/.rebuild/` stayed forever after a crash during a
+    // rebuild (it was cleared only by the next rebuild).
+    let corpus = clips(1, 34);
+    let mut svc = Svc::new(100, "");
+    let staging = svc.out.join(".rebuild");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(staging.join("TRAINING.h5.partial"), b"half a build").unwrap();
+    svc.start();
+    svc.drop_file("TRAINING/LEAK/a.wav", &corpus[0].1);
+    svc.wait_rows(1);
+    assert!(
+        !staging.exists(),
+        "the stale staging directory is still there"
+    );
+    assert!(svc.log().contains("interrupted rebuild"), "{}", svc.log());
+    svc.shutdown();
+}
