@@ -172,6 +172,8 @@ pub struct Snapshot {
     pub queued: u64,
     pub rows: BTreeMap<String, usize>,
     pub journal: Option<Journal>,
+    /// Writes fail and ingest waits for them to work again (serve).
+    pub degraded: bool,
 }
 
 /// One metric family: labelled values of one type.
@@ -334,6 +336,9 @@ impl Snapshot {
         let help = "Files handed to the readers and not yet written or rejected.";
         let in_flight = one(Gauge, Num::Int(self.in_flight));
         family(&mut d, "melforge_in_flight_files", help, None, &in_flight)?;
+        let help = "1 while writes fail (disk full, EIO) and serve waits to resume by itself.";
+        let degraded = one(Gauge, Num::Int(u64::from(self.degraded)));
+        family(&mut d, "melforge_degraded", help, None, &degraded)?;
         let help = "Files seen and waiting for room in the reader ring.";
         let queued = one(Gauge, Num::Int(self.queued));
         family(&mut d, "melforge_queued_files", help, None, &queued)?;

@@ -67,6 +67,7 @@ pub fn from_pipeline(p: Arc<Pipeline>, started: Instant) -> Source {
             queued: 0,
             rows: Default::default(),
             journal: None,
+            degraded: false,
         })
     })
 }

@@ -33,6 +33,7 @@ fn snapshot() -> Snapshot {
         queued: 1,
         rows: [("TRAINING".to_string(), 7)].into_iter().collect(),
         journal: Some(clock.journal(5)),
+        degraded: false,
     }
 }
 

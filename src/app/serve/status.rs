@@ -94,6 +94,9 @@ pub struct Stats {
     /// Depth of each ring now, in stage order.
     pub rings: Vec<RingDepth>,
     pub journal: Journal,
+    /// Why writes fail, while the service is degraded (see `State::Degraded`).
+    #[serde(default)]
+    pub degraded: Option<String>,
 }
 
 impl Stats {
@@ -114,6 +117,7 @@ impl Stats {
             queued: self.queued as u64,
             rows: self.rows.clone(),
             journal: Some(self.journal.clone()),
+            degraded: self.degraded.is_some(),
         }
     }
 }

@@ -165,9 +165,25 @@ fn a_full_output_disk_degrades_serve_and_it_resumes_by_itself_when_space_frees()
     });
     let e = s["last_error"].as_str().unwrap_or("");
     assert!(e.contains("disk space"), "{s}");
-    // It stays up and keeps answering while the disk is full.
+    // It stays up and keeps answering while the disk is full; stats and the
+    // metrics say so too.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(svc.status()["state"], "degraded");
+    let st = svc.ctl("stats");
+    assert!(
+        st["degraded"]
+            .as_str()
+            .is_some_and(|e| e.contains("disk space")),
+        "{st}"
+    );
+    let prom = std::process::Command::new(BIN)
+        .args(["ctl", "--format", "prometheus", "--socket"])
+        .arg(&svc.sock)
+        .arg("stats")
+        .output()
+        .unwrap();
+    let prom = String::from_utf8_lossy(&prom.stdout);
+    assert!(prom.lines().any(|l| l == "melforge_degraded 1"), "{prom}");
 
     disk.resize(64);
     let s = svc.wait_rows(corpus.len() as u64);

@@ -518,6 +518,7 @@ impl Service {
             in_flight: self.in_flight.len() - self.backlog.len(),
             rings: self.pipeline.ring_depths(),
             journal: self.commits.journal(self.journal.staged()),
+            degraded: self.degraded.as_ref().map(|d| d.error.clone()),
         })
     }
 }
