@@ -16,9 +16,10 @@
 //!
 //! Files that arrived while the rebuild ran are not in the new journal; the
 //! service rescans after the swap and appends them to the new files. A crash
-//! mid-swap leaves either the old journal (and files that are re-derived from
-//! it at restart) or the new one; the staging directories are cleared on the
-//! next rebuild.
+//! before step 1 has committed leaves the live journal and files untouched
+//! (the next start deletes the staging directories); a crash after it is
+//! rolled forward at the next start ([`settle_interrupted`] finishes steps 2
+//! and 3), since some live files may already be the new ones.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -166,34 +167,89 @@ impl Rebuild {
     }
 }
 
-/// At start-up: deletes what a rebuild that was killed while it built left
-/// (`<output_dir>/.rebuild/`); no rebuild runs yet, and the live journal and
-/// files were never touched by it. A rebuild killed while being installed
-/// (its journal already in `<state_dir>/rebuild/`) is left for inspection,
-/// with a warning.
-pub fn clear_interrupted(serve: &ServeConfig) {
+/// At start-up, before the live journal is opened: settles a rebuild the
+/// service was killed in (no rebuild runs yet).
+///
+/// * Killed while it built (no committed journal in `<state_dir>/rebuild/`):
+///   the live journal and files were never touched; the staging directories
+///   are deleted.
+/// * Killed while it was being installed (the new journal committed, step 1
+///   done, so step 2 may have swapped some files): the install is finished —
+///   the split files still in `<output_dir>/.rebuild/` are renamed into place,
+///   live split files the rebuild did not produce are moved aside to
+///   `<split>.h5.replaced`, `rejected.jsonl` is replaced and the new journal
+///   becomes the live one. Every step is a rename that is skipped once done, so
+///   a crash during this recovery is recovered the same way.
+pub fn settle_interrupted(serve: &ServeConfig) -> Result<(), Error> {
     let staging = serve.output_dir.join(".rebuild");
-    if !staging.exists() {
-        return;
+    let stage_dir = serve.state_dir.join("rebuild");
+    let committed = stage_dir.join("journal").exists() && {
+        let (journal, state) = Journal::open(&stage_dir)?;
+        drop(journal);
+        state.commits > 0
+    };
+    if !committed {
+        for dir in [&staging, &stage_dir] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir).map_err(|e| io(dir, e))?;
+                tracing::info!(dir = %dir.display(), "Deleted what an interrupted rebuild left behind.");
+            }
+        }
+        return Ok(());
     }
-    if serve.state_dir.join("rebuild").join("journal").exists() {
-        tracing::warn!(
-            staging = %staging.display(),
-            "A rebuild was interrupted while its files were being swapped in; its staging \
-             directories are left as they are. Run `melforge ctl rebuild` to rebuild again."
-        );
-        return;
+    tracing::warn!(
+        staging = %staging.display(),
+        "A rebuild was interrupted while its files were being swapped in; finishing the swap."
+    );
+    // Splits the new journal has rows in, and the files still to move.
+    let (journal, state) = Journal::open(&stage_dir)?;
+    drop(journal);
+    let mut produced: std::collections::BTreeSet<PathBuf> = state
+        .rows
+        .keys()
+        .map(|s| serve.output_dir.join(format!("{s}.h5")))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&staging) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "h5") {
+                let target = serve.output_dir.join(e.file_name());
+                std::fs::rename(&p, &target).map_err(|err| io(&target, err))?;
+                produced.insert(target);
+            }
+        }
     }
-    match std::fs::remove_dir_all(&staging) {
-        Ok(()) => tracing::info!(
-            staging = %staging.display(),
-            "Deleted what an interrupted rebuild left behind."
-        ),
-        Err(e) => tracing::warn!(
-            staging = %staging.display(),
-            error = %e,
-            "Cannot delete what an interrupted rebuild left behind."
-        ),
+    move_aside_unproduced(&serve.output_dir, &produced);
+    let rejected = staging.join("rejected.jsonl");
+    if rejected.exists() {
+        let target = serve.output_dir.join("rejected.jsonl");
+        std::fs::rename(&rejected, &target).map_err(|e| io(&target, e))?;
+    }
+    let target = serve.state_dir.join("journal");
+    std::fs::rename(stage_dir.join("journal"), &target).map_err(|e| io(&target, e))?;
+    for dir in [&stage_dir, &staging] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(())
+}
+
+/// Moves every live `<split>.h5` not in `produced` to `<split>.h5.replaced`.
+fn move_aside_unproduced(output_dir: &Path, produced: &std::collections::BTreeSet<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(output_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
+            let aside = p.with_extension("h5.replaced");
+            if let Err(err) = std::fs::rename(&p, &aside) {
+                tracing::warn!(
+                    path = %p.display(),
+                    error = %err,
+                    "Cannot move an old output file aside."
+                );
+            }
+        }
     }
 }
 
@@ -232,27 +288,13 @@ impl Finished {
 
         // 2. Release the live journal; swap the files.
         *live = staged;
-        let mut produced = Vec::new();
+        let mut produced = std::collections::BTreeSet::new();
         for out in &self.outcomes.outputs {
             let target = serve.output_dir.join(format!("{}.h5", out.split));
             std::fs::rename(&out.path, &target).map_err(|e| io(&target, e))?;
-            produced.push(target);
+            produced.insert(target);
         }
-        if let Ok(rd) = std::fs::read_dir(&serve.output_dir) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
-                    let aside = p.with_extension("h5.replaced");
-                    if let Err(err) = std::fs::rename(&p, &aside) {
-                        tracing::warn!(
-                            path = %p.display(),
-                            error = %err,
-                            "Cannot move an old output file aside."
-                        );
-                    }
-                }
-            }
-        }
+        move_aside_unproduced(&serve.output_dir, &produced);
         let rejected = self.staging.join("rejected.jsonl");
         if rejected.exists() {
             let target = serve.output_dir.join("rejected.jsonl");

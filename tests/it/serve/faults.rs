@@ -370,3 +370,57 @@ fn a_rebuild_killed_while_it_built_leaves_nothing_after_a_restart() {
     assert!(svc.log().contains("interrupted rebuild"), "{}", svc.log());
     svc.shutdown();
 }
+
+#[test]
+fn a_rebuild_killed_mid_swap_is_finished_at_the_next_start() {
+    // A crash between swapping the rebuilt files in (step 2) and making the
+    // new journal live (step 3) left the old journal over new files; the
+    // next start now finishes the swap.
+    use melforge::app::serve::journal::{FileStamp, Journal};
+    let corpus = clips(6, 35);
+    let mut svc = Svc::new(100, "");
+    svc.start();
+    for (rel, bytes) in &corpus[..4] {
+        svc.drop_file(rel, bytes);
+    }
+    svc.wait_rows(4);
+    svc.shutdown();
+    for (rel, bytes) in &corpus[4..] {
+        svc.drop_file(rel, bytes);
+    }
+    // What a rebuild of the whole drop tree stages: the files, then a
+    // committed journal for them (install step 1)...
+    let staging = svc.out.join(".rebuild");
+    let o = std::process::Command::new(BIN)
+        .args(["build", "--out"])
+        .arg(&staging)
+        .arg(&svc.drop)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stage_dir = svc.out.join(".melforge/rebuild");
+    {
+        let (mut j, _) = Journal::open(&stage_dir).unwrap();
+        for (split, f) in splits(&staging) {
+            for (row, rel) in f.path.iter().enumerate() {
+                let stamp = FileStamp::of(&std::fs::metadata(svc.drop.join(rel)).unwrap());
+                j.stage_row(rel, stamp, &split, row);
+            }
+        }
+        j.commit().unwrap();
+    }
+    // ...and one split file already swapped in (step 2 begun) when it died.
+    let first = std::fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "h5"))
+        .unwrap();
+    std::fs::rename(&first, svc.out.join(first.file_name().unwrap())).unwrap();
+
+    svc.start();
+    let s = svc.wait_rows(corpus.len() as u64);
+    assert_eq!(s["files_ok"], 0, "nothing is ingested twice: {s}");
+    svc.shutdown();
+    assert_exactly_once(&svc, &corpus, "after the finished swap");
+    assert!(!staging.exists() && !stage_dir.exists());
+}

@@ -167,8 +167,8 @@ impl Service {
         }
         dir(&serve.output_dir)?;
         dir(&serve.state_dir)?;
+        super::rebuild::settle_interrupted(&serve)?;
         let (journal, state) = Journal::open(&serve.state_dir)?;
-        super::rebuild::clear_interrupted(&serve);
         if state.created && has_h5(&serve.output_dir) {
             return Err(Error::Orphans(serve.output_dir.clone()));
         }
