@@ -9,10 +9,11 @@
 //!   (`build --shard K/N`) into one dataset per split.
 //! * [`control`]: the control socket, signals and `melforge ctl`.
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
-//! * [`bench_io`]: `melforge bench io`.
+//! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
 
 pub mod bench_io;
+pub mod bench_mel;
 pub mod build;
 pub mod control;
 pub mod merge;

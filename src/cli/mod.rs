@@ -125,6 +125,9 @@ enum BenchCommand {
     /// Files/s, MiB/s and per-file latency of whole-file reads: cold and warm
     /// cache, direct and buffered, uring and psync engines.
     Io(crate::app::bench_io::IoArgs),
+    /// Clips/s of the compute stage alone (WAV decode + log-mel on the CPU
+    /// backend, in memory), in all and per thread: for sizing machines.
+    Mel(crate::app::bench_mel::MelArgs),
 }
 
 fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
@@ -145,6 +148,17 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             what: BenchCommand::Io(args),
         } => {
             crate::app::bench_io::main(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            what: BenchCommand::Mel(args),
+        } => {
+            let report = crate::app::bench_mel::run(&args)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config } => {
