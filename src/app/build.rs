@@ -164,7 +164,7 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
 /// Runs a whole build of `input` into `out`.
 pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<Outcomes, Error> {
     let started = Instant::now();
-    let plan = source::scan(input).map_err(|source| Error::Input {
+    let plan = source::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
         path: input.to_path_buf(),
         source,
     })?;

@@ -17,6 +17,7 @@
 mod compute;
 mod control;
 pub mod defaults;
+mod input;
 mod io;
 mod mel;
 mod output;
@@ -31,6 +32,7 @@ use crate::dsp::Spec;
 pub use compute::{Backend, ComputeConfig, RawCompute};
 pub use control::{ControlConfig, RawControl};
 pub use defaults::control::SOCKET as DEFAULT_CONTROL_SOCKET;
+pub use input::{InputConfig, RawInput};
 pub use io::{Engine, IoConfig, RawIo};
 pub use mel::{RawMel, RawSegmentation};
 pub use output::{OutputConfig, RawOutput};
@@ -80,6 +82,9 @@ pub struct RawConfig {
     pub control: RawControl,
     /// `[serve]`: only `melforge serve` reads it.
     pub serve: Option<serve::RawServe>,
+    /// `[input]`: which files are inputs and how they become clips.
+    #[serde(default)]
+    pub input: RawInput,
 }
 
 /// A complete, validated configuration.
@@ -92,6 +97,7 @@ pub struct Config {
     pub control: ControlConfig,
     /// Present when the file has a `[serve]` section.
     pub serve: Option<serve::ServeConfig>,
+    pub input: InputConfig,
 }
 
 impl Default for Config {
@@ -236,6 +242,7 @@ impl Config {
             compute: ComputeConfig::from_raw(&raw.compute, &cx, serve.as_ref())?,
             control: ControlConfig::from_raw(&raw.control, &cx, base)?,
             serve,
+            input: InputConfig::from_raw(&raw.input, &cx)?,
         })
     }
 }

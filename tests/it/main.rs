@@ -7,5 +7,6 @@ mod control;
 mod crash;
 mod cuda;
 mod golden;
+mod input;
 mod serve;
 mod uring;

@@ -34,6 +34,7 @@ impl Service {
             ("io", new.io == self.cfg.io),
             ("compute", new.compute == self.cfg.compute),
             ("control", new.control == self.cfg.control),
+            ("input", new.input == self.cfg.input),
         ] {
             if !same {
                 needs_restart.push(name);
@@ -54,6 +55,7 @@ impl Service {
                         &s.watch_dir,
                         Ignore {
                             patterns: s.ignore.clone(),
+                            extensions: self.cfg.input.extensions.clone(),
                         },
                         watch_tx.clone(),
                     ) {
