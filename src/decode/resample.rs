@@ -23,13 +23,16 @@ pub struct Error {
     pub why: String,
 }
 
+/// libsoxr instances kept per [`Resampler`] (one per input rate).
+const MAX_CACHED: usize = 8;
+
 /// Output frames produced per `soxr_process` call.
 const CHUNK: usize = 16384;
 
 /// Cached libsoxr instances converting to one target rate.
 pub struct Resampler {
     target: u32,
-    /// (input rate, instance); a handful of rates at most in practice.
+    /// (input rate, instance), oldest first; at most [`MAX_CACHED`].
     cache: Vec<(u32, Soxr<Mono<f32>>)>,
 }
 
@@ -63,6 +66,10 @@ impl Resampler {
         let at = match self.cache.iter().position(|(r, _)| *r == from) {
             Some(i) => i,
             None => {
+                if self.cache.len() == MAX_CACHED {
+                    // A corpus of many rates: drop the oldest instance.
+                    self.cache.remove(0);
+                }
                 let quality = QualitySpec::new(QualityRecipe::high());
                 let s = Soxr::new_with_params(f64::from(from), f64::from(to), quality, {
                     RuntimeSpec::new(1)
@@ -100,5 +107,35 @@ impl Resampler {
         }
         out.resize(want, 0.0);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signal(n: usize) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.05).sin() * 0.5).collect()
+    }
+
+    #[test]
+    fn a_reused_instance_gives_what_a_fresh_one_gives() {
+        let x = signal(5000);
+        let y = signal(3000);
+        let mut warm = Resampler::new(4096);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        warm.run(&y, 22050, &mut a).unwrap();
+        warm.run(&x, 22050, &mut a).unwrap();
+        Resampler::new(4096).run(&x, 22050, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), output_len(5000, 22050, 4096));
+        // Many rates: the cache stays bounded and results stay right.
+        for r in (0..12).map(|k| 8000 + 1000 * k) {
+            warm.run(&y, r, &mut a).unwrap();
+            assert_eq!(a.len(), output_len(3000, r, 4096));
+        }
+        assert_eq!(warm.cache.len(), MAX_CACHED);
+        warm.run(&x, 22050, &mut a).unwrap();
+        assert_eq!(a, b);
     }
 }

@@ -27,6 +27,7 @@ use serde_json::Value;
 use crate::common::features_of;
 
 mod harness;
+mod input;
 use harness::*;
 
 both_stages!(dropped_files_become_rows_with_their_split_and_label);
