@@ -172,7 +172,6 @@ fn input_kind(e: &clip::Error) -> RejectKind {
             | F::BadCrc(_)
             | F::MissingFrames { .. }
             | F::Corrupt(_)
-            | F::Md5
             | F::Empty => RejectKind::Malformed,
         },
         clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
