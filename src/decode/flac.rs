@@ -241,14 +241,12 @@ fn frames(
             }
         }
     }
-    if complete {
-        if info.total_samples != 0 && next_ts < info.total_samples {
-            return Err(Error::Truncated(format!(
-                "STREAMINFO declares {} samples, the frames hold {next_ts} (the file is cut \
-                 short or its last frame failed its CRC check)",
-                info.total_samples
-            )));
-        }
+    if complete && info.total_samples != 0 && next_ts < info.total_samples {
+        return Err(Error::Truncated(format!(
+            "STREAMINFO declares {} samples, the frames hold {next_ts} (the file is cut short \
+             or its last frame failed its CRC check)",
+            info.total_samples
+        )));
     }
     if info.total_samples != 0 {
         out.truncate(info.total_samples as usize);

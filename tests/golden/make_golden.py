@@ -322,7 +322,8 @@ def speech(sr, n, tmp):
         subprocess.run(["espeak-ng", "-w", str(raw), SPEECH_TEXT], check=True)
     out = tmp / f"speech_{sr}.wav"
     if not out.exists():
-        subprocess.run(["sox", str(raw), "-r", str(sr), str(out)], check=True)
+        # -D: no dither, -R: repeatable; the output is then deterministic.
+        subprocess.run(["sox", "-D", "-R", str(raw), "-r", str(sr), str(out)], check=True)
     import soundfile as sf
 
     y, got = sf.read(str(out), dtype="float64")
