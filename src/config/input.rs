@@ -26,6 +26,8 @@ pub struct RawInput {
 pub struct InputConfig {
     /// Lower-case extensions without the dot (non-empty, no duplicates).
     pub extensions: Vec<String>,
+    /// `resample` and `channels` (flattened: shown as `[input]` keys).
+    #[serde(flatten)]
     pub policy: Policy,
 }
 
