@@ -105,7 +105,18 @@ fn output_plan(out: &Path, input: &Path, cfg: &Config, plan: &source::Plan) -> O
         spec: cfg.spec.clone(),
         dtype: cfg.output.dtype,
         chunk_files: cfg.output.chunk_files,
-        extra_attrs: vec![("input".into(), input.display().to_string())],
+        extra_attrs: vec![
+            ("input".into(), input.display().to_string()),
+            // `[input]` settings that decide the numbers (docs/FORMAT.md).
+            (
+                "input_resample".into(),
+                cfg.input.policy.resample.name().into(),
+            ),
+            (
+                "input_channels".into(),
+                cfg.input.policy.channels.name().into(),
+            ),
+        ],
     }
 }
 

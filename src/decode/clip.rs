@@ -33,6 +33,16 @@ pub enum Resample {
     SoxrHq,
 }
 
+impl Resample {
+    /// The config value: "off" | "soxr_hq".
+    pub fn name(self) -> &'static str {
+        match self {
+            Resample::Off => "off",
+            Resample::SoxrHq => "soxr_hq",
+        }
+    }
+}
+
 /// `input.channels`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -43,6 +53,17 @@ pub enum Channels {
     First,
     /// A file with more than one channel is rejected.
     Reject,
+}
+
+impl Channels {
+    /// The config value: "mean" | "first" | "reject".
+    pub fn name(self) -> &'static str {
+        match self {
+            Channels::Mean => "mean",
+            Channels::First => "first",
+            Channels::Reject => "reject",
+        }
+    }
 }
 
 /// How files become clips (the decoding half of `[input]`).

@@ -148,6 +148,16 @@ fn build_of_flac_and_resampled_inputs_matches_librosa() {
         let done = crate::common::build(&tree, out.path(), &cfg);
         assert!(done.rejected.is_empty(), "{cname}: {:?}", done.rejected);
         let worst = check_rows(&rows_by_path(out.path(), cfg.spec.row_len()), &m, &entry);
+        let f = crate::common::read_split(&out.path().join("all.h5")).file;
+        let attr = |k: &str| {
+            f.attr(k)
+                .unwrap()
+                .read_scalar::<hdf5::types::VarLenUnicode>()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(attr("input_resample"), "soxr_hq");
+        assert_eq!(attr("input_channels"), "mean");
         eprintln!("inputs build {cname}: max |error| {worst:.2e} dB");
     }
 }
