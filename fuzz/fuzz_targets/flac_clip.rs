@@ -1,5 +1,10 @@
-//! Fuzz target for the FLAC and clip path: `cargo fuzz run flac_clip` (from
-//! the crate root).
+//! Fuzz target for the FLAC and clip path: `cargo fuzz run -O flac_clip`
+//! (from the crate root). `-O` builds without overflow checks, as melforge
+//! ships: symphonia's FLAC predictor wraps on corrupt residuals, which aborts
+//! a build with overflow checks under libFuzzer (its panic hook aborts before
+//! the decoder's `catch_unwind` can turn the panic into a rejection; see
+//! `tests/data/flac_predictor_overflow.flac` and its regression test in
+//! tests/it/input.rs).
 //!
 //! Any input must yield a clip or a typed `clip::Error`, never a panic (the
 //! decoder itself turns a panic inside symphonia into a rejection, so this

@@ -514,3 +514,46 @@ proptest! {
         }
     }
 }
+
+/// Found by the `flac_clip` fuzz target: corrupt residuals overflow the
+/// fixed predictor inside symphonia's FLAC decoder (`buf[i] += buf[i - 1]`),
+/// which panics where overflow checks are on (debug and test builds) and wraps
+/// in release builds. Either way the file is one rejection or one row, and
+/// the worker survives to decode the next file.
+#[test]
+fn predictor_overflow_inside_the_flac_decoder_is_a_rejection_not_a_crash() {
+    let bad = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/flac_predictor_overflow.flac"),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let r = melforge::decode::flac::decode(
+        &bad,
+        melforge::decode::clip::Channels::Mean,
+        usize::MAX,
+        &mut out,
+    );
+    if cfg!(debug_assertions) {
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "corrupt FLAC frame: the FLAC decoder failed on these bytes"
+        );
+    }
+    // Through build, one worker: the bad file and then a good one.
+    let m = manifest();
+    let (_, mut cfg, _) = configs(&m).remove(0);
+    cfg.compute.workers = 1;
+    let tree = tempfile::tempdir().unwrap();
+    crate::common::put(tree.path(), "a/bad.flac", &bad);
+    crate::common::put(tree.path(), "b/good.flac", &good_flac());
+    let out = tempfile::tempdir().unwrap();
+    let done = crate::common::build(tree.path(), out.path(), &cfg);
+    assert!(
+        done.rejected.iter().all(|r| r.path == "a/bad.flac"),
+        "{:?}",
+        done.rejected
+    );
+    let rows = rows_by_path(out.path(), cfg.spec.row_len());
+    assert!(rows.iter().any(|(p, _)| p == "b/good.flac"));
+    assert_eq!(rows.len() + done.rejected.len(), 2);
+}
