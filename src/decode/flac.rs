@@ -183,7 +183,16 @@ fn frames(
     max_frames: usize,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
-    let src = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
+    // symphonia sees STREAMINFO and the frames only: the other metadata
+    // blocks (tags, pictures, cue sheets, seek tables) do not change the
+    // audio, and its tag reader allocates whatever length a corrupt comment
+    // declares (4 GiB found by fuzzing) before reading it.
+    let audio = first_frame(bytes)?;
+    let mut stream = Vec::with_capacity(42 + bytes.len() - audio);
+    stream.extend_from_slice(&bytes[..42]);
+    stream[4] |= 0x80; // STREAMINFO is now the last metadata block
+    stream.extend_from_slice(&bytes[audio..]);
+    let src = MediaSourceStream::new(Box::new(Cursor::new(stream)), Default::default());
     let mut reader = FlacReader::try_new(src, &FormatOptions::default()).map_err(map_err)?;
     let params = reader
         .default_track()
@@ -255,6 +264,32 @@ fn frames(
         return Err(Error::Empty);
     }
     Ok(info)
+}
+
+/// Offset of the first frame: after the metadata block whose header has the
+/// "last" flag, each block's declared length checked against the file.
+fn first_frame(bytes: &[u8]) -> Result<usize, Error> {
+    let mut pos = 4;
+    loop {
+        let Some(h) = bytes.get(pos..pos + 4) else {
+            return Err(Error::Truncated(format!(
+                "the file ends at byte {} inside the metadata blocks",
+                bytes.len()
+            )));
+        };
+        let len = u32::from_be_bytes([0, h[1], h[2], h[3]]) as usize;
+        let available = bytes.len() - pos - 4;
+        if len > available {
+            return Err(Error::Truncated(format!(
+                "metadata block of type {} at byte {pos} declares {len} bytes, {available} follow",
+                h[0] & 0x7F
+            )));
+        }
+        pos += 4 + len;
+        if h[0] & 0x80 != 0 {
+            return Ok(pos);
+        }
+    }
 }
 
 /// A symphonia error as a specific [`Error`].

@@ -58,3 +58,48 @@ fn a_wav_header_is_not_flac_and_a_short_buffer_is_a_truncated_header() {
         Error::TruncatedHeader { len: 8 }
     );
 }
+
+/// `fixture` with a VORBIS_COMMENT block inserted after STREAMINFO whose
+/// vendor string claims `vendor_len` bytes inside a 16-byte block.
+fn with_comment(f: &[u8], vendor_len: u32) -> Vec<u8> {
+    let mut b = f[..42].to_vec();
+    b[4] &= 0x7F; // STREAMINFO is no longer the last block
+    let last = f[4] & 0x80;
+    let mut body = vendor_len.to_le_bytes().to_vec();
+    body.extend_from_slice(&[0; 12]);
+    b.extend_from_slice(&[last | 4, 0, 0, body.len() as u8]);
+    b.extend_from_slice(&body);
+    b.extend_from_slice(&f[42..]);
+    b
+}
+
+#[test]
+fn a_corrupt_tag_block_is_not_parsed_and_the_audio_decodes() {
+    // The fuzzer found symphonia's tag reader allocating a comment's declared
+    // length (4 GiB) before reading it; tags are now skipped, not parsed.
+    let f = fixture("8000/flac16_stereo_synth_8000.flac");
+    let (mut want, mut got) = (Vec::new(), Vec::new());
+    decode(&f, Channels::Mean, usize::MAX, &mut want).unwrap();
+    decode(
+        &with_comment(&f, 0xFFFF_FFFE),
+        Channels::Mean,
+        usize::MAX,
+        &mut got,
+    )
+    .unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_metadata_block_running_past_the_end_is_a_truncation() {
+    let f = fixture("8000/flac16_stereo_synth_8000.flac");
+    let mut b = with_comment(&f, 0);
+    b[42 + 1..42 + 4].copy_from_slice(&[0x7F, 0xFF, 0xFF]);
+    let e = decode(&b, Channels::Mean, usize::MAX, &mut Vec::new()).unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "truncated FLAC stream: metadata block of type 4 at byte 42 declares 8388607 bytes"
+        ),
+        "{e}"
+    );
+}
