@@ -143,6 +143,7 @@ impl Pipeline {
             free_rows: Arc::clone(&free_rows),
             telemetry: Arc::clone(&telemetry),
             arena: readers.arena().cloned(),
+            policy: cfg.input.policy,
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
         let f16_rows = cfg.output.dtype == writer::Dtype::Float16;

@@ -1,7 +1,7 @@
 //! The job source for `build`: a sorted walk of the input tree.
 //!
-//! Finds every `*.wav` file (extension matched case-insensitively) below the
-//! input directory, assigns each its split, label and sequence number by the
+//! Finds every file whose extension is one of `input.extensions` (`wav` and
+//! `flac` by default, matched case-insensitively) below the input directory, assigns each its split, label and sequence number by the
 //! docs/DESIGN.md rule, and fixes the order in which rows will appear:
 //!
 //! * `<INPUT>/c1/…/ck/name.wav`: k ≥ 2 → split c1, label ck; k = 1 → split
@@ -45,7 +45,7 @@ pub struct Plan {
     pub jobs: Vec<Job>,
     /// Problems met while walking (unreadable directories), in walk order.
     pub warnings: Vec<Warning>,
-    /// Regular files seen that are not `.wav`.
+    /// Regular files seen whose extension is not an input extension.
     pub skipped_non_wav: usize,
 }
 
@@ -126,14 +126,14 @@ pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     }
 }
 
-fn is_wav(name: &str) -> bool {
+fn has_extension(name: &str, extensions: &[String]) -> bool {
     Path::new(name)
         .extension()
         .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("wav"))
+        .is_some_and(|e| extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
+fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<String>, plan: &mut Plan) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -159,9 +159,9 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
         };
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
-            // Only what would have been built: directories and WAV files.
+            // Only what would have been built: directories and input files.
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if !is_dir && !is_wav(&name.to_string_lossy()) {
+            if !is_dir && !has_extension(&name.to_string_lossy(), ext) {
                 continue;
             }
             plan.warnings.push(Warning {
@@ -183,8 +183,8 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
             continue;
         };
         if file_type.is_dir() {
-            walk(&entry.path(), &child_rel, found, plan);
-        } else if is_wav(name) {
+            walk(&entry.path(), &child_rel, ext, found, plan);
+        } else if has_extension(name, ext) {
             // Regular files and symlinks to files; a dangling link becomes a
             // per-file rejection when the reader opens it.
             found.push(child_rel);
@@ -194,9 +194,19 @@ fn walk(dir: &Path, rel: &str, found: &mut Vec<String>, plan: &mut Plan) {
     }
 }
 
-/// Walks `input` and builds the plan. Fails only if `input` itself is not a
+/// Walks `input` for the default input extensions (`input.extensions`
+/// absent) and builds the plan. Fails only if `input` itself is not a
 /// readable directory.
 pub fn scan(input: &Path) -> std::io::Result<Plan> {
+    let ext: Vec<String> = crate::config::defaults::input::EXTENSIONS
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    scan_with(input, &ext)
+}
+
+/// [`scan`] for files with one of `extensions` (lower case, no dot).
+pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     let meta = std::fs::metadata(input)?;
     if !meta.is_dir() {
         return Err(std::io::Error::new(
@@ -206,7 +216,7 @@ pub fn scan(input: &Path) -> std::io::Result<Plan> {
     }
     let mut plan = Plan::default();
     let mut found = Vec::new();
-    walk(input, "", &mut found, &mut plan);
+    walk(input, "", extensions, &mut found, &mut plan);
     found.sort_unstable();
 
     let mut splits = BTreeSet::new();
@@ -274,6 +284,28 @@ mod tests {
             split_and_label(&["TRAINING", "site3", "leak", "a.wav"]),
             ("TRAINING".into(), Some("leak".into()))
         );
+    }
+
+    #[test]
+    fn scan_takes_the_configured_extensions_case_insensitively() {
+        let d = tempfile::tempdir().unwrap();
+        for p in ["a/x.wav", "a/y.FLAC", "a/z.mp3", "b/w.flac"] {
+            let f = d.path().join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, b"").unwrap();
+        }
+        let rels = |plan: &Plan| {
+            plan.jobs
+                .iter()
+                .map(|j| j.rel_path.clone())
+                .collect::<Vec<_>>()
+        };
+        let plan = scan(d.path()).unwrap();
+        assert_eq!(rels(&plan), ["a/x.wav", "a/y.FLAC", "b/w.flac"]);
+        assert_eq!(plan.skipped_non_wav, 1);
+        let plan = scan_with(d.path(), &["flac".to_string()]).unwrap();
+        assert_eq!(rels(&plan), ["a/y.FLAC", "b/w.flac"]);
+        assert_eq!(plan.skipped_non_wav, 2);
     }
 
     #[test]

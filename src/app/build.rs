@@ -108,7 +108,18 @@ fn output_plan(
         })
         .collect();
     let input = std::path::absolute(input).unwrap_or_else(|_| input.to_path_buf());
-    let mut extra_attrs = vec![("input".into(), input.display().to_string())];
+    let mut extra_attrs = vec![
+        ("input".into(), input.display().to_string()),
+        // `[input]` settings that decide the numbers (docs/FORMAT.md).
+        (
+            "input_resample".into(),
+            cfg.input.policy.resample.name().into(),
+        ),
+        (
+            "input_channels".into(),
+            cfg.input.policy.channels.name().into(),
+        ),
+    ];
     if let Some(s) = shard {
         // Which shard a file holds; merge checks it against the file name and
         // leaves it out of the merged file.
@@ -222,7 +233,7 @@ pub fn build_shard(
     shard: Option<Shard>,
 ) -> Result<Outcomes, Error> {
     let started = Instant::now();
-    let plan = source::scan(input).map_err(|source| Error::Input {
+    let plan = source::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
         path: input.to_path_buf(),
         source,
     })?;

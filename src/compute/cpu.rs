@@ -1,6 +1,6 @@
 //! CPU backend: W worker threads turning [`Loaded`] files into [`Outcome`]s.
 //!
-//! Each worker owns its clip buffer and mel scratch (no allocation per file in
+//! Each worker owns a [`HostMel`] (clip decoder, clip buffer, mel scratch) (no allocation per file in
 //! steady state: byte buffers go back to the reader through `free_bytes`, row
 //! buffers come from `free_rows`, which the writer refills). The mel plan
 //! (window, FFT plan, sparse filterbank) is built once and shared.
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::{Outcome, Reject, Wiring};
+use crate::decode::clip::{ClipDecoder, Policy};
 use crate::dsp::{Plan, Scratch};
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::ring::Producer;
@@ -23,21 +24,39 @@ pub struct Workers {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Decodes and computes one file into `row`.
-fn process(
-    plan: &Plan,
-    bytes: &[u8],
-    clip: &mut [f32],
-    scratch: &mut Scratch,
-    row: &mut [f32],
-    local: &mut Local,
-) -> Result<(), Reject> {
-    let rate = plan.spec().sample_rate;
-    local.time(Stage::Decode, || {
-        crate::decode::wav::decode(bytes, rate, clip)
-    })?;
-    local.time(Stage::Mel, || plan.compute(clip, scratch, row));
-    Ok(())
+/// One thread's CPU mel path: clip decoder (WAV/FLAC, channel policy,
+/// resampling), clip buffer and mel scratch. The CPU workers own one each;
+/// the CUDA stage owns one for the files it decodes on the host.
+pub struct HostMel {
+    decoder: ClipDecoder,
+    clip: Vec<f32>,
+    scratch: Scratch,
+}
+
+impl HostMel {
+    pub fn new(plan: &Plan, policy: Policy) -> HostMel {
+        let spec = plan.spec();
+        HostMel {
+            decoder: ClipDecoder::new(spec.sample_rate, policy),
+            clip: vec![0f32; spec.clip_samples()],
+            scratch: Scratch::new(plan),
+        }
+    }
+
+    /// Decodes and computes one file into `row` (`spec.row_len()` values).
+    pub fn row(
+        &mut self,
+        plan: &Plan,
+        bytes: &[u8],
+        row: &mut [f32],
+        local: &mut Local,
+    ) -> Result<(), Reject> {
+        local.time(Stage::Decode, || self.decoder.decode(bytes, &mut self.clip))?;
+        local.time(Stage::Mel, || {
+            plan.compute(&self.clip, &mut self.scratch, row)
+        });
+        Ok(())
+    }
 }
 
 impl Workers {
@@ -59,10 +78,8 @@ impl Workers {
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
-                    let spec = plan.spec();
-                    let mut clip = vec![0f32; spec.clip_samples()];
-                    let row_len = spec.row_len();
-                    let mut scratch = Scratch::new(&plan);
+                    let row_len = plan.spec().row_len();
+                    let mut host = HostMel::new(&plan, w.policy);
                     let mut local = Local::default();
                     while let Some(Loaded { job, bytes }) = w.input.pop() {
                         let row = match bytes {
@@ -70,14 +87,7 @@ impl Workers {
                             Ok(bytes) => {
                                 let mut row = w.free_rows.pop().unwrap_or_default();
                                 row.resize(row_len, 0.0);
-                                let r = process(
-                                    &plan,
-                                    &bytes,
-                                    &mut clip,
-                                    &mut scratch,
-                                    &mut row,
-                                    &mut local,
-                                );
+                                let r = host.row(&plan, &bytes, &mut row, &mut local);
                                 // Heap buffers go back to the reader; other kinds
                                 // release their storage when dropped.
                                 match bytes {

@@ -148,6 +148,8 @@ pub struct Wiring {
     /// The readers' arena, registered with the GPU for zero-copy DMA (None
     /// with the std reader: copies then go through pageable memory).
     pub arena: Option<Arc<Arena>>,
+    /// How files become clips (`[input]` resample and channels).
+    pub policy: crate::decode::clip::Policy,
 }
 
 #[cfg(test)]
@@ -164,6 +166,7 @@ impl Wiring {
             free_rows: Arc::new(ArrayQueue::new(16)),
             telemetry: Arc::new(Telemetry::default()),
             arena: None,
+            policy: crate::decode::clip::Policy::default(),
         };
         (wiring, input, output)
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decode::wav;
+use crate::decode::{clip, flac, wav};
 use crate::reader;
 
 /// One file's result, addressed by the job id its source gave it.
@@ -32,6 +32,11 @@ pub enum Reject {
     /// Its bytes are not a WAV file this decoder accepts (or at another rate).
     #[error(transparent)]
     Wav(#[from] wav::Error),
+    /// Its bytes are not a FLAC file this decoder accepts, it breaks the
+    /// `[input]` channel policy, its rate differs with `input.resample =
+    /// "off"`, or it is neither WAV nor FLAC.
+    #[error(transparent)]
+    Input(clip::Error),
     /// The CUDA stage cannot stage it: bigger than one batch's input memory.
     #[error("file needs {bytes} bytes of CUDA staging memory, more than one batch holds")]
     Staging { bytes: usize },
@@ -140,9 +145,45 @@ impl Reject {
                 | W::UnsupportedBitDepth { .. } => RejectKind::Unsupported,
                 W::SampleRate { .. } => RejectKind::SampleRate,
             },
+            Reject::Input(e) => input_kind(e),
             Reject::Staging { .. } => RejectKind::TooLarge,
             Reject::Device(_) => RejectKind::Device,
         }
+    }
+}
+
+impl From<clip::Error> for Reject {
+    /// WAV problems keep their [`Reject::Wav`] form (same kinds and text as
+    /// before `[input]` existed); everything else is [`Reject::Input`].
+    fn from(e: clip::Error) -> Reject {
+        match e {
+            clip::Error::Wav(w) => Reject::Wav(w),
+            e => Reject::Input(e),
+        }
+    }
+}
+
+/// The kind of a non-WAV input problem.
+fn input_kind(e: &clip::Error) -> RejectKind {
+    use flac::Error as F;
+    match e {
+        clip::Error::Wav(w) => Reject::Wav(w.clone()).kind(),
+        clip::Error::Flac(f) => match f {
+            F::UnsupportedBitDepth { .. } | F::Unsupported(_) => RejectKind::Unsupported,
+            F::NotFlac { .. }
+            | F::TruncatedHeader { .. }
+            | F::NoStreamInfo { .. }
+            | F::StreamInfoLength { .. }
+            | F::AbsurdHeader(_)
+            | F::Truncated(_)
+            | F::BadCrc(_)
+            | F::MissingFrames { .. }
+            | F::Corrupt(_)
+            | F::Empty => RejectKind::Malformed,
+        },
+        clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
+        clip::Error::Channels { .. } | clip::Error::Resample(_) => RejectKind::Unsupported,
+        clip::Error::SampleRate { .. } => RejectKind::SampleRate,
     }
 }
 

@@ -124,5 +124,17 @@ pub mod serve {
     pub const ON_SUCCESS: crate::config::serve::OnSuccess = crate::config::serve::OnSuccess::Keep;
 }
 
+/// `[input]`.
+pub mod input {
+    use crate::decode::clip::{Channels, Resample};
+
+    /// `input.extensions` (matched case-insensitively).
+    pub const EXTENSIONS: &[&str] = &["wav", "flac"];
+    /// `input.resample`: a file at another rate is rejected.
+    pub const RESAMPLE: Resample = Resample::Off;
+    /// `input.channels`: librosa's mono.
+    pub const CHANNELS: Channels = Channels::Mean;
+}
+
 // A `[serve]` section that sets no interval must accept the default delay.
 const _: () = assert!(compute::MAX_BATCH_DELAY_MS < serve::FLUSH_INTERVAL_MS);

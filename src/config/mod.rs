@@ -17,6 +17,7 @@
 mod compute;
 mod control;
 pub mod defaults;
+mod input;
 mod io;
 mod mel;
 mod metrics;
@@ -32,6 +33,7 @@ use crate::dsp::Spec;
 pub use compute::{Backend, ComputeConfig, RawCompute};
 pub use control::{ControlConfig, RawControl};
 pub use defaults::control::SOCKET as DEFAULT_CONTROL_SOCKET;
+pub use input::{InputConfig, RawInput};
 pub use io::{Engine, IoConfig, RawIo};
 pub use mel::{RawMel, RawSegmentation};
 pub use metrics::{MetricsConfig, RawMetrics};
@@ -85,6 +87,9 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     /// `[serve]`: only `melforge serve` reads it.
     pub serve: Option<serve::RawServe>,
+    /// `[input]`: which files are inputs and how they become clips.
+    #[serde(default)]
+    pub input: RawInput,
 }
 
 /// A complete, validated configuration.
@@ -98,6 +103,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Present when the file has a `[serve]` section.
     pub serve: Option<serve::ServeConfig>,
+    pub input: InputConfig,
 }
 
 impl Default for Config {
@@ -243,6 +249,7 @@ impl Config {
             control: ControlConfig::from_raw(&raw.control, &cx, base)?,
             metrics: MetricsConfig::from_raw(&raw.metrics, &cx)?,
             serve,
+            input: InputConfig::from_raw(&raw.input, &cx)?,
         })
     }
 }

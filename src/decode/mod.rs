@@ -1,4 +1,10 @@
 //! Containers → samples. [`wav`]: RIFF/WAVE parsed and decoded from a byte
-//! buffer, with a specific reason for every malformation.
+//! buffer, with a specific reason for every malformation; [`flac`]: FLAC
+//! through symphonia, with the same care; [`resample`]: libsoxr HQ as
+//! librosa's `soxr_hq`; [`clip`]: file bytes → the mono `f32` clip at the
+//! target rate under the `[input]` policy (what both compute backends call).
 
+pub mod clip;
+pub mod flac;
+pub mod resample;
 pub mod wav;

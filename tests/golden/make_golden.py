@@ -278,5 +278,160 @@ def main():
     (HERE / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+# ---------------------------------------------------------------------------
+# Inputs beyond the reference WAVs: FLAC 16/24-bit and WAV at other rates,
+# mono and stereo, synthetic and speech, each loaded exactly as
+# librosa.load(path, sr=target, mono=True) (res_type "soxr_hq", librosa 0.11's
+# default) for two targets. Needs `pip install soundfile soxr` and espeak-ng
+# (the speech) and sox (speech at other rates):
+#
+#     python3 tests/golden/make_golden.py inputs   # rewrites tests/golden/inputs/
+
+INPUT_RATES = [8000, 22050, 44100, 48000]
+INPUT_SECONDS = 0.2
+# (name, container, subtype, channels, signal)
+INPUT_KINDS = [
+    ("wav16_mono_synth", "wav", "PCM_16", 1, "synth"),
+    ("wav16_stereo_speech", "wav", "PCM_16", 2, "speech"),
+    ("flac16_stereo_synth", "flac", "PCM_16", 2, "synth"),
+    ("flac24_mono_speech", "flac", "PCM_24", 1, "speech"),
+]
+# Longer than clip + 1 s at the target: the decoder stops early there.
+INPUT_LONG = [
+    ("long_flac16_mono_tones", 44100, "flac", "PCM_16", 1, "tones", 1.6),
+    ("long_wav16_mono_synth", 8000, "wav", "PCM_16", 1, "synth", 1.6),
+    ("flac24_stereo_speech", 48000, "flac", "PCM_24", 2, "speech", INPUT_SECONDS),
+]
+# name -> (mel overrides, segmentation overrides)
+INPUT_CONFIGS = {
+    "to_4096": (dict(clip_seconds=0.5), {}),
+    "to_16k": (
+        dict(sample_rate=16000, clip_seconds=0.5, fmax=8000.0, n_mels=40),
+        dict(enabled=False),
+    ),
+}
+SPEECH_TEXT = "Seven birds sang near the quiet river at dawn"
+
+
+def speech(sr, n, tmp):
+    """espeak-ng speech (22050 Hz), converted to sr by sox, first n samples."""
+    import subprocess
+
+    raw = tmp / "speech_22050.wav"
+    if not raw.exists():
+        subprocess.run(["espeak-ng", "-w", str(raw), SPEECH_TEXT], check=True)
+    out = tmp / f"speech_{sr}.wav"
+    if not out.exists():
+        # -D: no dither, -R: repeatable; the output is then deterministic.
+        subprocess.run(["sox", "-D", "-R", str(raw), "-r", str(sr), str(out)], check=True)
+    import soundfile as sf
+
+    y, got = sf.read(str(out), dtype="float64")
+    assert got == sr
+    start = int(0.3 * sr)  # skip the leading silence
+    return y[start : start + n]
+
+
+def input_signal(signal, name, sr, n, channels, tmp):
+    rng = np.random.default_rng(seed_for("inputs", name, str(sr)))
+    t = np.arange(n) / sr
+    if signal == "speech":
+        mono = 0.8 * speech(sr, n, tmp)
+        mono = np.pad(mono, (0, n - len(mono)))
+    elif signal == "tones":
+        mono = 0.5 * np.sin(2 * np.pi * 440.0 * t) + 0.2 * np.sin(2 * np.pi * 1234.5 * t)
+    else:
+        mono = (
+            0.4 * np.sin(2 * np.pi * 0.0217 * sr * t + 0.3)
+            + 0.2 * np.sin(2 * np.pi * (300 + 0.31 * sr * t / 2) * t)
+            + rng.normal(0.0, 0.03, n)
+        )
+    if channels == 1:
+        return mono[:, None]
+    other = 0.6 * np.roll(mono, 17) + rng.normal(0.0, 0.02, n)
+    return np.stack([mono, other], axis=1)
+
+
+def make_inputs():
+    import tempfile
+
+    import soundfile as sf
+
+    root = HERE / "inputs"
+    if root.exists():
+        shutil.rmtree(root)
+    tmp = Path(tempfile.mkdtemp())
+    files = {}
+    plan = [
+        (name, sr, cont, sub, ch, sig, INPUT_SECONDS)
+        for sr in INPUT_RATES
+        for (name, cont, sub, ch, sig) in INPUT_KINDS
+    ] + INPUT_LONG
+    for name, sr, cont, sub, ch, sig, seconds in plan:
+        n = int(round(seconds * sr))
+        x = np.clip(input_signal(sig, name, sr, n, ch, tmp), -1.0, 1.0 - 2**-23)
+        rel = f"files/{sr}/{name}_{sr}.{cont}"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(str(root / rel), x, sr, subtype=sub, format=cont.upper())
+        files[f"{name}_{sr}"] = {
+            "path": f"inputs/{rel}",
+            "rel": f"{sr}/{name}_{sr}.{cont}",
+            "sample_rate": sr,
+            "channels": ch,
+            "subtype": sub,
+            "frames": n,
+        }
+    configs = {}
+    for cname, (mel_over, seg_over) in INPUT_CONFIGS.items():
+        mel = {**DEFAULT_MEL, **mel_over}
+        seg = {**DEFAULT_SEG, **seg_over}
+        cfg = root / f"{cname}.toml"
+        write_config(cfg, mel, seg)
+        with open(cfg, "a") as f:
+            f.write('\n[input]\nresample = "soxr_hq"\n')
+        clip, _, shape = shape_of(mel, seg)
+        expected = {}
+        worst_len = 0
+        for fname, meta in files.items():
+            y, sr = librosa.load(str(HERE / meta["path"]), sr=mel["sample_rate"], mono=True)
+            assert sr == mel["sample_rate"] and y.dtype == np.float32
+            want_len = int(np.ceil(meta["frames"] * sr / meta["sample_rate"]))
+            assert len(y) == want_len, (fname, len(y), want_len)
+            worst_len = max(worst_len, len(y))
+            x = logmel(y, mel, seg)
+            rel = f"expected/{cname}/{fname}.f32"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            x.astype("<f4").tofile(root / rel)
+            expected[fname] = {
+                "expected": f"inputs/{rel}",
+                "loaded_samples": int(len(y)),
+                "max_db": float(x.max()),
+                "min_db": float(x.min()),
+            }
+        configs[cname] = {
+            "config": f"inputs/{cname}.toml",
+            "clip_samples": clip,
+            "shape": shape,
+            "expected": expected,
+        }
+        print(f"inputs/{cname}: shape {shape}, {len(expected)} files", file=sys.stderr)
+    manifest = {
+        "generator": "tests/golden/make_golden.py inputs",
+        "librosa": librosa.__version__,
+        "numpy": np.__version__,
+        "soxr": __import__("soxr").__version__,
+        "soundfile": sf.__version__,
+        "libsndfile": sf.__libsndfile_version__,
+        "input_tree": "inputs/files",
+        "files": files,
+        "configs": configs,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["inputs"]:
+        make_inputs()
+    else:
+        main()

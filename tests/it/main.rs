@@ -7,6 +7,7 @@ mod control;
 mod crash;
 mod cuda;
 mod golden;
+mod input;
 mod metrics;
 mod serve;
 mod shard;

@@ -98,6 +98,7 @@ impl Rebuild {
         }
         let ignore = super::watch::Ignore {
             patterns: serve.ignore.clone(),
+            extensions: cfg.input.extensions.clone(),
         };
         let total = super::watch::scan_tree(&serve.watch_dir, &ignore).len();
         let telemetry = Arc::new(Telemetry::default());

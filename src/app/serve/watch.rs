@@ -82,12 +82,18 @@ fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
 pub struct Ignore {
     /// Glob-like patterns: `*suffix`, `prefix*`, or an exact name.
     pub patterns: Vec<String>,
+    /// Extensions taken as inputs (`input.extensions`, lower case, no dot).
+    pub extensions: Vec<String>,
 }
 
 impl Default for Ignore {
     fn default() -> Self {
         Ignore {
             patterns: vec!["*.part".into(), "*.tmp".into()],
+            extensions: crate::config::defaults::input::EXTENSIONS
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
         }
     }
 }
@@ -107,13 +113,14 @@ impl Ignore {
             })
     }
 
-    /// Whether `name` is a WAV file that should be ingested.
+    /// Whether `name` has one of the input extensions (case-insensitive)
+    /// and should be ingested.
     pub fn wants(&self, name: &str) -> bool {
         !self.ignores(name)
             && Path::new(name)
                 .extension()
                 .and_then(OsStr::to_str)
-                .is_some_and(|e| e.eq_ignore_ascii_case("wav"))
+                .is_some_and(|e| self.extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
     }
 }
 
@@ -425,10 +432,14 @@ mod tests {
         assert!(i.wants("a.wav") && i.wants("B.WAV"));
         assert!(!i.wants(".a.wav") && !i.wants("a.wav.part") && !i.wants("a.tmp"));
         assert!(!i.wants("notes.txt"));
+        // `.flac` drops are inputs by default; `input.extensions` narrows it.
+        assert!(i.wants("c.flac") && i.wants("D.FLAC") && !i.wants("c.flac.part"));
         let i = Ignore {
+            extensions: vec!["wav".into()],
             patterns: vec!["incoming_*".into(), "skip.wav".into()],
         };
         assert!(!i.wants("incoming_1.wav") && !i.wants("skip.wav") && i.wants("x.wav"));
+        assert!(!i.wants("x.flac"));
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //!
 //! Per file, on the host: a reader error or a header that `wav::parse` rejects
 //! (or a sample rate other than the spec's) becomes a rejection at once, with
-//! the same text as the CPU backend; only decoding of accepted files happens
-//! on the device. Accepted files are batched (`compute.batch_files`) into a
+//! the same text as the CPU backend; only decoding of accepted PCM WAV files
+//! at the spec's rate happens on the device. Files `decode::clip::device_wav`
+//! routes to the host (FLAC, resampled, `first` channel) are computed on this
+//! thread by the CPU mel path (`compute::cpu::HostMel`). Accepted files are batched (`compute.batch_files`) into a
 //! [`BatchRunner`]; a partial batch is flushed when the input is drained or
 //! once its first file has waited [`CudaOptions::flush_after`]
 //! (`compute.max_batch_delay_ms`), so a slow trickle of files (serve) is
@@ -34,6 +36,7 @@ use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Stag
 use super::recipe::MelRecipe;
 use super::tables::Tables;
 use super::{Error, nvrtc, real};
+use crate::compute::cpu::HostMel;
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::dsp::Plan;
 use crate::reader::{FileBytes, Loaded};
@@ -281,6 +284,8 @@ fn run<D: Device>(
     let rate = spec.sample_rate;
     let row_len = spec.row_len();
     let mut local = Local::default();
+    // The CPU mel path for files decoded on the host, made on first use.
+    let mut host_mel: Option<HostMel> = None;
     let closed = std::cell::Cell::new(false);
     let mut sink = |job: usize, vals: &[f32]| {
         let mut row = w.free_rows.pop().unwrap_or_default();
@@ -346,15 +351,30 @@ fn run<D: Device>(
             let _ok = reject(job, Reject::Device(Arc::clone(f)));
             continue;
         }
-        let parsed = local.time(Stage::Decode, || crate::decode::wav::parse(&bytes));
-        let info = match parsed {
-            Ok(i) if i.sample_rate == rate => i,
-            Ok(i) => {
-                let e = crate::decode::wav::Error::SampleRate {
-                    found: i.sample_rate,
-                    expected: rate,
-                };
-                if !reject(job, e.into()) {
+        // Raw PCM WAV at the spec's rate is decoded on the device; FLAC,
+        // resampled and `first`-channel files are decoded and computed here
+        // on the host by the CPU mel path (docs/GPU.md).
+        let routed = local.time(Stage::Decode, || {
+            crate::decode::clip::device_wav(&bytes, rate, w.policy)
+        });
+        let info = match routed {
+            Ok(Some(i)) => i,
+            Ok(None) => {
+                let host = host_mel.get_or_insert_with(|| HostMel::new(plan, w.policy));
+                let mut row = w.free_rows.pop().unwrap_or_default();
+                row.resize(row_len, 0.0);
+                let r = host.row(plan, &bytes, &mut row, &mut local);
+                drop(Held {
+                    bytes: Some(bytes),
+                    free: Arc::clone(&w.free_bytes),
+                });
+                if output
+                    .push(Outcome {
+                        job,
+                        row: r.map(|()| row),
+                    })
+                    .is_err()
+                {
                     break;
                 }
                 continue;

@@ -358,6 +358,38 @@ pub fn decode_mono_into(bytes: &[u8], info: &WavInfo, out: &mut [f32]) {
     }
 }
 
+/// Writes channel `channel` of `min(info.frames, out.len())` frames to `out`
+/// (the `first` channel policy), zero-fills the rest; scaling as
+/// [`decode_mono_into`]. Never panics: an inconsistent `info` or a channel
+/// that does not exist yields zeros.
+pub fn decode_channel_into(bytes: &[u8], info: &WavInfo, channel: usize, out: &mut [f32]) {
+    let channels = usize::from(info.channels);
+    let width = info.format.bytes_per_sample();
+    let block_align = usize::from(info.block_align);
+    let data = bytes.get(info.data_offset..).unwrap_or(&[]);
+    let n = if channel >= channels || block_align != channels * width {
+        0
+    } else {
+        info.frames.min(out.len()).min(data.len() / block_align)
+    };
+    let (head, tail) = out.split_at_mut(n);
+    tail.fill(0.0);
+    let frames = data[..n * block_align].chunks_exact(block_align);
+    let at = channel * width;
+    for (o, frame) in head.iter_mut().zip(frames) {
+        let one = WavInfo {
+            channels: 1,
+            block_align: width as u16,
+            data_offset: 0,
+            frames: 1,
+            ..*info
+        };
+        let mut v = [0f32; 1];
+        decode_mono_into(&frame[at..at + width], &one, &mut v);
+        *o = v[0];
+    }
+}
+
 /// Converts `out.len()` frames of `channels` samples of `W` bytes each from `data`
 /// (exactly `out.len() × channels × W` bytes) into their channel mean. Mono and
 /// stereo get loops with the channel count known at compile time.
@@ -521,7 +553,7 @@ fn next_chunk(bytes: &[u8], end: usize, size: usize) -> usize {
 }
 
 /// Displays bytes as a Rust byte-string literal: `b"ID3\x03"`.
-struct ByteStr<'a>(&'a [u8]);
+pub(crate) struct ByteStr<'a>(pub(crate) &'a [u8]);
 
 impl fmt::Display for ByteStr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

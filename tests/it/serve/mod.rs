@@ -28,6 +28,7 @@ use crate::common::features_of;
 
 mod faults;
 mod harness;
+mod input;
 mod metrics;
 use harness::*;
 

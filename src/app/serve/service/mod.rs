@@ -278,6 +278,7 @@ impl Service {
     fn rescan(&mut self) {
         let ignore = Ignore {
             patterns: self.serve.ignore.clone(),
+            extensions: self.cfg.input.extensions.clone(),
         };
         for f in scan_tree(&self.serve.watch_dir, &ignore) {
             self.offer(f);
@@ -545,6 +546,7 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     let (watch_tx, watch_rx) = mpsc::channel();
     let ignore = Ignore {
         patterns: svc.serve.ignore.clone(),
+        extensions: svc.cfg.input.extensions.clone(),
     };
     let mut watcher = Some(
         Watcher::start(&svc.serve.watch_dir, ignore, watch_tx.clone()).map_err(|source| {

@@ -35,6 +35,7 @@ impl Service {
             ("compute", new.compute == self.cfg.compute),
             ("control", new.control == self.cfg.control),
             ("metrics", new.metrics == self.cfg.metrics),
+            ("input", new.input == self.cfg.input),
         ] {
             if !same {
                 needs_restart.push(name);
@@ -55,6 +56,7 @@ impl Service {
                         &s.watch_dir,
                         Ignore {
                             patterns: s.ignore.clone(),
+                            extensions: self.cfg.input.extensions.clone(),
                         },
                         watch_tx.clone(),
                     ) {

@@ -1,0 +1,142 @@
+//! The `[input]` section: which files are inputs (`extensions`, used by
+//! build's walk and serve's watch) and how they become clips (`resample`,
+//! `channels`: a [`Policy`] the compute stage applies). Raw keys → validated
+//! [`InputConfig`]; defaults in [`defaults::input`].
+
+use serde::Deserialize;
+
+use super::{Ctx, Error, defaults};
+use crate::decode::clip::{Channels, Policy, Resample};
+
+/// `[input]` as written by users.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInput {
+    /// File extensions taken as inputs, without the dot (default
+    /// [`defaults::input::EXTENSIONS`]).
+    pub extensions: Option<Vec<String>>,
+    /// "off" | "soxr_hq" (default [`defaults::input::RESAMPLE`]).
+    pub resample: Option<String>,
+    /// "mean" | "first" | "reject" (default [`defaults::input::CHANNELS`]).
+    pub channels: Option<String>,
+}
+
+/// Validated input settings.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct InputConfig {
+    /// Lower-case extensions without the dot (non-empty, no duplicates).
+    pub extensions: Vec<String>,
+    /// `resample` and `channels` (flattened: shown as `[input]` keys).
+    #[serde(flatten)]
+    pub policy: Policy,
+}
+
+impl Default for InputConfig {
+    fn default() -> InputConfig {
+        InputConfig::from_raw(&RawInput::default(), &Ctx::DEFAULTS).expect("defaults are valid")
+    }
+}
+
+impl InputConfig {
+    /// Applies the defaults and validates.
+    pub(super) fn from_raw(i: &RawInput, cx: &Ctx) -> Result<InputConfig, Error> {
+        let extensions = match &i.extensions {
+            None => defaults::input::EXTENSIONS
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
+            Some(list) => {
+                let mut out: Vec<String> = Vec::new();
+                for e in list {
+                    let e = e.strip_prefix('.').unwrap_or(e).to_ascii_lowercase();
+                    if e.is_empty() || e.contains(['/', '.', '*']) {
+                        return Err(cx.invalid(
+                            "input.extensions",
+                            format!("\"{e}\"; expected an extension such as \"wav\" or \"flac\""),
+                        ));
+                    }
+                    if !out.contains(&e) {
+                        out.push(e);
+                    }
+                }
+                if out.is_empty() {
+                    return Err(cx.invalid(
+                        "input.extensions",
+                        "an empty list; expected at least one extension",
+                    ));
+                }
+                out
+            }
+        };
+        let resample = cx.choice(
+            "input.resample",
+            i.resample.as_deref(),
+            defaults::input::RESAMPLE,
+            &[("off", Resample::Off), ("soxr_hq", Resample::SoxrHq)],
+        )?;
+        let channels = cx.choice(
+            "input.channels",
+            i.channels.as_deref(),
+            defaults::input::CHANNELS,
+            &[
+                ("mean", Channels::Mean),
+                ("first", Channels::First),
+                ("reject", Channels::Reject),
+            ],
+        )?;
+        Ok(InputConfig {
+            extensions,
+            policy: Policy { resample, channels },
+        })
+    }
+
+    /// Whether `name`'s extension is one of [`InputConfig::extensions`]
+    /// (case-insensitive).
+    pub fn wants(&self, name: &str) -> bool {
+        std::path::Path::new(name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| self.extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn defaults_take_wav_and_flac_reject_other_rates_and_average_channels() {
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(c.input.extensions, ["wav", "flac"]);
+        assert_eq!(c.input.policy, Policy::default());
+        assert!(c.input.wants("a.WAV") && c.input.wants("b.Flac"));
+        assert!(!c.input.wants("c.mp3") && !c.input.wants("flac") && !c.input.wants("d.wav.part"));
+    }
+
+    #[test]
+    fn every_key_is_read_and_bad_values_are_named_with_their_line() {
+        let text = "[input]\nextensions = [\".WAV\", \"flac\", \"wav\"]\nresample = \"soxr_hq\"\n\
+                    channels = \"first\"\n";
+        let c = Config::parse(text, "t").unwrap();
+        assert_eq!(c.input.extensions, ["wav", "flac"]);
+        assert_eq!(c.input.policy.resample, Resample::SoxrHq);
+        assert_eq!(c.input.policy.channels, Channels::First);
+        let e = Config::parse("[input]\nresample = \"sinc\"\n", "f.toml").unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.starts_with("f.toml:2: invalid value for `input.resample`"),
+            "{m}"
+        );
+        assert!(m.contains("\"soxr_hq\""), "{m}");
+        let e = Config::parse("[input]\n\nchannels = \"left\"\n", "f.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("f.toml:3: invalid value for `input.channels`")
+        );
+        let e = Config::parse("[input]\nextensions = []\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("at least one extension"), "{e}");
+        let e = Config::parse("[input]\nextensions = [\"*.wav\"]\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("input.extensions"), "{e}");
+    }
+}

@@ -1,0 +1,295 @@
+//! File bytes → the `f32` mono clip at `mel.sample_rate` that the mel
+//! definition starts from, under the `[input]` policy.
+//!
+//! The container is recognised by its first bytes (`RIFF`/`RF64`/`BW64` →
+//! [`wav`], `fLaC` → [`flac`]; anything else is [`Error::UnknownContainer`]).
+//! Channels follow [`Channels`] (`mean` is librosa's mono and today's WAV
+//! behaviour). A file at another rate is rejected naming both rates when
+//! [`Resample::Off`]; with [`Resample::SoxrHq`] it is decoded to float, made
+//! mono, converted by [`resample::Resampler`] and its length fixed to
+//! `ceil(n · target / orig)` — `librosa.load(path, sr=target, mono=True)` —
+//! before the clip is padded with zeros or trimmed like any other.
+//!
+//! Only the start of a long file is needed: the clip, plus one second of
+//! input past it when resampling (far more than libsoxr's filter reaches), so
+//! decoding stops there and the result equals converting the whole file.
+//!
+//! The reference path — PCM WAV already at the target rate, mono or averaged —
+//! is `wav::parse` + `wav::decode_mono_into` straight into the clip, as
+//! before; [`device_wav`] tells the CUDA stage which files take that path
+//! (it decodes them on the device) and which it must decode here.
+
+use super::flac;
+use super::resample::{self, Resampler};
+use super::wav::{self, ByteStr, WavInfo};
+
+/// `input.resample`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resample {
+    /// A rate other than the target is rejected (both rates named).
+    Off,
+    /// libsoxr HQ, as `librosa.load(..., sr=target)` (res_type `soxr_hq`).
+    SoxrHq,
+}
+
+impl Resample {
+    /// The config value: "off" | "soxr_hq".
+    pub fn name(self) -> &'static str {
+        match self {
+            Resample::Off => "off",
+            Resample::SoxrHq => "soxr_hq",
+        }
+    }
+}
+
+/// `input.channels`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channels {
+    /// The mean of the channels (librosa's `mono=True`).
+    Mean,
+    /// Channel 0 only.
+    First,
+    /// A file with more than one channel is rejected.
+    Reject,
+}
+
+impl Channels {
+    /// The config value: "mean" | "first" | "reject".
+    pub fn name(self) -> &'static str {
+        match self {
+            Channels::Mean => "mean",
+            Channels::First => "first",
+            Channels::Reject => "reject",
+        }
+    }
+}
+
+/// How files become clips (the decoding half of `[input]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Policy {
+    pub resample: Resample,
+    pub channels: Channels,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            resample: Resample::Off,
+            channels: Channels::Mean,
+        }
+    }
+}
+
+/// Why a file yields no clip. `Display` is a sentence fragment without the path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Wav(#[from] wav::Error),
+    #[error(transparent)]
+    Flac(#[from] flac::Error),
+    #[error(transparent)]
+    Resample(#[from] resample::Error),
+    #[error(
+        "neither a WAV nor a FLAC file (starts with {}, expected b\"RIFF\" or b\"fLaC\")",
+        ByteStr(.magic)
+    )]
+    UnknownContainer { magic: [u8; 4] },
+    #[error("{found} channels, but input.channels = \"reject\" accepts mono files only")]
+    Channels { found: u16 },
+    #[error("sample rate {found} Hz, expected {expected} Hz")]
+    SampleRate { found: u32, expected: u32 },
+}
+
+/// What kind of file a clip came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Container {
+    Wav,
+    Flac,
+}
+
+/// What [`ClipDecoder::decode`] read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    pub container: Container,
+    pub sample_rate: u32,
+    pub channels: u16,
+    /// The file was converted from `sample_rate` to the target rate.
+    pub resampled: bool,
+}
+
+/// Whether the bytes start like a RIFF/RF64/BW64 file (the WAV parser's).
+fn is_riff(bytes: &[u8]) -> bool {
+    matches!(bytes.first_chunk::<4>(), Some(b"RIFF" | b"RF64" | b"BW64"))
+}
+
+/// The container by magic; too short to tell goes to the WAV parser (which
+/// names the truncation).
+fn container(bytes: &[u8]) -> Result<Container, Error> {
+    match bytes.first_chunk::<4>() {
+        Some(m) if m == flac::MAGIC => Ok(Container::Flac),
+        Some(m) if !is_riff(bytes) => Err(Error::UnknownContainer { magic: *m }),
+        _ => Ok(Container::Wav),
+    }
+}
+
+/// For the CUDA stage: `Ok(Some(info))` when the file is PCM/float WAV at
+/// `rate` whose channels the device's mean handles (mono, or `mean`), so it
+/// is decoded on the device; `Ok(None)` when it must be decoded on the host
+/// ([`ClipDecoder`]: FLAC, resampling, `first` on several channels); `Err`
+/// when it is rejected as the host would reject it.
+pub fn device_wav(bytes: &[u8], rate: u32, policy: Policy) -> Result<Option<WavInfo>, Error> {
+    if !is_riff(bytes) && bytes.len() >= 4 {
+        return Ok(None);
+    }
+    let info = wav::parse(bytes)?;
+    check_channels(info.channels, policy)?;
+    if info.sample_rate != rate {
+        return match policy.resample {
+            Resample::Off => Err(wav::Error::SampleRate {
+                found: info.sample_rate,
+                expected: rate,
+            }
+            .into()),
+            Resample::SoxrHq => Ok(None),
+        };
+    }
+    if info.channels > 1 && policy.channels == Channels::First {
+        return Ok(None);
+    }
+    Ok(Some(info))
+}
+
+fn check_channels(found: u16, policy: Policy) -> Result<(), Error> {
+    if found > 1 && policy.channels == Channels::Reject {
+        return Err(Error::Channels { found });
+    }
+    Ok(())
+}
+
+/// Decodes files into clips at one target rate; owns the scratch buffers and
+/// the resampler cache (one per worker: no allocation per file in steady
+/// state on the WAV path).
+pub struct ClipDecoder {
+    rate: u32,
+    policy: Policy,
+    native: Vec<f32>,
+    converted: Vec<f32>,
+    resampler: Resampler,
+}
+
+impl ClipDecoder {
+    pub fn new(rate: u32, policy: Policy) -> ClipDecoder {
+        ClipDecoder {
+            rate,
+            policy,
+            native: Vec::new(),
+            converted: Vec::new(),
+            resampler: Resampler::new(rate),
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Frames of input at `from` Hz needed for `clip` output samples.
+    fn needed(&self, clip: usize, from: u32) -> usize {
+        if from == self.rate {
+            clip
+        } else {
+            resample::output_len(clip, self.rate, from).saturating_add(from as usize)
+        }
+    }
+
+    /// Writes the clip (`out.len()` samples at the target rate, zero padded or
+    /// trimmed) of the file in `bytes`.
+    pub fn decode(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+        match container(bytes)? {
+            Container::Wav => self.wav(bytes, out),
+            Container::Flac => self.flac(bytes, out),
+        }
+    }
+
+    fn wav(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+        let info = wav::parse(bytes)?;
+        check_channels(info.channels, self.policy)?;
+        let first = info.channels > 1 && self.policy.channels == Channels::First;
+        let mut decoded = Decoded {
+            container: Container::Wav,
+            sample_rate: info.sample_rate,
+            channels: info.channels,
+            resampled: false,
+        };
+        let decode = |dst: &mut [f32]| {
+            if first {
+                wav::decode_channel_into(bytes, &info, 0, dst);
+            } else {
+                wav::decode_mono_into(bytes, &info, dst);
+            }
+        };
+        if info.sample_rate == self.rate {
+            decode(out);
+            return Ok(decoded);
+        }
+        if self.policy.resample == Resample::Off {
+            return Err(wav::Error::SampleRate {
+                found: info.sample_rate,
+                expected: self.rate,
+            }
+            .into());
+        }
+        let n = info.frames.min(self.needed(out.len(), info.sample_rate));
+        self.native.clear();
+        self.native.resize(n, 0.0);
+        decode(&mut self.native);
+        self.convert(info.sample_rate, out)?;
+        decoded.resampled = true;
+        Ok(decoded)
+    }
+
+    fn flac(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+        let head = flac::stream_info(bytes)?;
+        check_channels(head.channels, self.policy)?;
+        if head.sample_rate != self.rate && self.policy.resample == Resample::Off {
+            return Err(Error::SampleRate {
+                found: head.sample_rate,
+                expected: self.rate,
+            });
+        }
+        let need = self.needed(out.len(), head.sample_rate);
+        let info = flac::decode(bytes, self.policy.channels, need, &mut self.native)?;
+        let mut decoded = Decoded {
+            container: Container::Flac,
+            sample_rate: info.sample_rate,
+            channels: info.channels,
+            resampled: false,
+        };
+        if info.sample_rate == self.rate {
+            fit(&self.native, out);
+        } else {
+            self.convert(info.sample_rate, out)?;
+            decoded.resampled = true;
+        }
+        Ok(decoded)
+    }
+
+    /// Resamples `self.native` (at `from` Hz) and fits it into `out`.
+    fn convert(&mut self, from: u32, out: &mut [f32]) -> Result<(), Error> {
+        self.resampler
+            .run(&self.native, from, &mut self.converted)?;
+        fit(&self.converted, out);
+        Ok(())
+    }
+}
+
+/// Copies `src` into `out`, zero padding or trimming.
+fn fit(src: &[f32], out: &mut [f32]) {
+    let n = src.len().min(out.len());
+    out[..n].copy_from_slice(&src[..n]);
+    out[n..].fill(0.0);
+}
+
+#[cfg(test)]
+mod tests;

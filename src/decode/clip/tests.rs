@@ -1,0 +1,94 @@
+use super::*;
+
+/// A 16-bit PCM WAV of `frames` frames of `channels` channels at `rate`.
+fn wav(rate: u32, channels: u16, frames: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..frames * usize::from(channels))
+        .flat_map(|i| (((i as f32 * 0.37).sin() * 8000.0) as i16).to_le_bytes())
+        .collect();
+    let block = 2 * channels;
+    let mut b = b"RIFF".to_vec();
+    b.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt \x10\0\0\0\x01\0");
+    b.extend_from_slice(&channels.to_le_bytes());
+    b.extend_from_slice(&rate.to_le_bytes());
+    b.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
+    b.extend_from_slice(&block.to_le_bytes());
+    b.extend_from_slice(b"\x10\0data");
+    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    b.extend_from_slice(&data);
+    b
+}
+
+fn policy(resample: Resample, channels: Channels) -> Policy {
+    Policy { resample, channels }
+}
+
+#[test]
+fn device_route_keeps_pcm_wav_at_the_rate_on_the_device_and_sends_the_rest_to_the_host() {
+    let p = Policy::default();
+    assert!(matches!(
+        device_wav(&wav(4096, 1, 100), 4096, p),
+        Ok(Some(_))
+    ));
+    assert!(matches!(
+        device_wav(&wav(4096, 2, 100), 4096, p),
+        Ok(Some(_))
+    ));
+    let first = policy(Resample::Off, Channels::First);
+    assert_eq!(device_wav(&wav(4096, 2, 100), 4096, first), Ok(None));
+    assert!(matches!(
+        device_wav(&wav(4096, 1, 100), 4096, first),
+        Ok(Some(_))
+    ));
+    let reject = policy(Resample::Off, Channels::Reject);
+    assert_eq!(
+        device_wav(&wav(4096, 2, 100), 4096, reject),
+        Err(Error::Channels { found: 2 })
+    );
+    assert_eq!(
+        device_wav(&wav(8000, 1, 100), 4096, p),
+        Err(Error::Wav(wav::Error::SampleRate {
+            found: 8000,
+            expected: 4096
+        }))
+    );
+    let soxr = policy(Resample::SoxrHq, Channels::Mean);
+    assert_eq!(device_wav(&wav(8000, 1, 100), 4096, soxr), Ok(None));
+    assert_eq!(device_wav(b"fLaC\0\0\0\x22", 4096, p), Ok(None));
+    assert_eq!(device_wav(b"OggS....", 4096, p), Ok(None));
+    assert!(matches!(
+        device_wav(b"RIFF", 4096, p),
+        Err(Error::Wav(wav::Error::TruncatedHeader { .. }))
+    ));
+}
+
+#[test]
+fn the_reference_path_equals_wav_decode_and_other_containers_are_named() {
+    let bytes = wav(4096, 2, 300);
+    let mut a = vec![1f32; 512];
+    let mut b = vec![2f32; 512];
+    let mut dec = ClipDecoder::new(4096, Policy::default());
+    let d = dec.decode(&bytes, &mut a).unwrap();
+    assert!(!d.resampled && d.container == Container::Wav && d.channels == 2);
+    wav::decode(&bytes, 4096, &mut b).unwrap();
+    assert_eq!(a, b);
+    let e = dec.decode(b"ID3\x03 mp3 data", &mut a).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "neither a WAV nor a FLAC file (starts with b\"ID3\\x03\", expected b\"RIFF\" or b\"fLaC\")"
+    );
+}
+
+#[test]
+fn resampled_length_is_ceil_of_n_times_the_ratio_then_padded_to_the_clip() {
+    assert_eq!(resample::output_len(1000, 48000, 16000), 334);
+    assert_eq!(resample::output_len(7, 22050, 4096), 2);
+    assert_eq!(resample::output_len(44100, 44100, 4096), 4096);
+    let mut dec = ClipDecoder::new(4096, policy(Resample::SoxrHq, Channels::Mean));
+    // 0.1 s at 8 kHz → 410 samples at 4096 Hz, then zeros up to the clip.
+    let mut clip = vec![1f32; 1000];
+    let d = dec.decode(&wav(8000, 1, 800), &mut clip).unwrap();
+    assert!(d.resampled && d.sample_rate == 8000);
+    assert!(clip[..400].iter().any(|&x| x != 0.0));
+    assert!(clip[410..].iter().all(|&x| x == 0.0));
+}

@@ -1,0 +1,315 @@
+//! FLAC decoding from an in-memory byte buffer into mono `f32` at the file's
+//! own rate, with a specific [`Error`] for every way a file can be bad.
+//!
+//! The STREAMINFO block is parsed and checked here first (magic, block type
+//! and length, sample rate, block sizes, bit depth, a sample count the file
+//! could hold), so a bad header gets a sentence naming the field; frames are
+//! then decoded by symphonia's FLAC demuxer and decoder. The demuxer resyncs
+//! past a frame whose CRC-16 does not match instead of failing, so frame
+//! continuity is checked here: a gap between one frame's first sample and the
+//! previous frame's end is [`Error::MissingFrames`] (a frame that failed its
+//! CRC or was cut out), fewer samples than STREAMINFO declares is
+//! [`Error::Truncated`]. The STREAMINFO MD5 of the audio is not verified
+//! (neither libsndfile nor librosa does; every frame is already covered by its
+//! CRC-16, and the hash cost a third of the decoding time).
+//!
+//! Scaling is what soundfile (libsndfile) returns as float32 for FLAC, i.e.
+//! what `librosa.load` sees: a `b`-bit sample `v` becomes `v / 2^(b-1)`
+//! (symphonia shifts samples to the top of an `i32`, so this is one exact
+//! multiply by 2^-31). Channels follow [`Channels`]: `Mean` sums the scaled
+//! channels left to right in `f32` and divides by the count (numpy's
+//! `mean(axis=0)` on float32), `First` keeps channel 0.
+
+use std::io::Cursor;
+
+use symphonia::core::audio::{AudioBufferRef, Signal};
+use symphonia::core::codecs::{Decoder, DecoderOptions};
+use symphonia::core::errors::Error as SymError;
+use symphonia::core::formats::{FormatOptions, FormatReader};
+use symphonia::core::io::MediaSourceStream;
+use symphonia::default::codecs::FlacDecoder;
+use symphonia::default::formats::FlacReader;
+
+use super::clip::Channels;
+use super::wav::ByteStr;
+
+/// The FLAC stream marker.
+pub const MAGIC: &[u8; 4] = b"fLaC";
+
+/// Bit depths accepted (those soundfile decodes).
+const BITS: [u8; 3] = [8, 16, 24];
+
+/// Most samples per byte of file a FLAC stream can declare: a constant
+/// subframe stores one value per block of up to 65535 samples in about a
+/// dozen bytes, so more than 8192 per byte is a lie.
+const MAX_SAMPLES_PER_BYTE: u64 = 8192;
+
+/// What the STREAMINFO block says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub sample_rate: u32,
+    pub channels: u16,
+    pub bits: u8,
+    /// Samples per channel; 0 means "unknown" in FLAC.
+    pub total_samples: u64,
+    pub min_block: u16,
+    pub max_block: u16,
+}
+
+/// Why a buffer is not a FLAC file this decoder accepts. `Display` is a
+/// sentence fragment without the path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error("not a FLAC file (starts with {}, expected b\"fLaC\")", ByteStr(.magic))]
+    NotFlac { magic: [u8; 4] },
+    #[error("truncated FLAC header: {len} bytes, the STREAMINFO block needs 42")]
+    TruncatedHeader { len: usize },
+    #[error("first FLAC metadata block is of type {block_type}, expected STREAMINFO (type 0)")]
+    NoStreamInfo { block_type: u8 },
+    #[error("FLAC STREAMINFO block is {len} bytes long, expected 34")]
+    StreamInfoLength { len: u32 },
+    #[error("absurd FLAC header: {0}")]
+    AbsurdHeader(String),
+    #[error("FLAC bit depth {bits} is not supported (expected 8, 16 or 24 bits per sample)")]
+    UnsupportedBitDepth { bits: u8 },
+    #[error("truncated FLAC stream: {0}")]
+    Truncated(String),
+    #[error("FLAC frame failed its CRC check: {0}")]
+    BadCrc(String),
+    #[error(
+        "FLAC frames missing at sample {at} (the next frame starts at sample {next}): a frame \
+         failed its CRC check or was cut out"
+    )]
+    MissingFrames { at: u64, next: u64 },
+    #[error("corrupt FLAC frame: {0}")]
+    Corrupt(String),
+    #[error("FLAC feature not supported: {0}")]
+    Unsupported(String),
+    #[error("FLAC stream holds no samples")]
+    Empty,
+}
+
+/// Parses and checks the STREAMINFO block at the start of `bytes`.
+pub fn stream_info(bytes: &[u8]) -> Result<StreamInfo, Error> {
+    if let Some(magic) = bytes.first_chunk::<4>()
+        && magic != MAGIC
+    {
+        return Err(Error::NotFlac { magic: *magic });
+    }
+    let Some(h) = bytes.get(..42) else {
+        return Err(Error::TruncatedHeader { len: bytes.len() });
+    };
+    let block_type = h[4] & 0x7F;
+    if block_type != 0 {
+        return Err(Error::NoStreamInfo { block_type });
+    }
+    let len = u32::from_be_bytes([0, h[5], h[6], h[7]]);
+    if len != 34 {
+        return Err(Error::StreamInfoLength { len });
+    }
+    let s = &h[8..42];
+    let min_block = u16::from_be_bytes([s[0], s[1]]);
+    let max_block = u16::from_be_bytes([s[2], s[3]]);
+    let packed = u64::from_be_bytes([s[10], s[11], s[12], s[13], s[14], s[15], s[16], s[17]]);
+    let sample_rate = (packed >> 44) as u32;
+    let channels = ((packed >> 41) & 0x7) as u16 + 1;
+    let bits = ((packed >> 36) & 0x1F) as u8 + 1;
+    let total_samples = packed & 0xF_FFFF_FFFF;
+    let info = StreamInfo {
+        sample_rate,
+        channels,
+        bits,
+        total_samples,
+        min_block,
+        max_block,
+    };
+    let absurd = |m: String| Err(Error::AbsurdHeader(m));
+    if sample_rate == 0 || sample_rate > 655_350 {
+        return absurd(format!(
+            "sample rate {sample_rate} Hz (expected 1..=655350 Hz)"
+        ));
+    }
+    if min_block < 16 || max_block < min_block {
+        return absurd(format!(
+            "block sizes {min_block}..{max_block} (expected 16 ≤ minimum ≤ maximum)"
+        ));
+    }
+    if !BITS.contains(&bits) {
+        return Err(Error::UnsupportedBitDepth { bits });
+    }
+    if total_samples > bytes.len() as u64 * MAX_SAMPLES_PER_BYTE {
+        return absurd(format!(
+            "{total_samples} samples declared in a {} byte file",
+            bytes.len()
+        ));
+    }
+    Ok(info)
+}
+
+/// Decodes `bytes` into `out` (cleared first): mono samples at the file's rate
+/// (channels combined by `channels`; [`Channels::Reject`] is the caller's
+/// check and acts as `Mean` here). Stops once `max_frames` samples are out
+/// (the rest is not needed); the length check needs the whole stream and only
+/// runs when it was decoded.
+pub fn decode(
+    bytes: &[u8],
+    channels: Channels,
+    max_frames: usize,
+    out: &mut Vec<f32>,
+) -> Result<StreamInfo, Error> {
+    out.clear();
+    let info = stream_info(bytes)?;
+    // A panic inside the third-party decoder on hostile bytes is one file's
+    // rejection, never the worker's end.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        frames(bytes, info, channels, max_frames, out)
+    }));
+    match r {
+        Ok(r) => r,
+        Err(_) => {
+            out.clear();
+            Err(Error::Corrupt(
+                "the FLAC decoder failed on these bytes".into(),
+            ))
+        }
+    }
+}
+
+/// The frame loop of [`decode`] (after STREAMINFO was checked).
+fn frames(
+    bytes: &[u8],
+    info: StreamInfo,
+    channels: Channels,
+    max_frames: usize,
+    out: &mut Vec<f32>,
+) -> Result<StreamInfo, Error> {
+    // symphonia sees STREAMINFO and the frames only: the other metadata
+    // blocks (tags, pictures, cue sheets, seek tables) do not change the
+    // audio, and its tag reader allocates whatever length a corrupt comment
+    // declares (4 GiB found by fuzzing) before reading it.
+    let audio = first_frame(bytes)?;
+    let mut stream = Vec::with_capacity(42 + bytes.len() - audio);
+    stream.extend_from_slice(&bytes[..42]);
+    stream[4] |= 0x80; // STREAMINFO is now the last metadata block
+    stream.extend_from_slice(&bytes[audio..]);
+    let src = MediaSourceStream::new(Box::new(Cursor::new(stream)), Default::default());
+    let mut reader = FlacReader::try_new(src, &FormatOptions::default()).map_err(map_err)?;
+    let params = reader
+        .default_track()
+        .ok_or_else(|| Error::Corrupt("no audio track".into()))?
+        .codec_params
+        .clone();
+    let mut decoder =
+        FlacDecoder::try_new(&params, &DecoderOptions { verify: false }).map_err(map_err)?;
+    let nch = usize::from(info.channels);
+    let mut next_ts = 0u64;
+    let mut complete = true;
+    loop {
+        if out.len() >= max_frames {
+            complete = false;
+            break;
+        }
+        let packet = match reader.next_packet() {
+            Ok(p) => p,
+            Err(SymError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(map_err(e)),
+        };
+        if packet.ts() != next_ts {
+            return Err(Error::MissingFrames {
+                at: next_ts,
+                next: packet.ts(),
+            });
+        }
+        let decoded = decoder.decode(&packet).map_err(map_err)?;
+        let AudioBufferRef::S32(buf) = decoded else {
+            return Err(Error::Unsupported(
+                "a sample format other than integer".into(),
+            ));
+        };
+        let frames = buf.frames();
+        next_ts += frames as u64;
+        if buf.spec().channels.count() != nch {
+            return Err(Error::Corrupt(format!(
+                "a frame has {} channels, STREAMINFO declares {nch}",
+                buf.spec().channels.count()
+            )));
+        }
+        const S31: f32 = 1.0 / 2_147_483_648.0;
+        let start = out.len();
+        out.extend(buf.chan(0).iter().map(|&v| v as f32 * S31));
+        if nch > 1 && channels != Channels::First {
+            let mono = &mut out[start..];
+            for c in 1..nch {
+                for (o, &v) in mono.iter_mut().zip(buf.chan(c)) {
+                    *o += v as f32 * S31;
+                }
+            }
+            let divisor = nch as f32;
+            for o in mono {
+                *o /= divisor;
+            }
+        }
+    }
+    if complete && info.total_samples != 0 && next_ts < info.total_samples {
+        return Err(Error::Truncated(format!(
+            "STREAMINFO declares {} samples, the frames hold {next_ts} (the file is cut short \
+             or its last frame failed its CRC check)",
+            info.total_samples
+        )));
+    }
+    if info.total_samples != 0 {
+        out.truncate(info.total_samples as usize);
+    }
+    if out.is_empty() {
+        return Err(Error::Empty);
+    }
+    Ok(info)
+}
+
+/// Offset of the first frame: after the metadata block whose header has the
+/// "last" flag, each block's declared length checked against the file.
+fn first_frame(bytes: &[u8]) -> Result<usize, Error> {
+    let mut pos = 4;
+    loop {
+        let Some(h) = bytes.get(pos..pos + 4) else {
+            return Err(Error::Truncated(format!(
+                "the file ends at byte {} inside the metadata blocks",
+                bytes.len()
+            )));
+        };
+        let len = u32::from_be_bytes([0, h[1], h[2], h[3]]) as usize;
+        let available = bytes.len() - pos - 4;
+        if len > available {
+            return Err(Error::Truncated(format!(
+                "metadata block of type {} at byte {pos} declares {len} bytes, {available} follow",
+                h[0] & 0x7F
+            )));
+        }
+        pos += 4 + len;
+        if h[0] & 0x80 != 0 {
+            return Ok(pos);
+        }
+    }
+}
+
+/// A symphonia error as a specific [`Error`].
+fn map_err(e: SymError) -> Error {
+    match e {
+        SymError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Error::Truncated("the file ends inside a metadata block or frame".into())
+        }
+        SymError::IoError(e) => Error::Corrupt(e.to_string()),
+        SymError::DecodeError(m) if m.contains("CRC") => {
+            Error::BadCrc(m.trim_start_matches("flac: ").into())
+        }
+        SymError::DecodeError(m) => Error::Corrupt(m.trim_start_matches("flac: ").into()),
+        SymError::Unsupported(m) => Error::Unsupported(m.trim_start_matches("flac: ").into()),
+        SymError::LimitError(m) => Error::AbsurdHeader(m.into()),
+        SymError::SeekError(_) | SymError::ResetRequired => {
+            Error::Corrupt("the stream needs a decoder reset".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
