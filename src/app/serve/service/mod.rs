@@ -31,6 +31,7 @@
 
 mod degraded;
 mod reload;
+mod report;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write as _;
@@ -42,7 +43,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::rebuild::Rebuild;
-use super::status::{RebuildStatus, State, Stats, Status};
+use super::status::{RebuildStatus, State};
 use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
 use crate::app::control::{self, Command, Reply, Request, notify};
 use crate::app::metrics::{self, CommitClock, Endpoint};
@@ -461,66 +462,6 @@ impl Service {
     fn note_error(&mut self, e: String) {
         tracing::error!(error = %e, "The service hit an error; it keeps running.");
         self.last_error = Some(e);
-    }
-
-    fn status(&mut self) -> Reply {
-        let now = Instant::now();
-        let done = self.files_ok + self.files_rejected;
-        let (t0, d0, last) = self.rate;
-        let dt = now.duration_since(t0).as_secs_f64();
-        let rate = if dt >= 1.0 {
-            // Saturating: a failed write takes uncommitted files off the count.
-            let r = done.saturating_sub(d0) as f64 / dt;
-            self.rate = (now, done, r);
-            r
-        } else {
-            last
-        };
-        let shape = self.pipeline.shape();
-        let state = match (self.state, &self.degraded) {
-            (State::Running | State::Paused, Some(_)) => State::Degraded,
-            (s, _) => s,
-        };
-        Reply::ok_with(Status {
-            state,
-            uptime_s: self.started.elapsed().as_secs_f64(),
-            backend: shape.backend.clone(),
-            backend_reason: shape.backend_reason.clone(),
-            engine: shape.engine.clone(),
-            watch_dir: self.serve.watch_dir.clone(),
-            output_dir: self.serve.output_dir.clone(),
-            files_ok: self.files_ok,
-            files_rejected: self.files_rejected,
-            rejected_by_kind: self.telemetry.rejected_by_kind(),
-            files_per_s: rate,
-            queued: self.backlog.len(),
-            in_flight: self.in_flight.len() - self.backlog.len(),
-            rows: self.sink.rows(),
-            rings: self.pipeline.ring_depths(),
-            busy_s: self.telemetry.busy_seconds(),
-            rebuild: self
-                .rebuild
-                .as_ref()
-                .map(Rebuild::progress)
-                .or(self.rebuild_report.clone()),
-            last_error: self.last_error.clone(),
-        })
-    }
-
-    fn stats(&self) -> Reply {
-        let shape = self.pipeline.shape();
-        Reply::ok_with(Stats {
-            backend: shape.backend.clone(),
-            backend_reason: shape.backend_reason.clone(),
-            engine: shape.engine.clone(),
-            report: self.pipeline.report(self.started),
-            rows: self.sink.rows(),
-            queued: self.backlog.len(),
-            in_flight: self.in_flight.len() - self.backlog.len(),
-            rings: self.pipeline.ring_depths(),
-            journal: self.commits.journal(self.journal.staged()),
-            degraded: self.degraded.as_ref().map(|d| d.error.clone()),
-        })
     }
 }
 

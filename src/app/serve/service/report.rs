@@ -1,0 +1,71 @@
+//! `ctl status` and `ctl stats` of the running service: the typed replies
+//! (`app::serve::status`) read off the loop's own state and the stage graph.
+
+use std::time::Instant;
+
+use super::Service;
+use crate::app::control::Reply;
+use crate::app::serve::rebuild::Rebuild;
+use crate::app::serve::status::{State, Stats, Status};
+
+impl Service {
+    pub(super) fn status(&mut self) -> Reply {
+        let now = Instant::now();
+        let done = self.files_ok + self.files_rejected;
+        let (t0, d0, last) = self.rate;
+        let dt = now.duration_since(t0).as_secs_f64();
+        let rate = if dt >= 1.0 {
+            // Saturating: a failed write takes uncommitted files off the count.
+            let r = done.saturating_sub(d0) as f64 / dt;
+            self.rate = (now, done, r);
+            r
+        } else {
+            last
+        };
+        let shape = self.pipeline.shape();
+        let state = match (self.state, &self.degraded) {
+            (State::Running | State::Paused, Some(_)) => State::Degraded,
+            (s, _) => s,
+        };
+        Reply::ok_with(Status {
+            state,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            backend: shape.backend.clone(),
+            backend_reason: shape.backend_reason.clone(),
+            engine: shape.engine.clone(),
+            watch_dir: self.serve.watch_dir.clone(),
+            output_dir: self.serve.output_dir.clone(),
+            files_ok: self.files_ok,
+            files_rejected: self.files_rejected,
+            rejected_by_kind: self.telemetry.rejected_by_kind(),
+            files_per_s: rate,
+            queued: self.backlog.len(),
+            in_flight: self.in_flight.len() - self.backlog.len(),
+            rows: self.sink.rows(),
+            rings: self.pipeline.ring_depths(),
+            busy_s: self.telemetry.busy_seconds(),
+            rebuild: self
+                .rebuild
+                .as_ref()
+                .map(Rebuild::progress)
+                .or(self.rebuild_report.clone()),
+            last_error: self.last_error.clone(),
+        })
+    }
+
+    pub(super) fn stats(&self) -> Reply {
+        let shape = self.pipeline.shape();
+        Reply::ok_with(Stats {
+            backend: shape.backend.clone(),
+            backend_reason: shape.backend_reason.clone(),
+            engine: shape.engine.clone(),
+            report: self.pipeline.report(self.started),
+            rows: self.sink.rows(),
+            queued: self.backlog.len(),
+            in_flight: self.in_flight.len() - self.backlog.len(),
+            rings: self.pipeline.ring_depths(),
+            journal: self.commits.journal(self.journal.staged()),
+            degraded: self.degraded.as_ref().map(|d| d.error.clone()),
+        })
+    }
+}
