@@ -46,7 +46,19 @@ impl AppendSink {
                 spec: cfg.spec.clone(),
                 dtype: cfg.output.dtype,
                 chunk_files: cfg.output.chunk_files,
-                extra_attrs: vec![("input".into(), input.display().to_string())],
+                extra_attrs: vec![
+                    ("input".into(), input.display().to_string()),
+                    // `[input]` settings that decide the numbers, as build
+                    // records them (docs/FORMAT.md).
+                    (
+                        "input_resample".into(),
+                        cfg.input.policy.resample.name().into(),
+                    ),
+                    (
+                        "input_channels".into(),
+                        cfg.input.policy.channels.name().into(),
+                    ),
+                ],
             },
             appenders: HashMap::new(),
             labels: Vec::new(),

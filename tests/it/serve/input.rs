@@ -70,6 +70,16 @@ fn flac_drops_are_ingested_and_input_is_honoured(stage: Stage) {
     let cfg = Config::parse(INPUT, "input").unwrap();
     let files = splits(&svc.out);
     let f = &files["TRAINING"];
+    // The `[input]` settings are recorded as build records them.
+    let attr = |k: &str| {
+        f.file
+            .attr(k)
+            .unwrap()
+            .read_scalar::<hdf5::types::VarLenUnicode>()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(attr("input_resample"), "soxr_hq");
     let mut paths = f.path.clone();
     paths.sort();
     assert_eq!(
