@@ -12,9 +12,11 @@
 //!   `/`-joined path); `seq` is the position in that order.
 //!
 //! Hidden entries (names starting with `.`) are skipped, symlinked directories
-//! are not followed (no cycles), and unreadable directories are reported as
-//! [`Warning`]s (kind, path, reason: data for structured logs) rather than
-//! aborting the walk.
+//! are not followed (no cycles), a symlinked file is resolved here to the path
+//! its job opens (the reader itself never follows a link), and unreadable
+//! directories, non-UTF-8 names and unresolvable links are reported as
+//! [`Warning`]s (kind, path, reason: data for structured logs; `build` turns
+//! them into rejections) rather than aborting the walk.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -77,6 +79,8 @@ pub enum WarningKind {
     UnlistableEntry,
     /// A name is not valid UTF-8, so it cannot be a row's `path`.
     NonUtf8Name,
+    /// A symbolic link whose target cannot be resolved (dangling, a loop).
+    BrokenLink,
 }
 
 impl WarningKind {
@@ -86,6 +90,7 @@ impl WarningKind {
             WarningKind::UnreadableDir => "Skipped a directory that cannot be read.",
             WarningKind::UnlistableEntry => "Could not list a directory entry.",
             WarningKind::NonUtf8Name => "Skipped a name that is not valid UTF-8.",
+            WarningKind::BrokenLink => "Skipped a symbolic link that cannot be resolved.",
         }
     }
 }
@@ -98,6 +103,7 @@ impl std::fmt::Display for Warning {
             WarningKind::UnreadableDir => write!(f, "Skipped directory {p}: {why}."),
             WarningKind::UnlistableEntry => write!(f, "Could not list an entry of {p}: {why}."),
             WarningKind::NonUtf8Name => write!(f, "Skipped {p}: {why}."),
+            WarningKind::BrokenLink => write!(f, "Skipped link {p}: {why}."),
         }
     }
 }
@@ -133,7 +139,11 @@ fn has_extension(name: &str, extensions: &[String]) -> bool {
         .is_some_and(|e| extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<String>, plan: &mut Plan) {
+/// A file the walk found: its relative path, and the target to open when it
+/// is a symbolic link (the reader never follows links itself).
+type Found = (String, Option<PathBuf>);
+
+fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<Found>, plan: &mut Plan) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -185,9 +195,20 @@ fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<String>, plan: &m
         if file_type.is_dir() {
             walk(&entry.path(), &child_rel, ext, found, plan);
         } else if has_extension(name, ext) {
-            // Regular files and symlinks to files; a dangling link becomes a
-            // per-file rejection when the reader opens it.
-            found.push(child_rel);
+            // Regular files, and symbolic links resolved here to what they
+            // point at (the reader opens with O_NOFOLLOW).
+            if !file_type.is_symlink() {
+                found.push((child_rel, None));
+            } else {
+                match std::fs::canonicalize(entry.path()) {
+                    Ok(target) => found.push((child_rel, Some(target))),
+                    Err(e) => plan.warnings.push(Warning {
+                        kind: WarningKind::BrokenLink,
+                        path: entry.path(),
+                        reason: e.to_string(),
+                    }),
+                }
+            }
         } else if file_type.is_file() {
             plan.skipped_non_wav += 1;
         }
@@ -217,20 +238,20 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     let mut plan = Plan::default();
     let mut found = Vec::new();
     walk(input, "", extensions, &mut found, &mut plan);
-    found.sort_unstable();
+    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
     let mut splits = BTreeSet::new();
     let mut labels = BTreeSet::new();
-    let assigned: Vec<(String, String, Option<String>)> = found
+    let assigned: Vec<(Found, String, Option<String>)> = found
         .into_iter()
-        .map(|rel| {
-            let parts: Vec<&str> = rel.split('/').collect();
+        .map(|f| {
+            let parts: Vec<&str> = f.0.split('/').collect();
             let (split, label) = split_and_label(&parts);
             splits.insert(split.clone());
             if let Some(l) = &label {
                 labels.insert(l.clone());
             }
-            (rel, split, label)
+            (f, split, label)
         })
         .collect();
     plan.splits = splits.into_iter().collect();
@@ -239,7 +260,7 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     let mut next_seq = vec![0usize; plan.splits.len()];
     let mut jobs: Vec<Job> = assigned
         .into_iter()
-        .map(|(rel, split, label)| {
+        .map(|((rel, target), split, label)| {
             let split = plan
                 .splits
                 .binary_search(&split)
@@ -252,7 +273,7 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
             let seq = next_seq[split];
             next_seq[split] += 1;
             Job {
-                path: input.join(&rel),
+                path: target.unwrap_or_else(|| input.join(&rel)),
                 rel_path: rel,
                 split,
                 seq,

@@ -190,6 +190,13 @@ fn walk_rejection(input: &Path, w: &source::Warning) -> Rejection {
             RejectKind::Unreadable,
             format!("an entry of this directory cannot be listed: {}", w.reason),
         ),
+        source::WarningKind::BrokenLink => (
+            RejectKind::Unreadable,
+            format!(
+                "symbolic link whose target cannot be resolved: {}",
+                w.reason
+            ),
+        ),
     };
     Rejection { path, kind, reason }
 }

@@ -281,7 +281,9 @@ impl UringEngine {
             // No O_CLOEXEC: a direct descriptor never enters the fd table (so
             // exec cannot inherit it), and the kernel rejects the flag with
             // EINVAL when a fixed slot is the target.
-            flags: libc::O_RDONLY | libc::O_NOATIME,
+            // O_NOFOLLOW: a path that is (or became) a symbolic link is not
+            // read; callers resolve the links they mean to follow.
+            flags: libc::O_RDONLY | libc::O_NOATIME | libc::O_NOFOLLOW,
             align: 1,
             ..Slot::default()
         };
