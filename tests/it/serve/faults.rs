@@ -191,22 +191,13 @@ fn a_full_output_disk_degrades_serve_and_it_resumes_by_itself_when_space_frees()
     assert_eq!(s["files_ok"], corpus.len() as u64, "{s}");
     assert_eq!(s["files_rejected"], 0, "{s}");
     svc.shutdown();
-    let check = |svc: &Svc| {
-        let mut paths: Vec<String> = splits(&svc.out)
-            .values()
-            .flat_map(|f| f.path.clone())
-            .collect();
-        paths.sort();
-        let want: Vec<String> = corpus.iter().map(|(r, _)| r.clone()).collect();
-        assert_eq!(paths, want, "every file exactly once");
-    };
-    check(&svc);
+    assert_exactly_once(&svc, &corpus, "after the disk filled");
     // A restart opens every file and finds nothing left to do.
     svc.start();
     let s = svc.wait_rows(corpus.len() as u64);
     assert_eq!(s["files_ok"], 0, "{s}");
     svc.shutdown();
-    check(&svc);
+    assert_exactly_once(&svc, &corpus, "after a restart");
     drop(disk);
 }
 
