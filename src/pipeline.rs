@@ -96,6 +96,43 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
     placement
 }
 
+/// The read arena when `io.arena_bytes` is unset: room for every file that can
+/// be in flight at once, at the size of a typical input, twice over (the
+/// circular allocator frees only in ring order). Resident memory is what the
+/// arena is (registration pins it), so it is sized to need; a file over a
+/// quarter of a reader's share is read into a spill extent instead
+/// (`reader::arena`), so the arena never caps the file size.
+///
+/// In flight: per reader, `io.queue_depth` reads plus the `io.queue_depth`
+/// loaded files queued for compute; then one file per CPU worker, or two
+/// batches of `compute.batch_files` held by the CUDA stage. Typical input: a
+/// 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz stereo
+/// when `input.resample` is on: the source rate is then unknown).
+pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
+    use crate::decode::clip::{Channels, Resample};
+    let readers = cfg.io.threads.max(1) as u64;
+    let compute = match target {
+        compute::Target::Cpu => cfg.compute.workers.max(1),
+        _ => 2 * cfg.compute.batch_files,
+    } as u64;
+    let files = readers * 2 * cfg.io.queue_depth as u64 + compute;
+    let (rate, channels) = match cfg.input.policy.resample {
+        Resample::Off => (cfg.spec.sample_rate as u64, 1),
+        Resample::SoxrHq => ((cfg.spec.sample_rate as u64).max(48_000), 2),
+    };
+    let channels = match cfg.input.policy.channels {
+        Channels::Reject => 1,
+        Channels::Mean | Channels::First => channels,
+    };
+    let samples = (cfg.spec.clip_seconds * rate as f64).ceil() as u64;
+    // Header and O_DIRECT rounding: one page on top of the data.
+    let file = (samples * 2 * channels).div_ceil(4096) * 4096 + 4096;
+    (2 * files * file).clamp(
+        crate::config::defaults::io::ARENA_MIN_AUTO,
+        crate::config::defaults::io::ARENA_MAX_AUTO,
+    )
+}
+
 impl Pipeline {
     /// Starts readers and compute for `cfg`, counting into `telemetry`.
     ///
@@ -130,6 +167,9 @@ impl Pipeline {
         ));
         let readers = ReaderStage::start(
             &cfg.io,
+            cfg.io
+                .arena_bytes
+                .unwrap_or_else(|| arena_bytes(cfg, &choice.target)),
             &placement.readers,
             Arc::clone(&jobs),
             &loaded,
@@ -319,4 +359,36 @@ pub enum Delivered {
     /// Written; where, if the sink knows yet.
     Row(writer::Placed),
     Rejected(Rejection),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default arena is sized to the files in flight, not a fixed 256 MiB
+    /// (which, registered and so resident, was most of a build's RSS).
+    #[test]
+    fn default_arena_fits_the_files_in_flight() {
+        let mut cfg = Config::default();
+        cfg.compute.workers = 2;
+        let cpu = arena_bytes(&cfg, &compute::Target::Cpu);
+        // 130 reference files (64 + 64 + 2) of 84 KiB, twice over.
+        assert_eq!(cpu, 2 * 130 * 86_016);
+        assert!(cpu < 32 << 20, "{cpu}");
+        // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
+        let gpu = arena_bytes(&cfg, &compute::Target::HostDouble);
+        assert_eq!(gpu, 2 * (128 + 512) * 86_016);
+        cfg.input.policy.resample = crate::decode::clip::Resample::SoxrHq;
+        assert_eq!(
+            arena_bytes(&cfg, &compute::Target::Cpu),
+            crate::config::defaults::io::ARENA_MAX_AUTO
+        );
+        // Tiny clips still get the floor.
+        cfg.input.policy.resample = crate::decode::clip::Resample::Off;
+        cfg.spec.clip_seconds = 0.01;
+        assert_eq!(
+            arena_bytes(&cfg, &compute::Target::Cpu),
+            crate::config::defaults::io::ARENA_MIN_AUTO
+        );
+    }
 }

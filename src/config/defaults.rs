@@ -69,8 +69,11 @@ pub mod io {
     pub const DIRECT: bool = true;
     /// `io.max_file_bytes` (64 MiB).
     pub const MAX_FILE_BYTES: u64 = 64 << 20;
-    /// `io.arena_bytes` (256 MiB).
-    pub const ARENA_BYTES: u64 = 256 << 20;
+    /// `io.arena_bytes` unset: sized for the files in flight (`pipeline`),
+    /// at least this (8 MiB) …
+    pub const ARENA_MIN_AUTO: u64 = 8 << 20;
+    /// … and at most this (256 MiB).
+    pub const ARENA_MAX_AUTO: u64 = 256 << 20;
 }
 
 /// `[compute]`.

@@ -34,8 +34,8 @@ pub struct RawIo {
     /// Files larger than this are rejected without being read; default
     /// [`defaults::io::MAX_FILE_BYTES`].
     pub max_file_bytes: Option<u64>,
-    /// Size of the read buffer arena (ring engine); default
-    /// [`defaults::io::ARENA_BYTES`].
+    /// Size of the read buffer arena (ring engine); default: sized for the
+    /// files in flight (see [`IoConfig::arena_bytes`]).
     pub arena_bytes: Option<u64>,
 }
 
@@ -59,7 +59,10 @@ pub struct IoConfig {
     pub queue_depth: usize,
     pub direct: bool,
     pub max_file_bytes: u64,
-    pub arena_bytes: u64,
+    /// The registered read arena; `None` (the default): sized by
+    /// `pipeline::arena_bytes` for the files in flight, between
+    /// [`defaults::io::ARENA_MIN_AUTO`] and [`defaults::io::ARENA_MAX_AUTO`].
+    pub arena_bytes: Option<u64>,
 }
 
 impl IoConfig {
@@ -82,7 +85,10 @@ impl IoConfig {
                 Some(v) => v,
                 None => defaults::io::MAX_FILE_BYTES,
             },
-            arena_bytes: i.arena_bytes.unwrap_or(defaults::io::ARENA_BYTES),
+            arena_bytes: match i.arena_bytes {
+                Some(0) => return Err(cx.invalid("io.arena_bytes", "0; expected a size ≥ 4096")),
+                b => b,
+            },
         })
     }
 }

@@ -12,6 +12,14 @@
 //! An [`Extent`] is an RAII handle: dropping it releases its space and wakes a
 //! reader blocked in [`ArenaPart::wait_release`].
 //!
+//! A file too large for the partition's ring (more than a quarter of it, so one
+//! big file never starves the typical ones) gets a **spill extent** instead
+//! ([`ArenaPart::alloc_spill`]): its own page-aligned mapping, not registered
+//! (the reader uses a plain READ for it), unmapped when the extent drops. Spill
+//! bytes live at once are capped per partition by a budget, so the arena can be
+//! sized for the typical file (resident memory is what the ring touches) while
+//! any file up to `io.max_file_bytes` is still read.
+//!
 //! Invariants (checked by the model test below):
 //! * live extents of a partition never overlap and lie inside the partition;
 //! * every extent's address is aligned as requested;
@@ -142,6 +150,10 @@ pub(crate) struct Circular {
     releases: u64,
     /// Threads blocked in [`ArenaPart::wait_release`].
     waiters: usize,
+    /// Bytes of live spill extents, and the most allowed at once (one spill
+    /// is always allowed when none is live).
+    spill_live: usize,
+    spill_budget: usize,
 }
 
 impl Circular {
@@ -154,6 +166,8 @@ impl Circular {
             first_seq: 0,
             releases: 0,
             waiters: 0,
+            spill_live: 0,
+            spill_budget: 0,
         }
     }
 
@@ -249,11 +263,27 @@ impl std::fmt::Debug for Arena {
 impl Arena {
     /// Maps `bytes` (rounded to whole pages per partition) split into `parts`
     /// equal partitions, after checking RLIMIT_MEMLOCK covers the registration.
+    /// Spill extents of a partition may hold up to its own size at once.
     pub fn new(bytes: u64, parts: usize) -> Result<Arc<Arena>, ArenaError> {
-        Self::with_segment(bytes, parts, SEGMENT)
+        Self::with_segment(bytes, parts, SEGMENT, 0)
     }
 
-    fn with_segment(bytes: u64, parts: usize, segment: usize) -> Result<Arc<Arena>, ArenaError> {
+    /// As [`Arena::new`], with spill extents of a partition allowed up to
+    /// `max(spill_budget, partition size)` bytes at once.
+    pub fn with_spill(
+        bytes: u64,
+        parts: usize,
+        spill_budget: u64,
+    ) -> Result<Arc<Arena>, ArenaError> {
+        Self::with_segment(bytes, parts, SEGMENT, spill_budget)
+    }
+
+    fn with_segment(
+        bytes: u64,
+        parts: usize,
+        segment: usize,
+        spill_budget: u64,
+    ) -> Result<Arc<Arena>, ArenaError> {
         let parts = parts.max(1);
         let per = (bytes / parts as u64) as usize / PAGE * PAGE;
         if per == 0 {
@@ -271,7 +301,10 @@ impl Arena {
                 base: i * per,
                 size: per,
                 segment,
-                alloc: Mutex::new(Circular::new(per, segment, base_addr + i * per)),
+                alloc: Mutex::new(Circular {
+                    spill_budget: per.max(usize::try_from(spill_budget).unwrap_or(usize::MAX)),
+                    ..Circular::new(per, segment, base_addr + i * per)
+                }),
                 released: Condvar::new(),
             })
             .collect();
@@ -399,6 +432,46 @@ impl ArenaPart {
         self.extent(0, EMPTY, 0)
     }
 
+    /// Extents longer than this should be spills ([`ArenaPart::alloc_spill`]):
+    /// a quarter of the partition, or less where segments or `align` cap it.
+    pub fn spill_above(&self, align: usize) -> usize {
+        (self.size() / 4).min(self.max_extent(align))
+    }
+
+    /// A spill extent of `len` (> 0) bytes: its own page-aligned mapping, not
+    /// a registered buffer ([`Extent::buf_index`] is `None`). `Ok(None)` while
+    /// live spills would exceed the partition's budget; the next release of
+    /// any extent of this partition may make room ([`ArenaPart::wait_release`]).
+    pub fn alloc_spill(&self, len: usize) -> Result<Option<Extent>, ArenaError> {
+        let cap = align_up(len.max(1), PAGE);
+        {
+            let mut g = self.arena.lock(self.index);
+            if g.spill_live > 0 && g.spill_live + cap > g.spill_budget {
+                return Ok(None);
+            }
+            g.spill_live += cap;
+        }
+        match Mapping::new(cap) {
+            Ok(map) => {
+                let mut e = self.extent(0, SPILL, cap);
+                e.spill = Some(map);
+                Ok(Some(e))
+            }
+            Err(source) => {
+                self.arena.lock(self.index).spill_live -= cap;
+                Err(ArenaError::Map {
+                    bytes: cap as u64,
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Bytes of live spill extents in this partition.
+    pub fn spill_live(&self) -> usize {
+        self.arena.lock(self.index).spill_live
+    }
+
     fn extent(&self, offset: usize, seq: u64, len: usize) -> Extent {
         Extent {
             arena: Arc::clone(&self.arena),
@@ -406,6 +479,7 @@ impl ArenaPart {
             seq,
             offset: self.part().base + offset,
             part_offset: offset,
+            spill: None,
             cap: len,
             len: 0,
         }
@@ -441,6 +515,8 @@ impl ArenaPart {
 
 /// Sequence number of the zero-length extent (never registered).
 const EMPTY: u64 = u64::MAX;
+/// Sequence number of a spill extent (its own mapping, never registered).
+const SPILL: u64 = u64::MAX - 1;
 
 /// A range of the arena owned by one file: written by the reader (through
 /// [`Extent::as_mut_ptr`]), then read through `Deref` over its valid length.
@@ -453,6 +529,8 @@ pub struct Extent {
     offset: usize,
     /// Offset in the partition.
     part_offset: usize,
+    /// A spill extent's own mapping (then `offset` means nothing).
+    spill: Option<Mapping>,
     cap: usize,
     len: usize,
 }
@@ -483,17 +561,28 @@ impl Extent {
     /// Start of the reserved range, for the kernel to write into. The caller
     /// must not read the extent (Deref) while a write through it is in flight.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.arena.as_ptr().wrapping_add(self.offset)
+        self.base()
     }
 
-    /// Offset of the extent in the whole mapping (for a device-side view).
-    pub fn offset(&self) -> usize {
-        self.offset
+    fn base(&self) -> *mut u8 {
+        match &self.spill {
+            Some(m) => m.ptr.as_ptr(),
+            None => self.arena.as_ptr().wrapping_add(self.offset),
+        }
     }
 
-    /// Index of the registered buffer (partition segment) holding the extent.
-    pub fn buf_index(&self) -> u16 {
-        (self.part_offset / self.arena.parts[self.part].segment) as u16
+    /// Offset of the extent in the whole mapping (for a device-side view);
+    /// `None` for a spill extent, which lies outside it.
+    pub fn offset(&self) -> Option<usize> {
+        self.spill.is_none().then_some(self.offset)
+    }
+
+    /// Index of the registered buffer (partition segment) holding the extent;
+    /// `None` for a spill extent (not registered: read it with a plain READ).
+    pub fn buf_index(&self) -> Option<u16> {
+        self.spill
+            .is_none()
+            .then(|| (self.part_offset / self.arena.parts[self.part].segment) as u16)
     }
 
     /// Sets how many leading bytes are valid. Panics if `len > capacity()`.
@@ -511,8 +600,9 @@ impl Extent {
         if self.cap == 0 {
             return &mut [];
         }
-        // SAFETY: [offset, offset+cap) lies inside the live mapping (held by
-        // `self.arena`), is owned by this extent alone (allocator invariant),
+        // SAFETY: [base, base+cap) lies inside the live arena mapping (held by
+        // `self.arena`) or is the extent's own spill mapping (held by
+        // `self.spill`), is owned by this extent alone (allocator invariant),
         // and is initialised (anonymous memory is zero-filled); `&mut self`
         // makes the borrow unique.
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.cap) }
@@ -527,9 +617,7 @@ impl std::ops::Deref for Extent {
         }
         // SAFETY: as in `as_mut_slice`; `len ≤ cap`, and by the contract of
         // `as_mut_ptr` no write is in flight while the extent is read.
-        unsafe {
-            std::slice::from_raw_parts(self.arena.as_ptr().wrapping_add(self.offset), self.len)
-        }
+        unsafe { std::slice::from_raw_parts(self.base(), self.len) }
     }
 }
 
@@ -538,9 +626,17 @@ impl Drop for Extent {
         if self.seq == EMPTY {
             return;
         }
+        // A spill's mapping is unmapped here, before its budget is returned.
+        let spilled = self.spill.take().is_some();
         let (ok, waiters) = {
             let mut g = self.arena.lock(self.part);
-            (g.release(self.seq), g.waiters)
+            if spilled {
+                g.spill_live -= self.cap;
+                g.releases += 1;
+                (true, g.waiters)
+            } else {
+                (g.release(self.seq), g.waiters)
+            }
         };
         if !ok {
             self.arena
@@ -566,7 +662,10 @@ mod tests {
         let e2 = p.alloc(PAGE, PAGE).unwrap();
         let e3 = p.alloc(2 * PAGE, PAGE).unwrap();
         assert!(p.alloc(1, 1).is_none(), "full");
-        assert_eq!((e1.offset(), e2.offset(), e3.offset()), (0, PAGE, 2 * PAGE));
+        assert_eq!(
+            (e1.offset(), e2.offset(), e3.offset()),
+            (Some(0), Some(PAGE), Some(2 * PAGE))
+        );
         drop(e2); // not at the head: no space yet
         assert!(p.alloc(1, 1).is_none());
         e1.as_mut_slice()[..3].copy_from_slice(b"abc");
@@ -574,7 +673,7 @@ mod tests {
         assert_eq!(&*e1, b"abc");
         drop(e1); // head advances over e1 and e2
         let e4 = p.alloc(2 * PAGE, PAGE).unwrap();
-        assert_eq!(e4.offset(), 0);
+        assert_eq!(e4.offset(), Some(0));
         assert_eq!(a.bad_releases(), 0);
         let empty = p.alloc(0, PAGE).unwrap();
         assert!(empty.is_empty());
@@ -598,7 +697,7 @@ mod tests {
 
     #[test]
     fn partitions_and_iovecs() {
-        let a = Arena::with_segment(8 * PAGE as u64 + 100, 2, 3 * PAGE).unwrap();
+        let a = Arena::with_segment(8 * PAGE as u64 + 100, 2, 3 * PAGE, 0).unwrap();
         assert_eq!(a.len(), 8 * PAGE);
         let p1 = a.part(1);
         assert_eq!(p1.size(), 4 * PAGE);
@@ -613,7 +712,7 @@ mod tests {
             f.is_none(),
             "3 pages left split 1+... no 2-page run in one segment"
         );
-        assert_eq!((e.buf_index(), p1.max_extent(PAGE)), (0, 3 * PAGE));
+        assert_eq!((e.buf_index(), p1.max_extent(PAGE)), (Some(0), 3 * PAGE));
         assert!(matches!(
             Arena::new(100, 1),
             Err(ArenaError::TooSmall { .. })

@@ -67,9 +67,11 @@ struct Ctx {
 impl ReaderStage {
     /// Starts the configured engine: `io.threads` threads (thread `i` pinned to
     /// `cpus[i]` when given) taking jobs from `jobs` and pushing onto `out`.
-    /// Heap buffers of the plain engine are recycled through `free`.
+    /// Heap buffers of the plain engine are recycled through `free`. The ring
+    /// engine reads into an arena of `arena_bytes` (`cfg.arena_bytes` where set).
     pub fn start(
         cfg: &IoConfig,
+        arena_bytes: u64,
         cpus: &[Option<usize>],
         jobs: Arc<Ring<ReadJob>>,
         out: &Arc<Ring<Loaded>>,
@@ -82,7 +84,7 @@ impl ReaderStage {
         if cfg.engine == Engine::Uring {
             match uring::probe() {
                 Ok(_) => {
-                    let a = Arena::new(cfg.arena_bytes, threads).map_err(SetupError::from)?;
+                    let a = Arena::new(arena_bytes, threads).map_err(SetupError::from)?;
                     let opts = UringOptions::from(cfg);
                     engines = Some(
                         (0..threads)
@@ -262,13 +264,13 @@ mod tests {
             cfg.engine = engine;
             cfg.threads = 2;
             cfg.queue_depth = 8;
-            cfg.arena_bytes = 2 << 20;
             let jobs = Arc::new(Ring::new(16));
             let out = Arc::new(Ring::new(8));
             let telemetry = Arc::new(Telemetry::default());
             let free = Arc::new(ArrayQueue::new(4));
             let stage = ReaderStage::start(
                 &cfg,
+                2 << 20,
                 &[],
                 Arc::clone(&jobs),
                 &out,

@@ -264,3 +264,38 @@ fn a_symlinked_input_file_is_built_from_its_resolved_target() {
         train.path
     );
 }
+
+/// Before spill extents, a file larger than a reader's share of the read
+/// arena was rejected ("file needs … bytes of read arena"), so a small arena
+/// capped the file size. Now `io.max_file_bytes` alone does: the long file is
+/// read into its own buffer and built like the others.
+#[test]
+fn a_file_larger_than_the_read_arena_is_built_not_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    let clip = synth::clip(4, 0, 3);
+    let normal = synth::encode_wav_pcm16(&clip, 4096);
+    // 75 s of audio, ~600 KB: trimmed to the 10 s clip like any long file.
+    let long_pcm: Vec<i16> = clip.iter().copied().cycle().take(300_000).collect();
+    let long = synth::encode_wav_pcm16(&long_pcm, 4096);
+    assert!(long.len() > 512 << 10);
+    for i in 0..6 {
+        put(r, &format!("TRAINING/LEAK/n{i}.wav"), &normal);
+    }
+    put(r, "TRAINING/LEAK/long.wav", &long);
+
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = config(2);
+    cfg.io.arena_bytes = Some(512 << 10);
+    let done = build(r, out.path(), &cfg);
+    assert!(done.rejected.is_empty(), "{:?}", done.rejected);
+    assert_eq!(done.report.files_ok, 7);
+    let s = read_split(&out.path().join("TRAINING.h5"));
+    let i = s
+        .path
+        .iter()
+        .position(|p| p == "TRAINING/LEAK/long.wav")
+        .unwrap();
+    let got = s.mel.index_axis(ndarray::Axis(0), i);
+    assert_eq!(got.as_slice().unwrap(), &features_of(&long, &cfg)[..]);
+}

@@ -10,7 +10,9 @@
 //!   open EPERM + O_NOATIME → retry without; EINVAL + O_DIRECT → retry buffered
 //!   open failed → reject (no descriptor); stat/type/size refused → reject + CLOSE
 //!   arena full → WaitArena (descriptor stays open) until an extent is released
+//!   (a file over `ArenaPart::spill_above` waits for a spill extent instead)
 //! Reading:  READ_FIXED(slot, extent) ─hardlink→ CLOSE(slot)  2 CQEs
+//!   (a spill extent is not a registered buffer: plain READ instead)
 //!   the hard link closes the file even when the read is short or fails; the
 //!   extent is delivered at the READ CQE; a short read re-opens at the aligned
 //!   offset it stopped at (Opening again, size re-checked)
@@ -85,8 +87,9 @@ struct Slot {
     size: Option<u64>,
     /// Read offset/length granularity (1 when buffered).
     align: u64,
-    /// Address alignment and length of the extent to allocate (WaitArena).
-    want: (usize, usize),
+    /// Address alignment and length of the extent to allocate (WaitArena),
+    /// and whether it is a spill ([`ArenaPart::alloc_spill`]).
+    want: (usize, usize, bool),
     /// Bytes known to be in the extent (short-read resume point).
     got: u64,
     /// File offset of the read in flight.
@@ -247,7 +250,7 @@ impl UringEngine {
                 }
             }
             let seen = self.part.releases();
-            self.service_waiters()?;
+            self.service_waiters(done)?;
             if self.free.len() == self.slots.len() && (exhausted || dry || self.stopping) {
                 return Ok(());
             }
@@ -363,16 +366,23 @@ impl UringEngine {
         s.phase = Phase::Reading;
         s.then = Then::Free;
         s.pending = 2;
-        let read = opcode::ReadFixed::new(types::Fixed(i as u32), buf, len, e.buf_index())
-            .offset(off)
-            .build()
+        let read = match e.buf_index() {
+            Some(index) => opcode::ReadFixed::new(types::Fixed(i as u32), buf, len, index)
+                .offset(off)
+                .build(),
+            None => opcode::Read::new(types::Fixed(i as u32), buf, len)
+                .offset(off)
+                .build(),
+        };
+        let read = read
             .flags(squeue::Flags::IO_HARDLINK)
             .user_data(user_data(i, s.epoch, READ));
         let close = opcode::Close::new(types::Fixed(i as u32))
             .build()
             .user_data(user_data(i, s.epoch, CLOSE));
         // SAFETY: `buf..buf+len` lies inside the extent held by slot i (off ≤
-        // end ≤ capacity), which is registered buffer `buf_index`; the slot
+        // end ≤ capacity), which is registered buffer `buf_index` (or, for a
+        // spill, memory the extent owns, read without registration); the slot
         // keeps the extent, unread, until the READ CQE arrives, and on drop
         // with busy slots the extent is leaked, never released for reuse.
         unsafe { self.push(&[read, close]) }
@@ -543,8 +553,11 @@ impl UringEngine {
         s.align = off_align;
         let len = size.div_ceil(off_align) * off_align;
         let align = mem_align.max(if off_align > 1 { 4096 } else { 64 }) as usize;
+        // A spill mapping is page-aligned: enough for any DIO memory alignment
+        // up to a page, which is all kernels ask.
+        let spill = len > self.part.spill_above(align) as u64 && align <= 4096;
         let capacity = self.part.max_extent(align) as u64;
-        if len > capacity {
+        if !spill && len > capacity {
             let e = Error::ArenaTooSmall {
                 need: len,
                 capacity,
@@ -552,7 +565,7 @@ impl UringEngine {
             self.deliver(i, Err(e), done);
             return self.submit_close(i);
         }
-        s.want = (align, len as usize);
+        s.want = (align, len as usize, spill);
         s.phase = Phase::WaitArena;
         self.waiting.push_back(i);
         Ok(())
@@ -580,17 +593,33 @@ impl UringEngine {
     }
 
     /// Gives extents to slots waiting for arena space, in arrival order.
-    fn service_waiters(&mut self) -> io::Result<()> {
+    fn service_waiters(&mut self, done: &mut Done<'_>) -> io::Result<()> {
         while let Some(&i) = self.waiting.front() {
             if self.stopping {
                 self.waiting.pop_front();
                 self.submit_close(i)?;
                 continue;
             }
-            let (align, len) = self.slots[i].want;
-            let Some(e) = self.part.alloc(len, align) else {
+            let (align, len, spill) = self.slots[i].want;
+            let e = if spill {
+                match self.part.alloc_spill(len) {
+                    Ok(e) => e,
+                    Err(why) => {
+                        // No memory for this file now: reject it, keep going.
+                        self.waiting.pop_front();
+                        let e = Error::Read(io::Error::other(why.to_string()));
+                        self.deliver(i, Err(e), done);
+                        self.submit_close(i)?;
+                        continue;
+                    }
+                }
+            } else {
+                self.part.alloc(len, align)
+            };
+            let Some(e) = e else {
                 break;
             };
+            self.stats.spills += u64::from(spill);
             self.waiting.pop_front();
             self.slots[i].extent = Some(e);
             self.submit_read(i)?;

@@ -63,6 +63,8 @@ pub struct RunStats {
     pub close_errors: u64,
     /// Times the loop slept because the arena was full and nothing was in flight.
     pub arena_waits: u64,
+    /// Files read into a spill extent (larger than a quarter of the arena share).
+    pub spills: u64,
     /// CQEs that matched no busy slot (should stay 0).
     pub stray_cqes: u64,
     /// Wall time of the run.

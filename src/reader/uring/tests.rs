@@ -283,21 +283,60 @@ fn o_noatime_refused_is_retried_without() {
 }
 
 #[test]
-fn file_larger_than_the_arena_share_is_rejected() {
-    if !usable("file_larger_than_the_arena_share_is_rejected") {
+fn file_larger_than_the_arena_share_is_read_through_a_spill() {
+    if !usable("file_larger_than_the_arena_share_is_read_through_a_spill") {
         return;
     }
     let d = disk_dir();
-    let paths = write_files(d.path(), &[100_000, 10]);
-    let (got, _) = run(&opts(2, true), 64 << 10, &paths);
-    // 100_000 rounded up to the device's DIO granularity (512 or 4096).
-    let e = got[&0].as_ref().unwrap_err();
-    assert!(e.starts_with("file needs 10"), "{e}");
-    assert!(
-        e.ends_with("bytes of read arena, but one reader's share of io.arena_bytes is 65536 bytes"),
-        "{e}"
-    );
-    assert_eq!(got[&1].as_ref().unwrap(), &content(10, 1));
+    // Before spill extents this file was rejected ("file needs … bytes of read
+    // arena"): a small arena must not cap the file size, io.max_file_bytes does.
+    let sizes = [100_000, 10, 20_000, 4096];
+    let paths = write_files(d.path(), &sizes);
+    let (got, stats) = run(&opts(2, true), 64 << 10, &paths);
+    check_exact(&got, &sizes);
+    // 100_000 > the 64 KiB share and 20_000 > a quarter of it; 10 and 4096 fit.
+    assert_eq!(stats.spills, 2, "{stats:?}");
+}
+
+#[test]
+fn spills_held_by_a_slow_consumer_stay_within_the_budget() {
+    if !usable("spills_held_by_a_slow_consumer_stay_within_the_budget") {
+        return;
+    }
+    let d = disk_dir();
+    let sizes: Vec<usize> = (0..24).map(|i| 50_000 + i * 1000).collect();
+    let paths = write_files(d.path(), &sizes);
+    // Budget 128 KiB: at most two of these (52–76 KiB, page-rounded) at once.
+    let arena = Arena::with_spill(64 << 10, 1, 128 << 10).unwrap();
+    let part = arena.part(0);
+    let mut engine = UringEngine::new(&opts(8, true), arena.part(0)).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, FileBytes)>(64);
+    let consumer = std::thread::spawn(move || {
+        let mut n = 0;
+        for (i, b) in rx {
+            std::thread::sleep(Duration::from_millis(2));
+            assert!(*b == content(50_000 + i * 1000, i), "file {i}");
+            n += 1;
+        }
+        n
+    });
+    let mut it = paths.iter().enumerate();
+    let mut peak = 0;
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| {
+                peak = peak.max(part.spill_live());
+                tx.send((i, r.unwrap())).is_ok()
+            },
+        )
+        .unwrap();
+    drop(tx);
+    assert_eq!(consumer.join().unwrap(), sizes.len());
+    assert_eq!(stats.spills, sizes.len() as u64);
+    assert!(peak > 0 && peak <= 128 << 10, "peak spill bytes {peak}");
+    assert_eq!(part.spill_live(), 0, "every spill returned its budget");
+    assert_eq!(arena.bad_releases(), 0);
 }
 
 #[test]
