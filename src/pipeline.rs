@@ -157,8 +157,16 @@ impl Pipeline {
         tracing::info!(placement = %placement, "Threads placed.");
 
         let jobs = Arc::new(Ring::new(queue_ahead.max(cfg.io.queue_depth * 4)));
-        let loaded = Arc::new(Ring::new(cfg.io.queue_depth));
-        let outcomes = Arc::new(Ring::new(cfg.compute.queue_depth));
+        // Wake batches: compute and the writer share cores with the readers,
+        // so hand-overs go in runs (see `runtime::ring`).
+        let loaded = Arc::new(Ring::with_wake_batch(
+            cfg.io.queue_depth,
+            cfg.io.queue_depth / 4,
+        ));
+        let outcomes = Arc::new(Ring::with_wake_batch(
+            cfg.compute.queue_depth,
+            cfg.output.chunk_files.min(cfg.compute.queue_depth / 4),
+        ));
         let free_bytes = Arc::new(ArrayQueue::new(
             cfg.io.queue_depth + cfg.compute.workers + 1,
         ));

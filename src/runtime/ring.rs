@@ -18,6 +18,15 @@
 //!   including a guard dropped while its thread unwinds from a panic — so the
 //!   end of a stream never depends on a counter every exit path must remember.
 //!
+//! * **Wake batching** ([`Ring::with_wake_batch`]): a consumer blocked on an
+//!   empty ring is woken once `batch` items are queued (not at every push), and
+//!   a producer blocked on a full ring once `batch` slots are free, so two
+//!   threads sharing a core hand over in runs instead of one context switch
+//!   per item (measured on a 2-core build: a wake-up per row for the writer and
+//!   a preemption per file for the compute workers). A waiter still re-checks
+//!   at least every [`MAX_SLEEP`], so a trickle (serve) is delayed by at most
+//!   that, and `close` wakes everyone at once.
+//!
 //! Depth telemetry: `pushed`/`popped` counters, plus the sum and maximum of the
 //! depth seen at each push (mean depth = sum / pushed).
 
@@ -27,23 +36,29 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
+/// The longest a blocked push or pop sleeps before re-checking the ring.
+pub const MAX_SLEEP: Duration = Duration::from_millis(20);
+
 /// One side's wait/notify pair.
 #[derive(Default)]
 struct Signal {
     lock: Mutex<()>,
     cv: Condvar,
     waiters: AtomicUsize,
+    /// Wake-ups sent to blocked threads (telemetry and tests).
+    wakes: AtomicU64,
 }
 
 impl Signal {
-    /// Blocks until `ready()` holds (checked under the lock) or a wake-up arrives.
-    fn wait_until(&self, ready: impl Fn() -> bool) {
+    /// Blocks until `ready()` holds (checked under the lock), a wake-up
+    /// arrives or `sleep` passes.
+    fn wait_until(&self, sleep: Duration, ready: impl Fn() -> bool) {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         {
             let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
             if !ready() {
                 // Timed, so that even a missed edge costs at most a few ms.
-                let _unused = self.cv.wait_timeout(guard, Duration::from_millis(20));
+                let _unused = self.cv.wait_timeout(guard, sleep.min(MAX_SLEEP));
             }
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -53,6 +68,7 @@ impl Signal {
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.wakes.fetch_add(1, Ordering::Relaxed);
             self.cv.notify_all();
         }
     }
@@ -66,6 +82,9 @@ pub struct RingStats {
     pub popped: u64,
     pub max_depth: u64,
     pub mean_depth: f64,
+    /// Wake-ups sent to blocked consumers and producers.
+    #[serde(default)]
+    pub wakes: u64,
 }
 
 /// A bounded multi-producer multi-consumer queue with blocking ends.
@@ -79,13 +98,24 @@ pub struct Ring<T> {
     depth_sum: AtomicU64,
     max_depth: AtomicU64,
     producers: AtomicUsize,
+    /// Items (or free slots) that wake a blocked consumer (producer); ≥ 1.
+    wake_batch: usize,
 }
 
 impl<T> Ring<T> {
     /// A ring holding at most `capacity` (≥ 1) items.
     pub fn new(capacity: usize) -> Ring<T> {
+        Self::with_wake_batch(capacity, 1)
+    }
+
+    /// A ring whose blocked consumers wake once `batch` items are queued and
+    /// blocked producers once `batch` slots are free (clamped to
+    /// `1 ..= capacity / 2`); see the module notes.
+    pub fn with_wake_batch(capacity: usize, batch: usize) -> Ring<T> {
+        let capacity = capacity.max(1);
         Ring {
-            queue: ArrayQueue::new(capacity.max(1)),
+            wake_batch: batch.clamp(1, (capacity / 2).max(1)),
+            queue: ArrayQueue::new(capacity),
             not_empty: Signal::default(),
             not_full: Signal::default(),
             closed: AtomicBool::new(false),
@@ -117,7 +147,9 @@ impl<T> Ring<T> {
         self.pushed.fetch_add(1, Ordering::Relaxed);
         self.depth_sum.fetch_add(depth, Ordering::Relaxed);
         self.max_depth.fetch_max(depth, Ordering::Relaxed);
-        self.not_empty.notify();
+        if depth >= self.wake_batch as u64 {
+            self.not_empty.notify();
+        }
         Ok(())
     }
 
@@ -130,8 +162,9 @@ impl<T> Ring<T> {
                 Err(back) if self.is_closed() => return Err(back),
                 Err(back) => {
                     item = back;
-                    self.not_full
-                        .wait_until(|| !self.queue.is_full() || self.is_closed());
+                    self.not_full.wait_until(MAX_SLEEP, || {
+                        self.free() >= self.wake_batch || self.is_closed()
+                    });
                 }
             }
         }
@@ -141,7 +174,9 @@ impl<T> Ring<T> {
     pub fn try_pop(&self) -> Option<T> {
         let item = self.queue.pop()?;
         self.popped.fetch_add(1, Ordering::Relaxed);
-        self.not_full.notify();
+        if self.free() >= self.wake_batch {
+            self.not_full.notify();
+        }
         Some(item)
     }
 
@@ -155,9 +190,18 @@ impl<T> Ring<T> {
                 // Items pushed before close are still there: drain them first.
                 return self.try_pop();
             }
-            self.not_empty
-                .wait_until(|| !self.queue.is_empty() || self.is_closed());
+            self.not_empty.wait_until(MAX_SLEEP, || self.ready_to_pop());
         }
+    }
+
+    /// Free slots.
+    fn free(&self) -> usize {
+        self.queue.capacity() - self.queue.len()
+    }
+
+    /// A blocked pop should go on: a wake batch is queued, or the ring closed.
+    fn ready_to_pop(&self) -> bool {
+        self.queue.len() >= self.wake_batch || self.is_closed()
     }
 
     /// Pops, waiting at most `timeout` for an item; `None` when none came (or
@@ -168,11 +212,12 @@ impl<T> Ring<T> {
             if let Some(item) = self.try_pop() {
                 return Some(item);
             }
-            if self.is_closed() || std::time::Instant::now() >= deadline {
+            let now = std::time::Instant::now();
+            if self.is_closed() || now >= deadline {
                 return self.try_pop();
             }
             self.not_empty
-                .wait_until(|| !self.queue.is_empty() || self.is_closed());
+                .wait_until(deadline - now, || self.ready_to_pop());
         }
     }
 
@@ -203,6 +248,8 @@ impl<T> Ring<T> {
             pushed,
             popped: self.popped.load(Ordering::Relaxed),
             max_depth: self.max_depth.load(Ordering::Relaxed),
+            wakes: self.not_empty.wakes.load(Ordering::Relaxed)
+                + self.not_full.wakes.load(Ordering::Relaxed),
             mean_depth: if pushed == 0 {
                 0.0
             } else {
@@ -269,6 +316,70 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         r.close();
         assert_eq!(c.join().unwrap(), (Some(7), None));
+    }
+
+    /// A consumer that pops one item at a time used to be woken at every push:
+    /// one context switch per row for build's writer (and a producer blocked on
+    /// a full ring at every pop). With a wake batch a blocked thread is woken
+    /// once per batch. (A blocked thread is simulated by its waiter count, so
+    /// the count of wake-ups is exact.)
+    #[test]
+    fn a_blocked_thread_is_woken_once_per_batch_not_per_item() {
+        let r = Ring::<u32>::with_wake_batch(16, 4);
+        r.not_empty.waiters.fetch_add(1, Ordering::SeqCst);
+        for i in 0..3 {
+            r.push(i).unwrap();
+        }
+        assert_eq!(r.stats().wakes, 0, "woken before a batch was queued");
+        r.push(3).unwrap();
+        assert_eq!(r.stats().wakes, 1);
+        r.not_empty.waiters.fetch_sub(1, Ordering::SeqCst);
+        for i in 4..16 {
+            r.push(i).unwrap();
+        }
+        // A producer blocked on the full ring: woken once 4 slots are free.
+        r.not_full.waiters.fetch_add(1, Ordering::SeqCst);
+        for _ in 0..3 {
+            r.pop().unwrap();
+        }
+        assert_eq!(r.stats().wakes, 1, "woken before a batch was free");
+        r.pop().unwrap();
+        assert_eq!(r.stats().wakes, 2);
+        // Unbatched, every push wakes a blocked consumer.
+        let plain = Ring::<u32>::new(16);
+        plain.not_empty.waiters.fetch_add(1, Ordering::SeqCst);
+        for i in 0..3 {
+            plain.push(i).unwrap();
+        }
+        assert_eq!(plain.stats().wakes, 3);
+    }
+
+    /// Batched or not, a blocked consumer gets a lone item (after at most
+    /// MAX_SLEEP) and the end of the stream, and every item once in order.
+    #[test]
+    fn a_batched_ring_still_delivers_a_trickle_and_the_end() {
+        let r = Arc::new(Ring::<u32>::with_wake_batch(64, 8));
+        let c = {
+            let r = Arc::clone(&r);
+            std::thread::spawn(move || std::iter::from_fn(|| r.pop()).collect::<Vec<_>>())
+        };
+        for i in 0..20 {
+            r.push(i).unwrap();
+            if i % 7 == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // The last 6 items never make a batch: delivered anyway, before close.
+        let t = std::time::Instant::now();
+        while !r.is_empty() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "a partial batch was never delivered"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        r.close();
+        assert!(c.join().unwrap().into_iter().eq(0..20));
     }
 
     #[test]
