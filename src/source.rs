@@ -20,14 +20,17 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// One file to process.
+/// One file to process. Kept small (a build holds one per input file for its
+/// whole run): the path to open is derived ([`Plan::open_path`]), and the
+/// relative path is shared with the writer's plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Job {
-    /// Absolute (or input-joined) path used to open the file.
-    pub path: PathBuf,
     /// Path relative to the input directory, `/`-separated; recorded in `path`.
-    pub rel_path: String,
+    pub rel_path: Arc<str>,
+    /// A symbolic link's resolved target, opened instead of `input/rel_path`.
+    pub target: Option<PathBuf>,
     /// Index into [`Plan::splits`].
     pub split: usize,
     /// Position within its split (row order before rejections are removed).
@@ -39,6 +42,8 @@ pub struct Job {
 /// The outcome of a walk: every job, grouped by split, in row order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// The input directory as given to the walk.
+    pub input: PathBuf,
     /// Split names, sorted.
     pub splits: Vec<String>,
     /// Label names, sorted; label ids index this.
@@ -52,6 +57,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The path the reader opens for `job`.
+    pub fn open_path(&self, job: &Job) -> PathBuf {
+        open_path(&self.input, job)
+    }
+
     /// Jobs of split `i`, in seq order.
     pub fn split_jobs(&self, i: usize) -> impl Iterator<Item = &Job> {
         self.jobs.iter().filter(move |j| j.split == i)
@@ -124,11 +134,25 @@ pub fn escape_path(path: &Path) -> String {
 
 /// Split and label names of a relative path's parent folders (docs/DESIGN.md rule).
 pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
+    let (split, label) = names(components);
+    (split.to_string(), label.map(str::to_string))
+}
+
+/// The path the reader opens for `job` of a walk of `input`.
+pub fn open_path(input: &Path, job: &Job) -> PathBuf {
+    match &job.target {
+        Some(t) => t.clone(),
+        None => input.join(&*job.rel_path),
+    }
+}
+
+/// [`split_and_label`] without copies.
+fn names<'a>(components: &[&'a str]) -> (&'a str, Option<&'a str>) {
     let parents = &components[..components.len().saturating_sub(1)];
     match parents {
-        [] => ("all".to_string(), None),
-        [only] => ("all".to_string(), Some((*only).to_string())),
-        [first, .., last] => ((*first).to_string(), Some((*last).to_string())),
+        [] => ("all", None),
+        [only] => ("all", Some(only)),
+        [first, .., last] => (first, Some(last)),
     }
 }
 
@@ -235,52 +259,58 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
             format!("{} is not a directory", input.display()),
         ));
     }
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        input: input.to_path_buf(),
+        ..Plan::default()
+    };
     let mut found = Vec::new();
     walk(input, "", extensions, &mut found, &mut plan);
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
+    // Split and label names: sets of distinct names, not a copy per file (the
+    // plan of a 200k-file build is most of its memory).
+    let name_of = |rel: &str| {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let (split, label) = names(&parts);
+        (split.to_owned(), label.map(str::to_owned))
+    };
     let mut splits = BTreeSet::new();
     let mut labels = BTreeSet::new();
-    let assigned: Vec<(Found, String, Option<String>)> = found
-        .into_iter()
-        .map(|f| {
-            let parts: Vec<&str> = f.0.split('/').collect();
-            let (split, label) = split_and_label(&parts);
-            splits.insert(split.clone());
-            if let Some(l) = &label {
-                labels.insert(l.clone());
-            }
-            (f, split, label)
-        })
-        .collect();
+    for (rel, _) in &found {
+        let (split, label) = name_of(rel);
+        if !splits.contains(&split) {
+            splits.insert(split);
+        }
+        if let Some(l) = label.filter(|l| !labels.contains(l)) {
+            labels.insert(l);
+        }
+    }
     plan.splits = splits.into_iter().collect();
     plan.label_names = labels.into_iter().collect();
 
     let mut next_seq = vec![0usize; plan.splits.len()];
-    let mut jobs: Vec<Job> = assigned
-        .into_iter()
-        .map(|((rel, target), split, label)| {
-            let split = plan
-                .splits
-                .binary_search(&split)
-                .expect("split was inserted");
-            let label = label.map_or(-1, |l| {
-                plan.label_names
-                    .binary_search(&l)
-                    .expect("label was inserted") as i32
-            });
-            let seq = next_seq[split];
-            next_seq[split] += 1;
-            Job {
-                path: target.unwrap_or_else(|| input.join(&rel)),
-                rel_path: rel,
-                split,
-                seq,
-                label,
-            }
-        })
-        .collect();
+    let mut jobs: Vec<Job> = Vec::with_capacity(found.len());
+    for (rel, target) in found {
+        let (split, label) = name_of(&rel);
+        let split = plan
+            .splits
+            .binary_search(&split)
+            .expect("split was inserted");
+        let label = label.map_or(-1, |l| {
+            plan.label_names
+                .binary_search(&l)
+                .expect("label was inserted") as i32
+        });
+        let seq = next_seq[split];
+        next_seq[split] += 1;
+        jobs.push(Job {
+            rel_path: rel.into(),
+            target,
+            split,
+            seq,
+            label,
+        });
+    }
     jobs.sort_by_key(|j| (j.split, j.seq));
     plan.jobs = jobs;
     Ok(plan)
@@ -318,7 +348,7 @@ mod tests {
         let rels = |plan: &Plan| {
             plan.jobs
                 .iter()
-                .map(|j| j.rel_path.clone())
+                .map(|j| j.rel_path.to_string())
                 .collect::<Vec<_>>()
         };
         let plan = scan(d.path()).unwrap();
@@ -351,7 +381,7 @@ mod tests {
         let got: Vec<_> = plan
             .jobs
             .iter()
-            .map(|j| (j.rel_path.as_str(), j.split, j.seq, j.label))
+            .map(|j| (&*j.rel_path, j.split, j.seq, j.label))
             .collect();
         assert_eq!(
             got,

@@ -101,7 +101,7 @@ fn output_plan(
             files: plan
                 .split_jobs(i)
                 .map(|j| PlannedFile {
-                    rel_path: j.rel_path.clone(),
+                    rel_path: std::sync::Arc::clone(&j.rel_path),
                     label: j.label,
                 })
                 .collect(),
@@ -290,9 +290,12 @@ pub fn build_shard(
         None => DatasetWriter::create(output)?,
     };
     let telemetry = opts.telemetry.clone().unwrap_or_default();
-    // Queue the whole walk ahead of the readers (bounded: ~100 bytes a job).
-    let queue_ahead = plan.jobs.len().min(1 << 16);
+    // Queue far ahead of the readers (the ring wakes the source once per
+    // half ring, so hand-overs are rare), but not the whole walk: each queued
+    // job holds its path, and a build's memory must not grow with its size.
+    let queue_ahead = plan.jobs.len().min(4096);
     let p = Arc::new(Pipeline::start(cfg, telemetry, queue_ahead)?);
+    let input_dir = plan.input.clone();
     let jobs: Arc<[Job]> = plan.jobs.into();
     // `[metrics] listen`: scrapes read the graph's published telemetry.
     let endpoint = match cfg.metrics.listen {
@@ -317,7 +320,7 @@ pub fn build_shard(
                 for (id, j) in jobs.iter().enumerate() {
                     let job = ReadJob {
                         id,
-                        path: j.path.clone(),
+                        path: source::open_path(&input_dir, j),
                     };
                     if feed.push(job).is_err() {
                         return; // the graph was aborted

@@ -85,8 +85,9 @@ pub struct SplitPlan {
 /// One input file as the writer records it.
 #[derive(Clone, Debug)]
 pub struct PlannedFile {
-    /// Path relative to INPUT with `/` separators (stored in `path`).
-    pub rel_path: String,
+    /// Path relative to INPUT with `/` separators (stored in `path`); shared
+    /// with the build's job list.
+    pub rel_path: std::sync::Arc<str>,
     /// Index into [`OutputPlan::label_names`], or -1 for no label.
     pub label: i32,
 }

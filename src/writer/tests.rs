@@ -35,7 +35,7 @@ const ROW_LEN: usize = 120;
 fn plan(out_dir: &Path, n_files: usize, chunk_files: usize, dtype: Dtype) -> OutputPlan {
     let files = (0..n_files)
         .map(|i| PlannedFile {
-            rel_path: format!("train/{}/f{i:03}.wav", ["leak", "noleak"][i % 2]),
+            rel_path: format!("train/{}/f{i:03}.wav", ["leak", "noleak"][i % 2]).into(),
             label: (i % 2) as i32,
         })
         .collect();

@@ -198,11 +198,12 @@ pub fn collect(dir: &Path, limit: Option<usize>) -> Result<Corpus, Error> {
     let take = limit.unwrap_or(usize::MAX);
     let files: Vec<FileEntry> = plan
         .jobs
-        .into_iter()
+        .iter()
         .take(take)
         .map(|j| {
-            let size = std::fs::metadata(&j.path).map_or(0, |m| m.len());
-            FileEntry { path: j.path, size }
+            let path = plan.open_path(j);
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+            FileEntry { path, size }
         })
         .collect();
     if files.is_empty() {

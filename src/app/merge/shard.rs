@@ -91,6 +91,7 @@ impl Shard {
             }
         }
         Plan {
+            input: plan.input.clone(),
             splits: plan.splits.clone(),
             label_names: plan.label_names.clone(),
             jobs,

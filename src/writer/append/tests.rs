@@ -183,7 +183,7 @@ fn appends_to_a_build_file() {
             name: "train".into(),
             files: (0..3)
                 .map(|i| super::super::PlannedFile {
-                    rel_path: format!("train/x/{i}.wav"),
+                    rel_path: format!("train/x/{i}.wav").into(),
                     label: 0,
                 })
                 .collect(),
