@@ -18,19 +18,19 @@
 //! [`Warning`]s (kind, path, reason: data for structured logs; `build` turns
 //! them into rejections) rather than aborting the walk.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// One file to process. Kept small (a build holds one per input file for its
-/// whole run): the path to open is derived ([`Plan::open_path`]), and the
-/// relative path is shared with the writer's plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One file to process. Kept small — a build holds one per input file for its
+/// whole run: the relative path is an index into the plan's [`PathTable`]
+/// (shared with the writer) and the path to open is derived
+/// ([`Plan::open_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Job {
-    /// Path relative to the input directory, `/`-separated; recorded in `path`.
-    pub rel_path: Arc<str>,
-    /// A symbolic link's resolved target, opened instead of `input/rel_path`.
-    pub target: Option<PathBuf>,
+    /// Index of the path relative to the input directory (`/`-separated,
+    /// recorded in `path`) in [`Plan::paths`].
+    pub path: u32,
     /// Index into [`Plan::splits`].
     pub split: usize,
     /// Position within its split (row order before rejections are removed).
@@ -39,11 +39,61 @@ pub struct Job {
     pub label: i32,
 }
 
+/// Many short strings in one buffer (a relative path per input file): about
+/// the strings' own bytes plus 4 per entry, where a `String` each costs ~60
+/// bytes more and fragments the heap. Indices are `u32`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathTable {
+    text: String,
+    /// End offset of each entry in `text` (entry `i` starts at `ends[i - 1]`).
+    ends: Vec<u32>,
+}
+
+impl PathTable {
+    /// Appends `s`; its index. Panics past 4 GiB of text or 2³² entries (a
+    /// walk would need tens of millions of files with very long names).
+    pub fn push(&mut self, s: &str) -> u32 {
+        self.text.push_str(s);
+        let end = u32::try_from(self.text.len()).expect("path table over 4 GiB");
+        self.ends.push(end);
+        u32::try_from(self.ends.len() - 1).expect("path table over 2^32 entries")
+    }
+
+    /// Entry `i` (panics when out of range).
+    pub fn get(&self, i: u32) -> &str {
+        let i = i as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes held (for memory accounting in tests and logs).
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity() + 4 * self.ends.capacity()
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+}
+
 /// The outcome of a walk: every job, grouped by split, in row order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// The input directory as given to the walk.
     pub input: PathBuf,
+    /// Every job's relative path, in job order ([`Job::path`] indexes it).
+    pub paths: Arc<PathTable>,
+    /// Resolved targets of the jobs that are symbolic links, by path index.
+    pub targets: HashMap<u32, PathBuf>,
     /// Split names, sorted.
     pub splits: Vec<String>,
     /// Label names, sorted; label ids index this.
@@ -59,7 +109,15 @@ pub struct Plan {
 impl Plan {
     /// The path the reader opens for `job`.
     pub fn open_path(&self, job: &Job) -> PathBuf {
-        open_path(&self.input, job)
+        match self.targets.get(&job.path) {
+            Some(t) => t.clone(),
+            None => self.input.join(self.rel_path(job)),
+        }
+    }
+
+    /// `job`'s path relative to the input directory.
+    pub fn rel_path(&self, job: &Job) -> &str {
+        self.paths.get(job.path)
     }
 
     /// Jobs of split `i`, in seq order.
@@ -138,14 +196,6 @@ pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     (split.to_string(), label.map(str::to_string))
 }
 
-/// The path the reader opens for `job` of a walk of `input`.
-pub fn open_path(input: &Path, job: &Job) -> PathBuf {
-    match &job.target {
-        Some(t) => t.clone(),
-        None => input.join(&*job.rel_path),
-    }
-}
-
 /// [`split_and_label`] without copies.
 fn names<'a>(components: &[&'a str]) -> (&'a str, Option<&'a str>) {
     let parents = &components[..components.len().saturating_sub(1)];
@@ -163,11 +213,15 @@ fn has_extension(name: &str, extensions: &[String]) -> bool {
         .is_some_and(|e| extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-/// A file the walk found: its relative path, and the target to open when it
-/// is a symbolic link (the reader never follows links itself).
-type Found = (String, Option<PathBuf>);
+/// The files a walk found, in walk order: relative paths, and the target to
+/// open for those that are symbolic links (the reader never follows links).
+#[derive(Default)]
+struct Found {
+    paths: PathTable,
+    targets: HashMap<u32, PathBuf>,
+}
 
-fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<Found>, plan: &mut Plan) {
+fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Found, plan: &mut Plan) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -222,10 +276,13 @@ fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Vec<Found>, plan: &mu
             // Regular files, and symbolic links resolved here to what they
             // point at (the reader opens with O_NOFOLLOW).
             if !file_type.is_symlink() {
-                found.push((child_rel, None));
+                found.paths.push(&child_rel);
             } else {
                 match std::fs::canonicalize(entry.path()) {
-                    Ok(target) => found.push((child_rel, Some(target))),
+                    Ok(target) => {
+                        let i = found.paths.push(&child_rel);
+                        found.targets.insert(i, target);
+                    }
                     Err(e) => plan.warnings.push(Warning {
                         kind: WarningKind::BrokenLink,
                         path: entry.path(),
@@ -263,12 +320,12 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
         input: input.to_path_buf(),
         ..Plan::default()
     };
-    let mut found = Vec::new();
+    let mut found = Found::default();
     walk(input, "", extensions, &mut found, &mut plan);
-    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut order: Vec<u32> = (0..found.paths.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| found.paths.get(a).cmp(found.paths.get(b)));
 
-    // Split and label names: sets of distinct names, not a copy per file (the
-    // plan of a 200k-file build is most of its memory).
+    // Split and label names: sets of distinct names, not a copy per file.
     let name_of = |rel: &str| {
         let parts: Vec<&str> = rel.split('/').collect();
         let (split, label) = names(&parts);
@@ -276,8 +333,8 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     };
     let mut splits = BTreeSet::new();
     let mut labels = BTreeSet::new();
-    for (rel, _) in &found {
-        let (split, label) = name_of(rel);
+    for i in 0..found.paths.len() as u32 {
+        let (split, label) = name_of(found.paths.get(i));
         if !splits.contains(&split) {
             splits.insert(split);
         }
@@ -288,10 +345,14 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     plan.splits = splits.into_iter().collect();
     plan.label_names = labels.into_iter().collect();
 
+    // Jobs in sorted path order; the table rewritten in that order, so a
+    // job's path index is its position in the sorted walk.
     let mut next_seq = vec![0usize; plan.splits.len()];
-    let mut jobs: Vec<Job> = Vec::with_capacity(found.len());
-    for (rel, target) in found {
-        let (split, label) = name_of(&rel);
+    let mut jobs: Vec<Job> = Vec::with_capacity(order.len());
+    let mut paths = PathTable::default();
+    for old in order {
+        let rel = found.paths.get(old);
+        let (split, label) = name_of(rel);
         let split = plan
             .splits
             .binary_search(&split)
@@ -303,14 +364,20 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
         });
         let seq = next_seq[split];
         next_seq[split] += 1;
+        let path = paths.push(rel);
+        if let Some(t) = found.targets.remove(&old) {
+            plan.targets.insert(path, t);
+        }
         jobs.push(Job {
-            rel_path: rel.into(),
-            target,
+            path,
             split,
             seq,
             label,
         });
     }
+    drop(found);
+    paths.shrink_to_fit();
+    plan.paths = Arc::new(paths);
     jobs.sort_by_key(|j| (j.split, j.seq));
     plan.jobs = jobs;
     Ok(plan)
@@ -348,7 +415,7 @@ mod tests {
         let rels = |plan: &Plan| {
             plan.jobs
                 .iter()
-                .map(|j| j.rel_path.to_string())
+                .map(|j| plan.rel_path(j).to_string())
                 .collect::<Vec<_>>()
         };
         let plan = scan(d.path()).unwrap();
@@ -381,7 +448,7 @@ mod tests {
         let got: Vec<_> = plan
             .jobs
             .iter()
-            .map(|j| (&*j.rel_path, j.split, j.seq, j.label))
+            .map(|j| (plan.rel_path(j), j.split, j.seq, j.label))
             .collect();
         assert_eq!(
             got,
@@ -415,5 +482,40 @@ mod tests {
     fn a_file_as_input_is_an_error() {
         let f = tempfile::NamedTempFile::new().unwrap();
         assert!(scan(f.path()).is_err());
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    /// A build holds its plan for the whole run, so the plan's memory per file
+    /// decides how RSS grows with the corpus: a small fixed job and the path's
+    /// own bytes (+4) in one shared table, not a `String`/`PathBuf` per file.
+    #[test]
+    fn a_plan_costs_its_path_bytes_plus_a_few_words_per_file() {
+        let d = tempfile::tempdir().unwrap();
+        let mut name_bytes = 0;
+        for i in 0..500 {
+            let rel = format!("TRAINING/label{}/clip_{i:05}.wav", i % 3);
+            name_bytes += rel.len();
+            let f = d.path().join(&rel);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, b"").unwrap();
+        }
+        let plan = scan(d.path()).unwrap();
+        assert_eq!(plan.jobs.len(), 500);
+        assert!(std::mem::size_of::<Job>() <= 32);
+        assert_eq!(plan.paths.len(), 500);
+        assert!(
+            plan.paths.heap_bytes() <= name_bytes + 4 * 500,
+            "{} bytes for {name_bytes} bytes of names",
+            plan.paths.heap_bytes()
+        );
+        // Every job's path and open path are what the walk found.
+        for j in &plan.jobs {
+            let rel = plan.rel_path(j);
+            assert_eq!(plan.open_path(j), d.path().join(rel));
+        }
     }
 }

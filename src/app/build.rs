@@ -23,7 +23,8 @@ use crate::config::Config;
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
 use crate::runtime::telemetry::{Local, Report, Telemetry};
-use crate::source::{self, Job};
+use crate::runtime::window::{CloseOnDrop, Window};
+use crate::source::{self, Job, PathTable, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
 /// A fatal problem: the run cannot complete.
@@ -101,7 +102,7 @@ fn output_plan(
             files: plan
                 .split_jobs(i)
                 .map(|j| PlannedFile {
-                    rel_path: std::sync::Arc::clone(&j.rel_path),
+                    path: j.path,
                     label: j.label,
                 })
                 .collect(),
@@ -127,6 +128,7 @@ fn output_plan(
     }
     OutputPlan {
         out_dir: out.to_path_buf(),
+        paths: Arc::clone(&plan.paths),
         splits,
         label_names: plan.label_names.clone(),
         spec: cfg.spec.clone(),
@@ -141,17 +143,20 @@ fn output_plan(
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
+    paths: &PathTable,
+    window: &Window,
     p: &Pipeline,
 ) -> Result<(WriteReport, Vec<Rejection>), writer::Error> {
     let mut local = Local::default();
     let mut rejected = Vec::new();
     let telemetry = p.telemetry();
     while let Some(o) = p.outcomes().pop() {
+        window.received(o.job);
         let j = &jobs[o.job];
         let d = pipeline::deliver(
             &mut w,
             j,
-            &j.rel_path,
+            paths.get(j.path),
             o.row,
             p.free_rows(),
             &mut local,
@@ -260,7 +265,7 @@ pub fn build_shard(
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));
     }
-    let plan = match shard {
+    let mut plan = match shard {
         Some(s) => {
             let part = s.apply(&plan);
             tracing::info!(
@@ -295,8 +300,13 @@ pub fn build_shard(
     // job holds its path, and a build's memory must not grow with its size.
     let queue_ahead = plan.jobs.len().min(4096);
     let p = Arc::new(Pipeline::start(cfg, telemetry, queue_ahead)?);
-    let input_dir = plan.input.clone();
-    let jobs: Arc<[Job]> = plan.jobs.into();
+    let paths = Arc::clone(&plan.paths);
+    let jobs: Arc<[Job]> = std::mem::take(&mut plan.jobs).into();
+    // The source opens links at their resolved targets (`Plan::open_path`).
+    let open = Plan {
+        jobs: Vec::new(),
+        ..plan
+    };
     // `[metrics] listen`: scrapes read the graph's published telemetry.
     let endpoint = match cfg.metrics.listen {
         None => None,
@@ -311,16 +321,31 @@ pub fn build_shard(
         }
     };
 
+    // The writer holds rows that arrive before their predecessors; the window
+    // bounds how many (`runtime::window`): twice what the stages hold (reads
+    // in flight and loaded per reader, the CPU workers' files or two CUDA
+    // batches, the rows queued for the writer).
+    let computing = match p.shape().workers {
+        0 => 2 * cfg.compute.batch_files,
+        n => n,
+    };
+    let window = Arc::new(Window::new(
+        2 * (2 * cfg.io.queue_depth * cfg.io.threads.max(1) + computing + cfg.compute.queue_depth),
+    ));
     // The source: the sorted walk, then the end of the stream (guard dropped).
     let source = {
         let (feed, jobs) = (p.jobs().producer(), Arc::clone(&jobs));
+        let window = Arc::clone(&window);
         std::thread::Builder::new()
             .name("source".into())
             .spawn(move || {
                 for (id, j) in jobs.iter().enumerate() {
+                    if !window.admit(id) {
+                        return; // the writer stopped
+                    }
                     let job = ReadJob {
                         id,
-                        path: source::open_path(&input_dir, j),
+                        path: open.open_path(j),
                     };
                     if feed.push(job).is_err() {
                         return; // the graph was aborted
@@ -338,10 +363,12 @@ pub fn build_shard(
     // The sink: one writer thread.
     let writer_thread = {
         let (p, jobs) = (Arc::clone(&p), Arc::clone(&jobs));
+        let window = Arc::clone(&window);
         std::thread::Builder::new()
             .name("writer".into())
             .spawn(move || {
-                let r = write_all(writer, &jobs, &p);
+                let _release_source = CloseOnDrop(&window);
+                let r = write_all(writer, &jobs, &paths, &window, &p);
                 if r.is_err() {
                     p.abort();
                 }

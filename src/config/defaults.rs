@@ -88,8 +88,8 @@ pub mod compute {
     pub const WORKERS: usize = 0;
     /// `compute.batch_files`.
     pub const BATCH_FILES: usize = 256;
-    /// `compute.queue_depth`.
-    pub const QUEUE_DEPTH: usize = 256;
+    /// `compute.queue_depth` (a row of the reference clips is 30 KB).
+    pub const QUEUE_DEPTH: usize = 64;
     /// `compute.pin`.
     pub const PIN: PinPolicy = PinPolicy::Auto;
     /// `compute.max_batch_delay_ms`: longest the CUDA stage holds a partial

@@ -1,4 +1,5 @@
-//! What every stage runs on: the rings between them ([`ring`]), thread
+//! What every stage runs on: the rings between them ([`ring`]), the reorder
+//! bound of an in-order consumer ([`window`]), thread
 //! placement ([`pin`]), typed counters ([`telemetry`]) and the raw system
 //! calls the rest of the program reaches only through safe wrappers ([`sys`]).
 
@@ -8,3 +9,4 @@ pub mod ring;
 /// safe `io::Result` wrappers; the io_uring engine and CUDA FFI keep theirs.
 pub mod sys;
 pub mod telemetry;
+pub mod window;

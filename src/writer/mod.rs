@@ -83,11 +83,11 @@ pub struct SplitPlan {
 }
 
 /// One input file as the writer records it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct PlannedFile {
-    /// Path relative to INPUT with `/` separators (stored in `path`); shared
-    /// with the build's job list.
-    pub rel_path: std::sync::Arc<str>,
+    /// Index in [`OutputPlan::paths`] of the path relative to INPUT with `/`
+    /// separators (stored in `path`).
+    pub path: u32,
     /// Index into [`OutputPlan::label_names`], or -1 for no label.
     pub label: i32,
 }
@@ -96,6 +96,8 @@ pub struct PlannedFile {
 #[derive(Clone, Debug)]
 pub struct OutputPlan {
     pub out_dir: PathBuf,
+    /// The relative paths [`PlannedFile::path`] indexes (shared with the walk).
+    pub paths: std::sync::Arc<crate::source::PathTable>,
     pub splits: Vec<SplitPlan>,
     /// Sorted, distinct; label ids index this.
     pub label_names: Vec<String>,
@@ -199,6 +201,7 @@ pub struct DatasetWriter {
 struct SplitWriter {
     name: String,
     files: Vec<PlannedFile>,
+    paths: std::sync::Arc<crate::source::PathTable>,
     /// Lowest seq not yet consumed; every seq below it is in the file or the chunk.
     next_seq: usize,
     /// Early arrivals (seq > next_seq), held until their turn.
@@ -250,6 +253,7 @@ impl DatasetWriter {
             splits.push(SplitWriter {
                 name: split.name,
                 files: split.files,
+                paths: std::sync::Arc::clone(&plan.paths),
                 next_seq: 0,
                 pending: BTreeMap::new(),
                 chunk: ChunkBuf::new(plan.dtype, row_shape, chunk_rows),
@@ -414,10 +418,11 @@ impl SplitWriter {
         row: Option<Vec<f32>>,
         recycled: &mut Vec<Vec<f32>>,
     ) -> Result<(), Error> {
-        let file = &self.files[self.next_seq];
+        let file = self.files[self.next_seq];
         self.next_seq += 1;
         if let Some(row) = row {
-            self.chunk.push(&row, file.label, &file.rel_path)?;
+            self.chunk
+                .push(&row, file.label, self.paths.get(file.path))?;
             recycled.push(row);
             if self.chunk.is_full() {
                 self.out.append(&self.chunk)?;
@@ -489,15 +494,23 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
             return bad(format!("split `{name}` appears twice"));
         }
         for f in &split.files {
+            if f.path as usize >= plan.paths.len() {
+                return bad(format!(
+                    "path index {} is outside the table of {}",
+                    f.path,
+                    plan.paths.len()
+                ));
+            }
+            let rel_path = plan.paths.get(f.path);
             let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
             if f.label != -1 && !known {
                 return bad(format!(
-                    "{}: label {} is outside -1..{n_labels}",
-                    f.rel_path, f.label
+                    "{rel_path}: label {} is outside -1..{n_labels}",
+                    f.label
                 ));
             }
-            if f.rel_path.contains('\0') {
-                return bad(format!("path {:?} contains a NUL byte", f.rel_path));
+            if rel_path.contains('\0') {
+                return bad(format!("path {rel_path:?} contains a NUL byte"));
             }
         }
     }

@@ -33,14 +33,16 @@ const ROW_SHAPE: [usize; 4] = [2, 3, 4, 5];
 const ROW_LEN: usize = 120;
 
 fn plan(out_dir: &Path, n_files: usize, chunk_files: usize, dtype: Dtype) -> OutputPlan {
+    let mut paths = crate::source::PathTable::default();
     let files = (0..n_files)
         .map(|i| PlannedFile {
-            rel_path: format!("train/{}/f{i:03}.wav", ["leak", "noleak"][i % 2]).into(),
+            path: paths.push(&format!("train/{}/f{i:03}.wav", ["leak", "noleak"][i % 2])),
             label: (i % 2) as i32,
         })
         .collect();
     OutputPlan {
         out_dir: out_dir.to_path_buf(),
+        paths: std::sync::Arc::new(paths),
         splits: vec![SplitPlan {
             name: "train".into(),
             files,
@@ -399,6 +401,9 @@ fn invalid_plans_are_refused() {
     bad.push(p);
     let mut p = base.clone();
     p.splits[0].files[0].label = 2;
+    bad.push(p);
+    let mut p = base.clone();
+    p.splits[0].files[1].path = 2;
     bad.push(p);
     let mut p = base.clone();
     p.label_names.reverse();

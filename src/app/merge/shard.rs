@@ -92,6 +92,8 @@ impl Shard {
         }
         Plan {
             input: plan.input.clone(),
+            paths: std::sync::Arc::clone(&plan.paths),
+            targets: plan.targets.clone(),
             splits: plan.splits.clone(),
             label_names: plan.label_names.clone(),
             jobs,

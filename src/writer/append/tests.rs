@@ -177,17 +177,19 @@ fn recovery_refuses_what_it_cannot_trust() {
 fn appends_to_a_build_file() {
     let d = tempfile::tempdir().unwrap();
     let s = spec();
+    let mut paths = crate::source::PathTable::default();
     let plan = super::super::OutputPlan {
         out_dir: d.path().to_path_buf(),
         splits: vec![super::super::SplitPlan {
             name: "train".into(),
             files: (0..3)
                 .map(|i| super::super::PlannedFile {
-                    rel_path: format!("train/x/{i}.wav").into(),
+                    path: paths.push(&format!("train/x/{i}.wav")),
                     label: 0,
                 })
                 .collect(),
         }],
+        paths: std::sync::Arc::new(paths),
         label_names: names(&["x"]),
         spec: s.spec.clone(),
         dtype: s.dtype,
