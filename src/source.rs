@@ -32,9 +32,9 @@ pub struct Job {
     /// recorded in `path`) in [`Plan::paths`].
     pub path: u32,
     /// Index into [`Plan::splits`].
-    pub split: usize,
+    pub split: u32,
     /// Position within its split (row order before rejections are removed).
-    pub seq: usize,
+    pub seq: u32,
     /// Index into [`Plan::label_names`], or -1.
     pub label: i32,
 }
@@ -90,7 +90,7 @@ impl PathTable {
 pub struct Plan {
     /// The input directory as given to the walk.
     pub input: PathBuf,
-    /// Every job's relative path, in job order ([`Job::path`] indexes it).
+    /// Every job's relative path, in walk order ([`Job::path`] indexes it).
     pub paths: Arc<PathTable>,
     /// Resolved targets of the jobs that are symbolic links, by path index.
     pub targets: HashMap<u32, PathBuf>,
@@ -122,7 +122,7 @@ impl Plan {
 
     /// Jobs of split `i`, in seq order.
     pub fn split_jobs(&self, i: usize) -> impl Iterator<Item = &Job> {
-        self.jobs.iter().filter(move |j| j.split == i)
+        self.jobs.iter().filter(move |j| j.split as usize == i)
     }
 }
 
@@ -345,14 +345,12 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     plan.splits = splits.into_iter().collect();
     plan.label_names = labels.into_iter().collect();
 
-    // Jobs in sorted path order; the table rewritten in that order, so a
-    // job's path index is its position in the sorted walk.
+    // Jobs in sorted path order, pointing into the walk's table (kept in walk
+    // order: no second copy of every path).
     let mut next_seq = vec![0usize; plan.splits.len()];
     let mut jobs: Vec<Job> = Vec::with_capacity(order.len());
-    let mut paths = PathTable::default();
-    for old in order {
-        let rel = found.paths.get(old);
-        let (split, label) = name_of(rel);
+    for path in order {
+        let (split, label) = name_of(found.paths.get(path));
         let split = plan
             .splits
             .binary_search(&split)
@@ -364,20 +362,21 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
         });
         let seq = next_seq[split];
         next_seq[split] += 1;
-        let path = paths.push(rel);
-        if let Some(t) = found.targets.remove(&old) {
-            plan.targets.insert(path, t);
-        }
         jobs.push(Job {
             path,
-            split,
-            seq,
+            // Both < the number of files, which the path table caps at 2^32.
+            split: split as u32,
+            seq: seq as u32,
             label,
         });
     }
-    drop(found);
+    let Found {
+        mut paths,
+        targets,
+    } = found;
     paths.shrink_to_fit();
     plan.paths = Arc::new(paths);
+    plan.targets = targets;
     jobs.sort_by_key(|j| (j.split, j.seq));
     plan.jobs = jobs;
     Ok(plan)
@@ -505,7 +504,7 @@ mod memory_tests {
         }
         let plan = scan(d.path()).unwrap();
         assert_eq!(plan.jobs.len(), 500);
-        assert!(std::mem::size_of::<Job>() <= 32);
+        assert_eq!(std::mem::size_of::<Job>(), 16);
         assert_eq!(plan.paths.len(), 500);
         assert!(
             plan.paths.heap_bytes() <= name_bytes + 4 * 500,

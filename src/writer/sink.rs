@@ -48,12 +48,12 @@ impl Sink for DatasetWriter {
         row: Vec<f32>,
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error> {
-        recycle.extend(self.submit(file.split, file.seq, Some(row))?);
+        recycle.extend(self.submit(file.split as usize, file.seq as usize, Some(row))?);
         Ok(Placed::Pending)
     }
 
     fn skip(&mut self, file: &Job, recycle: &mut Vec<Vec<f32>>) -> Result<(), Error> {
-        recycle.extend(self.submit(file.split, file.seq, None)?);
+        recycle.extend(self.submit(file.split as usize, file.seq as usize, None)?);
         Ok(())
     }
 }

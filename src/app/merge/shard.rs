@@ -86,7 +86,7 @@ impl Shard {
             let all: Vec<_> = plan.split_jobs(split).collect();
             for (seq, j) in all[self.range(all.len())].iter().enumerate() {
                 let mut j = (*j).clone();
-                j.seq = seq;
+                j.seq = seq as u32;
                 jobs.push(j);
             }
         }
