@@ -370,10 +370,7 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
             label,
         });
     }
-    let Found {
-        mut paths,
-        targets,
-    } = found;
+    let Found { mut paths, targets } = found;
     paths.shrink_to_fit();
     plan.paths = Arc::new(paths);
     plan.targets = targets;

@@ -372,6 +372,17 @@ pub fn fadvise_dontneed(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Starts writeback of the file's dirty pages without waiting for it
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` over the whole file).
+pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed, so open; the call only schedules
+    // I/O of the file's own pages.
+    if unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Schedules every filesystem's dirty pages to be written (`sync`).
 pub fn sync() {
     // SAFETY: sync has no preconditions and cannot fail.

@@ -101,6 +101,15 @@ impl ChunkBuf {
         &self.paths
     }
 
+    /// Bytes of the buffered mel rows (what a write of the chunk appends, give
+    /// or take the small label and path data).
+    pub(super) fn bytes(&self) -> usize {
+        match &self.mel {
+            MelBuf::F32(b) => 4 * b.len(),
+            MelBuf::F16(b) => 2 * b.len(),
+        }
+    }
+
     /// Shape of the buffered block: (rows, n_long, n_short, n_mels, n_frames).
     pub(super) fn shape(&self) -> (usize, usize, usize, usize, usize) {
         let [a, b, c, d] = self.row_shape;
