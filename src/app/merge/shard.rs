@@ -85,7 +85,7 @@ impl Shard {
         for split in 0..plan.splits.len() {
             let all: Vec<_> = plan.split_jobs(split).collect();
             for (seq, j) in all[self.range(all.len())].iter().enumerate() {
-                let mut j = (*j).clone();
+                let mut j = **j;
                 j.seq = seq as u32;
                 jobs.push(j);
             }
