@@ -186,7 +186,7 @@ mod tests {
         while got < n {
             held.push(rx.recv().unwrap());
             state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            if held.len() == 8 || (state >> 16) % 3 == 0 || got + held.len() == n {
+            if held.len() == 8 || (state >> 16).is_multiple_of(3) || got + held.len() == n {
                 while let Some(id) = held.pop() {
                     w.received(id);
                     got += 1;
