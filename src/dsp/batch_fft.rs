@@ -341,3 +341,7 @@ unsafe fn radix4<V: Lanes>(re: *mut f64, im: *mut f64, m: usize, h: usize, tw: &
     }
 }
 
+
+#[cfg(test)]
+#[path = "batch_fft_tests.rs"]
+mod tests;

@@ -461,10 +461,10 @@ mod tests {
                 .collect();
             let mut scratch = Scratch::new(&plan);
             let mut fast = vec![0.0; spec.row_len()];
-            plan.compute(&clip, &mut scratch, &mut fast);
+            plan.compute_reference(&clip, &mut scratch, &mut fast);
             plan.avx2 = false;
             let mut base = vec![0.0; spec.row_len()];
-            plan.compute(&clip, &mut scratch, &mut base);
+            plan.compute_reference(&clip, &mut scratch, &mut base);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(bits(&fast) == bits(&base), "{spec:?}");
         }

@@ -222,3 +222,6 @@ fn mel_lanes<V: Lanes, const L: usize>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
