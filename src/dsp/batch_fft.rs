@@ -8,8 +8,8 @@
 //! * the caller packs each frame as `z[j] = x[2j] + i·x[2j+1]` straight into
 //!   bit-reversed position [`BatchFft::slots`]`()[j]` (window applied while packing);
 //! * an in-place decimation-in-time complex FFT of `m`: one radix-2 pass when
-//!   `log2 m` is odd, then radix-4 passes, each two radix-2 stages fused in
-//!   registers (the second stage's odd twiddle is `−i` times the even one);
+//!   `log2 m` is odd, then radix-4 passes (three twiddle products and sixteen
+//!   additions per four values; the first pass has no products);
 //! * realfft's even-length split step for each mirrored pair `(k, m − k)` with
 //!   realfft's own twiddles and expression, then `|X|^power` in f32.
 //!
@@ -25,7 +25,8 @@
 //! `ε = 2⁻⁵³`. Why: a radix-2 FFT of `m` points with twiddles accurate to `μ ≈ ε`
 //! has `‖Ẑ − Z‖₂ ≤ log2(m) · (μ + γ₄(√2 + μ)) · ‖Z‖₂ ≈ 6.7 ε log2(m) ‖Z‖₂`
 //! (Higham, *Accuracy and Stability of Numerical Algorithms*, thm. 24.2), with
-//! `‖Z‖₂ = √m ‖x‖₂`; the split step combines two outputs with weights of modulus
+//! `‖Z‖₂ = √m ‖x‖₂` (a radix-4 pass rounds no more than the two radix-2 stages
+//! it replaces: one twiddle product and two levels of sums); the split step combines two outputs with weights of modulus
 //! ≤ 1 (factor ≤ 2) and adds ≤ 4 roundings of values ≤ `‖Z‖₂`; both transforms
 //! (ours and realfft's) carry such an error, so their difference is at most
 //! `2 · (2 · 6.7 + 4) ε log2(m) √m ‖x‖₂ < 24 ε log2(n) √n ‖x‖₂`.
@@ -81,11 +82,11 @@ impl Level {
     }
 }
 
-/// One radix-4 pass: spans `h` and `2h` fused. `tw[j]` is
-/// `(W_{2h}^j.re, W_{2h}^j.im, W_{4h}^j.re, W_{4h}^j.im)`, `W_N = e^{−2πi/N}`.
+/// One radix-4 pass combining four DFTs of size `h`. `tw[j]` is
+/// `W_{4h}^j`, `W_{4h}^{2j}`, `W_{4h}^{3j}` as `(re, im)` pairs, `W_N = e^{−2πi/N}`.
 struct Pass {
     h: usize,
-    tw: Vec<[f64; 4]>,
+    tw: Vec<[f64; 6]>,
 }
 
 /// Precomputed tables of the batched transform for one `n_fft`. `Send + Sync`.
@@ -122,9 +123,10 @@ impl BatchFft {
         while h < m {
             let tw = (0..h)
                 .map(|j| {
-                    let (wr, wi) = twiddle(j, 2 * h);
-                    let (ur, ui) = twiddle(j, 4 * h);
-                    [wr, wi, ur, ui]
+                    let (w1r, w1i) = twiddle(j, 4 * h);
+                    let (w2r, w2i) = twiddle(2 * j, 4 * h);
+                    let (w3r, w3i) = twiddle(3 * j, 4 * h);
+                    [w1r, w1i, w2r, w2i, w3r, w3i]
                 })
                 .collect();
             passes.push(Pass { h, tw });
@@ -296,51 +298,52 @@ unsafe fn radix4_first<V: Lanes>(re: *mut f64, im: *mut f64, m: usize) {
     }
 }
 
-/// One radix-4 pass of span `h` (> 1): blocks of `4h`, quarter `q` at offset `q·h`.
+/// One radix-4 pass (> the first): blocks of `4h` whose quarters hold the
+/// size-`h` DFTs of the residues 0, 2, 1, 3 (mod 4) of the block's inputs (the
+/// bit-reversed order); with `N = 4h`, `A = Q0[j]`, `B = W_N^{2j}·Q1[j]`,
+/// `C = W_N^j·Q2[j]`, `D = W_N^{3j}·Q3[j]`, the outputs are
+/// `X[j] = (A + B) + (C + D)`, `X[j + h] = (A − B) − i(C − D)`,
+/// `X[j + 2h] = (A + B) − (C + D)`, `X[j + 3h] = (A − B) + i(C − D)`.
 ///
 /// # Safety
 /// `re`, `im`: `m · V::L` values each, `4h | m`, `tw.len() ≥ h`.
 #[inline(always)]
-unsafe fn radix4<V: Lanes>(re: *mut f64, im: *mut f64, m: usize, h: usize, tw: &[[f64; 4]]) {
+unsafe fn radix4<V: Lanes>(re: *mut f64, im: *mut f64, m: usize, h: usize, tw: &[[f64; 6]]) {
     let l = V::L;
     let tw = &tw[..h];
+    #[inline(always)]
+    fn cmul<V: Lanes>(xr: V, xi: V, wr: V, wi: V) -> (V, V) {
+        (xr.mul(wr).sub(xi.mul(wi)), xr.mul(wi).add(xi.mul(wr)))
+    }
     for b in (0..m).step_by(4 * h) {
-        for (j, &[wr, wi, ur, ui]) in tw.iter().enumerate() {
-            let (wr, wi, ur, ui) = (V::splat(wr), V::splat(wi), V::splat(ur), V::splat(ui));
+        for (j, t) in tw.iter().enumerate() {
+            let t = t.map(V::splat);
             // SAFETY: b + j + 3h < b + 4h ≤ m (caller: 4h | m, j < h).
             unsafe {
                 let at = |q: usize| (b + j + q * h) * l;
                 let ld = |p: *mut f64, q: usize| V::load(p.add(at(q)));
-                let (x0r, x1r, x2r, x3r) = (ld(re, 0), ld(re, 1), ld(re, 2), ld(re, 3));
-                let (x0i, x1i, x2i, x3i) = (ld(im, 0), ld(im, 1), ld(im, 2), ld(im, 3));
-                // Stage of span h: twiddle w on x1 and x3.
-                let t1r = x1r.mul(wr).sub(x1i.mul(wi));
-                let t1i = x1r.mul(wi).add(x1i.mul(wr));
-                let t3r = x3r.mul(wr).sub(x3i.mul(wi));
-                let t3i = x3r.mul(wi).add(x3i.mul(wr));
-                let (a0r, a0i) = (x0r.add(t1r), x0i.add(t1i));
-                let (a1r, a1i) = (x0r.sub(t1r), x0i.sub(t1i));
-                let (a2r, a2i) = (x2r.add(t3r), x2i.add(t3i));
-                let (a3r, a3i) = (x2r.sub(t3r), x2i.sub(t3i));
-                // Stage of span 2h: twiddle u on a2, (−i)·u on a3.
-                let t2r = a2r.mul(ur).sub(a2i.mul(ui));
-                let t2i = a2r.mul(ui).add(a2i.mul(ur));
-                let s3r = a3r.mul(ur).sub(a3i.mul(ui));
-                let s3i = a3r.mul(ui).add(a3i.mul(ur));
+                let (ar, ai) = (ld(re, 0), ld(im, 0));
+                let (br, bi) = cmul(ld(re, 1), ld(im, 1), t[2], t[3]);
+                let (cr, ci) = cmul(ld(re, 2), ld(im, 2), t[0], t[1]);
+                let (dr, di) = cmul(ld(re, 3), ld(im, 3), t[4], t[5]);
+                let (s0r, s0i) = (ar.add(br), ai.add(bi));
+                let (s1r, s1i) = (ar.sub(br), ai.sub(bi));
+                let (s2r, s2i) = (cr.add(dr), ci.add(di));
+                let (s3r, s3i) = (cr.sub(dr), ci.sub(di));
                 let st = |v: V, p: *mut f64, q: usize| v.store(p.add(at(q)));
-                st(a0r.add(t2r), re, 0);
-                st(a0i.add(t2i), im, 0);
-                st(a0r.sub(t2r), re, 2);
-                st(a0i.sub(t2i), im, 2);
-                st(a1r.add(s3i), re, 1);
-                st(a1i.sub(s3r), im, 1);
-                st(a1r.sub(s3i), re, 3);
-                st(a1i.add(s3r), im, 3);
+                st(s0r.add(s2r), re, 0);
+                st(s0i.add(s2i), im, 0);
+                st(s0r.sub(s2r), re, 2);
+                st(s0i.sub(s2i), im, 2);
+                // −i·(C − D) = (C − D).im − i·(C − D).re
+                st(s1r.add(s3i), re, 1);
+                st(s1i.sub(s3r), im, 1);
+                st(s1r.sub(s3i), re, 3);
+                st(s1i.add(s3r), im, 3);
             }
         }
     }
 }
-
 
 #[cfg(test)]
 #[path = "batch_fft_tests.rs"]

@@ -28,13 +28,17 @@ pub(crate) trait Lanes: Copy {
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
     fn sqrt(self) -> Self;
-    /// Lane `l` = `f64::from(*base.add(index[l]))`.
-    ///
-    /// # Safety
-    /// `index.len() ≥ L` and `base + index[l]` readable for every lane.
-    unsafe fn gather_f32(base: *const f32, index: &[i32]) -> Self;
     /// The matching `L` f32 lanes.
     type F: LanesF32;
+    /// `2L` samples of `L` frames, windowed and turned lane-wise: calls
+    /// `put(c, v)` for `c = 0 .. 2L` with lane `l` of `v` =
+    /// `f64::from(*rows[l].add(c)) · *w.add(c)` (one rounding, as the per-frame
+    /// path's `w · x`).
+    ///
+    /// # Safety
+    /// `rows[l] .. rows[l] + 2L` readable f32s for `l < L`; `w .. w + 2L`
+    /// readable f64s.
+    unsafe fn pack_block(rows: &[*const f32], w: *const f64, put: impl FnMut(usize, Self));
 }
 
 /// `L` f32 lanes (the mel product), same rules as [`Lanes`].
@@ -82,14 +86,20 @@ pub(crate) struct Portable([f64; 4]);
 
 impl Lanes for Portable {
     const L: usize = 4;
-    type F = [f32; 4];
     #[inline(always)]
-    unsafe fn gather_f32(base: *const f32, index: &[i32]) -> Self {
-        // SAFETY: the caller guarantees 4 indices, each readable from `base`.
-        Portable(std::array::from_fn(|l| unsafe {
-            f64::from(*base.offset(index[l] as isize))
-        }))
+    unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
+        for c in 0..8 {
+            // SAFETY: c < 2L = 8: inside the caller's ranges.
+            put(
+                c,
+                Portable(std::array::from_fn(|l| unsafe {
+                    f64::from(*rows[l].add(c)) * *w.add(c)
+                })),
+            );
+        }
     }
+    type F = [f32; 4];
+
     #[inline(always)]
     fn splat(x: f64) -> Self {
         Portable([x; 4])
@@ -161,17 +171,36 @@ mod x86 {
     // pointer preconditions are the trait methods' own.
     impl Lanes for Avx2 {
         const L: usize = 4;
-        type F = F128;
         #[inline(always)]
-        unsafe fn gather_f32(base: *const f32, index: &[i32]) -> Self {
-            assert!(index.len() >= 4);
-            // SAFETY: AVX2 enabled (see above); 4 indices read (checked), each
-            // readable from `base` (caller).
-            Avx2(unsafe {
-                let i = _mm_loadu_si128(index.as_ptr().cast());
-                _mm256_cvtps_pd(_mm_i32gather_ps::<4>(base, i))
-            })
+        unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
+            assert!(rows.len() >= 4);
+            // SAFETY: AVX2 enabled (see above); 8 f32 per row and 8 f64 of `w`
+            // readable (caller).
+            unsafe {
+                let (w0, w1) = (_mm256_loadu_pd(w), _mm256_loadu_pd(w.add(4)));
+                // Row l: samples 0..4 and 4..8, windowed.
+                let mut lo = [_mm256_setzero_pd(); 4];
+                let mut hi = [_mm256_setzero_pd(); 4];
+                for l in 0..4 {
+                    let x = _mm256_loadu_ps(rows[l]);
+                    lo[l] = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), w0);
+                    hi[l] = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)), w1);
+                }
+                for (half, r) in [lo, hi].iter().enumerate() {
+                    // 4×4 transpose: column c holds sample 4·half + c of every row.
+                    let a0 = _mm256_unpacklo_pd(r[0], r[1]);
+                    let a1 = _mm256_unpackhi_pd(r[0], r[1]);
+                    let a2 = _mm256_unpacklo_pd(r[2], r[3]);
+                    let a3 = _mm256_unpackhi_pd(r[2], r[3]);
+                    let c = 4 * half;
+                    put(c, Avx2(_mm256_permute2f128_pd::<0x20>(a0, a2)));
+                    put(c + 1, Avx2(_mm256_permute2f128_pd::<0x20>(a1, a3)));
+                    put(c + 2, Avx2(_mm256_permute2f128_pd::<0x31>(a0, a2)));
+                    put(c + 3, Avx2(_mm256_permute2f128_pd::<0x31>(a1, a3)));
+                }
+            }
         }
+        type F = F128;
         #[inline(always)]
         fn splat(x: f64) -> Self {
             // SAFETY: see the comment above the impl (AVX2 enabled).
@@ -217,17 +246,53 @@ mod x86 {
 
     impl Lanes for Avx512 {
         const L: usize = 8;
-        type F = F256;
         #[inline(always)]
-        unsafe fn gather_f32(base: *const f32, index: &[i32]) -> Self {
-            assert!(index.len() >= 8);
-            // SAFETY: AVX-512F (which implies AVX2) enabled (see above); 8
-            // indices read (checked), each readable from `base` (caller).
-            Avx512(unsafe {
-                let i = _mm256_loadu_si256(index.as_ptr().cast());
-                _mm512_cvtps_pd(_mm256_i32gather_ps::<4>(base, i))
-            })
+        unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
+            assert!(rows.len() >= 8);
+            // SAFETY: AVX-512F enabled (see above); 16 f32 per row and 16 f64 of
+            // `w` readable (caller).
+            unsafe {
+                let (w0, w1) = (_mm512_loadu_pd(w), _mm512_loadu_pd(w.add(8)));
+                let mut lo = [_mm512_setzero_pd(); 8];
+                let mut hi = [_mm512_setzero_pd(); 8];
+                for l in 0..8 {
+                    let (x0, x1) = (_mm256_loadu_ps(rows[l]), _mm256_loadu_ps(rows[l].add(8)));
+                    lo[l] = _mm512_mul_pd(_mm512_cvtps_pd(x0), w0);
+                    hi[l] = _mm512_mul_pd(_mm512_cvtps_pd(x1), w1);
+                }
+                for (half, r) in [lo, hi].iter().enumerate() {
+                    // 8×8 transpose: column c holds sample 8·half + c of every row.
+                    let a0 = _mm512_unpacklo_pd(r[0], r[1]);
+                    let a1 = _mm512_unpackhi_pd(r[0], r[1]);
+                    let a2 = _mm512_unpacklo_pd(r[2], r[3]);
+                    let a3 = _mm512_unpackhi_pd(r[2], r[3]);
+                    let a4 = _mm512_unpacklo_pd(r[4], r[5]);
+                    let a5 = _mm512_unpackhi_pd(r[4], r[5]);
+                    let a6 = _mm512_unpacklo_pd(r[6], r[7]);
+                    let a7 = _mm512_unpackhi_pd(r[6], r[7]);
+                    // b0: columns 0, 4; b1: 2, 6; b2: 1, 5; b3: 3, 7 (rows 0–3),
+                    // b4..b7 the same for rows 4–7.
+                    let b0 = _mm512_shuffle_f64x2::<0x88>(a0, a2);
+                    let b1 = _mm512_shuffle_f64x2::<0xDD>(a0, a2);
+                    let b2 = _mm512_shuffle_f64x2::<0x88>(a1, a3);
+                    let b3 = _mm512_shuffle_f64x2::<0xDD>(a1, a3);
+                    let b4 = _mm512_shuffle_f64x2::<0x88>(a4, a6);
+                    let b5 = _mm512_shuffle_f64x2::<0xDD>(a4, a6);
+                    let b6 = _mm512_shuffle_f64x2::<0x88>(a5, a7);
+                    let b7 = _mm512_shuffle_f64x2::<0xDD>(a5, a7);
+                    let c = 8 * half;
+                    put(c, Avx512(_mm512_shuffle_f64x2::<0x88>(b0, b4)));
+                    put(c + 4, Avx512(_mm512_shuffle_f64x2::<0xDD>(b0, b4)));
+                    put(c + 2, Avx512(_mm512_shuffle_f64x2::<0x88>(b1, b5)));
+                    put(c + 6, Avx512(_mm512_shuffle_f64x2::<0xDD>(b1, b5)));
+                    put(c + 1, Avx512(_mm512_shuffle_f64x2::<0x88>(b2, b6)));
+                    put(c + 5, Avx512(_mm512_shuffle_f64x2::<0xDD>(b2, b6)));
+                    put(c + 3, Avx512(_mm512_shuffle_f64x2::<0x88>(b3, b7)));
+                    put(c + 7, Avx512(_mm512_shuffle_f64x2::<0xDD>(b3, b7)));
+                }
+            }
         }
+        type F = F256;
         #[inline(always)]
         fn splat(x: f64) -> Self {
             // SAFETY: see the comment above the impl (AVX-512F enabled).

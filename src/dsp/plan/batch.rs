@@ -102,8 +102,9 @@ impl Plan {
     }
 
     /// Window the frames of `group` (≤ `L`) into the lanes of `re`, `im`. When
-    /// all of them are plain clip ranges, each packed value of all lanes is two
-    /// gathers; otherwise lane by lane.
+    /// all of them are plain clip ranges (and `2L` divides `n_fft`), `2L`
+    /// samples of every lane at a time are loaded, windowed and transposed in
+    /// registers ([`Lanes::pack_block`]); otherwise lane by lane.
     #[inline(always)]
     fn pack_group<V: Lanes, const L: usize>(
         &self,
@@ -117,7 +118,9 @@ impl Plan {
         let mut starts = [0i32; MAX_LANES];
         for (lane, src) in group.iter().enumerate() {
             match *src {
-                FrameSource::Clip { start } if start + n_fft <= clip.len() => {
+                FrameSource::Clip { start }
+                    if start + n_fft <= clip.len() && n_fft.is_multiple_of(2 * L) =>
+                {
                     starts[lane] = i32::try_from(start).expect("clip offsets fit i32");
                 }
                 _ => {
@@ -133,18 +136,25 @@ impl Plan {
             starts[lane] = starts[0];
         }
         assert!(re.len() == fft.m() * L && im.len() == fft.m() * L);
+        assert_eq!(self.window.len(), n_fft);
         let (pr, pi) = (re.as_mut_ptr(), im.as_mut_ptr());
-        let base = clip.as_ptr();
-        let pairs = fft.slots().iter().zip(self.window.chunks_exact(2));
-        for (j, (&s, w)) in pairs.enumerate() {
-            // SAFETY: every lane's start + n_fft ≤ clip.len() (checked above) and
-            // 2j + 1 < n_fft, so every gathered sample is inside `clip`; slot
-            // s < m, so the stores are inside the m·L values.
+        let slots = fft.slots();
+        let mut rows = [std::ptr::null::<f32>(); MAX_LANES];
+        for t0 in (0..n_fft).step_by(2 * L) {
+            for (row, &start) in rows.iter_mut().zip(&starts[..L]) {
+                // SAFETY: start + n_fft ≤ clip.len() (checked above), t0 < n_fft.
+                *row = unsafe { clip.as_ptr().add(start as usize + t0) };
+            }
+            // SAFETY: t0 + 2L ≤ n_fft (2L divides n_fft, checked by the caller
+            // of this path), so every row has 2L samples left and the window
+            // 2L values; each put stores to slot s < m of `re` or `im`.
             unsafe {
-                let x0 = V::gather_f32(base.add(2 * j), &starts);
-                let x1 = V::gather_f32(base.add(2 * j + 1), &starts);
-                V::splat(w[0]).mul(x0).store(pr.add(s as usize * L));
-                V::splat(w[1]).mul(x1).store(pi.add(s as usize * L));
+                V::pack_block(&rows[..L], self.window.as_ptr().add(t0), |c, v| {
+                    let t = t0 + c;
+                    let s = *slots.get_unchecked(t / 2) as usize;
+                    let dst = if t % 2 == 0 { pr } else { pi };
+                    v.store(dst.add(s * L));
+                });
             }
         }
     }
