@@ -215,7 +215,10 @@ impl BatchFft {
             }),
             Power::Other(e) => self.split::<V>(re, im, |k, xr, xi| unsafe {
                 let mut mag = [0f32; MAX_LANES];
-                xr.mul(xr).add(xi.mul(xi)).sqrt().store_f32(mag.as_mut_ptr());
+                xr.mul(xr)
+                    .add(xi.mul(xi))
+                    .sqrt()
+                    .store_f32(mag.as_mut_ptr());
                 for (j, mag) in mag[..l].iter().enumerate() {
                     *p.add(k * l + j) = f64::from(*mag).powf(e) as f32;
                 }

@@ -5,9 +5,9 @@
 use realfft::RealFftPlanner;
 
 use super::{BatchFft, Level};
-use crate::dsp::lanes::{Lanes, Portable};
 #[cfg(target_arch = "x86_64")]
 use crate::dsp::lanes::{Avx2, Avx512};
+use crate::dsp::lanes::{Lanes, Portable};
 use crate::dsp::spectrum::Power;
 
 /// The module doc's constant `C`.
@@ -41,7 +41,10 @@ fn spectra<V: Lanes>(fft: &BatchFft, frames: &[Vec<f64>]) -> Vec<Vec<(f64, f64)>
             o[k] = (r[lane], i[lane]);
         }
     });
-    assert!(seen.iter().all(|&n| n == 1), "every bin exactly once: {seen:?}");
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "every bin exactly once: {seen:?}"
+    );
     out
 }
 
@@ -113,8 +116,12 @@ fn frames(n: usize, seed: u64) -> Vec<Vec<f64>> {
         vec![0.0; n],
         vec![1.0; n],
         (0..n).map(|j| if j == 0 { 1.0 } else { 0.0 }).collect(),
-        (0..n).map(|j| if j == n / 2 + 1 { -3.5 } else { 0.0 }).collect(),
-        (0..n).map(|j| if j % 2 == 0 { 1.0 } else { -1.0 }).collect(),
+        (0..n)
+            .map(|j| if j == n / 2 + 1 { -3.5 } else { 0.0 })
+            .collect(),
+        (0..n)
+            .map(|j| if j % 2 == 0 { 1.0 } else { -1.0 })
+            .collect(),
         tone(1.0),
         tone((n / 4) as f64),
         tone(3.3),

@@ -161,7 +161,10 @@ fn batched_and_reference_paths_agree_on_every_golden_case() {
             worst = worst.max(err);
             let want = read_f32(&dir.join(c["expected"].as_str().unwrap()));
             let (err, at) = max_error(&reference, &want);
-            assert!(err <= TOLERANCE_DB, "{case}/{name}: reference off by {err:e} at {at}");
+            assert!(
+                err <= TOLERANCE_DB,
+                "{case}/{name}: reference off by {err:e} at {at}"
+            );
         }
     }
     assert!(batched_cases > 0, "no golden case takes the batched path");

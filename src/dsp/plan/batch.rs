@@ -11,9 +11,9 @@
 use super::{Plan, Scratch};
 use crate::dsp::batch_fft::{BatchFft, Level, MAX_LANES};
 use crate::dsp::filterbank::{LANES as BANK_LANES, SparseFilterbank};
-use crate::dsp::lanes::{Lanes, LanesF32, Portable};
 #[cfg(target_arch = "x86_64")]
 use crate::dsp::lanes::{Avx2, Avx512};
+use crate::dsp::lanes::{Lanes, LanesF32, Portable};
 use crate::dsp::layout::FrameSource;
 
 /// One worker's buffers for the batched path (empty when the plan has none).
@@ -80,19 +80,17 @@ impl Plan {
     #[inline(always)]
     fn frames_lanes<V: Lanes, const L: usize>(&self, clip: &[f32], scratch: &mut Scratch) {
         const { assert!(L == V::L) };
-        let fft = self.batch.as_ref().expect("the plan has a batched transform");
+        let fft = self
+            .batch
+            .as_ref()
+            .expect("the plan has a batched transform");
         let n_mels = self.spec.n_mels;
         let m = fft.m();
         let Scratch { batch, db, .. } = scratch;
         let re = &mut batch.re[..m * L];
         let im = &mut batch.im[..m * L];
         let power = &mut batch.power[..self.bank.power_len() * L];
-        for (group, cells) in self
-            .layout
-            .frames
-            .chunks(L)
-            .zip(db.chunks_mut(L * n_mels))
-        {
+        for (group, cells) in self.layout.frames.chunks(L).zip(db.chunks_mut(L * n_mels)) {
             self.pack_group::<V, L>(fft, clip, group, re, im);
             fft.transform::<V>(re, im);
             fft.power::<V>(re, im, power);

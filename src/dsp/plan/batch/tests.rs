@@ -56,9 +56,7 @@ fn clips(spec: &Spec) -> Vec<Vec<f32>> {
             (state >> 8) as f32 / (1 << 24) as f32 - 0.5
         })
         .collect();
-    let tone = (0..n)
-        .map(|i| (i as f32 * 0.37).sin() * 0.8)
-        .collect();
+    let tone = (0..n).map(|i| (i as f32 * 0.37).sin() * 0.8).collect();
     let mut click = vec![0f32; n];
     click[n / 3] = 1.0;
     vec![noise, tone, click]
@@ -126,5 +124,8 @@ fn sizes_without_a_batched_transform_take_the_reference_path() {
     assert_eq!(plan.batch_level(), None);
     let clip = &clips(&spec)[0];
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&row(&plan, clip, false)), bits(&row(&plan, clip, true)));
+    assert_eq!(
+        bits(&row(&plan, clip, false)),
+        bits(&row(&plan, clip, true))
+    );
 }
