@@ -113,13 +113,13 @@ impl Plan {
         im: &mut [f64],
     ) {
         let n_fft = self.spec.n_fft;
-        let mut starts = [0i32; MAX_LANES];
+        let mut starts = [0usize; MAX_LANES];
         for (lane, src) in group.iter().enumerate() {
             match *src {
                 FrameSource::Clip { start }
                     if start + n_fft <= clip.len() && n_fft.is_multiple_of(2 * L) =>
                 {
-                    starts[lane] = i32::try_from(start).expect("clip offsets fit i32");
+                    starts[lane] = start;
                 }
                 _ => {
                     for (lane, src) in group.iter().enumerate() {
@@ -141,7 +141,7 @@ impl Plan {
         for t0 in (0..n_fft).step_by(2 * L) {
             for (row, &start) in rows.iter_mut().zip(&starts[..L]) {
                 // SAFETY: start + n_fft ≤ clip.len() (checked above), t0 < n_fft.
-                *row = unsafe { clip.as_ptr().add(start as usize + t0) };
+                *row = unsafe { clip.as_ptr().add(start + t0) };
             }
             // SAFETY: t0 + 2L ≤ n_fft (2L divides n_fft, checked by the caller
             // of this path), so every row has 2L samples left and the window
