@@ -1,7 +1,8 @@
 //! [`BatchFft`]: the real FFT of `L` frames at once, "vertically": every value is
-//! an `[f64; L]` holding the same index of `L` different frames (lane `l` = frame
-//! `l`), so every butterfly is plain lane-wise arithmetic, with no shuffles, in
-//! one vector register per value (`L` = 8 in AVX-512, 4 in AVX2).
+//! a [`Lanes`] value (one vector register, or a `[f64; 4]` in the portable
+//! build) holding the same index of `L` different frames (lane `l` = frame `l`),
+//! so every butterfly is plain lane-wise arithmetic with no shuffles (`L` = 8 in
+//! AVX-512, 4 in AVX2 and portable).
 //!
 //! Algorithm, for `n_fft = 2m` with `m` a power of two ≥ 4 (other sizes keep the
 //! per-frame `spectrum` path):
@@ -26,8 +27,9 @@
 //! has `‖Ẑ − Z‖₂ ≤ log2(m) · (μ + γ₄(√2 + μ)) · ‖Z‖₂ ≈ 6.7 ε log2(m) ‖Z‖₂`
 //! (Higham, *Accuracy and Stability of Numerical Algorithms*, thm. 24.2), with
 //! `‖Z‖₂ = √m ‖x‖₂` (a radix-4 pass rounds no more than the two radix-2 stages
-//! it replaces: one twiddle product and two levels of sums); the split step combines two outputs with weights of modulus
-//! ≤ 1 (factor ≤ 2) and adds ≤ 4 roundings of values ≤ `‖Z‖₂`; both transforms
+//! it replaces: one twiddle product and two levels of sums); the split step
+//! combines two outputs with weights of modulus ≤ 1 (factor ≤ 2) and adds ≤ 4
+//! roundings of values ≤ `‖Z‖₂`; both transforms
 //! (ours and realfft's) carry such an error, so their difference is at most
 //! `2 · (2 · 6.7 + 4) ε log2(m) √m ‖x‖₂ < 24 ε log2(n) √n ‖x‖₂`.
 
