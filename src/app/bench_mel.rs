@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::app::synth;
 use crate::config::Config;
-use crate::dsp::{Plan, Scratch};
+use crate::dsp::{Level, Plan, Scratch};
 
 /// Arguments of `melforge bench mel`.
 #[derive(Clone, Debug, clap::Args)]
@@ -53,6 +53,9 @@ pub struct MelReport {
     pub mel_us_per_clip: f64,
     /// Shape of one row (n_long, n_short, n_mels, n_frames).
     pub row_shape: [usize; 4],
+    /// Which transform ran: `batched-avx512`, `batched-avx2`,
+    /// `batched-portable` (frames per vector lane), or `per-frame` (realfft).
+    pub fft: &'static str,
 }
 
 impl std::fmt::Display for MelReport {
@@ -64,8 +67,12 @@ impl std::fmt::Display for MelReport {
         )?;
         writeln!(
             f,
-            "per clip and thread: {:.1} µs ({:.1} µs decode, {:.1} µs mel); row shape {:?}",
-            self.us_per_clip, self.decode_us_per_clip, self.mel_us_per_clip, self.row_shape
+            "per clip and thread: {:.1} µs ({:.1} µs decode, {:.1} µs mel); row shape {:?}; FFT {}",
+            self.us_per_clip,
+            self.decode_us_per_clip,
+            self.mel_us_per_clip,
+            self.row_shape,
+            self.fft
         )
     }
 }
@@ -121,6 +128,12 @@ pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
         decode_us_per_clip: decode.as_secs_f64() * 1e6 / n,
         mel_us_per_clip: mel.as_secs_f64() * 1e6 / n,
         row_shape: spec.row_shape(),
+        fft: match plan.batch_level() {
+            Some(Level::Avx512) => "batched-avx512",
+            Some(Level::Avx2) => "batched-avx2",
+            Some(Level::Portable) => "batched-portable",
+            None => "per-frame",
+        },
     })
 }
 
@@ -163,5 +176,7 @@ mod tests {
         // Decode and mel are parts of one clip's time on thread 0.
         assert!(r.decode_us_per_clip + r.mel_us_per_clip <= r.us_per_clip * 1.01);
         assert!(r.to_string().contains("clips/s per thread"));
+        // The reference spec (n_fft 512) takes the batched path on every CPU.
+        assert!(r.fft.starts_with("batched-"), "{}", r.fft);
     }
 }

@@ -110,7 +110,7 @@ pub fn mel_filterbank(spec: &Spec) -> Vec<Vec<f32>> {
 
 /// Weights per band are padded with zeros to a multiple of this, so the product
 /// runs in whole vector-width chunks.
-const LANES: usize = 8;
+pub(crate) const LANES: usize = 8;
 
 /// One band of the sparse bank: weights for bins `first .. first + weights.len()`
 /// (the tail beyond the triangle is zero padding, `weights.len() % LANES == 0`).

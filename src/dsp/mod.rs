@@ -7,13 +7,17 @@
 //!   output (overlapping segments share frames).
 //! * `spectrum`: windowed frame → power spectrum, realfft's algorithm fused with
 //!   the power step (bit-identical to realfft, which the CUDA host shim uses).
+//! * `batch_fft`: the same spectrum for 4 or 8 frames at once, lane-wise
+//!   ("vertical" SIMD), within a stated bound of realfft ([`Level`] picks the build).
 //! * [`plan`]: [`Plan`] (precomputed, shared by workers) and [`Scratch`] (per
 //!   worker); [`Plan::compute`] turns one clip into one output row.
 //!
 //! The CPU path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
 //! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
+mod batch_fft;
 pub mod filterbank;
+mod lanes;
 mod layout;
 pub mod plan;
 pub mod spec;
@@ -23,6 +27,7 @@ pub mod window;
 #[cfg(test)]
 mod tests;
 
+pub use batch_fft::Level;
 pub use filterbank::mel_filterbank;
 pub use plan::{Plan, Scratch};
 pub use spec::{MelNorm, MelScale, PadMode, Segmentation, Spec, SpecError, Window};

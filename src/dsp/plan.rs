@@ -14,12 +14,22 @@
 //! Each distinct frame (see the `layout` module) is transformed and converted to dB
 //! once; the columns are then scattered to every `(l, s, f)` that uses them.
 //!
-//! The per-frame work (window, FFT + power in `spectrum`, mel, dB) runs in an AVX2
-//! build where the CPU has it (runtime check in [`Plan::new`]): the same
-//! operations in the same order, so the same bits (a test compares both builds).
+//! Where `n_fft / 2` is a power of two ≥ 4, [`Plan::compute`] runs the batched
+//! path (`batch` submodule: groups of 4 or 8 frames through `batch_fft`, at the
+//! widest [`Level`] the CPU has), which differs from realfft in FFT rounding only
+//! (bound in `batch_fft`). [`Plan::compute_reference`] keeps the per-frame path
+//! (window, FFT + power in `spectrum`, mel, dB), bit-identical to realfft, for
+//! every other size and as the reference the tests and the CUDA host double use;
+//! it runs in an AVX2 build where the CPU has it (runtime check in [`Plan::new`]):
+//! the same operations in the same order, so the same bits (a test compares both
+//! builds).
+
+mod batch;
 
 use realfft::num_complex::Complex;
 
+use self::batch::BatchScratch;
+use super::batch_fft::{BatchFft, Level};
 use super::filterbank::SparseFilterbank;
 use super::layout::{FrameSource, Layout};
 use super::spec::Spec;
@@ -62,6 +72,10 @@ pub struct Plan {
     /// The CPU has AVX2: [`compute`](Self::compute) runs the AVX2 build.
     #[cfg(target_arch = "x86_64")]
     avx2: bool,
+    /// The batched transform, where `n_fft` allows it.
+    batch: Option<BatchFft>,
+    /// The build the batched path runs ([`Level::detect`]).
+    level: Level,
     amin: f32,
     /// 10·log10(max(amin, ref)), subtracted from every value.
     ref_db: f64,
@@ -74,6 +88,7 @@ pub struct Scratch {
     power: Vec<f32>,
     /// Mel power, then dB, per distinct frame: `[frame][mel]`.
     db: Vec<f32>,
+    batch: BatchScratch,
 }
 
 impl Scratch {
@@ -82,6 +97,7 @@ impl Scratch {
             spectrum: plan.spectrum.make_scratch(),
             power: vec![0.0; plan.bank.power_len()],
             db: vec![0.0; plan.layout.frames.len() * plan.spec.n_mels],
+            batch: BatchScratch::new(plan),
         }
     }
 }
@@ -113,6 +129,8 @@ impl Plan {
             gathers,
             #[cfg(target_arch = "x86_64")]
             avx2: std::arch::is_x86_feature_detected!("avx2"),
+            batch: BatchFft::new(spec.n_fft, Power::new(spec.power)),
+            level: Level::detect(),
             amin: spec.amin as f32,
             ref_db: 10.0 * spec.amin.max(spec.ref_value).log10(),
         }
@@ -174,6 +192,12 @@ impl Plan {
         self.ref_db
     }
 
+    /// The build [`compute`](Self::compute) runs the batched path in, or `None`
+    /// where `n_fft` takes the per-frame path.
+    pub fn batch_level(&self) -> Option<Level> {
+        self.batch.as_ref().map(|_| self.level)
+    }
+
     /// Log-mel of one clip.
     ///
     /// `clip`: exactly `spec.clip_samples()` mono samples (already padded/trimmed).
@@ -183,16 +207,20 @@ impl Plan {
     /// # Panics
     /// If either length is wrong or `scratch` was made for another plan's spec.
     pub fn compute(&self, clip: &[f32], scratch: &mut Scratch, out: &mut [f32]) {
-        let spec = &self.spec;
-        assert_eq!(clip.len(), spec.clip_samples(), "clip length");
-        assert_eq!(out.len(), spec.row_len(), "output length");
-        let n_mels = spec.n_mels;
-        assert_eq!(
-            scratch.db.len(),
-            self.layout.frames.len() * n_mels,
-            "scratch"
-        );
+        self.check(clip, scratch, out);
+        if self.batch.is_some() {
+            self.frames_batched(self.level, clip, scratch);
+            self.scatter(&scratch.db, out);
+        } else {
+            self.compute_reference(clip, scratch, out);
+        }
+    }
 
+    /// [`compute`](Self::compute) through the per-frame path whatever `n_fft`:
+    /// realfft's transform bit for bit (the reference for the batched path, and
+    /// what the CUDA host double, which runs realfft, is compared with).
+    pub fn compute_reference(&self, clip: &[f32], scratch: &mut Scratch, out: &mut [f32]) {
+        self.check(clip, scratch, out);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
             // SAFETY: `avx2` is true only where the CPU reported AVX2 (Plan::new).
@@ -203,6 +231,17 @@ impl Plan {
         #[cfg(not(target_arch = "x86_64"))]
         self.frames(clip, scratch);
         self.scatter(&scratch.db, out);
+    }
+
+    fn check(&self, clip: &[f32], scratch: &Scratch, out: &[f32]) {
+        let spec = &self.spec;
+        assert_eq!(clip.len(), spec.clip_samples(), "clip length");
+        assert_eq!(out.len(), spec.row_len(), "output length");
+        assert_eq!(
+            scratch.db.len(),
+            self.layout.frames.len() * spec.n_mels,
+            "scratch"
+        );
     }
 
     /// [`frames`](Self::frames) compiled for AVX2: the same operations in the
@@ -224,6 +263,7 @@ impl Plan {
             spectrum,
             power,
             db,
+            ..
         } = scratch;
         let n_mels = self.spec.n_mels;
         for (src, cell) in self.layout.frames.iter().zip(db.chunks_exact_mut(n_mels)) {
@@ -421,10 +461,10 @@ mod tests {
                 .collect();
             let mut scratch = Scratch::new(&plan);
             let mut fast = vec![0.0; spec.row_len()];
-            plan.compute(&clip, &mut scratch, &mut fast);
+            plan.compute_reference(&clip, &mut scratch, &mut fast);
             plan.avx2 = false;
             let mut base = vec![0.0; spec.row_len()];
-            plan.compute(&clip, &mut scratch, &mut base);
+            plan.compute_reference(&clip, &mut scratch, &mut base);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(bits(&fast) == bits(&base), "{spec:?}");
         }

@@ -7,6 +7,10 @@
 //! error is printed so it can be quoted (`cargo test --test it golden --
 //! --nocapture`).
 //!
+//! The batched FFT path (`Plan::compute` where `n_fft / 2` is a power of two)
+//! is also compared with the per-frame realfft path (`Plan::compute_reference`)
+//! on every golden clip, within `PATHS_DB`, and both with librosa.
+//!
 //! The second test runs the whole `build` pipeline on each case's input tree and
 //! compares the rows of the HDF5 file it writes, so the contract is checked on
 //! the product's output, not only on the library call.
@@ -18,6 +22,10 @@ use melforge::dsp::{Plan, Scratch};
 
 const TOLERANCE_DB: f64 = 1e-3;
 const MIN_CASES: usize = 9;
+/// Largest |batched − reference| in dB (the bound `src/dsp/plan/batch` states:
+/// the transforms differ far below an f32 ulp of any power, so at most a few
+/// ulp of a dB value from an occasional rounding flip).
+const PATHS_DB: f64 = 1e-4;
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -117,6 +125,50 @@ fn every_golden_case_matches_librosa() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every golden clip through the batched path and the per-frame reference path:
+/// within `PATHS_DB` of each other, and the reference within the librosa contract.
+#[test]
+fn batched_and_reference_paths_agree_on_every_golden_case() {
+    let dir = golden_dir();
+    let manifest = manifest();
+    let cases = manifest["cases"].as_object().expect("manifest.cases");
+    let mut batched_cases = 0;
+    let mut worst = 0f64;
+    for (case, entry) in cases {
+        let cfg = Config::load(&dir.join(entry["config"].as_str().unwrap()))
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let spec = cfg.spec;
+        let plan = Plan::new(&spec);
+        batched_cases += usize::from(plan.batch_level().is_some());
+        let mut scratch = Scratch::new(&plan);
+        let mut clip = vec![0f32; spec.clip_samples()];
+        let mut fast = vec![0f32; spec.row_len()];
+        let mut reference = vec![0f32; spec.row_len()];
+        for (name, c) in entry["clips"].as_object().expect("clips") {
+            let bytes = std::fs::read(dir.join(c["wav"].as_str().unwrap())).unwrap();
+            melforge::decode::wav::decode(&bytes, spec.sample_rate, &mut clip).unwrap();
+            plan.compute(&clip, &mut scratch, &mut fast);
+            plan.compute_reference(&clip, &mut scratch, &mut reference);
+            let (err, at) = max_error(&fast, &reference);
+            assert!(
+                err <= PATHS_DB,
+                "{case}/{name}: batched {} vs reference {} at {at}",
+                fast[at],
+                reference[at]
+            );
+            worst = worst.max(err);
+            let want = read_f32(&dir.join(c["expected"].as_str().unwrap()));
+            let (err, at) = max_error(&reference, &want);
+            assert!(
+                err <= TOLERANCE_DB,
+                "{case}/{name}: reference off by {err:e} at {at}"
+            );
+        }
+    }
+    assert!(batched_cases > 0, "no golden case takes the batched path");
+    eprintln!("{batched_cases} batched cases, max |batched − reference| {worst:e} dB");
 }
 
 /// `build` on each case's input tree writes rows equal to librosa's output.

@@ -141,7 +141,9 @@ fn arena(files: &[Vec<u8>], align: usize, skew: usize) -> (Vec<u8>, Vec<MfFile>)
     (bytes, descs)
 }
 
-/// The CPU backend's rows for `files`.
+/// The CPU backend's rows for `files`, through the per-frame realfft path
+/// (`Plan::compute_reference`): the host kernels stand realfft in for cuFFT, so
+/// that is the path they must equal (the batched path differs in FFT rounding).
 fn cpu_rows(spec: &Spec, files: &[Vec<u8>]) -> Vec<f32> {
     let plan = Plan::new(spec);
     let mut scratch = Scratch::new(&plan);
@@ -149,7 +151,7 @@ fn cpu_rows(spec: &Spec, files: &[Vec<u8>]) -> Vec<f32> {
     let mut rows = vec![0f32; files.len() * spec.row_len()];
     for (f, row) in files.iter().zip(rows.chunks_exact_mut(spec.row_len())) {
         wav::decode(f, spec.sample_rate, &mut clip).expect("test WAV decodes");
-        plan.compute(&clip, &mut scratch, row);
+        plan.compute_reference(&clip, &mut scratch, row);
     }
     rows
 }
