@@ -250,10 +250,18 @@ impl Service {
             return;
         }
         let stamp = FileStamp::of(&meta);
-        if self.journal.state().lookup(&rel, stamp).is_some()
-            || self.uncommitted.get(&rel) == Some(&stamp)
-        {
+        if self.uncommitted.get(&rel) == Some(&stamp) {
             return;
+        }
+        match self.journal.lookup(&rel, stamp) {
+            Ok(None) => {}
+            Ok(Some(_)) => return,
+            Err(e) => {
+                // Unknown: ingesting could duplicate a row. The next rescan
+                // (or restart) offers the file again.
+                self.note_error(format!("cannot look {rel} up in the journal index: {e}"));
+                return;
+            }
         }
         if !utf8 {
             self.reject_unusable(abs, rel, stamp);
