@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::common::features_of;
 
+mod compact;
 mod faults;
 mod harness;
 mod input;

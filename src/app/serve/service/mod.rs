@@ -29,6 +29,7 @@
 //! not-yet-started backlog (those files stay in the drop directory), finish the
 //! files in flight, flush, commit, close the files, exit 0.
 
+mod compaction;
 mod degraded;
 mod reload;
 mod report;
@@ -142,6 +143,8 @@ pub struct Service {
     backoff: Duration,
     /// Journal commits and drop→commit latency, for `stats` and metrics.
     commits: CommitClock,
+    /// After a failed automatic compaction, the next is not tried before this.
+    compact_after: Option<Instant>,
 }
 
 fn dir(path: &Path) -> Result<(), Error> {
@@ -211,8 +214,10 @@ impl Service {
             degraded: None,
             backoff: degraded::FIRST_BACKOFF,
             commits: CommitClock::default(),
+            compact_after: None,
         };
         svc.open_journal_splits()?;
+        svc.maybe_compact();
         Ok(svc)
     }
 
@@ -423,6 +428,7 @@ impl Service {
         self.journal.commit()?;
         self.commits.committed(records);
         self.uncommitted.clear();
+        self.maybe_compact();
         self.since_commit = (0, 0);
         if committed {
             self.backoff = degraded::FIRST_BACKOFF;
@@ -662,6 +668,15 @@ impl Service {
             }
             Command::Reload => self.reload(watcher, watch_tx),
             Command::Rebuild => self.start_rebuild(),
+            Command::Compact => {
+                if self.degraded.is_none()
+                    && let Err(e) = self.flush_commit()
+                {
+                    req.respond(Reply::error(e.to_string()));
+                    return self.on_write_error(e);
+                }
+                self.compact_now()
+            }
         };
         req.respond(reply);
         Ok(())
