@@ -45,7 +45,7 @@ use serde_json::json;
 
 use super::rebuild::Rebuild;
 use super::status::{RebuildStatus, State};
-use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
+use super::watch::{Ignore, WatchEvent, Watcher, scan_tree_each};
 use crate::app::control::{self, Command, Reply, Request, notify};
 use crate::app::metrics::{self, CommitClock, Endpoint};
 use crate::app::serve::journal::{FileStamp, Journal};
@@ -294,9 +294,8 @@ impl Service {
             patterns: self.serve.ignore.clone(),
             extensions: self.cfg.input.extensions.clone(),
         };
-        for f in scan_tree(&self.serve.watch_dir, &ignore) {
-            self.offer(f);
-        }
+        let dir = self.serve.watch_dir.clone();
+        scan_tree_each(&dir, &ignore, &mut |f| self.offer(f));
     }
 
     /// Rejects a dropped file whose path cannot be a row's `path` (not UTF-8;
