@@ -130,7 +130,7 @@ fn child_writer() {
         }
         journal.commit().unwrap();
         // Compactions too are killed at random points.
-        if batch % 8 == 0 {
+        if batch.is_multiple_of(8) {
             journal.compact().unwrap();
         }
     }
