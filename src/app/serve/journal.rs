@@ -286,8 +286,13 @@ pub struct Journal {
     /// Records staged since the last commit, already encoded.
     staged: Vec<u8>,
     staged_records: Vec<Record>,
-    /// Entries committed since the snapshot.
+    /// Entries committed since the snapshot. Cleared, not replaced, by a
+    /// compaction: its table keeps its size, so the memory it takes is the
+    /// same from one compaction to the next instead of a new allocation the
+    /// allocator may place elsewhere each time.
     tail: HashMap<u128, Value>,
+    /// The tail sorted, during a compaction (kept allocated for the same reason).
+    sorted: Vec<(u128, Value)>,
     snapshot: Option<Snapshot>,
     /// Length of the journal file as of the last commit.
     bytes: u64,
@@ -329,6 +334,7 @@ impl Journal {
             staged: Vec::new(),
             staged_records: Vec::new(),
             tail: HashMap::new(),
+            sorted: Vec::new(),
             snapshot: None,
             bytes: 0,
             compactions: 0,
@@ -481,7 +487,9 @@ impl Journal {
     /// one control byte per slot) and the snapshot's block keys.
     pub fn heap_bytes(&self) -> usize {
         let slot = std::mem::size_of::<(u128, Value)>() + 1;
-        self.tail.capacity() * slot + self.snapshot.as_ref().map_or(0, Snapshot::heap_bytes)
+        self.tail.capacity() * slot
+            + self.sorted.capacity() * std::mem::size_of::<(u128, Value)>()
+            + self.snapshot.as_ref().map_or(0, Snapshot::heap_bytes)
     }
 
     /// Records that `path` (version `stamp`) is row `row` of `split`; confirmed by

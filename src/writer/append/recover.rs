@@ -141,11 +141,29 @@ fn check_compatible(file: &File, ds: &Datasets, p: &Path, h: &Header<'_>) -> Res
     Ok(())
 }
 
+/// Most bytes HDF5's metadata cache may hold per open split file.
+pub const METADATA_CACHE_BYTES: usize = 4 << 20;
+
 /// Opens `p` read-write with libver (latest, latest). With `clear_flags`, sets the
 /// private fapl property `clear_status_flags` first, as `h5clear -s` does, so a
 /// file whose SWMR writer was killed opens again.
+///
+/// The metadata cache is capped at [`METADATA_CACHE_BYTES`] instead of HDF5's
+/// default 32 MiB: an appender's working set is the tail of the chunk index
+/// and the current global heap collection, and HDF5 otherwise grows the cache
+/// with the file (serve's memory rose ~90 B per appended row).
 pub(super) fn open_rw(p: &Path, clear_flags: bool) -> hdf5::Result<File> {
-    let fapl = hdf5::plist::FileAccess::build().libver_latest().finish()?;
+    let mdc = hdf5::plist::file_access::MetadataCacheConfig {
+        initial_size: METADATA_CACHE_BYTES / 2,
+        min_size: METADATA_CACHE_BYTES / 4,
+        max_size: METADATA_CACHE_BYTES,
+        max_increment: METADATA_CACHE_BYTES / 4,
+        ..Default::default()
+    };
+    let fapl = hdf5::plist::FileAccess::build()
+        .libver_latest()
+        .mdc_config(&mdc)
+        .finish()?;
     let name = CString::new(p.as_os_str().as_bytes())
         .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
     hdf5::sync::sync(|| {

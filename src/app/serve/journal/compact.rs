@@ -123,17 +123,21 @@ impl Journal {
             .as_ref()
             .map_or(0, |s| s.index_ref().generation)
             + 1;
-        let mut tail: Vec<_> = self.tail.iter().map(|(k, v)| (*k, *v)).collect();
+        let mut tail = std::mem::take(&mut self.sorted);
+        tail.clear();
+        tail.extend(self.tail.iter().map(|(k, v)| (*k, *v)));
         tail.sort_unstable_by_key(|e| e.0);
         let merged = tail.len() as u64;
-        let r = index::write_merged(
+        let written = index::write_merged(
             &self.dir,
             generation,
             self.snapshot.as_ref(),
             &tail,
             &mut |s| hook(Step::Index(s)),
-        )?;
-        drop(tail);
+        );
+        tail.clear();
+        self.sorted = tail;
+        let r = written?;
         let dir = self.dir.clone();
         let hooked = |step| {
             let path = dir.clone();
@@ -178,7 +182,7 @@ impl Journal {
         // From here on the new journal is the live one.
         self.file = file;
         self.bytes = text.len() as u64;
-        self.tail = std::collections::HashMap::new();
+        self.tail.clear();
         let old = self.snapshot.replace(snapshot);
         self.state.version = VERSION;
         hook(Step::JournalRenamed).map_err(hooked(Step::JournalRenamed))?;
@@ -205,6 +209,8 @@ impl Journal {
         };
         self.compactions += 1;
         self.last_compaction = Some(done.clone());
+        // The snapshot's read buffers and a tail map that grew are freed now.
+        crate::runtime::sys::trim_heap();
         tracing::info!(
             generation,
             entries = r.entries,

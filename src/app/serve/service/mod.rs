@@ -750,6 +750,8 @@ impl Service {
         self.sink.close_all()?;
         // Swap the files and the journal (each rename is atomic).
         let report = done.install(&self.serve, &mut self.journal)?;
+        // The new journal holds every rebuilt file in its tail.
+        self.maybe_compact();
         // Restart the stage graph with the new config.
         let old = std::mem::replace(
             &mut self.pipeline,
