@@ -123,3 +123,69 @@ fn restart_after_compaction_skips_every_committed_file() {
     let want: Vec<String> = corpus.iter().map(|(r, _)| r.clone()).collect();
     assert_eq!(row_paths(&svc.out), want, "every file exactly once");
 }
+
+#[test]
+fn a_compaction_that_fails_on_write_changes_nothing() {
+    // ENOSPC/EIO injected into the writes and syncs of the new index snapshot
+    // and of the new journal: the service logs the failure, keeps ingesting
+    // on the old journal, and a restart finds every file exactly once.
+    let corpus = clips(12, 63);
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(shim) = super::faults::fault_shim(scratch.path()) else {
+        return;
+    };
+    let mut fired = 0;
+    for (target, errno, at) in [
+        ("/index.", "ENOSPC", 1),
+        ("/index.", "EIO", 2),
+        ("/journal.tmp", "ENOSPC", 1),
+        ("/journal.tmp", "EIO", 2),
+    ] {
+        let context = format!("{errno} at call #{at} on {target}");
+        let mut svc = Svc::new(50, "");
+        let cfg = std::fs::read_to_string(&svc.cfg).unwrap().replacen(
+            "flush_interval_ms = 50\n",
+            "flush_interval_ms = 50\ncompact_tail_entries = 4\n",
+            1,
+        );
+        std::fs::write(&svc.cfg, cfg).unwrap();
+        svc.env = vec![
+            ("LD_PRELOAD".into(), shim.display().to_string()),
+            ("FAULT_PATH".into(), target.into()),
+            ("FAULT_AT".into(), at.to_string()),
+            ("FAULT_ERRNO".into(), errno.into()),
+        ];
+        svc.start();
+        for (i, (rel, bytes)) in corpus.iter().enumerate() {
+            svc.drop_file(rel, bytes);
+            if i % 4 == 3 {
+                std::thread::sleep(std::time::Duration::from_millis(150));
+            }
+        }
+        let s = svc.wait_rows(corpus.len() as u64);
+        assert_eq!(s["state"], "running", "{context}: {s}");
+        svc.ctl("flush");
+        svc.shutdown();
+        if svc.log().contains("fault-shim: injected") {
+            fired += 1;
+            assert!(
+                svc.log().contains("cannot compact the journal"),
+                "{context}: the failure is not reported:\n{}",
+                svc.log()
+            );
+        }
+        let want: Vec<String> = corpus.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(row_paths(&svc.out), want, "{context}");
+        svc.env.clear();
+        svc.start();
+        let s = status(&svc);
+        assert_eq!(
+            (s.files_ok, s.queued, s.in_flight),
+            (0, 0, 0),
+            "{context}: {s:?}"
+        );
+        svc.shutdown();
+        assert_eq!(row_paths(&svc.out), want, "{context} after a restart");
+    }
+    assert_eq!(fired, 4, "the shim fired in only {fired} runs");
+}
