@@ -512,6 +512,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     );
     // The watch exists before the scan, so nothing landing in between is missed.
     svc.rescan();
+    // Start-up (journal replay, recovering the split files, the scan of a
+    // drop tree that may hold every file ever ingested) freed more than the
+    // service keeps: hand it back.
+    crate::runtime::sys::trim_heap();
     let shape = svc.pipeline.shape();
     tracing::info!(
         watch_dir = %svc.serve.watch_dir.display(),
