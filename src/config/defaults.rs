@@ -125,6 +125,11 @@ pub mod serve {
     pub const IGNORE: &[&str] = &["*.part", "*.tmp"];
     /// `serve.on_success`.
     pub const ON_SUCCESS: crate::config::serve::OnSuccess = crate::config::serve::OnSuccess::Keep;
+    /// `serve.compact_tail_entries`: files committed since the last journal
+    /// compaction (about 2.5 MiB of tail in memory).
+    pub const COMPACT_TAIL_ENTRIES: u64 = 65_536;
+    /// `serve.compact_journal_bytes` (8 MiB).
+    pub const COMPACT_JOURNAL_BYTES: u64 = 8 << 20;
 }
 
 /// `[input]`.

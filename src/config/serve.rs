@@ -37,6 +37,13 @@ pub struct RawServe {
     pub on_success: Option<String>,
     /// Destination for `on_success = "move"`.
     pub done_dir: Option<PathBuf>,
+    /// Compact the journal (merge its tail into the on-disk index) once this
+    /// many files were committed since the last compaction (default
+    /// [`defaults::serve::COMPACT_TAIL_ENTRIES`]).
+    pub compact_tail_entries: Option<u64>,
+    /// …or once the journal file is this large, in bytes (default
+    /// [`defaults::serve::COMPACT_JOURNAL_BYTES`]).
+    pub compact_journal_bytes: Option<u64>,
 }
 
 /// What to do with a file once its row is durable.
@@ -59,6 +66,9 @@ pub struct ServeConfig {
     pub quarantine_dir: Option<PathBuf>,
     pub on_success: OnSuccess,
     pub done_dir: Option<PathBuf>,
+    /// Journal compaction triggers (≥ 1 entry, ≥ 4096 bytes).
+    pub compact_tail_entries: u64,
+    pub compact_journal_bytes: u64,
 }
 
 /// A `[serve]` problem: (key, message).
@@ -124,6 +134,21 @@ impl RawServe {
                 "is required when on_success = \"move\"".into(),
             ));
         }
+        let compact_tail_entries = match self.compact_tail_entries {
+            Some(0) => return Err(("serve.compact_tail_entries", "0; expected ≥ 1".into())),
+            Some(v) => v,
+            None => defaults::serve::COMPACT_TAIL_ENTRIES,
+        };
+        let compact_journal_bytes = match self.compact_journal_bytes {
+            Some(v) if v < 4096 => {
+                return Err((
+                    "serve.compact_journal_bytes",
+                    format!("{v}; expected ≥ 4096"),
+                ));
+            }
+            Some(v) => v,
+            None => defaults::serve::COMPACT_JOURNAL_BYTES,
+        };
         Ok(ServeConfig {
             watch_dir,
             output_dir,
@@ -138,6 +163,8 @@ impl RawServe {
             quarantine_dir: self.quarantine_dir.as_ref().map(resolve),
             on_success,
             done_dir,
+            compact_tail_entries,
+            compact_journal_bytes,
         })
     }
 }
@@ -163,6 +190,32 @@ mod tests {
         assert_eq!(c.state_dir, Path::new("/data/out/.melforge"));
         assert_eq!(c.flush_interval_ms, 500);
         assert_eq!(c.on_success, OnSuccess::Keep);
+        assert_eq!(c.compact_tail_entries, 65_536);
+        assert_eq!(c.compact_journal_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn compaction_limits_are_checked() {
+        let raw = RawServe {
+            watch_dir: Some("/d".into()),
+            output_dir: Some("/o".into()),
+            compact_tail_entries: Some(0),
+            ..RawServe::default()
+        };
+        assert_eq!(
+            raw.validate(Path::new("/")).unwrap_err().0,
+            "serve.compact_tail_entries"
+        );
+        let raw = RawServe {
+            watch_dir: Some("/d".into()),
+            output_dir: Some("/o".into()),
+            compact_journal_bytes: Some(100),
+            ..RawServe::default()
+        };
+        assert_eq!(
+            raw.validate(Path::new("/")).unwrap_err().0,
+            "serve.compact_journal_bytes"
+        );
     }
 
     #[test]

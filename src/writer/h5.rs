@@ -171,25 +171,33 @@ impl SplitFile {
     }
 }
 
-/// The metadata cache of one output file: HDF5's default lets it grow to
-/// 32 MiB per open file, which a long build fills (chunk index, the global
-/// heap of the `path` strings) — a build's RSS then grew with its size (134 MB
-/// at 200k clips, three splits). Rows are appended in order, so the working
-/// set is the tail of each structure: 2 MiB is plenty.
-pub(super) fn metadata_cache() -> hdf5::plist::file_access::MetadataCacheConfig {
+/// A metadata cache capped at `max_bytes` for one output file. HDF5's
+/// default lets it grow to 32 MiB per open file, which a long run fills (chunk
+/// index, the global heap of the `path` strings): a build's RSS grew with its
+/// size (134 MB at 200k clips, three splits) and serve's ~90 B per appended
+/// row. Rows are appended in order, so the working set is the tail of each
+/// structure: a few MiB are plenty.
+pub(crate) fn metadata_cache(max_bytes: usize) -> hdf5::plist::file_access::MetadataCacheConfig {
     hdf5::plist::file_access::MetadataCacheConfig {
-        initial_size: 1 << 20,
-        min_size: 1 << 20,
-        max_size: 2 << 20,
+        initial_size: max_bytes / 2,
+        min_size: max_bytes / 4,
+        max_size: max_bytes,
+        max_increment: max_bytes / 4,
         ..Default::default()
     }
 }
+
+/// Metadata cache of a split file being built.
+const BUILD_METADATA_CACHE_BYTES: usize = 2 << 20;
 
 /// Creates (truncating) a file with libver bounds (latest, latest), object
 /// time tracking off and a bounded metadata cache.
 pub(super) fn create_file(p: &Path) -> Result<File, Error> {
     File::with_options()
-        .with_fapl(|fapl| fapl.libver_latest().mdc_config(&metadata_cache()))
+        .with_fapl(|fapl| {
+            fapl.libver_latest()
+                .mdc_config(&metadata_cache(BUILD_METADATA_CACHE_BYTES))
+        })
         .with_fcpl(|fcpl| fcpl.obj_track_times(false))
         .create(p)
         .ctx(p, || "create the file".into())

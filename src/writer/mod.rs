@@ -35,7 +35,7 @@
 
 pub mod append;
 mod chunk;
-mod h5;
+pub(crate) mod h5;
 pub mod sink;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,8 @@
 //! does: every appender flushes, then the journal commits. The parent SIGKILLs it
 //! after a random delay, recovers itself, and checks that every confirmed file is
 //! in HDF5 exactly once with intact values and that the confirmed files are exactly
-//! a prefix of the sequence (nothing lost, nothing twice).
+//! a prefix of the sequence (nothing lost, nothing twice). Every 8th batch the
+//! child also compacts the journal, so kills land inside compactions too.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -96,7 +97,7 @@ fn child_writer() {
         return;
     };
     let dir = Path::new(&dir);
-    let (mut journal, state, mut apps, _) = recover(dir);
+    let (mut journal, _, mut apps, _) = recover(dir);
     let mut n = 0u64;
     let mut batch = 0u64;
     loop {
@@ -106,7 +107,7 @@ fn child_writer() {
             let (path, stamp, split, label) = file_of(n);
             let k = n;
             n += 1;
-            if state.lookup(&path, stamp).is_some() {
+            if journal.lookup(&path, stamp).unwrap().is_some() {
                 continue;
             }
             taken += 1;
@@ -128,27 +129,35 @@ fn child_writer() {
             a.flush().unwrap();
         }
         journal.commit().unwrap();
+        // Compactions too are killed at random points.
+        if batch.is_multiple_of(8) {
+            journal.compact().unwrap();
+        }
     }
 }
 
 /// Checks the recovered state against HDF5; returns confirmed files.
-fn check(state: &RecoveredState, apps: &[Appender]) -> u64 {
+fn check(journal: &Journal, apps: &[Appender]) -> u64 {
+    let state = journal.state();
     // Confirmed files are exactly file_of(0..k) for some k.
     let mut k = 0;
-    while state.lookup(&file_of(k).0, file_of(k).1).is_some() {
+    while journal
+        .lookup(&file_of(k).0, file_of(k).1)
+        .unwrap()
+        .is_some()
+    {
         k += 1;
     }
-    let confirmed: usize =
-        state.ingested.values().map(Vec::len).sum::<usize>() + state.rejected.len();
-    assert_eq!(confirmed as u64, k, "confirmed files are not a prefix");
+    let confirmed = journal.info().index_entries;
+    assert_eq!(confirmed, k, "confirmed files are not a prefix");
     for n in 0..k {
         let (path, stamp, split, _) = file_of(n);
-        match state.lookup(&path, stamp).unwrap() {
+        match journal.lookup(&path, stamp).unwrap().unwrap() {
             Known::Ingested(r) => {
                 assert!(!is_rejected(n));
                 assert_eq!(r.split, split);
             }
-            Known::Rejected(_) => assert!(is_rejected(n)),
+            Known::Rejected => assert!(is_rejected(n)),
         }
     }
     for (s, app) in SPLITS.iter().zip(apps) {
@@ -178,7 +187,7 @@ fn check(state: &RecoveredState, apps: &[Appender]) -> u64 {
             let n: u64 = p[p.len() - 10..p.len() - 4].parse().unwrap();
             let (path, stamp, _, label) = file_of(n);
             assert_eq!(p, path);
-            match state.lookup(&path, stamp) {
+            match journal.lookup(&path, stamp).unwrap() {
                 Some(Known::Ingested(r)) => assert_eq!(r.row, i, "{p}"),
                 other => panic!("{p} in HDF5 but journal says {other:?}"),
             }
@@ -229,7 +238,7 @@ fn kill_9_at_random_points() {
         child.wait().unwrap();
 
         let (journal, state, apps, cut) = recover(dir.path());
-        let k = check(&state, &apps);
+        let k = check(&journal, &apps);
         assert!(k >= last, "confirmed files went from {last} to {k}");
         println!(
             "run {runs}: killed after {delay:?}: {k} files confirmed, {cut} unconfirmed \

@@ -57,11 +57,13 @@ pub enum Command {
     Shutdown,
     /// Re-read the config, apply what can change live, report the rest (also SIGHUP).
     Reload,
+    /// Merge the journal into the on-disk index now (bounds memory and journal size).
+    Compact,
 }
 
 impl Command {
     /// Every command, in the order error messages list them.
-    pub const ALL: [Command; 8] = [
+    pub const ALL: [Command; 9] = [
         Command::Status,
         Command::Stats,
         Command::Rebuild,
@@ -70,6 +72,7 @@ impl Command {
         Command::Flush,
         Command::Shutdown,
         Command::Reload,
+        Command::Compact,
     ];
 
     /// The wire name (`"status"`, …).
@@ -83,6 +86,7 @@ impl Command {
             Command::Flush => "flush",
             Command::Shutdown => "shutdown",
             Command::Reload => "reload",
+            Command::Compact => "compact",
         }
     }
 

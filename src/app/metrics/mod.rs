@@ -138,6 +138,7 @@ impl CommitClock {
                 .map_or(0.0, |d| d.as_secs_f64()),
             staged,
             drop_to_commit: self.drop_to_commit.clone(),
+            index: JournalIndex::default(),
         }
     }
 }
@@ -152,6 +153,24 @@ pub struct Journal {
     pub staged: usize,
     /// Seconds from a file being seen to the commit of its row.
     pub drop_to_commit: Histogram,
+    /// Sizes of the journal file and its exactly-once index.
+    #[serde(default)]
+    pub index: JournalIndex,
+}
+
+/// The journal file and its exactly-once index (see `app::serve::journal`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JournalIndex {
+    /// Bytes of the journal file.
+    pub journal_bytes: u64,
+    /// Confirmed file versions (on-disk snapshot + in-memory tail).
+    pub entries: u64,
+    /// Of those, held in memory (committed since the last compaction).
+    pub tail_entries: u64,
+    /// Compactions since the service started.
+    pub compactions: u64,
+    /// Unix time the last compaction finished (0: none since the start).
+    pub last_compaction_unix_s: f64,
 }
 
 /// Everything one scrape shows.
@@ -382,6 +401,28 @@ impl Snapshot {
                 help,
                 s,
                 &last,
+            )?;
+            let x = &j.index;
+            let help = "Bytes of the serve journal file (bounded by compaction).";
+            let v = one(Gauge, Num::Int(x.journal_bytes));
+            family(&mut d, "melforge_journal_bytes", help, None, &v)?;
+            let help = "Files the exactly-once index confirms (on-disk snapshot + in-memory tail).";
+            let v = one(Gauge, Num::Int(x.entries));
+            family(&mut d, "melforge_index_entries", help, None, &v)?;
+            let help = "Index entries held in memory: committed since the last compaction.";
+            let v = one(Gauge, Num::Int(x.tail_entries));
+            family(&mut d, "melforge_index_tail_entries", help, None, &v)?;
+            let help = "Journal compactions (tail merged into a new index snapshot).";
+            let v = one(Counter, Num::Int(x.compactions));
+            family(&mut d, "melforge_journal_compactions", help, None, &v)?;
+            let help = "Unix time of the last journal compaction (0: none since the start).";
+            let v = one(Gauge, Num::Float(x.last_compaction_unix_s));
+            family(
+                &mut d,
+                "melforge_journal_last_compaction_timestamp",
+                help,
+                s,
+                &v,
             )?;
             let hist = Family {
                 kind: MetricType::Histogram,

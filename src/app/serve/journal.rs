@@ -1,11 +1,26 @@
 //! The ingest journal of `serve`: which files are already rows (or rejected), so a
-//! restart after a crash or kill -9 loses nothing and duplicates nothing.
+//! restart after a crash or kill -9 loses nothing and duplicates nothing, in
+//! memory that does not grow with the files ever ingested.
+//!
+//! The exactly-once index has two parts: a sorted snapshot on disk
+//! (`<state_dir>/index.<generation>`, see [`index`]) and an in-memory **tail**
+//! of the entries committed since that snapshot, which the journal file
+//! holds as records. [`Journal::compact`] ([`compact`]) merges the tail into a
+//! new snapshot and rewrites the journal as one checkpoint record, so both
+//! memory and the journal file stay bounded; `serve` compacts when the tail
+//! passes `serve.compact_tail_entries` or the journal `serve.compact_journal_bytes`,
+//! and on `ctl compact`.
 //!
 //! `<state_dir>/journal` is append-only text, one record per line:
 //! `<crc32 of the JSON, 8 hex digits> <JSON object>\n`. Records are
-//! `{"t":"journal","version":1}` (first line), `{"t":"row", path, size, mtime_ns,
-//! split, row}`, `{"t":"reject", path, size, mtime_ns, reason}` and
-//! `{"t":"commit", "seq", "rows": {split: rows}}`.
+//! `{"t":"journal","version":2}` (first line), then optionally `{"t":"checkpoint",
+//! seq, rows: {split: rows}, splits: [name…], index: {generation, entries, xxh3}}`
+//! (second line only: everything before it is in the snapshot it names; split
+//! ids in the index are positions in `splits`), then `{"t":"row", path, size,
+//! mtime_ns, split, row}`, `{"t":"reject", path, size, mtime_ns, reason}` and
+//! `{"t":"commit", "seq", "rows": {split: rows}}`. A version-1 journal (no
+//! checkpoint, no index) opens as all tail and is migrated by the first
+//! compaction, which `serve` runs at start.
 //!
 //! Invariants:
 //! * **Group commit.** [`Journal::stage_row`] / [`Journal::stage_reject`] only
@@ -21,11 +36,20 @@
 //! * **Torn tails are expected, corruption is not.** On open, bytes after the last
 //!   valid commit record (a half-written batch: bad checksum, no newline, or valid
 //!   records never committed) are cut off the file. An invalid line *before* a
-//!   valid commit record is corruption and refuses to open.
+//!   valid commit record is corruption and refuses to open, as does a snapshot
+//!   whose size or checksum differs from its checkpoint record.
+//! * **Compaction changes no answer.** The committed set after a compaction —
+//!   or after a crash at any point of one — is exactly the set before it; see
+//!   [`compact`] for the order of writes that makes this so.
 //! * **One writer.** The journal holds an exclusive `flock` on `<state_dir>/lock`
 //!   for its lifetime, so two services never share a state directory.
 //! * Rows of one split are confirmed in order 0, 1, 2, … and each commit record
 //!   repeats the per-split totals, which recovery checks.
+
+mod compact;
+pub mod index;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -35,8 +59,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use compact::{Compaction, Limits, Step};
+use index::{IndexRef, Snapshot, Value};
+
 /// Journal format version written in the first record.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,6 +81,10 @@ pub enum Error {
         line: usize,
         reason: String,
     },
+    #[error("{}: the index snapshot is damaged: {reason}", path.display())]
+    BadIndex { path: PathBuf, reason: String },
+    #[error("cannot compact the journal while {0} record(s) are staged; commit first")]
+    Staged(usize),
 }
 
 /// Identity of a file version in the drop directory: size and mtime.
@@ -77,43 +108,36 @@ impl FileStamp {
 /// Where a confirmed file landed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowAt {
-    pub stamp: FileStamp,
     pub split: String,
     pub row: usize,
 }
 
-/// A confirmed rejection.
+/// What a file version is known as, for [`Journal::lookup`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejected {
-    pub stamp: FileStamp,
-    pub reason: String,
-}
-
-/// What a path is known as, for [`RecoveredState::lookup`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Known<'a> {
+pub enum Known {
     /// This version of the file is row `row` of `split`: skip it.
-    Ingested(&'a RowAt),
-    /// This version of the file was rejected: skip it.
-    Rejected(&'a Rejected),
+    Ingested(RowAt),
+    /// This version of the file was rejected (the reason is in
+    /// `rejected.jsonl`): skip it.
+    Rejected,
 }
 
-/// Everything the journal confirms, rebuilt on open and kept current by commits.
+/// The journal's totals, rebuilt on open and kept current by commits. The
+/// per-file index is not here: ask [`Journal::lookup`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveredState {
     /// Confirmed rows per split (absent = 0).
     pub rows: BTreeMap<String, usize>,
-    /// Relative path → its confirmed rows (a path rewritten with new contents is
-    /// a new file and gets a new row; every version stays listed).
-    pub ingested: HashMap<String, Vec<RowAt>>,
-    /// Relative path → its latest confirmed rejection.
-    pub rejected: HashMap<String, Rejected>,
+    /// Split names in id order (the index stores ids).
+    pub splits: Vec<String>,
     /// Commits so far.
     pub commits: u64,
     /// Bytes of a torn tail cut off at open (0 after a clean shutdown).
     pub torn_bytes: u64,
     /// The journal did not exist and was created: no file may have rows yet.
     pub created: bool,
+    /// The format version found on disk (1 until migrated by a compaction).
+    pub version: u32,
 }
 
 impl RecoveredState {
@@ -122,25 +146,33 @@ impl RecoveredState {
         self.rows.get(split).copied().unwrap_or(0)
     }
 
-    /// Whether this version of `path` was already ingested or rejected.
-    pub fn lookup(&self, path: &str, stamp: FileStamp) -> Option<Known<'_>> {
-        if let Some(r) = self
-            .ingested
-            .get(path)
-            .and_then(|v| v.iter().find(|r| r.stamp == stamp))
-        {
-            return Some(Known::Ingested(r));
+    fn split_id(&mut self, split: &str) -> u32 {
+        match self.splits.iter().position(|s| s == split) {
+            Some(i) => i as u32,
+            None => {
+                self.splits.push(split.to_string());
+                (self.splits.len() - 1) as u32
+            }
         }
-        self.rejected
-            .get(path)
-            .filter(|r| r.stamp == stamp)
-            .map(Known::Rejected)
     }
 
-    fn apply(&mut self, rec: &Record) -> Result<(), String> {
+    /// Applies one record; a row or rejection returns its index entry.
+    fn apply(&mut self, rec: &Record) -> Result<Option<(u128, Value)>, String> {
         match rec {
-            Record::Journal { version } if *version == VERSION => {}
+            Record::Journal { version } if matches!(*version, 1 | VERSION) => {
+                self.version = *version;
+            }
             Record::Journal { version } => return Err(format!("unknown version {version}")),
+            Record::Checkpoint {
+                seq, rows, splits, ..
+            } => {
+                self.commits = *seq;
+                self.rows = rows.clone();
+                self.splits = splits.clone();
+                if let Some(s) = rows.keys().find(|s| !splits.contains(s)) {
+                    return Err(format!("split `{s}` has rows but no id"));
+                }
+            }
             Record::Row {
                 path,
                 size,
@@ -153,31 +185,28 @@ impl RecoveredState {
                     return Err(format!("split `{split}` row {row}, expected row {next}"));
                 }
                 *next += 1;
-                self.ingested.entry(path.clone()).or_default().push(RowAt {
-                    stamp: FileStamp {
-                        size: *size,
-                        mtime_ns: *mtime_ns,
-                    },
-                    split: split.clone(),
-                    row: *row,
-                });
+                let id = self.split_id(split);
+                let stamp = FileStamp {
+                    size: *size,
+                    mtime_ns: *mtime_ns,
+                };
+                let value = Value::Row {
+                    split: id,
+                    row: *row as u64,
+                };
+                return Ok(Some((index::fingerprint(path, stamp), value)));
             }
             Record::Reject {
                 path,
                 size,
                 mtime_ns,
-                reason,
+                ..
             } => {
-                self.rejected.insert(
-                    path.clone(),
-                    Rejected {
-                        stamp: FileStamp {
-                            size: *size,
-                            mtime_ns: *mtime_ns,
-                        },
-                        reason: reason.clone(),
-                    },
-                );
+                let stamp = FileStamp {
+                    size: *size,
+                    mtime_ns: *mtime_ns,
+                };
+                return Ok(Some((index::fingerprint(path, stamp), Value::Rejected)));
             }
             Record::Commit { seq, rows } => {
                 if *seq != self.commits + 1 {
@@ -194,7 +223,7 @@ impl RecoveredState {
                 self.commits = *seq;
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -203,6 +232,12 @@ impl RecoveredState {
 enum Record {
     Journal {
         version: u32,
+    },
+    Checkpoint {
+        seq: u64,
+        rows: BTreeMap<String, usize>,
+        splits: Vec<String>,
+        index: IndexRef,
     },
     Row {
         path: String,
@@ -223,8 +258,27 @@ enum Record {
     },
 }
 
+/// Sizes of the journal and its index, for `ctl status` and the metrics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Info {
+    /// Bytes of `<state_dir>/journal`.
+    pub journal_bytes: u64,
+    /// Confirmed file versions (snapshot + tail).
+    pub index_entries: u64,
+    /// Of those, entries committed since the snapshot (held in memory).
+    pub tail_entries: u64,
+    /// Generation of the snapshot (0: none yet).
+    pub index_generation: u64,
+    /// Heap bytes the index holds (tail map + snapshot block keys).
+    pub index_heap_bytes: u64,
+    /// Compactions since the service started.
+    pub compactions: u64,
+    pub last_compaction: Option<Compaction>,
+}
+
 /// The open journal; see the module documentation.
 pub struct Journal {
+    dir: PathBuf,
     path: PathBuf,
     file: File,
     _lock: File,
@@ -232,6 +286,18 @@ pub struct Journal {
     /// Records staged since the last commit, already encoded.
     staged: Vec<u8>,
     staged_records: Vec<Record>,
+    /// Entries committed since the snapshot. Cleared, not replaced, by a
+    /// compaction: its table keeps its size, so the memory it takes is the
+    /// same from one compaction to the next instead of a new allocation the
+    /// allocator may place elsewhere each time.
+    tail: HashMap<u128, Value>,
+    /// The tail sorted, during a compaction (kept allocated for the same reason).
+    sorted: Vec<(u128, Value)>,
+    snapshot: Option<Snapshot>,
+    /// Length of the journal file as of the last commit.
+    bytes: u64,
+    compactions: u64,
+    last_compaction: Option<Compaction>,
 }
 
 impl Journal {
@@ -260,19 +326,24 @@ impl Journal {
             .map_err(io(&path, "look for the journal"))?;
         let file = open_append(&path)?;
         let mut j = Journal {
+            dir: state_dir.to_path_buf(),
             path,
             file,
             _lock: lock,
             state: RecoveredState::default(),
             staged: Vec::new(),
             staged_records: Vec::new(),
+            tail: HashMap::new(),
+            sorted: Vec::new(),
+            snapshot: None,
+            bytes: 0,
+            compactions: 0,
+            last_compaction: None,
         };
         let mut state = j.load()?;
         state.created = created;
         if created {
-            File::open(state_dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io(state_dir, "sync the state directory"))?;
+            index::sync_dir(state_dir)?;
         }
         j.state = state.clone();
         Ok((j, state))
@@ -290,8 +361,10 @@ impl Journal {
         Ok(state)
     }
 
-    /// Reads and replays the whole file, cuts a torn tail, and writes the
-    /// version record into an empty journal.
+    /// Reads and replays the whole file, cuts a torn tail, opens the snapshot
+    /// the checkpoint names, removes files no journal refers to (what a
+    /// compaction interrupted by a crash left), and writes the version record
+    /// into an empty journal.
     fn load(&mut self) -> Result<RecoveredState, Error> {
         let io = |action| {
             let path = self.path.clone();
@@ -305,30 +378,118 @@ impl Journal {
         (&self.file)
             .read_to_end(&mut bytes)
             .map_err(io("read the journal"))?;
-        let (mut state, good) = replay(&self.path, &bytes)?;
-        state.torn_bytes = (bytes.len() - good) as u64;
-        if good < bytes.len() {
+        let r = replay(&self.path, &bytes)?;
+        let mut state = r.state;
+        let good = r.good;
+        let len = bytes.len();
+        drop(bytes);
+        state.torn_bytes = (len - good) as u64;
+        self.snapshot = match r.index {
+            Some(ir) => Some(Snapshot::open(&self.dir, ir)?),
+            None => None,
+        };
+        self.tail = r.entries.into_iter().collect();
+        self.remove_strays();
+        if good < len {
             tracing::warn!(
                 path = %self.path.display(),
-                bytes = bytes.len() - good,
+                bytes = len - good,
                 "Cutting a torn tail off the journal: the last batch was never committed."
             );
             self.file
                 .set_len(good as u64)
                 .map_err(io("cut the torn tail"))?;
         }
+        self.bytes = good as u64;
         if good == 0 {
+            state.version = VERSION;
             self.stage(Record::Journal { version: VERSION });
             self.write_staged()?;
-        } else if good < bytes.len() {
+        } else if good < len {
             self.file.sync_data().map_err(io("sync the journal"))?;
         }
         Ok(state)
     }
 
+    /// Removes `journal.tmp` and every `index.*` file but the live snapshot.
+    fn remove_strays(&self) {
+        let live = self.snapshot.as_ref().map(|s| s.index_ref().generation);
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let stray = name == "journal.tmp"
+                || (name.starts_with("index.")
+                    && index::generation_of(name).is_none_or(|g| Some(g) != live));
+            if stray {
+                match std::fs::remove_file(e.path()) {
+                    Ok(()) => tracing::info!(
+                        file = %e.path().display(),
+                        "Removed a file an interrupted journal compaction left."
+                    ),
+                    Err(err) => tracing::warn!(
+                        file = %e.path().display(),
+                        error = %err,
+                        "Cannot remove a file an interrupted journal compaction left."
+                    ),
+                }
+            }
+        }
+    }
+
     /// The state as of the last commit.
     pub fn state(&self) -> &RecoveredState {
         &self.state
+    }
+
+    /// Whether this version of `path` was already ingested or rejected (as of
+    /// the last commit): the tail in memory, else one `pread` of the snapshot.
+    pub fn lookup(&self, path: &str, stamp: FileStamp) -> Result<Option<Known>, Error> {
+        let key = index::fingerprint(path, stamp);
+        let value = match self.tail.get(&key) {
+            Some(v) => Some(*v),
+            None => match &self.snapshot {
+                Some(s) => s.get(key)?,
+                None => None,
+            },
+        };
+        Ok(value.map(|v| match v {
+            Value::Rejected => Known::Rejected,
+            Value::Row { split, row } => Known::Ingested(RowAt {
+                split: self
+                    .state
+                    .splits
+                    .get(split as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+                row: row as usize,
+            }),
+        }))
+    }
+
+    /// Sizes of the journal and the index.
+    pub fn info(&self) -> Info {
+        let snap = self.snapshot.as_ref();
+        Info {
+            journal_bytes: self.bytes,
+            index_entries: snap.map_or(0, |s| s.index_ref().entries) + self.tail.len() as u64,
+            tail_entries: self.tail.len() as u64,
+            index_generation: snap.map_or(0, |s| s.index_ref().generation),
+            index_heap_bytes: self.heap_bytes() as u64,
+            compactions: self.compactions,
+            last_compaction: self.last_compaction.clone(),
+        }
+    }
+
+    /// Heap bytes the exactly-once index holds: the tail map (key, value and
+    /// one control byte per slot) and the snapshot's block keys.
+    pub fn heap_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(u128, Value)>() + 1;
+        self.tail.capacity() * slot
+            + self.sorted.capacity() * std::mem::size_of::<(u128, Value)>()
+            + self.snapshot.as_ref().map_or(0, Snapshot::heap_bytes)
     }
 
     /// Records that `path` (version `stamp`) is row `row` of `split`; confirmed by
@@ -375,12 +536,14 @@ impl Journal {
             return Ok(());
         }
         let mut next = self.state.clone();
+        let mut entries = Vec::with_capacity(self.staged_records.len());
         for rec in &self.staged_records {
-            next.apply(rec).map_err(|reason| Error::Corrupt {
+            let e = next.apply(rec).map_err(|reason| Error::Corrupt {
                 path: self.path.clone(),
                 line: 0,
                 reason: format!("staged record refused: {reason}"),
             })?;
+            entries.extend(e);
         }
         let commit = Record::Commit {
             seq: next.commits + 1,
@@ -391,6 +554,7 @@ impl Journal {
         self.stage(commit);
         self.write_staged()?;
         self.state = next;
+        self.tail.extend(entries);
         Ok(())
     }
 
@@ -404,6 +568,9 @@ impl Journal {
             .file
             .write_all(&self.staged)
             .and_then(|()| self.file.sync_data());
+        if r.is_ok() {
+            self.bytes += self.staged.len() as u64;
+        }
         self.staged.clear();
         self.staged_records.clear();
         r.map_err(|source| Error::Io {
@@ -474,11 +641,25 @@ fn decode(line: &[u8]) -> Option<Record> {
     serde_json::from_slice(json).ok()
 }
 
-/// Replays `bytes`, returning the committed state and the length of the prefix
-/// that ends with the last valid commit record (or the header when none).
-fn replay(path: &Path, bytes: &[u8]) -> Result<(RecoveredState, usize), Error> {
+/// What [`replay`] recovers.
+struct Replayed {
+    state: RecoveredState,
+    /// Committed tail entries, in journal order (a later one wins).
+    entries: Vec<(u128, Value)>,
+    /// The snapshot the checkpoint names.
+    index: Option<IndexRef>,
+    /// Length of the prefix that ends with the last valid commit record (or
+    /// the header or checkpoint when none).
+    good: usize,
+}
+
+/// Replays `bytes`; see [`Replayed`].
+fn replay(path: &Path, bytes: &[u8]) -> Result<Replayed, Error> {
     let mut state = RecoveredState::default();
     let mut pending = RecoveredState::default();
+    let mut entries = Vec::new();
+    let mut committed = 0;
+    let mut index = None;
     let mut good = 0;
     let mut first_bad: Option<usize> = None;
     let mut seen_commit_after_bad = false;
@@ -504,6 +685,14 @@ fn replay(path: &Path, bytes: &[u8]) -> Result<(RecoveredState, usize), Error> {
         if line_no == 1 && !matches!(rec, Record::Journal { .. }) {
             return Err(corrupt("the first record is not the journal header".into()));
         }
+        if let Record::Checkpoint { index: ir, .. } = &rec {
+            if line_no != 2 || pending.version < 2 || first_bad.is_some() {
+                return Err(corrupt(
+                    "a checkpoint record is valid only right after a version-2 header".into(),
+                ));
+            }
+            index = Some(*ir);
+        }
         if let Some(bad) = first_bad {
             // Damage inside the last batch is a torn write (its pages may reach
             // the disk in any order); a commit record after the damage that is not
@@ -518,13 +707,23 @@ fn replay(path: &Path, bytes: &[u8]) -> Result<(RecoveredState, usize), Error> {
             seen_commit_after_bad |= matches!(rec, Record::Commit { .. });
             continue;
         }
-        pending.apply(&rec).map_err(corrupt)?;
-        if matches!(rec, Record::Commit { .. } | Record::Journal { .. }) {
+        entries.extend(pending.apply(&rec).map_err(corrupt)?);
+        if matches!(
+            rec,
+            Record::Commit { .. } | Record::Journal { .. } | Record::Checkpoint { .. }
+        ) {
             state = pending.clone();
+            committed = entries.len();
             good = end;
         }
     }
-    Ok((state, good))
+    entries.truncate(committed);
+    Ok(Replayed {
+        state,
+        entries,
+        index,
+        good,
+    })
 }
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib's `crc32`), bitwise: records are short.
@@ -537,170 +736,4 @@ fn crc32(data: &[u8]) -> u32 {
         }
     }
     !crc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stamp(i: u64) -> FileStamp {
-        FileStamp {
-            size: 1000 + i,
-            mtime_ns: 1_700_000_000_000_000_000 + i as i64,
-        }
-    }
-
-    #[test]
-    fn crc32_matches_zlib() {
-        assert_eq!(crc32(b""), 0);
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-    }
-
-    #[test]
-    fn reopen_after_a_torn_commit_keeps_what_was_committed() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut j, _) = Journal::open(d.path()).unwrap();
-        j.stage_row("train/a/x.wav", stamp(0), "train", 0);
-        j.commit().unwrap();
-        j.stage_row("train/a/y.wav", stamp(1), "train", 1);
-        // A commit that failed half-way (ENOSPC): part of a line on disk.
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(d.path().join("journal"))
-            .unwrap()
-            .write_all(b"0badc0de {\"t\":\"row\",\"pa")
-            .unwrap();
-        let s = j.reopen().unwrap();
-        assert_eq!(s.rows_of("train"), 1);
-        assert_eq!(s.torn_bytes, 23);
-        assert_eq!(j.staged(), 0);
-        j.stage_row("train/a/y.wav", stamp(1), "train", 1);
-        j.commit().unwrap();
-        drop(j);
-        let (_j, s) = Journal::open(d.path()).unwrap();
-        assert_eq!(s.rows_of("train"), 2);
-        assert_eq!(s.torn_bytes, 0);
-    }
-
-    #[test]
-    fn commit_and_reopen() {
-        let d = tempfile::tempdir().unwrap();
-        {
-            let (mut j, s) = Journal::open(d.path()).unwrap();
-            assert!(s.created);
-            assert_eq!(s.rows_of("train"), 0);
-            j.stage_row("train/a/x.wav", stamp(0), "train", 0);
-            j.stage_row("val/a/y.wav", stamp(1), "val", 0);
-            j.stage_reject("train/a/bad.wav", stamp(2), "not a WAV file");
-            j.commit().unwrap();
-            j.stage_row("train/b/z.wav", stamp(3), "train", 1);
-            j.commit().unwrap();
-            // Staged but never committed: lost.
-            j.stage_row("train/b/w.wav", stamp(4), "train", 2);
-            assert_eq!(j.state().rows_of("train"), 2);
-        }
-        let (_j, s) = Journal::open(d.path()).unwrap();
-        assert!(!s.created);
-        assert_eq!(s.rows_of("train"), 2);
-        assert_eq!(s.rows_of("val"), 1);
-        assert_eq!(s.commits, 2);
-        assert_eq!(s.torn_bytes, 0);
-        assert!(matches!(
-            s.lookup("train/b/z.wav", stamp(3)),
-            Some(Known::Ingested(RowAt { row: 1, .. }))
-        ));
-        assert_eq!(s.lookup("train/b/z.wav", stamp(9)), None);
-        assert!(matches!(
-            s.lookup("train/a/bad.wav", stamp(2)),
-            Some(Known::Rejected(Rejected { reason, .. })) if reason == "not a WAV file"
-        ));
-        // A changed file is retried.
-        assert_eq!(s.lookup("train/a/bad.wav", stamp(5)), None);
-    }
-
-    #[test]
-    fn second_open_is_locked_out() {
-        let d = tempfile::tempdir().unwrap();
-        let (_j, _) = Journal::open(d.path()).unwrap();
-        assert!(matches!(Journal::open(d.path()), Err(Error::Locked { .. })));
-    }
-
-    /// Cuts the file at every byte offset inside the last batch (records plus
-    /// commit): the reopened journal holds exactly the first batch and the file is
-    /// cut back to it, and it accepts further commits.
-    #[test]
-    fn torn_last_batch_at_every_offset() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("journal");
-        let after_first = {
-            let (mut j, _) = Journal::open(d.path()).unwrap();
-            j.stage_row("a/x/1.wav", stamp(1), "a", 0);
-            j.commit().unwrap();
-            let len = std::fs::metadata(&path).unwrap().len();
-            j.stage_row("a/x/2.wav", stamp(2), "a", 1);
-            j.stage_reject("a/x/3.wav", stamp(3), "too short");
-            j.commit().unwrap();
-            len
-        };
-        let full = std::fs::read(&path).unwrap();
-        for cut in after_first as usize..full.len() {
-            std::fs::write(&path, &full[..cut]).unwrap();
-            let (mut j, s) = Journal::open(d.path()).unwrap();
-            assert_eq!(s.rows_of("a"), 1, "cut at {cut}");
-            assert_eq!(s.commits, 1, "cut at {cut}");
-            assert_eq!(s.torn_bytes, cut as u64 - after_first, "cut at {cut}");
-            assert!(s.lookup("a/x/3.wav", stamp(3)).is_none());
-            assert_eq!(std::fs::metadata(&path).unwrap().len(), after_first);
-            j.stage_row("a/x/2.wav", stamp(2), "a", 1);
-            j.commit().unwrap();
-            drop(j);
-            let (_j, s) = Journal::open(d.path()).unwrap();
-            assert_eq!(s.rows_of("a"), 2, "cut at {cut}");
-        }
-        // The whole file is intact.
-        std::fs::write(&path, &full).unwrap();
-        let (_j, s) = Journal::open(d.path()).unwrap();
-        assert_eq!(s.commits, 2);
-        assert_eq!(s.rows_of("a"), 2);
-    }
-
-    /// A flipped byte anywhere in the last batch is a torn tail (cut, the batch is
-    /// lost); in an earlier committed batch it is corruption and refuses to open.
-    #[test]
-    fn damage_inside_committed_batch_refuses_to_open() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("journal");
-        let (first_end, second_end) = {
-            let (mut j, _) = Journal::open(d.path()).unwrap();
-            j.stage_row("a/x/1.wav", stamp(1), "a", 0);
-            j.commit().unwrap();
-            let first = std::fs::metadata(&path).unwrap().len() as usize;
-            j.stage_row("a/x/2.wav", stamp(2), "a", 1);
-            j.commit().unwrap();
-            (first, std::fs::metadata(&path).unwrap().len() as usize)
-        };
-        let full = std::fs::read(&path).unwrap();
-        let header_end = full.iter().position(|&b| b == b'\n').unwrap() + 1;
-        for i in header_end..second_end {
-            let mut bytes = full.clone();
-            bytes[i] ^= 0x20;
-            std::fs::write(&path, &bytes).unwrap();
-            let r = Journal::open(d.path());
-            if i < first_end {
-                assert!(matches!(r, Err(Error::Corrupt { .. })), "flip at {i}");
-            } else {
-                let (_j, s) = r.unwrap();
-                assert_eq!(s.commits, 1, "flip at {i}");
-                assert_eq!(s.rows_of("a"), 1, "flip at {i}");
-            }
-        }
-    }
-
-    #[test]
-    fn out_of_order_rows_are_refused_at_commit() {
-        let d = tempfile::tempdir().unwrap();
-        let (mut j, _) = Journal::open(d.path()).unwrap();
-        j.stage_row("a/x/1.wav", stamp(1), "a", 1);
-        assert!(matches!(j.commit(), Err(Error::Corrupt { .. })));
-    }
 }

@@ -100,7 +100,8 @@ impl Rebuild {
             patterns: serve.ignore.clone(),
             extensions: cfg.input.extensions.clone(),
         };
-        let total = super::watch::scan_tree(&serve.watch_dir, &ignore).len();
+        let mut total = 0;
+        super::watch::scan_tree_each(&serve.watch_dir, &ignore, &mut |_| total += 1);
         let telemetry = Arc::new(Telemetry::default());
         let thread = {
             let (cfg, input, out, telemetry) = (

@@ -76,6 +76,9 @@ pub struct Status {
     pub busy_s: BusySeconds,
     pub rebuild: Option<RebuildStatus>,
     pub last_error: Option<String>,
+    /// The journal file and its exactly-once index: sizes, last compaction.
+    #[serde(default)]
+    pub journal: Option<crate::app::serve::journal::Info>,
 }
 
 /// `ctl stats`: the stage report (as `build --json` gives it), rows, and the

@@ -127,33 +127,39 @@ impl Ignore {
 /// Every WAV file below `dir` that `ignore` wants, sorted (the initial scan
 /// and the rescan after an overflow).
 pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
-    fn walk(dir: &Path, ignore: &Ignore, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            // Names that are not UTF-8 are matched by their lossy text and
-            // reported: the consumer rejects them with a reason.
-            let name = &*name.to_string_lossy();
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_symlink() {
-                if !ignore.ignores(name) {
-                    skip_symlink(&e.path());
-                }
-            } else if t.is_dir() {
-                if !ignore.ignores(name) {
-                    walk(&e.path(), ignore, out);
-                }
-            } else if ignore.wants(name) {
-                out.push(e.path());
+    let mut out = Vec::new();
+    scan_tree_each(dir, ignore, &mut |p| out.push(p));
+    out
+}
+
+/// [`scan_tree`] without the list: calls `f` on each file, in the same order
+/// (each directory's entries sorted by name, depth first, which is `PathBuf`
+/// order). Holds one directory listing per level, not the tree: with
+/// `on_success = "keep"` the drop tree holds every file ever ingested.
+pub fn scan_tree_each(dir: &Path, ignore: &Ignore, f: &mut dyn FnMut(PathBuf)) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name();
+        // Names that are not UTF-8 are matched by their lossy text and
+        // reported: the consumer rejects them with a reason.
+        let name = &*name.to_string_lossy();
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_symlink() {
+            if !ignore.ignores(name) {
+                skip_symlink(&e.path());
             }
+        } else if t.is_dir() {
+            if !ignore.ignores(name) {
+                scan_tree_each(&e.path(), ignore, f);
+            }
+        } else if ignore.wants(name) {
+            f(e.path());
         }
     }
-    let mut out = Vec::new();
-    walk(dir, ignore, &mut out);
-    out.sort();
-    out
 }
 
 /// A running watcher thread.

@@ -141,11 +141,21 @@ fn check_compatible(file: &File, ds: &Datasets, p: &Path, h: &Header<'_>) -> Res
     Ok(())
 }
 
+/// Most bytes HDF5's metadata cache may hold per open split file.
+pub const METADATA_CACHE_BYTES: usize = 4 << 20;
+
 /// Opens `p` read-write with libver (latest, latest). With `clear_flags`, sets the
 /// private fapl property `clear_status_flags` first, as `h5clear -s` does, so a
 /// file whose SWMR writer was killed opens again.
+///
+/// The metadata cache is capped at [`METADATA_CACHE_BYTES`]
+/// (`writer::h5::metadata_cache`).
 pub(super) fn open_rw(p: &Path, clear_flags: bool) -> hdf5::Result<File> {
-    let fapl = hdf5::plist::FileAccess::build().libver_latest().finish()?;
+    let mdc = crate::writer::h5::metadata_cache(METADATA_CACHE_BYTES);
+    let fapl = hdf5::plist::FileAccess::build()
+        .libver_latest()
+        .mdc_config(&mdc)
+        .finish()?;
     let name = CString::new(p.as_os_str().as_bytes())
         .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
     hdf5::sync::sync(|| {

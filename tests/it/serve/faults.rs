@@ -240,7 +240,7 @@ fn a_dropped_file_with_a_non_utf8_name_is_rejected_once_not_ignored_forever() {
 
 /// Builds tests/it/serve/fault_shim.c into `dir`; None (with the reason
 /// printed) where no C compiler is found.
-fn fault_shim(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+pub(super) fn fault_shim(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     let src = dir.join("fault_shim.c");
     std::fs::write(&src, include_str!("fault_shim.c")).unwrap();
     let so = dir.join("fault_shim.so");

@@ -11,7 +11,8 @@
 //! the journal across restarts, an h5py SWMR reader (skipped without h5py),
 //! every control command, `rebuild` under ingest, kill -9 during a burst, SIGTERM
 //! drain, SIGHUP reload, inotify overflow → rescan (root only), and the
-//! regression test for rows duplicated by a rescan before their commit.
+//! regression test for rows duplicated by a rescan before their commit; the
+//! journal's compaction (`compact`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -26,6 +27,7 @@ use serde_json::Value;
 
 use crate::common::features_of;
 
+mod compact;
 mod faults;
 mod harness;
 mod input;

@@ -29,6 +29,7 @@
 //! not-yet-started backlog (those files stay in the drop directory), finish the
 //! files in flight, flush, commit, close the files, exit 0.
 
+mod compaction;
 mod degraded;
 mod reload;
 mod report;
@@ -44,7 +45,7 @@ use serde_json::json;
 
 use super::rebuild::Rebuild;
 use super::status::{RebuildStatus, State};
-use super::watch::{Ignore, WatchEvent, Watcher, scan_tree};
+use super::watch::{Ignore, WatchEvent, Watcher, scan_tree_each};
 use crate::app::control::{self, Command, Reply, Request, notify};
 use crate::app::metrics::{self, CommitClock, Endpoint};
 use crate::app::serve::journal::{FileStamp, Journal};
@@ -142,6 +143,8 @@ pub struct Service {
     backoff: Duration,
     /// Journal commits and drop→commit latency, for `stats` and metrics.
     commits: CommitClock,
+    /// After a failed automatic compaction, the next is not tried before this.
+    compact_after: Option<Instant>,
 }
 
 fn dir(path: &Path) -> Result<(), Error> {
@@ -211,8 +214,10 @@ impl Service {
             degraded: None,
             backoff: degraded::FIRST_BACKOFF,
             commits: CommitClock::default(),
+            compact_after: None,
         };
         svc.open_journal_splits()?;
+        svc.maybe_compact();
         Ok(svc)
     }
 
@@ -250,10 +255,18 @@ impl Service {
             return;
         }
         let stamp = FileStamp::of(&meta);
-        if self.journal.state().lookup(&rel, stamp).is_some()
-            || self.uncommitted.get(&rel) == Some(&stamp)
-        {
+        if self.uncommitted.get(&rel) == Some(&stamp) {
             return;
+        }
+        match self.journal.lookup(&rel, stamp) {
+            Ok(None) => {}
+            Ok(Some(_)) => return,
+            Err(e) => {
+                // Unknown: ingesting could duplicate a row. The next rescan
+                // (or restart) offers the file again.
+                self.note_error(format!("cannot look {rel} up in the journal index: {e}"));
+                return;
+            }
         }
         if !utf8 {
             self.reject_unusable(abs, rel, stamp);
@@ -281,9 +294,8 @@ impl Service {
             patterns: self.serve.ignore.clone(),
             extensions: self.cfg.input.extensions.clone(),
         };
-        for f in scan_tree(&self.serve.watch_dir, &ignore) {
-            self.offer(f);
-        }
+        let dir = self.serve.watch_dir.clone();
+        scan_tree_each(&dir, &ignore, &mut |f| self.offer(f));
     }
 
     /// Rejects a dropped file whose path cannot be a row's `path` (not UTF-8;
@@ -415,6 +427,7 @@ impl Service {
         self.journal.commit()?;
         self.commits.committed(records);
         self.uncommitted.clear();
+        self.maybe_compact();
         self.since_commit = (0, 0);
         if committed {
             self.backoff = degraded::FIRST_BACKOFF;
@@ -499,6 +512,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     );
     // The watch exists before the scan, so nothing landing in between is missed.
     svc.rescan();
+    // Start-up (journal replay, recovering the split files, the scan of a
+    // drop tree that may hold every file ever ingested) freed more than the
+    // service keeps: hand it back.
+    crate::runtime::sys::trim_heap();
     let shape = svc.pipeline.shape();
     tracing::info!(
         watch_dir = %svc.serve.watch_dir.display(),
@@ -654,6 +671,15 @@ impl Service {
             }
             Command::Reload => self.reload(watcher, watch_tx),
             Command::Rebuild => self.start_rebuild(),
+            Command::Compact => {
+                if self.degraded.is_none()
+                    && let Err(e) = self.flush_commit()
+                {
+                    req.respond(Reply::error(e.to_string()));
+                    return self.on_write_error(e);
+                }
+                self.compact_now()
+            }
         };
         req.respond(reply);
         Ok(())
@@ -728,6 +754,8 @@ impl Service {
         self.sink.close_all()?;
         // Swap the files and the journal (each rename is atomic).
         let report = done.install(&self.serve, &mut self.journal)?;
+        // The new journal holds every rebuilt file in its tail.
+        self.maybe_compact();
         // Restart the stage graph with the new config.
         let old = std::mem::replace(
             &mut self.pipeline,

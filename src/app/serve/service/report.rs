@@ -50,7 +50,22 @@ impl Service {
                 .map(Rebuild::progress)
                 .or(self.rebuild_report.clone()),
             last_error: self.last_error.clone(),
+            journal: Some(self.journal.info()),
         })
+    }
+
+    /// The journal's side of `stats` and the metrics.
+    fn journal_metrics(&self) -> crate::app::metrics::Journal {
+        let mut j = self.commits.journal(self.journal.staged());
+        let info = self.journal.info();
+        j.index = crate::app::metrics::JournalIndex {
+            journal_bytes: info.journal_bytes,
+            entries: info.index_entries,
+            tail_entries: info.tail_entries,
+            compactions: info.compactions,
+            last_compaction_unix_s: info.last_compaction.map_or(0.0, |c| c.at_unix_s),
+        };
+        j
     }
 
     pub(super) fn stats(&self) -> Reply {
@@ -64,7 +79,7 @@ impl Service {
             queued: self.backlog.len(),
             in_flight: self.in_flight.len() - self.backlog.len(),
             rings: self.pipeline.ring_depths(),
-            journal: self.commits.journal(self.journal.staged()),
+            journal: self.journal_metrics(),
             degraded: self.degraded.as_ref().map(|d| d.error.clone()),
         })
     }
