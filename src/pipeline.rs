@@ -380,12 +380,12 @@ mod tests {
         let mut cfg = Config::default();
         cfg.compute.workers = 2;
         let cpu = arena_bytes(&cfg, &compute::Target::Cpu);
-        // 130 reference files (64 + 64 + 2) of 84 KiB, twice over.
-        assert_eq!(cpu, 2 * 130 * 86_016);
-        assert!(cpu < 32 << 20, "{cpu}");
+        // 258 reference files (128 + 128 + 2) of 84 KiB, twice over.
+        assert_eq!(cpu, 2 * 258 * 86_016);
+        assert!(cpu < 48 << 20, "{cpu}");
         // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
         let gpu = arena_bytes(&cfg, &compute::Target::HostDouble);
-        assert_eq!(gpu, 2 * (128 + 512) * 86_016);
+        assert_eq!(gpu, 2 * (256 + 512) * 86_016);
         cfg.input.policy.resample = crate::decode::clip::Resample::SoxrHq;
         assert_eq!(
             arena_bytes(&cfg, &compute::Target::Cpu),

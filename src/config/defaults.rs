@@ -63,8 +63,10 @@ pub mod io {
     pub const PIN: PinPolicy = PinPolicy::Auto;
     /// `io.threads`.
     pub const THREADS: usize = 1;
-    /// `io.queue_depth`.
-    pub const QUEUE_DEPTH: usize = 64;
+    /// `io.queue_depth`: O_DIRECT reads are latency-bound, so files in flight
+    /// decide throughput (20k reference clips, 2 cores: 64 → 13.4k files/s,
+    /// 128 → 17k, 256 no better).
+    pub const QUEUE_DEPTH: usize = 128;
     /// `io.direct`.
     pub const DIRECT: bool = true;
     /// `io.max_file_bytes` (64 MiB).
