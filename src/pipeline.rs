@@ -97,7 +97,7 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
 }
 
 /// The read arena when `io.arena_bytes` is unset: room for every file that can
-/// be in flight at once, at the size of a typical input, twice over (the
+/// be in flight at once, at the size of a typical input, plus a quarter (the
 /// circular allocator frees only in ring order). Resident memory is what the
 /// arena is (registration pins it), so it is sized to need; a file over a
 /// quarter of a reader's share is read into a spill extent instead
@@ -127,7 +127,7 @@ pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
     let samples = (cfg.spec.clip_seconds * rate as f64).ceil() as u64;
     // Header and O_DIRECT rounding: one page on top of the data.
     let file = (samples * 2 * channels).div_ceil(4096) * 4096 + 4096;
-    (2 * files * file).clamp(
+    (files * file * 5 / 4).clamp(
         crate::config::defaults::io::ARENA_MIN_AUTO,
         crate::config::defaults::io::ARENA_MAX_AUTO,
     )
@@ -380,12 +380,12 @@ mod tests {
         let mut cfg = Config::default();
         cfg.compute.workers = 2;
         let cpu = arena_bytes(&cfg, &compute::Target::Cpu);
-        // 258 reference files (128 + 128 + 2) of 84 KiB, twice over.
-        assert_eq!(cpu, 2 * 258 * 86_016);
-        assert!(cpu < 48 << 20, "{cpu}");
+        // 258 reference files (128 + 128 + 2) of 84 KiB, plus a quarter.
+        assert_eq!(cpu, 258 * 86_016 * 5 / 4);
+        assert!(cpu < 32 << 20, "{cpu}");
         // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
         let gpu = arena_bytes(&cfg, &compute::Target::HostDouble);
-        assert_eq!(gpu, 2 * (256 + 512) * 86_016);
+        assert_eq!(gpu, (256 + 512) * 86_016 * 5 / 4);
         cfg.input.policy.resample = crate::decode::clip::Resample::SoxrHq;
         assert_eq!(
             arena_bytes(&cfg, &compute::Target::Cpu),
