@@ -156,7 +156,12 @@ impl Pipeline {
         let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
         tracing::info!(placement = %placement, "Threads placed.");
 
-        let jobs = Arc::new(Ring::new(queue_ahead.max(cfg.io.queue_depth * 4)));
+        let ahead = queue_ahead.max(cfg.io.queue_depth * 4);
+        // A source that queues ahead is woken once a quarter of its queue is
+        // free, not per job; a live one (serve, `queue_ahead` 0) hands a lone
+        // file to an idle reader at once.
+        let batch = if queue_ahead > 0 { ahead / 4 } else { 1 };
+        let jobs = Arc::new(Ring::with_wake_batch(ahead, batch));
         // Wake batches: compute and the writer share cores with the readers,
         // so hand-overs go in runs (see `runtime::ring`).
         let loaded = Arc::new(Ring::with_wake_batch(

@@ -28,8 +28,10 @@ struct State {
     low: usize,
     /// `received[i]`: id `low + i` has arrived (always false at the front).
     received: VecDeque<bool>,
-    /// The admitting thread is blocked (notify only then).
-    waiting: bool,
+    /// The admitting thread is blocked until `low` reaches this (notify only
+    /// then): room for its id and a quarter window more, so it is woken once
+    /// per batch rather than at every id received.
+    wake_at: Option<usize>,
     closed: bool,
 }
 
@@ -42,7 +44,7 @@ impl Window {
             state: Mutex::new(State {
                 low: 0,
                 received: VecDeque::with_capacity(size),
-                waiting: false,
+                wake_at: None,
                 closed: false,
             }),
             moved: Condvar::new(),
@@ -62,14 +64,15 @@ impl Window {
     pub fn admit(&self, id: usize) -> bool {
         let mut g = self.lock();
         while !g.closed && id >= g.low + self.size {
-            g.waiting = true;
+            // ≤ id, which `low` reaches once every admitted id is received.
+            g.wake_at = Some(id + 1 + (self.size / 4).min(self.size - 1) - self.size);
             g = self
                 .moved
                 .wait_timeout(g, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        g.waiting = false;
+        g.wake_at = None;
         !g.closed
     }
 
@@ -84,12 +87,12 @@ impl Window {
             g.received.resize(i + 1, false);
         }
         g.received[i] = true;
-        let before = g.low;
         while g.received.front() == Some(&true) {
             g.received.pop_front();
             g.low += 1;
         }
-        if g.waiting && g.low != before {
+        if g.wake_at.is_some_and(|at| g.low >= at) {
+            g.wake_at = None;
             self.moved.notify_all();
         }
     }
