@@ -271,6 +271,23 @@ impl BatchFft {
     }
 }
 
+/// The radix-4 butterfly both passes share, on complex values `(re, im)`:
+/// with `s0 = A + B`, `s1 = A − B`, `s2 = C + D`, `s3 = C − D`, the outputs
+/// `[s0 + s2, s1 − i·s3, s0 − s2, s1 + i·s3]` (`−i·s3 = s3.im − i·s3.re`).
+#[inline(always)]
+fn butterfly4<V: Lanes>(a: (V, V), b: (V, V), c: (V, V), d: (V, V)) -> [(V, V); 4] {
+    let (s0r, s0i) = (a.0.add(b.0), a.1.add(b.1));
+    let (s1r, s1i) = (a.0.sub(b.0), a.1.sub(b.1));
+    let (s2r, s2i) = (c.0.add(d.0), c.1.add(d.1));
+    let (s3r, s3i) = (c.0.sub(d.0), c.1.sub(d.1));
+    [
+        (s0r.add(s2r), s0i.add(s2i)),
+        (s1r.add(s3i), s1i.sub(s3r)),
+        (s0r.sub(s2r), s0i.sub(s2i)),
+        (s1r.sub(s3i), s1i.add(s3r)),
+    ]
+}
+
 /// The first radix-4 pass (spans 1 and 2): every twiddle is 1 or `−i`, so it
 /// only adds.
 ///
@@ -283,22 +300,17 @@ unsafe fn radix4_first<V: Lanes>(re: *mut f64, im: *mut f64, m: usize) {
         // SAFETY: b + 3 < m (caller: 4 | m).
         unsafe {
             let ld = |p: *mut f64, q: usize| V::load(p.add((b + q) * l));
-            let (r0, r1, r2, r3) = (ld(re, 0), ld(re, 1), ld(re, 2), ld(re, 3));
-            let (i0, i1, i2, i3) = (ld(im, 0), ld(im, 1), ld(im, 2), ld(im, 3));
-            let (a0r, a0i) = (r0.add(r1), i0.add(i1));
-            let (a1r, a1i) = (r0.sub(r1), i0.sub(i1));
-            let (a2r, a2i) = (r2.add(r3), i2.add(i3));
-            let (a3r, a3i) = (r2.sub(r3), i2.sub(i3));
             let st = |v: V, p: *mut f64, q: usize| v.store(p.add((b + q) * l));
-            st(a0r.add(a2r), re, 0);
-            st(a0i.add(a2i), im, 0);
-            st(a0r.sub(a2r), re, 2);
-            st(a0i.sub(a2i), im, 2);
-            // (−i)·a3 = a3.im − i·a3.re
-            st(a1r.add(a3i), re, 1);
-            st(a1i.sub(a3r), im, 1);
-            st(a1r.sub(a3i), re, 3);
-            st(a1i.add(a3r), im, 3);
+            let out = butterfly4(
+                (ld(re, 0), ld(im, 0)),
+                (ld(re, 1), ld(im, 1)),
+                (ld(re, 2), ld(im, 2)),
+                (ld(re, 3), ld(im, 3)),
+            );
+            for (q, (r, i)) in out.into_iter().enumerate() {
+                st(r, re, q);
+                st(i, im, q);
+            }
         }
     }
 }
@@ -331,20 +343,12 @@ unsafe fn radix4<V: Lanes>(re: *mut f64, im: *mut f64, m: usize, h: usize, tw: &
                 let (br, bi) = cmul(ld(re, 1), ld(im, 1), t[2], t[3]);
                 let (cr, ci) = cmul(ld(re, 2), ld(im, 2), t[0], t[1]);
                 let (dr, di) = cmul(ld(re, 3), ld(im, 3), t[4], t[5]);
-                let (s0r, s0i) = (ar.add(br), ai.add(bi));
-                let (s1r, s1i) = (ar.sub(br), ai.sub(bi));
-                let (s2r, s2i) = (cr.add(dr), ci.add(di));
-                let (s3r, s3i) = (cr.sub(dr), ci.sub(di));
                 let st = |v: V, p: *mut f64, q: usize| v.store(p.add(at(q)));
-                st(s0r.add(s2r), re, 0);
-                st(s0i.add(s2i), im, 0);
-                st(s0r.sub(s2r), re, 2);
-                st(s0i.sub(s2i), im, 2);
-                // −i·(C − D) = (C − D).im − i·(C − D).re
-                st(s1r.add(s3i), re, 1);
-                st(s1i.sub(s3r), im, 1);
-                st(s1r.sub(s3i), re, 3);
-                st(s1i.add(s3r), im, 3);
+                let out = butterfly4((ar, ai), (br, bi), (cr, ci), (dr, di));
+                for (q, (r, i)) in out.into_iter().enumerate() {
+                    st(r, re, q);
+                    st(i, im, q);
+                }
             }
         }
     }
