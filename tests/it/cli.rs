@@ -8,6 +8,23 @@ fn melforge() -> Command {
     Command::new(env!("CARGO_BIN_EXE_melforge"))
 }
 
+/// `melforge build --json --out OUT INPUT`, run to completion.
+fn build_json(input: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+    melforge()
+        .args(["build", "--json", "--out"])
+        .arg(out)
+        .arg(input)
+        .output()
+        .unwrap()
+}
+
+/// [`build_json`] that must succeed; its JSON document.
+fn built_json(input: &std::path::Path, out: &std::path::Path) -> serde_json::Value {
+    let o = build_json(input, out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 #[test]
 fn check_config_names_the_bad_key_and_line() {
     let d = tempfile::tempdir().unwrap();
@@ -38,14 +55,7 @@ fn strict_turns_a_rejection_into_exit_1_and_json_reports_it() {
     let corpus = synth_corpus(5, 1);
     put(corpus.path(), "TESTING/LEAK/zz.wav", b"not a wav");
     let out = tempfile::tempdir().unwrap();
-    let o = melforge()
-        .args(["build", "--json", "--out"])
-        .arg(out.path())
-        .arg(corpus.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let j = built_json(corpus.path(), out.path());
     assert_eq!(j["report"]["files_ok"], 5);
     assert_eq!(j["rejected"][0]["path"], "TESTING/LEAK/zz.wav");
     assert_eq!(j["backend"], "cpu");
@@ -167,12 +177,7 @@ fn check_config_refuses_a_control_group_that_does_not_exist() {
 fn a_failed_build_prints_its_cause_once_and_json_on_stdout() {
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no-such-input");
-    let o = melforge()
-        .args(["build", "--json", "--out"])
-        .arg(d.path().join("out"))
-        .arg(&missing)
-        .output()
-        .unwrap();
+    let o = build_json(&missing, &d.path().join("out"));
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
@@ -224,14 +229,7 @@ fn paths_the_walk_cannot_use_are_rejections_and_strict_fails_on_them() {
     assert!(st.success());
 
     let out = tempfile::tempdir().unwrap();
-    let o = melforge()
-        .args(["build", "--json", "--out"])
-        .arg(out.path())
-        .arg(corpus.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let j = built_json(corpus.path(), out.path());
     assert_eq!(j["report"]["files_ok"], 3, "{j}");
     let rejected = j["rejected"].as_array().unwrap();
     let by_path = |p: &str| {
