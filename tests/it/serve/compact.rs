@@ -149,12 +149,7 @@ fn a_compaction_that_fails_on_write_changes_nothing() {
             1,
         );
         std::fs::write(&svc.cfg, cfg).unwrap();
-        svc.env = vec![
-            ("LD_PRELOAD".into(), shim.display().to_string()),
-            ("FAULT_PATH".into(), target.into()),
-            ("FAULT_AT".into(), at.to_string()),
-            ("FAULT_ERRNO".into(), errno.into()),
-        ];
+        svc.env = super::faults::fault_env(&shim, target, at, errno);
         svc.start();
         for (i, (rel, bytes)) in corpus.iter().enumerate() {
             svc.drop_file(rel, bytes);

@@ -238,6 +238,22 @@ fn a_dropped_file_with_a_non_utf8_name_is_rejected_once_not_ignored_forever() {
     assert_eq!(lines.lines().count(), 1, "{lines}");
 }
 
+/// The environment that makes serve load the fault shim `shim` and fail its
+/// `at`-th write (or sync) of a path containing `target` with `errno`.
+pub(super) fn fault_env(
+    shim: &std::path::Path,
+    target: &str,
+    at: u32,
+    errno: &str,
+) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), shim.display().to_string()),
+        ("FAULT_PATH".into(), target.into()),
+        ("FAULT_AT".into(), at.to_string()),
+        ("FAULT_ERRNO".into(), errno.into()),
+    ]
+}
+
 /// Builds tests/it/serve/fault_shim.c into `dir`; None (with the reason
 /// printed) where no C compiler is found.
 pub(super) fn fault_shim(dir: &std::path::Path) -> Option<std::path::PathBuf> {
@@ -300,12 +316,7 @@ fn injected_write_faults_at_every_point_never_lose_or_duplicate_a_row() {
     for (target, errno, at) in cases {
         let context = format!("{errno} at write #{at} of {target}");
         let mut svc = Svc::new(50, "");
-        svc.env = vec![
-            ("LD_PRELOAD".into(), shim.display().to_string()),
-            ("FAULT_PATH".into(), target.into()),
-            ("FAULT_AT".into(), at.to_string()),
-            ("FAULT_ERRNO".into(), errno.into()),
-        ];
+        svc.env = fault_env(&shim, target, at, errno);
         svc.start();
         for (i, (rel, bytes)) in corpus.iter().enumerate() {
             svc.drop_file(rel, bytes);
