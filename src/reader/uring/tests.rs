@@ -100,6 +100,40 @@ fn check_exact(got: &Outcomes, sizes: &[usize]) {
     }
 }
 
+/// Runs `engine` over `paths` with a consumer thread that holds each file's
+/// bytes for `hold`, checks them against `want(i)` and drops them, so the
+/// engine has to wait for releases; `each` runs at every delivery.
+fn run_with_slow_consumer(
+    engine: &mut UringEngine,
+    paths: &[PathBuf],
+    hold: Duration,
+    want: fn(usize) -> Vec<u8>,
+    mut each: impl FnMut(),
+) -> RunStats {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, FileBytes)>(64);
+    let consumer = std::thread::spawn(move || {
+        let mut n = 0;
+        for (i, b) in rx {
+            std::thread::sleep(hold);
+            assert!(*b == want(i), "file {i}");
+            n += 1;
+        }
+        n
+    });
+    let mut it = paths.iter().enumerate();
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| {
+                each();
+                tx.send((i, r.unwrap())).is_ok()
+            },
+        )
+        .unwrap();
+    drop(tx);
+    assert_eq!(consumer.join().unwrap(), paths.len());
+    stats
+}
 #[test]
 fn reads_exact_bytes_with_o_direct_on_disk() {
     if !usable("reads_exact_bytes_with_o_direct_on_disk") {
@@ -310,29 +344,14 @@ fn spills_held_by_a_slow_consumer_stay_within_the_budget() {
     let arena = Arena::with_spill(64 << 10, 1, 128 << 10).unwrap();
     let part = arena.part(0);
     let mut engine = UringEngine::new(&opts(8, true), arena.part(0)).unwrap();
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, FileBytes)>(64);
-    let consumer = std::thread::spawn(move || {
-        let mut n = 0;
-        for (i, b) in rx {
-            std::thread::sleep(Duration::from_millis(2));
-            assert!(*b == content(50_000 + i * 1000, i), "file {i}");
-            n += 1;
-        }
-        n
-    });
-    let mut it = paths.iter().enumerate();
     let mut peak = 0;
-    let stats = engine
-        .run(
-            || it.next().map(|(i, p)| (i, p.as_path())),
-            |i, r, _| {
-                peak = peak.max(part.spill_live());
-                tx.send((i, r.unwrap())).is_ok()
-            },
-        )
-        .unwrap();
-    drop(tx);
-    assert_eq!(consumer.join().unwrap(), sizes.len());
+    let stats = run_with_slow_consumer(
+        &mut engine,
+        &paths,
+        Duration::from_millis(2),
+        |i| content(50_000 + i * 1000, i),
+        || peak = peak.max(part.spill_live()),
+    );
     assert_eq!(stats.spills, sizes.len() as u64);
     assert!(peak > 0 && peak <= 128 << 10, "peak spill bytes {peak}");
     assert_eq!(part.spill_live(), 0, "every spill returned its budget");
@@ -356,25 +375,13 @@ fn tiny_arena_recycles_extents() {
     // wait for releases (with nothing in flight) and still finishes.
     let arena = Arena::new(160 << 10, 1).unwrap();
     let mut engine = UringEngine::new(&opts(8, true), arena.part(0)).unwrap();
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, FileBytes)>(64);
-    let consumer = std::thread::spawn(move || {
-        let mut n = 0;
-        for (i, b) in rx {
-            std::thread::sleep(Duration::from_micros(300));
-            assert!(*b == content(1 + (i * 7919) % 40_000, i));
-            n += 1;
-        }
-        n
-    });
-    let mut it = paths.iter().enumerate();
-    let stats = engine
-        .run(
-            || it.next().map(|(i, p)| (i, p.as_path())),
-            |i, r, _| tx.send((i, r.unwrap())).is_ok(),
-        )
-        .unwrap();
-    drop(tx);
-    assert_eq!(consumer.join().unwrap(), sizes.len());
+    let stats = run_with_slow_consumer(
+        &mut engine,
+        &paths,
+        Duration::from_micros(300),
+        |i| content(1 + (i * 7919) % 40_000, i),
+        || {},
+    );
     eprintln!("slow consumer: {} waits for arena space", stats.arena_waits);
     assert_eq!(arena.bad_releases(), 0);
 }
