@@ -196,6 +196,12 @@ pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     (split.to_string(), label.map(str::to_string))
 }
 
+/// [`names`] of a `/`-separated relative path.
+fn names_of(rel: &str) -> (&str, Option<&str>) {
+    let parts: Vec<&str> = rel.split('/').collect();
+    names(&parts)
+}
+
 /// [`split_and_label`] without copies.
 fn names<'a>(components: &[&'a str]) -> (&'a str, Option<&'a str>) {
     let parents = &components[..components.len().saturating_sub(1)];
@@ -325,39 +331,30 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     let mut order: Vec<u32> = (0..found.paths.len() as u32).collect();
     order.sort_unstable_by(|&a, &b| found.paths.get(a).cmp(found.paths.get(b)));
 
-    // Split and label names: sets of distinct names, not a copy per file.
-    let name_of = |rel: &str| {
-        let parts: Vec<&str> = rel.split('/').collect();
-        let (split, label) = names(&parts);
-        (split.to_owned(), label.map(str::to_owned))
-    };
+    // Split and label names: sets of distinct names, borrowed from the table.
     let mut splits = BTreeSet::new();
     let mut labels = BTreeSet::new();
     for i in 0..found.paths.len() as u32 {
-        let (split, label) = name_of(found.paths.get(i));
-        if !splits.contains(&split) {
-            splits.insert(split);
-        }
-        if let Some(l) = label.filter(|l| !labels.contains(l)) {
-            labels.insert(l);
-        }
+        let (split, label) = names_of(found.paths.get(i));
+        splits.insert(split);
+        labels.extend(label);
     }
-    plan.splits = splits.into_iter().collect();
-    plan.label_names = labels.into_iter().collect();
+    plan.splits = splits.into_iter().map(str::to_owned).collect();
+    plan.label_names = labels.into_iter().map(str::to_owned).collect();
 
     // Jobs in sorted path order, pointing into the walk's table (kept in walk
     // order: no second copy of every path).
     let mut next_seq = vec![0usize; plan.splits.len()];
     let mut jobs: Vec<Job> = Vec::with_capacity(order.len());
     for path in order {
-        let (split, label) = name_of(found.paths.get(path));
+        let (split, label) = names_of(found.paths.get(path));
         let split = plan
             .splits
-            .binary_search(&split)
+            .binary_search_by(|s| s.as_str().cmp(split))
             .expect("split was inserted");
         let label = label.map_or(-1, |l| {
             plan.label_names
-                .binary_search(&l)
+                .binary_search_by(|s| s.as_str().cmp(l))
                 .expect("label was inserted") as i32
         });
         let seq = next_seq[split];
