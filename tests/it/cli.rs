@@ -8,19 +8,19 @@ fn melforge() -> Command {
     Command::new(env!("CARGO_BIN_EXE_melforge"))
 }
 
-/// `melforge build --json --out OUT INPUT`, run to completion.
-fn build_json(input: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+/// `melforge build FLAG --out OUT INPUT`, run to completion.
+fn run_build(flag: &str, input: &std::path::Path, out: &std::path::Path) -> std::process::Output {
     melforge()
-        .args(["build", "--json", "--out"])
+        .args(["build", flag, "--out"])
         .arg(out)
         .arg(input)
         .output()
         .unwrap()
 }
 
-/// [`build_json`] that must succeed; its JSON document.
+/// `build --json` that must succeed; its JSON document.
 fn built_json(input: &std::path::Path, out: &std::path::Path) -> serde_json::Value {
-    let o = build_json(input, out);
+    let o = run_build("--json", input, out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -60,12 +60,7 @@ fn strict_turns_a_rejection_into_exit_1_and_json_reports_it() {
     assert_eq!(j["rejected"][0]["path"], "TESTING/LEAK/zz.wav");
     assert_eq!(j["backend"], "cpu");
 
-    let o = melforge()
-        .args(["build", "--strict", "--out"])
-        .arg(out.path())
-        .arg(corpus.path())
-        .output()
-        .unwrap();
+    let o = run_build("--strict", corpus.path(), out.path());
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("zz.wav"));
 }
@@ -177,7 +172,7 @@ fn check_config_refuses_a_control_group_that_does_not_exist() {
 fn a_failed_build_prints_its_cause_once_and_json_on_stdout() {
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no-such-input");
-    let o = build_json(&missing, &d.path().join("out"));
+    let o = run_build("--json", &missing, &d.path().join("out"));
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
@@ -255,12 +250,7 @@ fn paths_the_walk_cannot_use_are_rejections_and_strict_fails_on_them() {
     assert_eq!(lines.lines().count(), 2, "{lines}");
     assert!(lines.contains("caf\\\\xE9.wav"), "{lines}");
 
-    let o = melforge()
-        .args(["build", "--strict", "--out"])
-        .arg(out.path())
-        .arg(corpus.path())
-        .output()
-        .unwrap();
+    let o = run_build("--strict", corpus.path(), out.path());
     assert_eq!(
         o.status.code(),
         Some(1),
