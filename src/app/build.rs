@@ -19,9 +19,9 @@ use serde::Serialize;
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
 use crate::compute::{RejectKind, Rejection, cuda};
-use crate::config::Config;
+use crate::config::{Config, Direct};
 use crate::pipeline::{self, Delivered, Pipeline};
-use crate::reader::ReadJob;
+use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Local, Report, Telemetry};
 use crate::runtime::window::{CloseOnDrop, Window};
 use crate::source::{self, Job, PathTable, Plan};
@@ -73,6 +73,10 @@ pub struct Outcomes {
     pub cuda: Option<cuda::CudaReport>,
     pub backend: String,
     pub backend_reason: String,
+    /// Whether the ring engine opened inputs with O_DIRECT (`io.direct`,
+    /// `auto` resolved by `reader::cache`), and why.
+    pub direct: bool,
+    pub direct_reason: String,
     pub outputs: Vec<OutputFile>,
     pub rejected: Vec<Rejection>,
     pub rejected_log: PathBuf,
@@ -299,7 +303,18 @@ pub fn build_shard(
     // half ring, so hand-overs are rare), but not the whole walk: each queued
     // job holds its path, and a build's memory must not grow with its size.
     let queue_ahead = plan.jobs.len().min(4096);
-    let p = Arc::new(Pipeline::start(cfg, telemetry, queue_ahead)?);
+    // `io.direct = "auto"` is settled here, where the inputs are known.
+    let read_mode = cache::choose(cfg.io.direct, plan.jobs.len(), |i| {
+        plan.open_path(&plan.jobs[i])
+    });
+    tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
+    let mut run_cfg = cfg.clone();
+    run_cfg.io.direct = if read_mode.direct {
+        Direct::Always
+    } else {
+        Direct::Never
+    };
+    let p = Arc::new(Pipeline::start(&run_cfg, telemetry, queue_ahead)?);
     let paths = Arc::clone(&plan.paths);
     let jobs: Arc<[Job]> = std::mem::take(&mut plan.jobs).into();
     // The source opens links at their resolved targets (`Plan::open_path`).
@@ -423,6 +438,8 @@ pub fn build_shard(
         cuda: cuda_report,
         backend: shape.backend,
         backend_reason: shape.backend_reason,
+        direct: read_mode.direct,
+        direct_reason: read_mode.reason,
         outputs: write_report
             .files
             .into_iter()

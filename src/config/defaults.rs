@@ -53,7 +53,7 @@ pub mod output {
 /// `[io]`.
 pub mod io {
     use super::PinPolicy;
-    use crate::config::Engine;
+    use crate::config::{Direct, Engine};
 
     /// `io.engine`.
     pub const ENGINE: Engine = Engine::Uring;
@@ -67,8 +67,10 @@ pub mod io {
     /// decide throughput (20k reference clips, 2 cores: 64 → 13.4k files/s,
     /// 128 → 17k, 256 no better).
     pub const QUEUE_DEPTH: usize = 128;
-    /// `io.direct`.
-    pub const DIRECT: bool = true;
+    /// `io.direct`: O_DIRECT unless a build's inputs are already in the page
+    /// cache, where reading them from the disk again only competes with the
+    /// output's writeback (20k reference clips, warm, 2 cores: 1.2× faster).
+    pub const DIRECT: Direct = Direct::Auto;
     /// `io.max_file_bytes` (64 MiB).
     pub const MAX_FILE_BYTES: u64 = 64 << 20;
     /// `io.arena_bytes` unset: sized for the files in flight (`pipeline`),

@@ -28,9 +28,8 @@ pub struct RawIo {
     /// Files loaded ahead of compute (bounds memory: queue_depth × file size);
     /// default [`defaults::io::QUEUE_DEPTH`].
     pub queue_depth: Option<usize>,
-    /// Use O_DIRECT where the engine supports it; default
-    /// [`defaults::io::DIRECT`].
-    pub direct: Option<bool>,
+    /// O_DIRECT: true, false or "auto"; default [`defaults::io::DIRECT`].
+    pub direct: Option<RawDirect>,
     /// Files larger than this are rejected without being read; default
     /// [`defaults::io::MAX_FILE_BYTES`].
     pub max_file_bytes: Option<u64>,
@@ -49,6 +48,28 @@ pub enum Engine {
     Std,
 }
 
+/// `io.direct` as written: a bool or a word.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum RawDirect {
+    Flag(bool),
+    Word(String),
+}
+
+/// When the ring engine opens files with O_DIRECT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direct {
+    /// `"auto"`: a build samples its inputs before it starts (`reader::cache`)
+    /// and reads through the page cache when they are already in it, with
+    /// O_DIRECT otherwise; serve, which cannot look ahead, reads O_DIRECT.
+    Auto,
+    /// `true`: always O_DIRECT (per-file buffered fallback where refused).
+    Always,
+    /// `false`: always through the page cache.
+    Never,
+}
+
 /// Validated I/O settings.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct IoConfig {
@@ -57,7 +78,7 @@ pub struct IoConfig {
     pub pin: PinPolicy,
     pub threads: usize,
     pub queue_depth: usize,
-    pub direct: bool,
+    pub direct: Direct,
     pub max_file_bytes: u64,
     /// The registered read arena; `None` (the default): sized by
     /// `pipeline::arena_bytes` for the files in flight, between
@@ -79,7 +100,21 @@ impl IoConfig {
             pin: pin(cx, "io.pin", i.pin.as_deref(), defaults::io::PIN)?,
             threads: cx.positive("io.threads", i.threads, defaults::io::THREADS)?,
             queue_depth: cx.positive("io.queue_depth", i.queue_depth, defaults::io::QUEUE_DEPTH)?,
-            direct: i.direct.unwrap_or(defaults::io::DIRECT),
+            direct: match &i.direct {
+                None => defaults::io::DIRECT,
+                Some(RawDirect::Flag(true)) => Direct::Always,
+                Some(RawDirect::Flag(false)) => Direct::Never,
+                Some(RawDirect::Word(w)) => cx.choice(
+                    "io.direct",
+                    Some(w),
+                    defaults::io::DIRECT,
+                    &[
+                        ("auto", Direct::Auto),
+                        ("true", Direct::Always),
+                        ("false", Direct::Never),
+                    ],
+                )?,
+            },
             max_file_bytes: match i.max_file_bytes {
                 Some(0) => return Err(cx.invalid("io.max_file_bytes", "0; expected a size ≥ 1")),
                 Some(v) => v,
@@ -113,8 +148,23 @@ pub(super) fn pin(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
+    use crate::config::{Config, Direct};
     use crate::runtime::pin::PinPolicy;
+
+    #[test]
+    fn direct_takes_a_bool_or_auto_and_defaults_to_auto() {
+        let d = |text: &str| Config::parse(text, "t").map(|c| c.io.direct);
+        assert_eq!(d("").unwrap(), Direct::Auto);
+        assert_eq!(d("[io]\ndirect = true\n").unwrap(), Direct::Always);
+        assert_eq!(d("[io]\ndirect = false\n").unwrap(), Direct::Never);
+        assert_eq!(d("[io]\ndirect = \"AUTO\"\n").unwrap(), Direct::Auto);
+        let e = d("[io]\ndirect = \"sometimes\"\n").unwrap_err().to_string();
+        assert!(
+            e.contains("io.direct") && e.contains("\"auto\", \"true\", \"false\""),
+            "{e}"
+        );
+        assert!(d("[io]\ndirect = 1\n").is_err());
+    }
 
     #[test]
     fn pin_lists_are_parsed_and_unknown_cpus_rejected() {

@@ -34,7 +34,7 @@ pub use compute::{Backend, ComputeConfig, RawCompute};
 pub use control::{ControlConfig, RawControl};
 pub use defaults::control::SOCKET as DEFAULT_CONTROL_SOCKET;
 pub use input::{InputConfig, RawInput};
-pub use io::{Engine, IoConfig, RawIo};
+pub use io::{Direct, Engine, IoConfig, RawDirect, RawIo};
 pub use mel::{RawMel, RawSegmentation};
 pub use metrics::{MetricsConfig, RawMetrics};
 pub use output::{OutputConfig, RawOutput};

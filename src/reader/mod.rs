@@ -15,6 +15,7 @@
 //!   Bytes travel as [`FileBytes::Arena`] extents that free themselves on drop.
 
 pub mod arena;
+pub mod cache;
 pub mod stage;
 pub mod std_engine;
 pub mod uring;

@@ -383,6 +383,64 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Pages of a file in the page cache, from `cachestat(2)` (Linux 6.5+).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct CacheStat {
+    pub nr_cache: u64,
+    pub nr_dirty: u64,
+    pub nr_writeback: u64,
+    pub nr_evicted: u64,
+    pub nr_recently_evicted: u64,
+}
+
+/// `cachestat(2)` over the whole file: how many of its pages are cached. An
+/// error of kind `Unsupported` (ENOSYS) on kernels before 6.5 and on
+/// architectures whose syscall number is not known here.
+pub fn cachestat(fd: BorrowedFd<'_>) -> io::Result<CacheStat> {
+    // The same number in the x86_64 table and the generic one (aarch64, …).
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ))]
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )))]
+    return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ))]
+    {
+        // struct cachestat_range { __u64 off, len; }: len 0 is "to the end".
+        let range = [0u64; 2];
+        let mut out = CacheStat::default();
+        let fd = libc::c_uint::try_from(fd.as_raw_fd())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+        // SAFETY: `range` and `out` are live, correctly laid out (two u64s;
+        // `repr(C)` five u64s) for the duration of the call, which only reads
+        // the first and writes the second.
+        let rc = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                fd,
+                range.as_ptr(),
+                &mut out as *mut CacheStat,
+                0u32,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(out)
+    }
+}
+
 /// Returns the allocator's free memory to the kernel (`malloc_trim(0)`, glibc),
 /// so freed memory stops counting in the process's RSS. A no-op elsewhere.
 pub fn trim_heap() {

@@ -51,6 +51,37 @@ fn check_config_names_the_bad_key_and_line() {
 }
 
 #[test]
+fn json_says_how_inputs_were_read_and_why() {
+    let corpus = synth_corpus(6, 3);
+    let out = tempfile::tempdir().unwrap();
+    // The corpus was just written, so its pages are cached: `auto` (the
+    // default) reads through the cache where the kernel can tell, and says so.
+    let j = built_json(corpus.path(), out.path());
+    let reason = j["direct_reason"].as_str().unwrap().to_string();
+    assert!(reason.starts_with("io.direct = auto: "), "{reason}");
+    if reason.contains("cannot tell") {
+        assert_eq!(j["direct"], true, "{reason}");
+    } else {
+        assert_eq!(j["direct"], false, "{reason}");
+        assert!(reason.contains("100% of 6 sampled inputs"), "{reason}");
+    }
+    let cfg = put(out.path(), "d.toml", b"[io]\ndirect = true\n");
+    let o = melforge()
+        .args(["build", "--json", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(out.path().join("o2"))
+        .arg(corpus.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j2: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j2["direct"], true);
+    assert_eq!(j2["direct_reason"], "io.direct = true");
+    assert_eq!(j2["report"]["files_ok"], j["report"]["files_ok"]);
+}
+
+#[test]
 fn strict_turns_a_rejection_into_exit_1_and_json_reports_it() {
     let corpus = synth_corpus(5, 1);
     put(corpus.path(), "TESTING/LEAK/zz.wav", b"not a wav");

@@ -73,8 +73,8 @@ fn strace_build(files: u64) -> String {
     std::fs::read_to_string(&log).unwrap()
 }
 
-/// strace of a build: the WAV files are never opened, stat'ed, read or closed
-/// by a syscall of their own (that happens inside io_uring_enter), and the
+/// strace of a build: the WAV files are never read, stat'ed or closed by a
+/// syscall of their own, and opened only by the bounded page-cache sample (that happens inside io_uring_enter), and the
 /// number of read/close calls does not grow with the number of files.
 #[test]
 fn build_issues_no_per_file_open_read_close_syscalls() {
@@ -93,13 +93,21 @@ fn build_issues_no_per_file_open_read_close_syscalls() {
     };
     let small = strace_build(100);
     let large = strace_build(400);
+    // The only WAV paths outside the ring are `io.direct = "auto"`'s page-cache
+    // sample before the readers start (`reader::cache`): at most SAMPLE opens
+    // (then `cachestat` and `close` on the descriptor), none of them a read.
     for trace in [&small, &large] {
         let wav_calls: Vec<&str> = trace.lines().filter(|l| l.contains(".wav")).collect();
+        let not_sample: Vec<&&str> = wav_calls
+            .iter()
+            .filter(|l| !l.contains(" openat(AT_FDCWD, ") || !l.contains("O_RDONLY|O_CLOEXEC)"))
+            .collect();
         assert!(
-            wav_calls.is_empty(),
-            "{} syscalls name a WAV file, e.g. {:?}",
+            not_sample.is_empty() && wav_calls.len() <= melforge::reader::cache::SAMPLE,
+            "{} syscalls name a WAV file, {} of them not the cache sample's opens, e.g. {:?}",
             wav_calls.len(),
-            &wav_calls[..wav_calls.len().min(3)]
+            not_sample.len(),
+            &not_sample[..not_sample.len().min(3)]
         );
     }
     // 300 more files: per-file syscalls would add ≥ 300 of each.

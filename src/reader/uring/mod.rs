@@ -23,7 +23,7 @@ pub use engine::{Next, UringEngine};
 pub use probe::{ProbeError, ProbeReport, probe};
 
 use super::arena::ArenaError;
-use crate::config::IoConfig;
+use crate::config::{Direct, IoConfig};
 
 /// Per-engine settings (from `[io]`).
 #[derive(Clone, Debug)]
@@ -40,7 +40,9 @@ impl From<&IoConfig> for UringOptions {
     fn from(c: &IoConfig) -> Self {
         UringOptions {
             queue_depth: c.queue_depth,
-            direct: c.direct,
+            // An `auto` still unresolved here (serve: no list of inputs to
+            // sample, see `reader::cache`) reads O_DIRECT.
+            direct: c.direct != Direct::Never,
             max_file_bytes: c.max_file_bytes,
         }
     }

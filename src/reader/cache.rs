@@ -1,0 +1,257 @@
+//! `io.direct = "auto"`: read O_DIRECT unless the inputs are already in the
+//! page cache.
+//!
+//! O_DIRECT is right for inputs on the disk: the bytes go straight into the
+//! registered arena, with no copy and no page-cache churn. For inputs that are
+//! already cached it reads the disk again for bytes that are in memory, and
+//! on a machine where the output is written to the same disk the two compete:
+//! a warm 20k-clip build on the 2-core VM ran 1.2× slower O_DIRECT than through
+//! the page cache (docs/BENCHMARKS.md, issue 12).
+//!
+//! The choice is made once per build, before the readers start, from a sample
+//! of the inputs. It cannot be made per file inside the ring without I/O: a
+//! buffered `RWF_NOWAIT` read that misses still starts readahead, so a cold
+//! file would be read twice. `cachestat(2)` (Linux 6.5) counts a file's cached
+//! pages without touching them; on an older kernel the build reads O_DIRECT and
+//! says why.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+use crate::config::Direct;
+use crate::runtime::sys;
+
+/// Inputs sampled (spread evenly over the build's list).
+pub const SAMPLE: usize = 64;
+
+/// Share of the sampled bytes that must be cached to read through the page
+/// cache: a build that would take most of its files from the disk is better
+/// off with O_DIRECT for all of them.
+pub const CACHED_SHARE: f64 = 0.9;
+
+/// The read mode a build runs with, and the sentence that says why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadMode {
+    /// Open with O_DIRECT.
+    pub direct: bool,
+    pub reason: String,
+}
+
+/// What a sample found.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Residency {
+    /// Files sampled (those that could be opened and asked).
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Their bytes in the page cache (whole pages, capped at each file's size).
+    pub cached: u64,
+}
+
+impl Residency {
+    /// The cached share of the sampled bytes (1 for an empty sample).
+    pub fn share(&self) -> f64 {
+        if self.bytes == 0 {
+            1.0
+        } else {
+            self.cached as f64 / self.bytes as f64
+        }
+    }
+}
+
+/// How many of a file's bytes are in the page cache (`cachestat`).
+pub fn cached_bytes(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    let f = std::fs::File::open(path)?;
+    let size = f.metadata()?.len();
+    let cs = sys::cachestat(f.as_fd())?;
+    Ok((size, cs.nr_cache.saturating_mul(page_size()).min(size)))
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p).unwrap_or(4096).max(1)
+}
+
+/// Samples up to [`SAMPLE`] of `n` inputs (`path(i)` is input `i`), evenly
+/// spread. Files that cannot be opened or stat'ed are skipped (the readers
+/// will report them); an unsupported `cachestat` ends the sample with the
+/// error.
+pub fn sample(n: usize, path: impl Fn(usize) -> PathBuf) -> std::io::Result<Residency> {
+    let k = n.min(SAMPLE);
+    let mut r = Residency::default();
+    for j in 0..k {
+        let i = j * n / k;
+        match cached_bytes(&path(i)) {
+            Ok((size, cached)) => {
+                r.files += 1;
+                r.bytes += size;
+                r.cached += cached;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Err(e),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(r)
+}
+
+/// Resolves `io.direct` for a build over `n` inputs.
+pub fn choose(mode: Direct, n: usize, path: impl Fn(usize) -> PathBuf) -> ReadMode {
+    match mode {
+        Direct::Always => ReadMode {
+            direct: true,
+            reason: "io.direct = true".into(),
+        },
+        Direct::Never => ReadMode {
+            direct: false,
+            reason: "io.direct = false".into(),
+        },
+        Direct::Auto => decide(sample(n, path)),
+    }
+}
+
+/// The `auto` rule over a sample's outcome.
+pub fn decide(sampled: std::io::Result<Residency>) -> ReadMode {
+    match sampled {
+        Err(e) => ReadMode {
+            direct: true,
+            reason: format!(
+                "io.direct = auto: cannot tell what is in the page cache ({e}; cachestat \
+                 needs Linux 6.5), so O_DIRECT"
+            ),
+        },
+        Ok(r) => {
+            let share = r.share();
+            let cached = share >= CACHED_SHARE;
+            ReadMode {
+                direct: !cached,
+                reason: format!(
+                    "io.direct = auto: {:.0}% of {} sampled inputs ({} bytes) are in the page \
+                     cache, so {}",
+                    share * 100.0,
+                    r.files,
+                    r.bytes,
+                    if cached {
+                        "reading through it"
+                    } else {
+                        "O_DIRECT"
+                    }
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    fn drop_from_cache(path: &std::path::Path) {
+        let f = std::fs::File::open(path).unwrap();
+        f.sync_all().unwrap();
+        sys::fadvise_dontneed(f.as_fd()).unwrap();
+    }
+
+    fn cachestat_works() -> bool {
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        match sys::cachestat(f.as_fd()) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("skipping: cachestat unusable here ({e})");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_just_written_is_cached_and_a_dropped_one_is_not() {
+        if !cachestat_works() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bin");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        drop(f);
+        let (size, cached) = cached_bytes(&path).unwrap();
+        assert_eq!((size, cached), (1 << 20, 1 << 20));
+        drop_from_cache(&path);
+        let (_, cached) = cached_bytes(&path).unwrap();
+        // Some filesystems (tmpfs) cannot drop: then the file stays cached.
+        let on_tmpfs = std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(" tmpfs ") && dir.path().starts_with(l.split(' ').nth(1).unwrap()));
+        if !on_tmpfs {
+            assert!(
+                cached < 1 << 19,
+                "{cached} bytes still cached after DONTNEED"
+            );
+        }
+    }
+
+    #[test]
+    fn auto_reads_cached_inputs_through_the_cache_and_cold_ones_direct() {
+        if !cachestat_works() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..10)
+            .map(|i| {
+                let p = dir.path().join(format!("{i}.bin"));
+                std::fs::write(&p, vec![1u8; 64 << 10]).unwrap();
+                p
+            })
+            .collect();
+        let warm = choose(Direct::Auto, paths.len(), |i| paths[i].clone());
+        assert!(!warm.direct, "{}", warm.reason);
+        assert!(
+            warm.reason.contains("100% of 10 sampled"),
+            "{}",
+            warm.reason
+        );
+        for p in &paths {
+            drop_from_cache(p);
+        }
+        let cold = choose(Direct::Auto, paths.len(), |i| paths[i].clone());
+        let on_tmpfs = cached_bytes(&paths[0]).unwrap().1 > 0;
+        if !on_tmpfs {
+            assert!(cold.direct, "{}", cold.reason);
+        }
+        assert!(choose(Direct::Always, 10, |i| paths[i].clone()).direct);
+        assert!(!choose(Direct::Never, 10, |i| paths[i].clone()).direct);
+    }
+
+    #[test]
+    fn the_sample_is_spread_over_the_whole_list_and_skips_missing_files() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let r = sample(1000, |i| {
+            seen.lock().unwrap().push(i);
+            PathBuf::from(format!("/nonexistent/melforge/{i}"))
+        })
+        .unwrap();
+        assert_eq!(r, Residency::default());
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), SAMPLE);
+        assert_eq!(seen[0], 0);
+        assert_eq!(*seen.last().unwrap(), (SAMPLE - 1) * 1000 / SAMPLE);
+    }
+
+    #[test]
+    fn the_rule_needs_most_bytes_cached_and_falls_back_to_direct_on_error() {
+        let r = |cached| Residency {
+            files: 4,
+            bytes: 100,
+            cached,
+        };
+        assert!(!decide(Ok(r(90))).direct);
+        assert!(decide(Ok(r(89))).direct);
+        let e = std::io::Error::from_raw_os_error(libc::ENOSYS);
+        let m = decide(Err(e));
+        assert!(m.direct);
+        assert!(m.reason.contains("6.5"), "{}", m.reason);
+    }
+}
