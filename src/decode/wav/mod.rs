@@ -403,8 +403,18 @@ fn convert<const W: usize>(
     let (samples, _) = data.as_chunks::<W>();
     match channels {
         1 => {
-            for (o, s) in out.iter_mut().zip(samples) {
-                *o = sample(*s);
+            // Blocks of one cache line, each prefetching the line `AHEAD`
+            // bytes on: the bytes were just DMA'd or copied by a reader on
+            // another core, so the loads miss, and the hardware prefetcher
+            // stops at every 4 KiB page (measured: 70% of decode's time sat
+            // on the first use of a load).
+            const AHEAD: usize = 2048;
+            let per_line = 64 / W;
+            for (o, s) in out.chunks_mut(per_line).zip(samples.chunks(per_line)) {
+                prefetch(s.as_ptr().cast::<u8>().wrapping_add(AHEAD));
+                for (o, s) in o.iter_mut().zip(s) {
+                    *o = sample(*s);
+                }
             }
         }
         2 => mean_fixed::<W, 2>(samples, out, sample),
@@ -415,6 +425,19 @@ fn convert<const W: usize>(
             }
         }
     }
+}
+
+/// A hint to load the cache line at `p` (any address: a prefetch never faults).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 reads nothing architecturally and cannot fault, so
+    // any address is fine; SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// [`convert`] for a channel count `C` known at compile time.
