@@ -404,41 +404,29 @@ pub fn cachestat(fd: BorrowedFd<'_>) -> io::Result<CacheStat> {
         target_arch = "aarch64",
         target_arch = "riscv64"
     ))]
-    const SYS_CACHESTAT: libc::c_long = 451;
+    const SYS_CACHESTAT: Option<libc::c_long> = Some(451);
     #[cfg(not(any(
         target_arch = "x86_64",
         target_arch = "aarch64",
         target_arch = "riscv64"
     )))]
-    return Err(io::Error::from_raw_os_error(libc::ENOSYS));
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ))]
-    {
-        // struct cachestat_range { __u64 off, len; }: len 0 is "to the end".
-        let range = [0u64; 2];
-        let mut out = CacheStat::default();
-        let fd = libc::c_uint::try_from(fd.as_raw_fd())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-        // SAFETY: `range` and `out` are live, correctly laid out (two u64s;
-        // `repr(C)` five u64s) for the duration of the call, which only reads
-        // the first and writes the second.
-        let rc = unsafe {
-            libc::syscall(
-                SYS_CACHESTAT,
-                fd,
-                range.as_ptr(),
-                &mut out as *mut CacheStat,
-                0u32,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(out)
+    const SYS_CACHESTAT: Option<libc::c_long> = None;
+    let Some(nr) = SYS_CACHESTAT else {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    };
+    // struct cachestat_range { __u64 off, len; }: len 0 is "to the end".
+    let range = [0u64; 2];
+    let mut out = CacheStat::default();
+    let fd = libc::c_uint::try_from(fd.as_raw_fd())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `range` and `out` are live, correctly laid out (two u64s;
+    // `repr(C)` five u64s) for the duration of the call, which only reads
+    // the first and writes the second.
+    let rc = unsafe { libc::syscall(nr, fd, range.as_ptr(), &mut out as *mut CacheStat, 0u32) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(out)
 }
 
 /// Returns the allocator's free memory to the kernel (`malloc_trim(0)`, glibc),
