@@ -292,7 +292,13 @@ fn o_noatime_refused_is_retried_without() {
     // so one thread switches itself — only itself: the raw syscall, unlike
     // libc's setresuid, changes the calling thread's credentials alone — to
     // uid 65534 and reads root's world-readable files.
-    let d = disk_dir();
+    // Uid 65534 must be able to reach the files: the checkout's own parents
+    // may not be searchable by others (a clone under `mktemp -d`), /var/tmp
+    // (on disk, mode 1777) is.
+    let d = match tempfile::tempdir_in("/var/tmp") {
+        Ok(d) => d,
+        Err(_) => disk_dir(),
+    };
     std::fs::set_permissions(
         d.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -304,13 +310,21 @@ fn o_noatime_refused_is_retried_without() {
         // SAFETY: setresuid has no memory arguments; it affects this thread.
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         if rc != 0 {
-            return None;
+            return Err("cannot switch uid");
         }
-        Some(run(&opts(4, true), 1 << 20, &paths))
+        if std::fs::metadata(&paths[0]).is_err() {
+            return Err(
+                "uid 65534 cannot reach the test files (a parent directory is not searchable)",
+            );
+        }
+        Ok(run(&opts(4, true), 1 << 20, &paths))
     });
-    let Some((got, stats)) = h.join().unwrap() else {
-        eprintln!("skipping o_noatime_refused_is_retried_without: cannot switch uid");
-        return;
+    let (got, stats) = match h.join().unwrap() {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("skipping o_noatime_refused_is_retried_without: {why}");
+            return;
+        }
     };
     check_exact(&got, &sizes);
     assert_eq!(stats.noatime_retries, sizes.len() as u64, "{stats:?}");
