@@ -2,5 +2,6 @@
 //! [`melforge::cli`]; this file only calls it.
 
 fn main() -> std::process::ExitCode {
+    melforge::runtime::clock::mark_process_start();
     melforge::cli::main()
 }

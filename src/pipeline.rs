@@ -22,13 +22,13 @@
 //! [`Pipeline::abort`]: every ring closes, every push upstream fails, every
 //! thread exits, and [`Pipeline::join`] returns.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 use serde::{Deserialize, Serialize};
 
-use crate::compute::{self, ComputeStage, Outcome, Reject, Rejection, Wiring, cuda};
+use crate::compute::{self, ComputeStage, Outcome, Probe, Reject, Rejection, Wiring, cuda};
 use crate::config::{Config, Engine};
 use crate::dsp::Plan;
 use crate::reader::{self, Loaded, ReadJob, ReaderStage};
@@ -46,6 +46,14 @@ pub enum Error {
     Reader(#[from] reader::stage::StartError),
     #[error("a reader thread panicked")]
     ReaderPanicked,
+    #[error("the compute stage was started twice")]
+    ComputeStarted,
+}
+
+/// The guarded value, also after a thread panicked holding the lock (the
+/// values guarded here are plain data, valid at every step).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A ring's name and current depth, for status displays.
@@ -71,6 +79,34 @@ pub struct Shape {
     pub workers: usize,
 }
 
+/// How long each start-up step took, in seconds (`build --json`'s
+/// `startup_s`). The device probe runs beside the walk and the kernels beside
+/// the first reads, so the parts overlap: `first_read` (from process start to
+/// the first read submitted) is what a user waits for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Startup {
+    /// The sorted walk of the input (build only).
+    pub walk: f64,
+    /// The backend choice (`compute::select`: libcuda, `cuInit`, a test open
+    /// of the device), on its own thread.
+    pub device: f64,
+    /// Readers started: arena mapped and registered with io_uring (pinned).
+    pub arena: f64,
+    /// The compute stage started: CPU workers, or the CUDA stage's kernels,
+    /// context, graph and arena registration (beside the first reads).
+    pub kernels: f64,
+    /// From process start to the first read submitted.
+    pub first_read: Option<f64>,
+}
+
+/// The compute stage's start, held between [`Pipeline::start_reading`] and
+/// [`Pipeline::start_compute`].
+struct PendingCompute {
+    cfg: Config,
+    plan: Arc<Plan>,
+    wiring: Wiring,
+}
+
 /// A running stage graph.
 pub struct Pipeline {
     jobs: Arc<Ring<ReadJob>>,
@@ -78,8 +114,14 @@ pub struct Pipeline {
     outcomes: Arc<Ring<Outcome>>,
     free_rows: Arc<ArrayQueue<Vec<f32>>>,
     readers: ReaderStage,
-    compute: ComputeStage,
-    shape: Shape,
+    /// Until [`Pipeline::start_compute`]: what it needs.
+    pending: Mutex<Option<PendingCompute>>,
+    /// From [`Pipeline::start_compute`] on: the compute stage.
+    compute: Mutex<Option<ComputeStage>>,
+    /// The shape while only the readers run (backend "pending").
+    reading: Shape,
+    shape: OnceLock<Shape>,
+    startup: Mutex<Startup>,
     telemetry: Arc<Telemetry>,
 }
 
@@ -134,7 +176,9 @@ pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
 }
 
 impl Pipeline {
-    /// Starts readers and compute for `cfg`, counting into `telemetry`.
+    /// Starts readers and compute for `cfg`, counting into `telemetry`: the
+    /// backend is chosen first, on this thread ([`Pipeline::start_reading`]
+    /// and [`Pipeline::start_compute`] in one step, for `serve`).
     ///
     /// `queue_ahead` is how many jobs the source may queue ahead of the
     /// readers (at least `4 × io.queue_depth` is used). A source that knows its
@@ -148,13 +192,50 @@ impl Pipeline {
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        let choice = compute::select(cfg.compute.backend)?;
-        let workers = match choice.target {
-            compute::Target::Cpu => cfg.compute.workers,
-            _ => 0,
+        let mut probe = Probe::now(cfg.compute.backend);
+        let p = Pipeline::start_reading(cfg, &mut probe, telemetry, queue_ahead)?;
+        match p.start_compute(probe) {
+            Ok(()) => Ok(p),
+            Err(e) => {
+                p.abort();
+                let _ = p.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the readers (and the rings) without waiting for `probe`: jobs
+    /// pushed now are read at once, and the loaded files wait in the ring and
+    /// the arena until [`Pipeline::start_compute`] starts the consumer. When
+    /// the probe has not answered yet, the arena is sized for either backend
+    /// and the readers are placed without the GPU's locality.
+    pub fn start_reading(
+        cfg: &Config,
+        probe: &mut Probe,
+        telemetry: Arc<Telemetry>,
+        queue_ahead: usize,
+    ) -> Result<Pipeline, Error> {
+        let t = Instant::now();
+        let (arena, readers_cpus) = match probe.peek() {
+            Some(Ok(choice)) => {
+                let workers = match choice.target {
+                    compute::Target::Cpu => cfg.compute.workers,
+                    _ => 0,
+                };
+                let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
+                (arena_bytes(cfg, &choice.target), placement.readers)
+            }
+            // The error is start_compute's to report; the readers stop then.
+            Some(Err(_)) => (
+                arena_bytes(cfg, &compute::Target::Cpu),
+                place_threads(cfg, 0, None).readers,
+            ),
+            None => (
+                arena_bytes(cfg, &compute::Target::Cpu)
+                    .max(arena_bytes(cfg, &compute::Target::HostDouble)),
+                place_threads(cfg, 0, None).readers,
+            ),
         };
-        let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
-        tracing::info!(placement = %placement, "Threads placed.");
 
         let ahead = queue_ahead.max(cfg.io.queue_depth * 4);
         // A source that queues ahead is woken once a quarter of its queue is
@@ -180,15 +261,14 @@ impl Pipeline {
         ));
         let readers = ReaderStage::start(
             &cfg.io,
-            cfg.io
-                .arena_bytes
-                .unwrap_or_else(|| arena_bytes(cfg, &choice.target)),
-            &placement.readers,
+            cfg.io.arena_bytes.unwrap_or(arena),
+            &readers_cpus,
             Arc::clone(&jobs),
             &loaded,
             Arc::clone(&free_bytes),
             Arc::clone(&telemetry),
         )?;
+        let arena_s = t.elapsed().as_secs_f64();
         let wiring = Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
@@ -198,43 +278,23 @@ impl Pipeline {
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
         };
-        let plan = Arc::new(Plan::new(&cfg.spec));
-        let f16_rows = cfg.output.dtype == writer::Dtype::Float16;
-        let compute = match ComputeStage::start(
-            &choice,
-            plan,
-            &cfg.compute,
-            f16_rows,
-            &placement.workers,
-            wiring,
-        ) {
-            Ok(c) => c,
-            Err(e) => {
-                // Unblock the readers before reporting.
-                jobs.close();
-                loaded.close();
-                let _ = readers.join();
-                return Err(e.into());
-            }
-        };
         let engine = match readers.engine() {
             Engine::Uring => "uring",
             Engine::Std => "std",
         };
-        let shape = Shape {
-            backend: choice.name().to_string(),
-            backend_reason: choice.reason.clone(),
+        let reading = Shape {
+            backend: "pending".into(),
+            backend_reason: "the backend is being chosen".into(),
             engine: engine.to_string(),
             readers: cfg.io.threads.max(1),
-            workers,
+            workers: 0,
         };
-        tracing::info!(
-            backend = %shape.backend,
-            reason = %shape.backend_reason,
-            engine = %shape.engine,
-            readers = shape.readers,
-            workers = shape.workers,
-            "Pipeline started."
+        tracing::debug!(
+            engine,
+            readers = reading.readers,
+            readers_reason = %cfg.io.threads_reason,
+            seconds = arena_s,
+            "Readers started."
         );
         Ok(Pipeline {
             jobs,
@@ -242,10 +302,77 @@ impl Pipeline {
             outcomes,
             free_rows,
             readers,
-            compute,
-            shape,
+            pending: Mutex::new(Some(PendingCompute {
+                cfg: cfg.clone(),
+                plan: Arc::new(Plan::new(&cfg.spec)),
+                wiring,
+            })),
+            compute: Mutex::new(None),
+            reading,
+            shape: OnceLock::new(),
+            startup: Mutex::new(Startup {
+                arena: arena_s,
+                ..Startup::default()
+            }),
             telemetry,
         })
+    }
+
+    /// Waits for `probe` and starts the compute stage (CPU workers, or the
+    /// CUDA stage with its kernels and arena registration) on the readers'
+    /// rings. Call once, after [`Pipeline::start_reading`]; on an error the
+    /// caller aborts the graph. A second call is an error.
+    pub fn start_compute(&self, probe: Probe) -> Result<(), Error> {
+        let Some(pending) = lock(&self.pending).take() else {
+            return Err(Error::ComputeStarted);
+        };
+        let (choice, device) = probe.wait();
+        lock(&self.startup).device = device.as_secs_f64();
+        let choice = choice?;
+        let PendingCompute { cfg, plan, wiring } = pending;
+        let workers = match choice.target {
+            compute::Target::Cpu => cfg.compute.workers,
+            _ => 0,
+        };
+        let placement = place_threads(&cfg, workers, choice.gpu_pci_bus_id());
+        tracing::info!(placement = %placement, "Threads placed.");
+        let t = Instant::now();
+        let f16_rows = cfg.output.dtype == writer::Dtype::Float16;
+        let stage = ComputeStage::start(
+            &choice,
+            plan,
+            &cfg.compute,
+            f16_rows,
+            &placement.workers,
+            wiring,
+        )?;
+        lock(&self.startup).kernels = t.elapsed().as_secs_f64();
+        *lock(&self.compute) = Some(stage);
+        let shape = Shape {
+            backend: choice.name().to_string(),
+            backend_reason: choice.reason.clone(),
+            workers,
+            ..self.reading.clone()
+        };
+        tracing::info!(
+            backend = %shape.backend,
+            reason = %shape.backend_reason,
+            engine = %shape.engine,
+            readers = shape.readers,
+            readers_reason = %cfg.io.threads_reason,
+            workers = shape.workers,
+            "Pipeline started."
+        );
+        let _ = self.shape.set(shape);
+        Ok(())
+    }
+
+    /// How long each start-up step took (first read: once there was one).
+    pub fn startup(&self) -> Startup {
+        Startup {
+            first_read: self.telemetry.first_read().map(|d| d.as_secs_f64()),
+            ..lock(&self.startup).clone()
+        }
     }
 
     /// The ring the source pushes onto; a source holds a producer guard
@@ -268,8 +395,10 @@ impl Pipeline {
         &self.telemetry
     }
 
+    /// What runs: the compute stage's shape once it started, before that
+    /// the readers' (backend "pending").
     pub fn shape(&self) -> &Shape {
-        &self.shape
+        self.shape.get().unwrap_or(&self.reading)
     }
 
     /// Ends the job stream (a source that holds no guard, like serve's loop).
@@ -319,9 +448,12 @@ impl Pipeline {
     pub fn join(self) -> Result<Option<cuda::CudaReport>, Error> {
         // Whatever is left is dropped, so the stages' pushes never block.
         self.jobs.close();
-        let compute = self.compute.join();
+        let compute = self.compute.into_inner().unwrap_or_else(|p| p.into_inner());
+        // A graph whose compute never started (its start failed) has only
+        // readers to join: aborted, they exit.
+        let compute = compute.map(ComputeStage::join).transpose();
         let readers_ok = self.readers.join();
-        let report = compute?;
+        let report = compute?.flatten();
         if !readers_ok {
             return Err(Error::ReaderPanicked);
         }

@@ -11,12 +11,14 @@
 pub mod cpu;
 pub mod cuda;
 pub mod outcome;
+pub mod probe;
 
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
 pub use outcome::{Outcome, Reject, RejectKind, Rejection};
+pub use probe::Probe;
 
 use crate::config::{Backend, ComputeConfig};
 use crate::dsp::Plan;

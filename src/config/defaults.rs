@@ -61,8 +61,9 @@ pub mod io {
     pub const FALLBACK: bool = true;
     /// `io.pin`.
     pub const PIN: PinPolicy = PinPolicy::Auto;
-    /// `io.threads`.
-    pub const THREADS: usize = 1;
+    /// `io.threads`: `None` is `"auto"`, sized by the cores
+    /// (`config::io::auto_threads`: 1 on up to 15 cores, 2 on 16).
+    pub const THREADS: Option<usize> = None;
     /// `io.queue_depth`: O_DIRECT reads are latency-bound, so files in flight
     /// decide throughput (20k reference clips, 2 cores: 64 → 13.4k files/s,
     /// 128 → 17k, 256 no better).

@@ -172,6 +172,7 @@ impl ReaderStage {
 /// Ring engine: one `run` per burst of queued jobs.
 fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
     while let Some(first) = ctx.jobs.pop() {
+        ctx.telemetry.mark_first_read();
         let mut first = Some(first);
         // While jobs keep coming, one run keeps the ring full; it ends only
         // when nothing is queued and nothing is in flight.
@@ -220,6 +221,7 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
 /// Plain engine: `open` + `fstat` + `read` per job into a recycled buffer.
 fn std_loop(ctx: &Ctx, local: &mut Local) {
     while let Some(j) = ctx.jobs.pop() {
+        ctx.telemetry.mark_first_read();
         let mut buf = ctx.free.pop().unwrap_or_default();
         let r = local.time(Stage::Read, || read_file(&j.path, ctx.limit, &mut buf));
         let bytes = r.map(|()| {

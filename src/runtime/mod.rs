@@ -1,8 +1,10 @@
 //! What every stage runs on: the rings between them ([`ring`]), the reorder
 //! bound of an in-order consumer ([`window`]), thread
-//! placement ([`pin`]), typed counters ([`telemetry`]) and the raw system
+//! placement ([`pin`]), typed counters ([`telemetry`]), the process's
+//! start-up clock ([`clock`]) and the raw system
 //! calls the rest of the program reaches only through safe wrappers ([`sys`]).
 
+pub mod clock;
 pub mod pin;
 pub mod ring;
 /// Raw libc calls (signals, poll, flock, SO_PEERCRED, mmap, fadvise, …) as

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::compute::RejectKind;
+use crate::runtime::clock;
 use crate::runtime::ring::RingStats;
 
 const KINDS: usize = RejectKind::ALL.len();
@@ -35,6 +36,9 @@ pub struct Telemetry {
     files_rejected: AtomicU64,
     rejected_by_kind: [AtomicU64; KINDS],
     bytes_read: AtomicU64,
+    /// Nanoseconds from [`clock::process_start`] to the first job a reader
+    /// took (its open is submitted at once); 0 until then.
+    first_read_ns: AtomicU64,
 }
 
 /// A thread's private tally; publish with [`Local::publish`].
@@ -108,6 +112,25 @@ impl Local {
 }
 
 impl Telemetry {
+    /// Records that a reader took its first job now, unless one already did
+    /// (one relaxed load per reader burst once set).
+    pub fn mark_first_read(&self) {
+        if self.first_read_ns.load(Ordering::Relaxed) == 0 {
+            let ns = (clock::process_start().elapsed().as_nanos() as u64).max(1);
+            let _ =
+                self.first_read_ns
+                    .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Time from process start to the first read submitted, once there was one.
+    pub fn first_read(&self) -> Option<Duration> {
+        match self.first_read_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
     /// Files finished so far (accepted + rejected), as published.
     pub fn files_done(&self) -> u64 {
         self.files_ok.load(Ordering::Relaxed) + self.files_rejected.load(Ordering::Relaxed)
