@@ -99,6 +99,20 @@ pub struct Startup {
     pub first_read: Option<f64>,
 }
 
+impl std::fmt::Display for Startup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "start-up: walk {:.3} s, device {:.3} s, arena {:.3} s, kernels {:.3} s (overlapping)",
+            self.walk, self.device, self.arena, self.kernels
+        )?;
+        match self.first_read {
+            Some(s) => writeln!(f, "; first read {:.3} s after process start", s),
+            None => writeln!(f, "; no read"),
+        }
+    }
+}
+
 /// The compute stage's start, held between [`Pipeline::start_reading`] and
 /// [`Pipeline::start_compute`].
 struct PendingCompute {
@@ -227,6 +241,12 @@ impl Pipeline {
             }
             // The error is start_compute's to report; the readers stop then.
             Some(Err(_)) => (
+                arena_bytes(cfg, &compute::Target::Cpu),
+                place_threads(cfg, 0, None).readers,
+            ),
+            // Still probing: without a driver library (found in
+            // milliseconds) the CPU runs; with one, either may.
+            None if !compute::host_double_requested() && !cuda::driver_present() => (
                 arena_bytes(cfg, &compute::Target::Cpu),
                 place_threads(cfg, 0, None).readers,
             ),
@@ -509,6 +529,85 @@ pub enum Delivered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start-up overlap: the readers read while the backend is still
+    /// being chosen, and the compute stage starts on what they loaded. The
+    /// probe here waits for the test, so the order is forced, not timed.
+    #[test]
+    fn reads_go_out_before_the_backend_is_chosen() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = crate::app::synth::generate(dir.path(), 6, 3).unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let wait = Arc::new(Mutex::new(wait));
+        let mut probe = Probe::spawn_with(move || {
+            let _ = lock(&wait).recv();
+            compute::select(crate::config::Backend::Cpu)
+        });
+        let mut cfg = Config::default();
+        cfg.compute.workers = 1;
+        let telemetry = Arc::new(Telemetry::default());
+        let p = Pipeline::start_reading(&cfg, &mut probe, Arc::clone(&telemetry), 16).unwrap();
+        assert_eq!(p.shape().backend, "pending");
+        let feed = p.jobs().producer();
+        for (id, path) in files.iter().enumerate() {
+            feed.push(ReadJob {
+                id,
+                path: path.clone(),
+            })
+            .unwrap();
+        }
+        drop(feed);
+        // Every file is read and waits for compute; nothing computed yet.
+        let t = Instant::now();
+        while p.loaded.len() < files.len() {
+            assert!(t.elapsed().as_secs() < 30, "the readers did not read");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(telemetry.first_read().is_some());
+        assert!(p.outcomes().is_empty());
+        assert!(
+            probe.peek().is_none(),
+            "the probe answered before it was let go"
+        );
+        go.send(()).unwrap();
+        p.start_compute(probe).unwrap();
+        assert_eq!(p.shape().backend, "cpu");
+        let mut done = 0;
+        while let Some(o) = p.outcomes().pop() {
+            assert!(o.row.is_ok(), "{:?}", o.row.err());
+            done += 1;
+        }
+        assert_eq!(done, files.len());
+        let startup = p.startup();
+        assert!(
+            startup.first_read.is_some() && startup.kernels >= 0.0,
+            "{startup:?}"
+        );
+        assert!(matches!(
+            p.start_compute(Probe::now(crate::config::Backend::Cpu)),
+            Err(Error::ComputeStarted)
+        ));
+        p.join().unwrap();
+    }
+
+    /// A backend that cannot start (cuda asked for, none here) stops the
+    /// readers that were already reading, and `start_compute` says why.
+    #[test]
+    fn a_failed_backend_choice_stops_the_readers() {
+        let mut cfg = Config::default();
+        cfg.compute.workers = 1;
+        let mut probe = Probe::spawn_with(|| {
+            Err(compute::Error::CudaUnavailable(
+                "no GPU in this test".into(),
+            ))
+        });
+        let p =
+            Pipeline::start_reading(&cfg, &mut probe, Arc::new(Telemetry::default()), 0).unwrap();
+        let e = p.start_compute(probe).unwrap_err();
+        assert!(e.to_string().contains("no GPU in this test"), "{e}");
+        p.abort();
+        p.join().unwrap();
+    }
 
     /// The default arena is sized to the files in flight, not a fixed 256 MiB
     /// (which, registered and so resident, was most of a build's RSS).

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
-use crate::compute::{RejectKind, Rejection, cuda};
+use crate::compute::{self, RejectKind, Rejection, cuda};
 use crate::config::{Config, Direct};
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::{ReadJob, cache};
@@ -77,6 +77,9 @@ pub struct Outcomes {
     /// `auto` resolved by `reader::cache`), and why.
     pub direct: bool,
     pub direct_reason: String,
+    /// Seconds each start-up step took (walk, device, arena, kernels; they
+    /// overlap) and from process start to the first read.
+    pub startup_s: pipeline::Startup,
     pub outputs: Vec<OutputFile>,
     pub rejected: Vec<Rejection>,
     pub rejected_log: PathBuf,
@@ -241,6 +244,11 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
 /// `<split>.shard-K-of-N.h5` and `rejected.shard-K-of-N.jsonl`, with the label
 /// table and split list of the whole tree. A shard whose share is empty still
 /// writes every split's file (zero rows) and an empty rejection log.
+///
+/// Four steps: [`plan`] (the walk, beside the backend probe), [`start`]
+/// (readers, source and writer threads, then the compute stage beside the
+/// first reads), [`supervise`] (progress until the writer is done, then every
+/// thread joined) and [`report`] (`rejected.jsonl`, the outcomes).
 pub fn build_shard(
     input: &Path,
     out: &Path,
@@ -249,10 +257,34 @@ pub fn build_shard(
     shard: Option<Shard>,
 ) -> Result<Outcomes, Error> {
     let started = Instant::now();
+    // The device probe (0.5–1.5 s with a GPU) runs while the tree is walked.
+    let probe = compute::Probe::spawn(cfg.compute.backend);
+    let planned = plan(input, out, cfg, shard)?;
+    let running = start(planned, cfg, opts, probe, started)?;
+    let outcomes = supervise(running, opts, started)?;
+    report(outcomes, out, shard)
+}
+
+/// What [`plan`] settled before any read: the walk's jobs and open paths, the
+/// rejections the walk found, and the writer with its files created.
+struct Planned {
+    jobs: Vec<Job>,
+    /// The walk's plan (its jobs moved out): opens paths, holds the names.
+    open: Plan,
+    walk_rejected: Vec<Rejection>,
+    writer: DatasetWriter,
+    walk_s: f64,
+}
+
+/// The walk (and this shard's share of it), the rejections it found, the
+/// output plan and the writer's `.partial` files.
+fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<Planned, Error> {
+    let t = Instant::now();
     let plan = source::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
         path: input.to_path_buf(),
         source,
     })?;
+    let walk_s = t.elapsed().as_secs_f64();
     for w in &plan.warnings {
         tracing::warn!(path = %w.path.display(), reason = %w.reason, "{}", w.kind.sentence());
     }
@@ -287,6 +319,7 @@ pub fn build_shard(
         splits = plan.splits.len(),
         labels = plan.label_names.len(),
         input = %input.display(),
+        seconds = walk_s,
         "Found the files to build."
     );
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
@@ -298,15 +331,53 @@ pub fn build_shard(
         Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
         None => DatasetWriter::create(output)?,
     };
+    let jobs = std::mem::take(&mut plan.jobs);
+    Ok(Planned {
+        jobs,
+        open: plan,
+        walk_rejected,
+        writer,
+        walk_s,
+    })
+}
+
+/// A build whose threads run.
+struct Running {
+    p: Arc<Pipeline>,
+    jobs: Arc<[Job]>,
+    source: std::thread::JoinHandle<()>,
+    writer: std::thread::JoinHandle<Result<(WriteReport, Vec<Rejection>), writer::Error>>,
+    endpoint: Option<Endpoint>,
+    read_mode: cache::ReadMode,
+    walk_rejected: Vec<Rejection>,
+    walk_s: f64,
+}
+
+/// Starts the readers (without waiting for the backend probe), the source and
+/// the writer threads, so the first reads go out at once; then the compute
+/// stage, whose start (CUDA: kernels, context, arena registration) overlaps
+/// those reads. A failure stops whatever already runs.
+fn start(
+    planned: Planned,
+    cfg: &Config,
+    opts: &Options,
+    mut probe: compute::Probe,
+    started: Instant,
+) -> Result<Running, Error> {
+    let Planned {
+        jobs,
+        open,
+        walk_rejected,
+        writer,
+        walk_s,
+    } = planned;
     let telemetry = opts.telemetry.clone().unwrap_or_default();
     // Queue far ahead of the readers (the ring wakes the source once per
     // half ring, so hand-overs are rare), but not the whole walk: each queued
     // job holds its path, and a build's memory must not grow with its size.
-    let queue_ahead = plan.jobs.len().min(4096);
+    let queue_ahead = jobs.len().min(4096);
     // `io.direct = "auto"` is settled here, where the inputs are known.
-    let read_mode = cache::choose(cfg.io.direct, plan.jobs.len(), |i| {
-        plan.open_path(&plan.jobs[i])
-    });
+    let read_mode = cache::choose(cfg.io.direct, jobs.len(), |i| open.open_path(&jobs[i]));
     tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
     let mut run_cfg = cfg.clone();
     run_cfg.io.direct = if read_mode.direct {
@@ -314,93 +385,141 @@ pub fn build_shard(
     } else {
         Direct::Never
     };
-    let p = Arc::new(Pipeline::start(&run_cfg, telemetry, queue_ahead)?);
-    let paths = Arc::clone(&plan.paths);
-    let jobs: Arc<[Job]> = std::mem::take(&mut plan.jobs).into();
-    // The source opens links at their resolved targets (`Plan::open_path`).
-    let open = Plan {
-        jobs: Vec::new(),
-        ..plan
-    };
-    // `[metrics] listen`: scrapes read the graph's published telemetry.
-    let endpoint = match cfg.metrics.listen {
-        None => None,
-        Some(addr) => {
-            match Endpoint::start(addr, metrics::from_pipeline(Arc::clone(&p), started)) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    p.abort();
-                    return Err(e.into());
-                }
-            }
-        }
-    };
-
+    let p = Arc::new(Pipeline::start_reading(
+        &run_cfg,
+        &mut probe,
+        telemetry,
+        queue_ahead,
+    )?);
+    let paths = Arc::clone(&open.paths);
+    let jobs: Arc<[Job]> = jobs.into();
     // The writer holds rows that arrive before their predecessors; the window
     // bounds how many (`runtime::window`): twice what the stages hold (reads
     // in flight and loaded per reader, the CPU workers' files or two CUDA
-    // batches, the rows queued for the writer).
-    let computing = match p.shape().workers {
-        0 => 2 * cfg.compute.batch_files,
-        n => n,
-    };
+    // batches — the larger while the backend is still being chosen — and the
+    // rows queued for the writer).
+    let computing = cfg.compute.workers.max(2 * cfg.compute.batch_files);
     let window = Arc::new(Window::new(
         2 * (2 * cfg.io.queue_depth * cfg.io.threads.max(1) + computing + cfg.compute.queue_depth),
     ));
-    // The source: the sorted walk, then the end of the stream (guard dropped).
-    let source = {
-        let (feed, jobs) = (p.jobs().producer(), Arc::clone(&jobs));
-        let window = Arc::clone(&window);
-        std::thread::Builder::new()
-            .name("source".into())
-            .spawn(move || {
-                for (id, j) in jobs.iter().enumerate() {
-                    if !window.admit(id) {
-                        return; // the writer stopped
-                    }
-                    let job = ReadJob {
-                        id,
-                        path: open.open_path(j),
-                    };
-                    if feed.push(job).is_err() {
-                        return; // the graph was aborted
-                    }
-                }
-            })
-    };
-    let source = match source {
-        Ok(s) => s,
-        Err(e) => {
-            p.abort();
-            return Err(Error::Spawn("source", e));
-        }
-    };
-    // The sink: one writer thread.
-    let writer_thread = {
-        let (p, jobs) = (Arc::clone(&p), Arc::clone(&jobs));
-        let window = Arc::clone(&window);
-        std::thread::Builder::new()
-            .name("writer".into())
-            .spawn(move || {
-                let _release_source = CloseOnDrop(&window);
-                let r = write_all(writer, &jobs, &paths, &window, &p);
-                if r.is_err() {
-                    p.abort();
-                }
-                r
-            })
-    };
-    let writer_thread = match writer_thread {
+    let source = spawn_source(&p, &jobs, open, &window).inspect_err(|_| p.abort())?;
+    let writer = spawn_writer(&p, &jobs, paths, writer, &window);
+    let writer = match writer {
         Ok(w) => w,
         Err(e) => {
             p.abort();
-            return Err(Error::Spawn("writer", e));
+            let _ = source.join();
+            return Err(e);
         }
     };
+    let mut running = Running {
+        p,
+        jobs,
+        source,
+        writer,
+        endpoint: None,
+        read_mode,
+        walk_rejected,
+        walk_s,
+    };
+    let compute = running.p.start_compute(probe).map_err(Error::from);
+    // `[metrics] listen`: scrapes read the graph's published telemetry.
+    let endpoint = compute.and_then(|()| match cfg.metrics.listen {
+        None => Ok(None),
+        Some(addr) => Endpoint::start(
+            addr,
+            metrics::from_pipeline(Arc::clone(&running.p), started),
+        )
+        .map(Some)
+        .map_err(Error::from),
+    });
+    match endpoint {
+        Ok(e) => {
+            running.endpoint = e;
+            Ok(running)
+        }
+        Err(e) => {
+            // Stop the readers, source and writer (its `.partial` files are
+            // deleted when it drops unfinished), then report the cause.
+            running.p.abort();
+            let _ = running.writer.join();
+            let _ = running.source.join();
+            if let Some(p) = Arc::into_inner(running.p) {
+                let _ = p.join();
+            }
+            Err(e)
+        }
+    }
+}
 
+/// The source: the sorted walk, then the end of the stream (guard dropped).
+fn spawn_source(
+    p: &Pipeline,
+    jobs: &Arc<[Job]>,
+    open: Plan,
+    window: &Arc<Window>,
+) -> Result<std::thread::JoinHandle<()>, Error> {
+    let (feed, jobs) = (p.jobs().producer(), Arc::clone(jobs));
+    let window = Arc::clone(window);
+    std::thread::Builder::new()
+        .name("source".into())
+        .spawn(move || {
+            for (id, j) in jobs.iter().enumerate() {
+                if !window.admit(id) {
+                    return; // the writer stopped
+                }
+                let job = ReadJob {
+                    id,
+                    path: open.open_path(j),
+                };
+                if feed.push(job).is_err() {
+                    return; // the graph was aborted
+                }
+            }
+        })
+        .map_err(|e| Error::Spawn("source", e))
+}
+
+/// The sink: one writer thread.
+fn spawn_writer(
+    p: &Arc<Pipeline>,
+    jobs: &Arc<[Job]>,
+    paths: Arc<PathTable>,
+    writer: DatasetWriter,
+    window: &Arc<Window>,
+) -> Result<std::thread::JoinHandle<Result<(WriteReport, Vec<Rejection>), writer::Error>>, Error> {
+    let (p, jobs) = (Arc::clone(p), Arc::clone(jobs));
+    let window = Arc::clone(window);
+    std::thread::Builder::new()
+        .name("writer".into())
+        .spawn(move || {
+            let _release_source = CloseOnDrop(&window);
+            let r = write_all(writer, &jobs, &paths, &window, &p);
+            if r.is_err() {
+                p.abort();
+            }
+            r
+        })
+        .map_err(|e| Error::Spawn("writer", e))
+}
+
+/// Shows progress until the writer is done, then joins every thread and
+/// gathers the outcomes (the writer's error, if any, after the stages'; the
+/// rejection log's path is [`report`]'s to fill in).
+fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outcomes, Error> {
+    let Running {
+        p,
+        jobs,
+        source,
+        writer,
+        endpoint,
+        read_mode,
+        walk_rejected,
+        walk_s,
+    } = running;
     let telemetry = Arc::clone(p.telemetry());
     let bar = opts.progress.then(|| progress_bar(jobs.len() as u64));
-    while !writer_thread.is_finished() {
+    while !writer.is_finished() {
         if let Some(b) = &bar {
             b.set_position(telemetry.files_done());
         }
@@ -410,29 +529,24 @@ pub fn build_shard(
         b.set_position(telemetry.files_done());
         b.finish_and_clear();
     }
-    let written = writer_thread
-        .join()
-        .map_err(|_| Error::Panicked("writer"))?;
+    let written = writer.join().map_err(|_| Error::Panicked("writer"))?;
     source.join().map_err(|_| Error::Panicked("source"))?;
     drop(endpoint); // joins the metrics thread, which holds the pipeline
     let p = Arc::into_inner(p).expect("every thread holding the pipeline has been joined");
-    let report = p.report(started);
+    let mut report = p.report(started);
     let shape = p.shape().clone();
+    let startup = pipeline::Startup {
+        walk: walk_s,
+        ..p.startup()
+    };
     let cuda_report = p.join()?;
     let (write_report, mut rejected) = written?;
-    let mut report = report;
     for r in walk_rejected {
         report.files_rejected += 1;
         *report.rejected_by_kind.entry(r.kind).or_default() += 1;
         rejected.push(r);
     }
     rejected.sort_by(|a, b| a.path.cmp(&b.path));
-
-    let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
-    write_rejections(&rejected_log, &rejected).map_err(|source| Error::Output {
-        path: rejected_log.clone(),
-        source,
-    })?;
     Ok(Outcomes {
         engine: shape.engine,
         cuda: cuda_report,
@@ -440,13 +554,26 @@ pub fn build_shard(
         backend_reason: shape.backend_reason,
         direct: read_mode.direct,
         direct_reason: read_mode.reason,
+        startup_s: startup,
         outputs: write_report
             .files
             .into_iter()
             .map(|(split, path, rows)| OutputFile { split, path, rows })
             .collect(),
         rejected,
-        rejected_log,
+        rejected_log: PathBuf::new(),
         report,
     })
+}
+
+/// Writes `rejected.jsonl` (or the shard's) and returns the outcomes with
+/// its path.
+fn report(mut outcomes: Outcomes, out: &Path, shard: Option<Shard>) -> Result<Outcomes, Error> {
+    let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
+    write_rejections(&rejected_log, &outcomes.rejected).map_err(|source| Error::Output {
+        path: rejected_log.clone(),
+        source,
+    })?;
+    outcomes.rejected_log = rejected_log;
+    Ok(outcomes)
 }

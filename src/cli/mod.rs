@@ -245,7 +245,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 for o in &done.outputs {
                     println!("{}: {} rows → {}", o.split, o.rows, o.path.display());
                 }
-                print!("{}", done.report);
+                print!("{}{}", done.report, done.startup_s);
                 if !done.rejected.is_empty() {
                     println!(
                         "{} file(s) rejected; reasons in {}",

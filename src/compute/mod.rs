@@ -87,10 +87,7 @@ pub const HOST_DOUBLE_ENV: &str = "MELFORGE_CUDA_HOST_DOUBLE";
 /// (`cuda::probe`, cached: libcuda loads, the driver is new enough, cuInit
 /// succeeds, ≥ 1 device, libnvrtc and libcufft load); it never panics.
 pub fn select(requested: Backend) -> Result<Choice, Error> {
-    if cfg!(feature = "host-kernels")
-        && requested != Backend::Cpu
-        && std::env::var_os(HOST_DOUBLE_ENV).is_some_and(|v| v == "1")
-    {
+    if requested != Backend::Cpu && host_double_requested() {
         return Ok(Choice {
             backend: Backend::Cuda,
             reason: format!(
@@ -104,6 +101,12 @@ pub fn select(requested: Backend) -> Result<Choice, Error> {
 }
 
 /// [`select`] with the probe injected (tests).
+/// Whether the test harness asks for the host double (a build with
+/// `host-kernels` and [`HOST_DOUBLE_ENV`]` = 1`).
+pub fn host_double_requested() -> bool {
+    cfg!(feature = "host-kernels") && std::env::var_os(HOST_DOUBLE_ENV).is_some_and(|v| v == "1")
+}
+
 pub fn select_with(
     requested: Backend,
     probe: impl FnOnce() -> Result<cuda::Gpu, cuda::Unavailable>,

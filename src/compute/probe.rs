@@ -33,9 +33,18 @@ impl Probe {
         if requested == Backend::Cpu {
             return Probe::now(requested);
         }
+        Probe::spawn_with(move || select(requested))
+    }
+
+    /// Runs `choose` on a probe thread (inline when none can be started);
+    /// tests pass a choice that waits on them.
+    pub fn spawn_with(
+        choose: impl FnOnce() -> Result<Choice, Error> + Send + Clone + 'static,
+    ) -> Probe {
+        let inline = choose.clone();
         match std::thread::Builder::new()
             .name("probe".into())
-            .spawn(move || timed(requested))
+            .spawn(move || timed(choose))
         {
             Ok(h) => Probe {
                 thread: Some(h),
@@ -43,7 +52,10 @@ impl Probe {
             },
             Err(e) => {
                 tracing::debug!(error = %e, "Cannot start the probe thread; probing inline.");
-                Probe::now(requested)
+                Probe {
+                    thread: None,
+                    answer: Some(timed(inline)),
+                }
             }
         }
     }
@@ -52,7 +64,7 @@ impl Probe {
     pub fn now(requested: Backend) -> Probe {
         Probe {
             thread: None,
-            answer: Some(timed(requested)),
+            answer: Some(timed(|| select(requested))),
         }
     }
 
@@ -79,9 +91,9 @@ impl Probe {
     }
 }
 
-fn timed(requested: Backend) -> Answer {
+fn timed(choose: impl FnOnce() -> Result<Choice, Error>) -> Answer {
     let t = Instant::now();
-    let choice = select(requested);
+    let choice = choose();
     (choice, t.elapsed())
 }
 

@@ -185,6 +185,13 @@ fn probe_uncached() -> Result<Gpu, String> {
     })
 }
 
+/// Whether the NVIDIA driver library can be loaded at all: the cheap first
+/// step of [`probe`] (milliseconds; cached), which a caller that cannot wait
+/// for the whole probe uses to guess the backend.
+pub fn driver_present() -> bool {
+    libs::ensure(&libs::CUDA).is_ok()
+}
+
 /// Why no GPU is usable: a sentence such as "libcuda.so.1 not found (no
 /// NVIDIA driver)", shown to users as the reason the CPU backend runs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -60,7 +60,7 @@ mod tests;
 mod tests_regress;
 
 pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
-pub use driver::{Gpu, Unavailable, probe};
+pub use driver::{Gpu, Unavailable, driver_present, probe};
 #[cfg(feature = "host-kernels")]
 pub use host_stage::start_host_double_workers;
 
