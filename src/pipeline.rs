@@ -161,9 +161,10 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
 ///
 /// In flight: per reader, `io.queue_depth` reads plus the `io.queue_depth`
 /// loaded files queued for compute; then one file per CPU worker, or two
-/// batches of `compute.batch_files` held by the CUDA stage. Typical input: a
-/// 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz stereo
-/// when `input.resample` is on: the source rate is then unknown).
+/// batches of `compute.batch_files` held by the CUDA stage. Typical input:
+/// the mean size of the inputs a build sampled (`io.typical_file_bytes`),
+/// else a 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz
+/// stereo when `input.resample` is on: the source rate is then unknown).
 pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
     use crate::decode::clip::{Channels, Resample};
     let readers = cfg.io.threads.max(1) as u64;
@@ -181,8 +182,9 @@ pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
         Channels::Mean | Channels::First => channels,
     };
     let samples = (cfg.spec.clip_seconds * rate as f64).ceil() as u64;
+    let data = cfg.io.typical_file_bytes.unwrap_or(samples * 2 * channels);
     // Header and O_DIRECT rounding: one page on top of the data.
-    let file = (samples * 2 * channels).div_ceil(4096) * 4096 + 4096;
+    let file = data.div_ceil(4096) * 4096 + 4096;
     (files * file * 5 / 4).clamp(
         crate::config::defaults::io::ARENA_MIN_AUTO,
         crate::config::defaults::io::ARENA_MAX_AUTO,
@@ -627,6 +629,14 @@ mod tests {
             arena_bytes(&cfg, &compute::Target::Cpu),
             crate::config::defaults::io::ARENA_MAX_AUTO
         );
+        // A build that sampled its inputs sizes by what it found (FLAC: a
+        // third of the WAV).
+        cfg.io.typical_file_bytes = Some(30_000);
+        assert_eq!(
+            arena_bytes(&cfg, &compute::Target::Cpu),
+            258 * (32_768 + 4096) * 5 / 4
+        );
+        cfg.io.typical_file_bytes = None;
         // Tiny clips still get the floor.
         cfg.input.policy.resample = crate::decode::clip::Resample::Off;
         cfg.spec.clip_seconds = 0.01;

@@ -380,6 +380,7 @@ fn start(
     let read_mode = cache::choose(cfg.io.direct, jobs.len(), |i| open.open_path(&jobs[i]));
     tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
     let mut run_cfg = cfg.clone();
+    run_cfg.io.typical_file_bytes = read_mode.typical_bytes;
     run_cfg.io.direct = if read_mode.direct {
         Direct::Always
     } else {

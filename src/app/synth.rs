@@ -2,7 +2,11 @@
 //! dataset, so demos, tests and benchmarks need no downloaded data.
 //!
 //! Layout: `<DIR>/{TRAINING,VALIDATION,TESTING}/<LABEL>/<LABEL>_<index>.wav`,
-//! 10 s of 4096 Hz int16 mono per file (70/15/15 split by index). Every file is
+//! 10 s of 4096 Hz int16 mono per file (70/15/15 split by index). [`Encoding`]
+//! changes the container (`--format flac`: FLAC through the `flacenc` encoder,
+//! so FLAC benchmarks need no tool beside the binary) and the rate (`--rate`:
+//! the same signals synthesised at another rate, e.g. 16 kHz inputs for
+//! `resample = "soxr_hq"`). Every file is
 //! a pure function of `(seed, index)`: the same arguments give byte-identical
 //! files on any machine, whatever the thread count. The four labels have
 //! clearly different spectra:
@@ -19,6 +23,50 @@ use std::path::{Path, PathBuf};
 pub const LABELS: [&str; 4] = ["LEAK", "NO_LEAK", "PUMP", "VALVE"];
 pub const SAMPLE_RATE: u32 = 4096;
 pub const CLIP_SAMPLES: usize = 40960;
+
+/// File container of a synthetic corpus.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// 16-bit PCM WAV with the canonical 44-byte header.
+    #[default]
+    Wav,
+    /// 16-bit FLAC (flacenc's default compression).
+    Flac,
+}
+
+/// How the corpus is written: container and sample rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Encoding {
+    pub format: Format,
+    /// Samples per second (≥ 1000); 10 s of them per clip.
+    pub rate: u32,
+}
+
+impl Default for Encoding {
+    fn default() -> Self {
+        Encoding {
+            format: Format::Wav,
+            rate: SAMPLE_RATE,
+        }
+    }
+}
+
+impl Encoding {
+    fn extension(self) -> &'static str {
+        match self.format {
+            Format::Wav => "wav",
+            Format::Flac => "flac",
+        }
+    }
+
+    /// The bytes of one file holding `samples`.
+    fn encode(self, samples: &[i16]) -> std::io::Result<Vec<u8>> {
+        match self.format {
+            Format::Wav => Ok(encode_wav_pcm16(samples, self.rate)),
+            Format::Flac => encode_flac_pcm16(samples, self.rate),
+        }
+    }
+}
 
 /// SplitMix64: tiny, fast, and fully specified, so corpora are reproducible.
 struct Rng(u64);
@@ -58,8 +106,8 @@ struct Resonator {
 }
 
 impl Resonator {
-    fn new(freq: f64, r: f64) -> Resonator {
-        let w = 2.0 * PI * freq / f64::from(SAMPLE_RATE);
+    fn new(freq: f64, r: f64, rate: u32) -> Resonator {
+        let w = 2.0 * PI * freq / f64::from(rate);
         Resonator {
             a1: 2.0 * r * w.cos(),
             a2: -r * r,
@@ -85,14 +133,22 @@ fn to_pcm16(x: &[f64], peak: f64) -> Vec<i16> {
 
 /// The samples of file `index` with label `label` (index into [`LABELS`]).
 pub fn clip(seed: u64, index: u64, label: usize) -> Vec<i16> {
+    clip_at(seed, index, label, SAMPLE_RATE)
+}
+
+/// [`clip`] synthesised at `rate` Hz: 10 s, the same kinds of signal (at
+/// 4096 Hz exactly [`clip`]).
+pub fn clip_at(seed: u64, index: u64, label: usize, rate: u32) -> Vec<i16> {
     let mut rng = Rng::new(seed, index);
-    let n = CLIP_SAMPLES;
-    let sr = f64::from(SAMPLE_RATE);
+    let n = CLIP_SAMPLES * rate as usize / SAMPLE_RATE as usize;
+    let sr = f64::from(rate);
+    // NO_LEAK's clicks come every 1000 samples at 4096 Hz (0.24 s).
+    let click_every = (1000 * rate as usize / SAMPLE_RATE as usize).max(1);
     let mut x = vec![0f64; n];
     let peak = rng.range(0.2, 0.9);
     match label {
         0 => {
-            let mut res = Resonator::new(rng.range(300.0, 900.0), 0.97);
+            let mut res = Resonator::new(rng.range(300.0, 900.0), 0.97, rate);
             for v in &mut x {
                 *v = res.step(rng.noise());
             }
@@ -100,7 +156,7 @@ pub fn clip(seed: u64, index: u64, label: usize) -> Vec<i16> {
         1 => {
             for (i, v) in x.iter_mut().enumerate() {
                 *v = 0.05 * rng.noise();
-                if i % 1000 == 0 && rng.unit() < 0.3 {
+                if i % click_every == 0 && rng.unit() < 0.3 {
                     *v += 1.0;
                 }
             }
@@ -126,7 +182,7 @@ pub fn clip(seed: u64, index: u64, label: usize) -> Vec<i16> {
             }
         }
         _ => {
-            let mut res = Resonator::new(rng.range(1400.0, 1800.0), 0.98);
+            let mut res = Resonator::new(rng.range(1400.0, 1800.0), 0.98, rate);
             let period = (rng.range(0.3, 0.8) * sr) as usize;
             let burst = period / 4;
             for (i, v) in x.iter_mut().enumerate() {
@@ -160,6 +216,24 @@ pub fn encode_wav_pcm16(samples: &[i16], sample_rate: u32) -> Vec<u8> {
     b
 }
 
+/// A 16-bit mono FLAC stream holding `samples` (flacenc, default settings).
+pub fn encode_flac_pcm16(samples: &[i16], sample_rate: u32) -> std::io::Result<Vec<u8>> {
+    use flacenc::component::BitRepr as _;
+    use flacenc::error::Verify as _;
+    let config = flacenc::config::Encoder::default()
+        .into_verified()
+        .map_err(|(_, e)| std::io::Error::other(format!("FLAC encoder settings: {e:?}")))?;
+    let wide: Vec<i32> = samples.iter().map(|&v| i32::from(v)).collect();
+    let source = flacenc::source::MemSource::from_samples(&wide, 1, 16, sample_rate as usize);
+    let stream = flacenc::encode_with_fixed_block_size(&config, source, config.block_size)
+        .map_err(|e| std::io::Error::other(format!("FLAC encoding failed: {e:?}")))?;
+    let mut sink = flacenc::bitsink::ByteSink::new();
+    stream
+        .write(&mut sink)
+        .map_err(|e| std::io::Error::other(format!("FLAC encoding failed: {e:?}")))?;
+    Ok(sink.into_inner())
+}
+
 /// Relative path and label of file `index` of the corpus.
 pub fn file_name(index: u64) -> (String, usize) {
     let split = match index % 20 {
@@ -176,6 +250,23 @@ pub fn file_name(index: u64) -> (String, usize) {
 /// Writes `files` clips under `dir` using every available core. Returns the
 /// paths written.
 pub fn generate(dir: &Path, files: u64, seed: u64) -> std::io::Result<Vec<PathBuf>> {
+    generate_as(dir, files, seed, Encoding::default())
+}
+
+/// [`generate`] in another container or at another rate; file names end in
+/// the container's extension.
+pub fn generate_as(
+    dir: &Path,
+    files: u64,
+    seed: u64,
+    enc: Encoding,
+) -> std::io::Result<Vec<PathBuf>> {
+    if enc.rate < 1000 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a rate of {} Hz is too low; expected ≥ 1000", enc.rate),
+        ));
+    }
     for split in ["TRAINING", "VALIDATION", "TESTING"] {
         for label in LABELS {
             std::fs::create_dir_all(dir.join(split).join(label))?;
@@ -189,8 +280,8 @@ pub fn generate(dir: &Path, files: u64, seed: u64) -> std::io::Result<Vec<PathBu
                     let mut written = Vec::new();
                     for index in (t..files).step_by(threads as usize) {
                         let (rel, label) = file_name(index);
-                        let path = dir.join(rel);
-                        let bytes = encode_wav_pcm16(&clip(seed, index, label), SAMPLE_RATE);
+                        let path = dir.join(rel).with_extension(enc.extension());
+                        let bytes = enc.encode(&clip_at(seed, index, label, enc.rate))?;
                         std::fs::write(&path, bytes)?;
                         written.push(path);
                     }
@@ -224,6 +315,49 @@ mod tests {
                 "label {label} is silent"
             );
         }
+    }
+
+    #[test]
+    fn other_rates_keep_ten_seconds_and_4096_hz_is_the_default_clip() {
+        assert_eq!(clip_at(3, 9, 1, SAMPLE_RATE), clip(3, 9, 1));
+        let c = clip_at(3, 9, 0, 16_000);
+        assert_eq!(c.len(), 160_000);
+        assert!(c.iter().any(|&v| v.unsigned_abs() > 1000));
+    }
+
+    /// The FLAC files decode (with the decoder a build uses) to exactly the
+    /// samples synthesised.
+    #[test]
+    fn flac_corpus_decodes_to_the_synthesised_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let enc = Encoding {
+            format: Format::Flac,
+            rate: 8000,
+        };
+        let paths = generate_as(dir.path(), 3, 5, enc).unwrap();
+        assert!(paths.iter().all(|p| p.extension().unwrap() == "flac"));
+        for index in 0..3u64 {
+            let (rel, label) = file_name(index);
+            let path = dir.path().join(rel).with_extension("flac");
+            assert!(paths.contains(&path), "{}", path.display());
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(&bytes[..4], b"fLaC");
+            let want: Vec<f32> = clip_at(5, index, label, 8000)
+                .iter()
+                .map(|&v| f32::from(v) / 32768.0)
+                .collect();
+            let mut got = Vec::new();
+            let info = crate::decode::flac::decode(
+                &bytes,
+                crate::decode::clip::Channels::Mean,
+                usize::MAX,
+                &mut got,
+            )
+            .unwrap_or_else(|e| panic!("file {index}: {e}"));
+            assert_eq!(info.sample_rate, 8000);
+            assert_eq!(got, want, "file {index}");
+        }
+        assert!(generate_as(dir.path(), 1, 1, Encoding { rate: 10, ..enc }).is_err());
     }
 
     #[test]

@@ -62,6 +62,13 @@ enum Command {
         /// Seed; the same seed gives byte-identical files.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// File container: 16-bit PCM WAV, or 16-bit FLAC.
+        #[arg(long, value_enum, default_value_t = crate::app::synth::Format::Wav)]
+        format: crate::app::synth::Format,
+        /// Sample rate in Hz (10 s per clip); other than 4096, a build needs
+        /// `[input] resample = "soxr_hq"`.
+        #[arg(long, default_value_t = crate::app::synth::SAMPLE_RATE)]
+        rate: u32,
     },
     /// Build one HDF5 file per split from a tree of WAV files.
     Build {
@@ -132,9 +139,16 @@ enum BenchCommand {
 
 fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Synth { dir, files, seed } => {
+        Command::Synth {
+            dir,
+            files,
+            seed,
+            format,
+            rate,
+        } => {
             let t = std::time::Instant::now();
-            let written = crate::app::synth::generate(&dir, files, seed)
+            let enc = crate::app::synth::Encoding { format, rate };
+            let written = crate::app::synth::generate_as(&dir, files, seed, enc)
                 .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
             tracing::info!(
                 files = written.len(),

@@ -35,6 +35,9 @@ pub struct ReadMode {
     /// Open with O_DIRECT.
     pub direct: bool,
     pub reason: String,
+    /// Mean size of the sampled inputs, when `auto` sampled some: what the
+    /// read arena is sized by (`pipeline::arena_bytes`) instead of a guess.
+    pub typical_bytes: Option<u64>,
 }
 
 /// What a sample found.
@@ -102,10 +105,12 @@ pub fn choose(mode: Direct, n: usize, path: impl Fn(usize) -> PathBuf) -> ReadMo
         Direct::Always => ReadMode {
             direct: true,
             reason: "io.direct = true".into(),
+            typical_bytes: None,
         },
         Direct::Never => ReadMode {
             direct: false,
             reason: "io.direct = false".into(),
+            typical_bytes: None,
         },
         Direct::Auto => decide(sample(n, path)),
     }
@@ -120,11 +125,13 @@ pub fn decide(sampled: std::io::Result<Residency>) -> ReadMode {
                 "io.direct = auto: cannot tell what is in the page cache ({e}; cachestat \
                  needs Linux 6.5), so O_DIRECT"
             ),
+            typical_bytes: None,
         },
         Ok(r) => {
             let share = r.share();
             let cached = share >= CACHED_SHARE;
             ReadMode {
+                typical_bytes: (r.files > 0).then(|| r.bytes / r.files as u64),
                 direct: !cached,
                 reason: format!(
                     "io.direct = auto: {:.0}% of {} sampled inputs ({} bytes) are in the page \

@@ -50,6 +50,35 @@ fn check_config_names_the_bad_key_and_line() {
     assert!(String::from_utf8_lossy(&ok.stdout).contains("(79, 3, 32, 1), 237 segments"));
 }
 
+/// `startup_s` says how long each start-up step took and when the first
+/// read went out, measured from process start (so it is no later than the
+/// whole run, and the walk, arena and first read are all there).
+#[test]
+fn json_reports_the_start_up_steps() {
+    let corpus = synth_corpus(6, 5);
+    let out = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let j = built_json(corpus.path(), out.path());
+    let wall = t.elapsed().as_secs_f64();
+    let s = &j["startup_s"];
+    for part in ["walk", "device", "arena", "kernels"] {
+        let v = s[part]
+            .as_f64()
+            .unwrap_or_else(|| panic!("startup_s.{part} in {s}"));
+        assert!(
+            (0.0..wall).contains(&v),
+            "startup_s.{part} = {v}, run took {wall}"
+        );
+    }
+    let first = s["first_read"].as_f64().expect("a first read");
+    assert!(
+        first > 0.0 && first < wall,
+        "first read at {first} s of {wall} s"
+    );
+    // The readers read into the arena, so the first read follows its set-up.
+    assert!(first >= s["arena"].as_f64().unwrap(), "{s}");
+}
+
 #[test]
 fn json_says_how_inputs_were_read_and_why() {
     let corpus = synth_corpus(6, 3);
