@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--flush-ms", type=int, default=50)
     ap.add_argument("--poll-ms", type=float, default=1.0)
+    ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     a = ap.parse_args()
 
     pool = sorted(
@@ -119,6 +120,7 @@ def main():
             f'[serve]\nwatch_dir = "drop"\noutput_dir = "out"\n'
             f"flush_interval_ms = {a.flush_ms}\n"
             f'[control]\nsocket = "ctl.sock"\n'
+            f'[compute]\nbackend = "{a.backend}"\n'
         )
     log = open(os.path.join(a.work, "serve.log"), "w")
     svc = subprocess.Popen([a.bin, "serve", "--config", cfg], stdout=log, stderr=log)
@@ -193,6 +195,7 @@ def main():
                 "service_files_ok": status.get("files_ok"),
                 "service_rejected": status.get("files_rejected"),
                 "engine": status.get("engine"),
+                "backend": status.get("backend"),
             }
         )
     )
