@@ -11,11 +11,17 @@
 //!                             heap buffers
 //! ```
 //!
-//! [`Pipeline::start`] makes every choice once and says why: the reader engine
-//! (io_uring after its probe, or plain reads where `io.fallback` allows), the
-//! compute backend ([`compute::select`]: CPU workers or the CUDA stage), thread
-//! placement (hwloc near the GPU's PCIe root when one runs; `io.pin` and
-//! `compute.pin` override), ring sizes. The source ends its stream by dropping
+//! The graph starts in two steps, so reads never wait for the GPU:
+//! [`Pipeline::start_reading`] makes the reader's choices (io_uring after its
+//! probe, or plain reads where `io.fallback` allows; `io.threads` readers,
+//! `"auto"`: one per 8 cores), places them (hwloc; `io.pin` overrides), sizes
+//! the rings and the arena and starts the readers, whatever the backend probe
+//! ([`Probe`], on its own thread) has found so far; [`Pipeline::start_compute`]
+//! joins the probe ([`compute::select`]: CPU workers or the CUDA stage, and the
+//! sentence that says why), places the workers (near the GPU's PCIe root when
+//! one runs; `compute.pin` overrides) and starts them on what the readers
+//! already loaded. [`Pipeline::start`] does both at once (serve);
+//! [`Pipeline::startup`] says how long each step took. The source ends its stream by dropping
 //! its producer guard of [`Pipeline::jobs`] (or by [`Pipeline::close`]); each
 //! stage's last thread closes the ring after it, so the sink sees the end of
 //! the outcome ring once everything upstream has drained. A failing sink calls

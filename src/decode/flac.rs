@@ -191,6 +191,15 @@ fn frames(
     let mut stream = Vec::with_capacity(42 + bytes.len() - audio);
     stream.extend_from_slice(&bytes[..42]);
     stream[4] |= 0x80; // STREAMINFO is now the last metadata block
+    // A fixed-blocksize stream (first frame header 0xFFF8) whose encoder
+    // counted the short last block in STREAMINFO's minimum block size
+    // (flacenc does; libFLAC decodes it; the format says the minimum
+    // excludes the last block): symphonia takes min ≠ max for a
+    // variable-blocksize stream and loses the frames' places, so the minimum
+    // is set to the maximum, as the format means it.
+    if bytes.get(audio..audio + 2) == Some(&[0xFF, 0xF8]) && stream[8..10] != stream[10..12] {
+        stream.copy_within(10..12, 8);
+    }
     stream.extend_from_slice(&bytes[audio..]);
     let src = MediaSourceStream::new(Box::new(Cursor::new(stream)), Default::default());
     let mut reader = FlacReader::try_new(src, &FormatOptions::default()).map_err(map_err)?;
