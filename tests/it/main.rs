@@ -8,6 +8,7 @@ mod crash;
 mod cuda;
 mod golden;
 mod input;
+mod interrupt;
 mod metrics;
 mod serve;
 mod shard;
