@@ -109,9 +109,10 @@ def _unlink(name: str) -> None:
 
 
 def _sentence(stderr: str) -> str:
-    """The binary's error line, without its `error: ` prefix."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("error: "):
-            return line[len("error: ") :]
-    return lines[-1] if lines else "check-config failed"
+    """The binary's error, without its `error: ` prefix: from that line to
+    the end (a TOML parse error shows the line and the reason below it)."""
+    lines = stderr.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("error: "):
+            return "\n".join([lines[i][len("error: ") :], *lines[i + 1 :]])
+    return stderr.strip() or "check-config failed"
