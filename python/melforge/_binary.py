@@ -41,11 +41,30 @@ def command(args: Sequence[str]) -> List[str]:
     return [find_binary(), *args]
 
 
+def site_dirs() -> List[str]:
+    """The site-packages folders of this interpreter, the one holding this
+    package first: where pip put the `nvidia-*` CUDA wheels (NVRTC, cuFFT)
+    that PyTorch brings, which the binary's GPU backend loads from
+    `nvidia/<wheel>/lib` (it reads them from `$MELFORGE_PYTHON_SITE`, so a
+    venv works without being activated)."""
+    dirs = [str(Path(__file__).resolve().parent.parent)]
+    try:
+        import site
+
+        dirs += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # some embedded interpreters lack these
+        pass
+    return list(dict.fromkeys(dirs))
+
+
 def child_env() -> "dict[str, str]":
     """The environment for the child: ours, without RUST_LOG (the API chooses
-    the log level) and without colours."""
+    the log level) and without colours, with this interpreter's site-packages
+    added to `$MELFORGE_PYTHON_SITE` (see `site_dirs`)."""
     env = dict(os.environ, NO_COLOR="1")
     env.pop("RUST_LOG", None)
+    sites = [p for p in env.get("MELFORGE_PYTHON_SITE", "").split(os.pathsep) if p]
+    env["MELFORGE_PYTHON_SITE"] = os.pathsep.join(list(dict.fromkeys(sites + site_dirs())))
     return env
 
 

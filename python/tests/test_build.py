@@ -147,3 +147,14 @@ def test_version_is_the_binary_version() -> None:
     v = subprocess.run([melforge_bin(), "--version"], check=True, stdout=subprocess.PIPE, text=True)
     if melforge.__version__ != "unknown":  # a source checkout has no metadata
         assert v.stdout.split() == ["melforge", melforge.__version__]
+
+
+def test_the_child_sees_this_interpreters_site_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU backend finds NVRTC/cuFFT from pip's nvidia-* wheels through
+    $MELFORGE_PYTHON_SITE, so a venv need not be activated."""
+    from melforge._binary import child_env
+
+    monkeypatch.setenv("MELFORGE_PYTHON_SITE", "/opt/x")
+    sites = child_env()["MELFORGE_PYTHON_SITE"].split(os.pathsep)
+    assert sites[0] == "/opt/x"
+    assert str(Path(melforge.__file__).resolve().parent.parent) in sites

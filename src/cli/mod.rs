@@ -53,7 +53,7 @@ enum ProgressArg {
     Auto,
     Bar,
     /// One JSON object per line on stderr (files done, rejected, bytes,
-    /// rate, ETA); see docs/CLI.md.
+    /// rate, ETA); fields in `app::progress`.
     Json,
     None,
 }
