@@ -13,6 +13,11 @@
 //! "interrupted after N of M files; nothing written" before exiting with
 //! [`EXIT_CODE`] (130, the shell's code for death by SIGINT).
 //!
+//! The handler is installed even where the signal was ignored at start (a
+//! job started with `&` from a script): the Python API and the tests stop a
+//! child by sending it SIGINT, which must not depend on how their own parent
+//! set things up.
+//!
 //! `serve` does not use this module: it blocks the signals and reads them
 //! from a signalfd (`app::control::signals`), as a daemon must.
 //!
