@@ -10,6 +10,7 @@ mod golden;
 mod input;
 mod interrupt;
 mod metrics;
+mod progress;
 mod serve;
 mod shard;
 mod uring;
