@@ -1,14 +1,76 @@
-"""Read melforge log-mel HDF5 datasets from Python (no torch needed).
+"""melforge from Python: build log-mel HDF5 datasets and read them.
 
-`MelDataset(path)` reads one split file (`ds[i] -> (mel ndarray, label int)`),
-lazily opened per process so it can go straight into PyTorch `DataLoader`
-workers (fork or spawn); `refresh()` follows a running `melforge serve`.
-`ConcatMelDataset` reads several split files or shards as one.
+Build (runs the `melforge` executable installed with this package):
+
+* `build(input, out, config=..., backend=..., shard=..., progress=...)`
+  returns a typed `BuildReport`; progress from the binary's JSON events
+  (tqdm when installed); Ctrl-C stops the build and leaves nothing behind;
+  failures raise `BuildError` with the binary's sentence.
+* `merge(out)` joins a sharded build; `Config` is a dict or TOML file
+  validated by `melforge check-config`; `serve_status(socket)` asks a running
+  `melforge serve`.
+
+Read (numpy and h5py only, no torch needed):
+
+* `MelDataset(path)` reads one split file (`ds[i] -> (mel ndarray, label
+  int)`), lazily opened per process so it can go straight into PyTorch
+  `DataLoader` workers (fork or spawn); `refresh()` follows a running
+  `melforge serve`. `ConcatMelDataset` reads several split files or shards
+  as one.
+
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
 
+from ._binary import BinaryNotFound, find_binary
+from ._build import build, merge, serve_status
 from ._concat import ConcatMelDataset
+from ._config import Config
 from ._dataset import DEFAULT_CHUNK_CACHE_BYTES, MelDataset
+from ._errors import BuildError, ConfigError
+from ._report import (
+    BuildReport,
+    BusySeconds,
+    MergeReport,
+    OutputFile,
+    ProgressEvent,
+    Rejection,
+    Ring,
+    Stats,
+)
 
-__all__ = ["ConcatMelDataset", "DEFAULT_CHUNK_CACHE_BYTES", "MelDataset"]
-__version__ = "0.1.0"
+
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return "unknown"
+    try:
+        return version("melforge")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+__version__ = _version()
+"""The distribution's version: Cargo.toml's, through the wheel's metadata."""
+
+__all__ = [
+    "BinaryNotFound",
+    "BuildError",
+    "BuildReport",
+    "BusySeconds",
+    "ConcatMelDataset",
+    "Config",
+    "ConfigError",
+    "DEFAULT_CHUNK_CACHE_BYTES",
+    "MelDataset",
+    "MergeReport",
+    "OutputFile",
+    "ProgressEvent",
+    "Rejection",
+    "Ring",
+    "Stats",
+    "build",
+    "find_binary",
+    "merge",
+    "serve_status",
+]

@@ -1,8 +1,9 @@
 """Fixtures: the melforge binary, a small synthetic corpus and its build.
 
-The binary is `$MELFORGE_BIN`, else the repository's target/release or
-target/debug build (newest first); tests are skipped with the reason when
-there is none.
+The binary is `$MELFORGE_BIN`, else the one the installed wheel brings
+(`melforge.find_binary()`, which the build API runs too), else the
+repository's target/release or target/debug build (newest first); tests are
+skipped with the reason when there is none.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ def melforge_bin() -> str:
     env = os.environ.get("MELFORGE_BIN")
     if env:
         return env
+    try:
+        import melforge
+
+        return melforge.find_binary()
+    except Exception:  # BinaryNotFound: fall back to the repository's build
+        pass
     found = [REPO / "target" / p / "melforge" for p in ("release", "debug")]
     found = [p for p in found if p.is_file()]
     if not found:

@@ -72,6 +72,9 @@ def test_refresh_follows_a_running_serve(corpus: Path, built: Path, tmp_path: Pa
             lambda: True if (ds.refresh() or True) and len(ds) == len(files) else None,
         )
         assert sorted(ds.paths) == sorted(files)
+        # The Python API's view of the daemon: `ctl status` as a dict.
+        status = melforge.serve_status(tmp_path / "ctl.sock")
+        assert isinstance(status, dict) and status, status
         np.testing.assert_array_equal(ds[0][0], before)
         # Every row equals the build's row of the same file, labels by name.
         ref = melforge.MelDataset(built / "TRAINING.h5")

@@ -5,19 +5,24 @@
 //! thread that pushes the walk's jobs in sorted order and then drops its
 //! producer guard (ending the stream); its sink is a [`DatasetWriter`] on one
 //! writer thread (the only thread that calls HDF5), which reorders rows into
-//! sorted path order. The calling thread shows progress. A writer failure
-//! aborts the graph, so every stage stops; the error is returned after all
-//! threads are joined.
+//! sorted path order. The calling thread shows progress
+//! ([`crate::app::progress`]). A writer failure aborts the graph, so every
+//! stage stops; the error is returned after all threads are joined. So does
+//! a stopping signal ([`crate::app::interrupt`]): the graph is aborted, the
+//! writer is dropped without `finish` (deleting its `.partial` files), files
+//! already finished are deleted, and [`Error::Interrupted`] is returned.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::app::interrupt::{self, Stopped};
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
+use crate::app::progress::{Progress, Reporter};
 use crate::compute::{self, RejectKind, Rejection, cuda};
 use crate::config::{Config, Direct};
 use crate::pipeline::{self, Delivered, Pipeline};
@@ -52,13 +57,15 @@ pub enum Error {
     Panicked(&'static str),
     #[error(transparent)]
     Metrics(#[from] metrics::Error),
+    #[error(transparent)]
+    Interrupted(#[from] Stopped),
 }
 
 /// Run-time options that are not pipeline settings.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Draw a progress bar (the CLI sets this on a TTY).
-    pub progress: bool,
+    /// The progress display (the CLI draws a bar on a TTY).
+    pub progress: Progress,
     /// Count into this instead of a private tally, so a caller (the service's
     /// rebuild) can watch progress while the build runs.
     pub telemetry: Option<Arc<Telemetry>>,
@@ -153,7 +160,7 @@ fn write_all(
     paths: &PathTable,
     window: &Window,
     p: &Pipeline,
-) -> Result<(WriteReport, Vec<Rejection>), writer::Error> {
+) -> Result<Option<(WriteReport, Vec<Rejection>)>, writer::Error> {
     let mut local = Local::default();
     let mut rejected = Vec::new();
     let telemetry = p.telemetry();
@@ -172,11 +179,19 @@ fn write_all(
         if let Delivered::Rejected(r) = d {
             rejected.push(r);
         }
+        if o.job == jobs.len() / 2 {
+            interrupt::checkpoint("writing");
+        }
+    }
+    local.publish(telemetry);
+    if interrupt::requested().is_some() {
+        return Ok(None); // dropping `w` unfinished deletes its .partial files
     }
     let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
     local.publish(telemetry);
+    interrupt::checkpoint("finished");
     rejected.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok((report?, rejected))
+    Ok(Some((report?, rejected)))
 }
 
 /// The rejection for a path the walk skipped: its path relative to `input`
@@ -220,18 +235,6 @@ fn write_rejections(path: &Path, rejected: &[Rejection]) -> std::io::Result<()> 
         f.write_all(b"\n")?;
     }
     f.flush()
-}
-
-fn progress_bar(total: u64) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} files ({per_sec}, eta {eta})",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
-    bar
 }
 
 /// Runs a whole build of `input` into `out`.
@@ -301,6 +304,10 @@ fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<
     if plan.jobs.is_empty() {
         return Err(Error::Empty(input.to_path_buf()));
     }
+    interrupt::checkpoint("walked");
+    if let Some(s) = Stopped::check(0, plan.jobs.len() as u64, "files") {
+        return Err(s.into());
+    }
     let mut plan = match shard {
         Some(s) => {
             let part = s.apply(&plan);
@@ -341,12 +348,16 @@ fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<
     })
 }
 
+/// What the writer thread returns: the report and rejections, or `None`
+/// when a signal stopped it (its `.partial` files deleted).
+type Written = Result<Option<(WriteReport, Vec<Rejection>)>, writer::Error>;
+
 /// A build whose threads run.
 struct Running {
     p: Arc<Pipeline>,
     jobs: Arc<[Job]>,
     source: std::thread::JoinHandle<()>,
-    writer: std::thread::JoinHandle<Result<(WriteReport, Vec<Rejection>), writer::Error>>,
+    writer: std::thread::JoinHandle<Written>,
     endpoint: Option<Endpoint>,
     read_mode: cache::ReadMode,
     walk_rejected: Vec<Rejection>,
@@ -488,7 +499,7 @@ fn spawn_writer(
     paths: Arc<PathTable>,
     writer: DatasetWriter,
     window: &Arc<Window>,
-) -> Result<std::thread::JoinHandle<Result<(WriteReport, Vec<Rejection>), writer::Error>>, Error> {
+) -> Result<std::thread::JoinHandle<Written>, Error> {
     let (p, jobs) = (Arc::clone(p), Arc::clone(jobs));
     let window = Arc::clone(window);
     std::thread::Builder::new()
@@ -519,17 +530,15 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         walk_s,
     } = running;
     let telemetry = Arc::clone(p.telemetry());
-    let bar = opts.progress.then(|| progress_bar(jobs.len() as u64));
+    let mut progress = Reporter::start(opts.progress, jobs.len() as u64, started);
     while !writer.is_finished() {
-        if let Some(b) = &bar {
-            b.set_position(telemetry.files_done());
+        progress.tick(&telemetry);
+        if interrupt::requested().is_some() {
+            p.abort();
         }
-        std::thread::sleep(Duration::from_millis(if bar.is_some() { 100 } else { 20 }));
+        std::thread::sleep(progress.poll_interval());
     }
-    if let Some(b) = &bar {
-        b.set_position(telemetry.files_done());
-        b.finish_and_clear();
-    }
+    progress.finish(&telemetry);
     let written = writer.join().map_err(|_| Error::Panicked("writer"))?;
     source.join().map_err(|_| Error::Panicked("source"))?;
     drop(endpoint); // joins the metrics thread, which holds the pipeline
@@ -541,7 +550,25 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         ..p.startup()
     };
     let cuda_report = p.join()?;
-    let (write_report, mut rejected) = written?;
+    // A stop: nothing stays, whether the writer finished or not.
+    let total = jobs.len() as u64;
+    let stopped = |outputs: Vec<PathBuf>| {
+        let s = Stopped::check(telemetry.files_done(), total, "files")?;
+        interrupt::discard(outputs);
+        Some(s)
+    };
+    let (write_report, mut rejected) = match written? {
+        Some(w) => w,
+        None => {
+            return Err(stopped(Vec::new())
+                .expect("the writer stops only on a signal")
+                .into());
+        }
+    };
+    let finished = || write_report.files.iter().map(|f| f.1.clone()).collect();
+    if let Some(s) = stopped(finished()) {
+        return Err(s.into());
+    }
     for r in walk_rejected {
         report.files_rejected += 1;
         *report.rejected_by_kind.entry(r.kind).or_default() += 1;
@@ -568,13 +595,20 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
 }
 
 /// Writes `rejected.jsonl` (or the shard's) and returns the outcomes with
-/// its path.
+/// its path. A stop that arrived meanwhile deletes the outputs and the log.
 fn report(mut outcomes: Outcomes, out: &Path, shard: Option<Shard>) -> Result<Outcomes, Error> {
     let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
     write_rejections(&rejected_log, &outcomes.rejected).map_err(|source| Error::Output {
         path: rejected_log.clone(),
         source,
     })?;
+    let r = &outcomes.report;
+    let done = r.files_ok + r.files_rejected;
+    if let Some(s) = Stopped::check(done, done, "files") {
+        let outputs = outcomes.outputs.iter().map(|o| o.path.clone());
+        interrupt::discard(outputs.chain([rejected_log]));
+        return Err(s.into());
+    }
     outcomes.rejected_log = rejected_log;
     Ok(outcomes)
 }

@@ -11,12 +11,17 @@
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
+//! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
+//!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
+//!   progress events.
 
 pub mod bench_io;
 pub mod bench_mel;
 pub mod build;
 pub mod control;
+pub mod interrupt;
 pub mod merge;
 pub mod metrics;
+pub mod progress;
 pub mod serve;
 pub mod synth;

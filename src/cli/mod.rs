@@ -5,7 +5,9 @@
 //! definitions (flags, help texts), which command runs, how a failure is shown
 //! (`error: …` on stderr, or an `ERROR` event under `--log-format json`) and
 //! the exit status (0 success, 1 failure or `build --strict` with rejections,
-//! 2 for usage errors, from clap). [`logging`] owns the subscriber. The
+//! 2 for usage errors, from clap, 130 for a `build` or `merge` stopped by
+//! SIGINT/SIGTERM, which prints one line instead of an error:
+//! "interrupted after N of M files; nothing written"). [`logging`] owns the subscriber. The
 //! binary's `main` only calls [`main`]. `anyhow` is used here and nowhere else
 //! in the library.
 
@@ -22,6 +24,8 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::app::build;
+use crate::app::interrupt::{self, Stopped};
+use crate::app::progress::Progress;
 use crate::config::{Backend, Config};
 
 #[derive(Parser)]
@@ -40,6 +44,18 @@ struct Cli {
     log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `build --progress`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProgressArg {
+    /// A bar when stderr is a terminal (and logs are text, and no --json).
+    Auto,
+    Bar,
+    /// One JSON object per line on stderr (files done, rejected, bytes,
+    /// rate, ETA); fields in `app::progress`.
+    Json,
+    None,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -93,6 +109,10 @@ enum Command {
         /// <split>.shard-K-of-N.h5; join the shards with `melforge merge`.
         #[arg(long, value_name = "K/N")]
         shard: Option<crate::app::merge::shard::Shard>,
+        /// Progress display on stderr: auto, bar, json (one event per line,
+        /// for programs), none.
+        #[arg(long, value_enum, default_value = "auto")]
+        progress: ProgressArg,
     },
     /// Join the files of a sharded build (`build --shard K/N`, all K) into
     /// <split>.h5 (HDF5 virtual datasets over the shards) and rejected.jsonl.
@@ -232,6 +252,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             strict,
             json,
             shard,
+            progress,
         } => {
             let mut cfg = match &config {
                 Some(f) => Config::load(f)?,
@@ -245,8 +266,20 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 };
             }
             let opts = build::Options {
-                // The bar would break JSON lines on stderr.
-                progress: !json && format == LogFormat::Text && std::io::stderr().is_terminal(),
+                progress: match progress {
+                    ProgressArg::Json => Progress::Json,
+                    ProgressArg::Bar => Progress::Bar,
+                    ProgressArg::None => Progress::None,
+                    // The bar would break JSON lines on stderr.
+                    ProgressArg::Auto
+                        if !json
+                            && format == LogFormat::Text
+                            && std::io::stderr().is_terminal() =>
+                    {
+                        Progress::Bar
+                    }
+                    ProgressArg::Auto => Progress::None,
+                },
                 telemetry: None,
             };
             let done = build::build_shard(&input, &out, &cfg, &opts, shard)?;
@@ -302,8 +335,27 @@ pub fn main() -> ExitCode {
     logging::init(&cli.log_level, format);
     // `build --json` promises a JSON document on stdout, failure included.
     let json_out = matches!(cli.command, Command::Build { json: true, .. });
+    // Ctrl-C and SIGTERM stop `build` and `merge` cleanly (app::interrupt).
+    if matches!(cli.command, Command::Build { .. } | Command::Merge { .. })
+        && let Err(e) = interrupt::install()
+    {
+        tracing::warn!(error = %e, "Cannot handle SIGINT/SIGTERM; a signal will kill the command.");
+    }
     match run(cli, format) {
         Ok(code) => code,
+        Err(e) if stopped(&e).is_some() => {
+            let line = e.to_string();
+            if json_out {
+                let doc = serde_json::json!({ "ok": false, "error": line, "interrupted": true });
+                println!("{doc}");
+            }
+            if json_errors(format) {
+                tracing::error!(error = line, "The command was interrupted.");
+            } else {
+                eprintln!("{line}");
+            }
+            ExitCode::from(interrupt::EXIT_CODE)
+        }
         Err(e) => {
             let error = describe(&e);
             if json_out {
@@ -316,6 +368,18 @@ pub fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The stop, when `e` is a command stopped by a signal.
+fn stopped(e: &anyhow::Error) -> Option<&Stopped> {
+    match (
+        e.downcast_ref::<build::Error>(),
+        e.downcast_ref::<crate::app::merge::Error>(),
+    ) {
+        (Some(build::Error::Interrupted(s)), _) => Some(s),
+        (_, Some(crate::app::merge::Error::Interrupted(s))) => Some(s),
+        _ => None,
     }
 }
 

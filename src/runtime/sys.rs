@@ -55,6 +55,31 @@ pub fn block_signals(signals: &[i32]) -> io::Result<()> {
     Ok(())
 }
 
+/// Installs `handler` for each of `signals`, process-wide, with
+/// `SA_RESTART` (a system call the signal interrupts is restarted, so the
+/// stage threads never see EINTR). The handler runs on whichever thread the
+/// kernel picks and must be async-signal-safe (store to an atomic, nothing
+/// else).
+pub fn set_signal_handler(signals: &[i32], handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    for &signo in signals {
+        // SAFETY: sigaction is plain data; all-zero is a valid value.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler as usize as libc::sighandler_t;
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: `act.sa_mask` is valid for writes for the call.
+        if unsafe { libc::sigemptyset(&mut act.sa_mask) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `act` is initialised and outlives the call; a null old-action
+        // pointer is allowed; `handler` is an `extern "C" fn(c_int)`, the
+        // signature sigaction expects without SA_SIGINFO.
+        if unsafe { libc::sigaction(signo, &act, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Sets SIGPIPE to ignored for the whole process, so a write to a socket
 /// whose peer hung up fails with EPIPE instead of killing the process.
 pub fn ignore_sigpipe() -> io::Result<()> {
@@ -470,7 +495,7 @@ pub fn thread_affinity() -> io::Result<Vec<usize>> {
 }
 
 /// Sends `sig` to this process (`kill(getpid(), sig)`).
-#[cfg(test)]
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn kill_self(sig: i32) -> io::Result<()> {
     // SAFETY: getpid has no preconditions; kill touches no memory of ours
     // (what the signal then does is the caller's choice of signal).

@@ -136,6 +136,16 @@ impl Telemetry {
         self.files_ok.load(Ordering::Relaxed) + self.files_rejected.load(Ordering::Relaxed)
     }
 
+    /// Files rejected so far, as published.
+    pub fn files_rejected(&self) -> u64 {
+        self.files_rejected.load(Ordering::Relaxed)
+    }
+
+    /// Input bytes read so far, as published.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
     fn busy(&self, s: Stage) -> f64 {
         self.busy_ns[s as usize].load(Ordering::Relaxed) as f64 * 1e-9
     }

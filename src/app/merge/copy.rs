@@ -8,6 +8,8 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, H5Type, SimpleExtents};
 use ndarray::{Ix5, s};
 
+use crate::app::interrupt::Stopped;
+
 use super::attrs::{self, Value};
 use super::{Ctx, Error, Part, create_file};
 
@@ -93,6 +95,10 @@ pub(super) fn write(
         let (s_mel, s_label, s_path) = (open("mel")?, open("label")?, open("path")?);
         let mut from = 0;
         while from < part.rows {
+            // A stop between blocks (merge() fills in the counts).
+            if let Some(stop) = Stopped::check(0, 0, "splits") {
+                return Err(stop.into());
+            }
             let to = (from + step).min(part.rows);
             let what = || format!("copy rows {from}..{to} into {}", out.display());
             if half {

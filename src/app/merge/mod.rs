@@ -13,6 +13,12 @@
 //! Either way the root attributes are those of the shards minus `shard`, and
 //! the rejection logs are joined and sorted by path, as a build sorts them.
 //!
+//! Each file is written as `<name>.partial` and renamed when complete; a
+//! failed or interrupted write deletes its `.partial`. A stopping signal
+//! ([`crate::app::interrupt`]) stops the merge between files (or between the
+//! copied blocks of one) and deletes what this run had written, leaving the
+//! shards as they were.
+//!
 //! Before writing anything, merge checks the set of shards and refuses with a
 //! sentence ([`Error`]): no shards, a misnamed shard file, mixed N, a missing
 //! shard of some split or rejection log, a file whose `shard` attribute
@@ -32,6 +38,7 @@ use hdf5::File;
 use hdf5::types::VarLenUnicode;
 use serde::Serialize;
 
+use crate::app::interrupt::{self, Stopped};
 use attrs::Value;
 use shard::{SHARD_ATTR, Shard, ShardFile};
 
@@ -136,6 +143,8 @@ pub enum Error {
         dataset: &'static str,
         cause: vds::Error,
     },
+    #[error(transparent)]
+    Interrupted(#[from] Stopped),
 }
 
 /// Attaches a file and an action to an HDF5 error.
@@ -443,7 +452,8 @@ fn check_order(dir: &Path, parts: &[Part]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes `<dir>/<name>` through `<name>.partial`, renamed when `write` succeeds.
+/// Writes `<dir>/<name>` through `<name>.partial`, renamed when `write`
+/// succeeds and deleted when it fails.
 fn write_atomically(
     dir: &Path,
     name: &str,
@@ -451,7 +461,10 @@ fn write_atomically(
 ) -> Result<PathBuf, Error> {
     let final_path = dir.join(name);
     let partial = dir.join(format!("{name}.partial"));
-    write(&partial)?;
+    if let Err(e) = write(&partial) {
+        interrupt::discard([partial]);
+        return Err(e);
+    }
     std::fs::rename(&partial, &final_path).map_err(|cause| Error::Io {
         path: partial,
         action: "rename",
@@ -561,7 +574,19 @@ fn merge_rejections(dir: &Path, logs: &[String], out: &Path) -> Result<usize, Er
 /// Merges the shards in `dir` into `<split>.h5` (virtual, or standalone when
 /// `copy`) and `rejected.jsonl`.
 pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
+    let mut written = Vec::new();
+    let r = merge_into(dir, copy, &mut written);
+    if let Err(Error::Interrupted(_)) = &r {
+        interrupt::discard(written);
+    }
+    r
+}
+
+/// [`merge`], recording each file it finishes in `written`.
+fn merge_into(dir: &Path, copy: bool, written: &mut Vec<PathBuf>) -> Result<Report, Error> {
     let found = find(dir)?;
+    let n_files = found.splits.len() as u64 + 1;
+    let stopped = |done: usize| Stopped::check(done as u64, n_files, "files");
     let mut reference = None;
     let mut splits = Vec::new();
     for (split, names) in &found.splits {
@@ -588,6 +613,9 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
             }
         }
         let rows = parts.iter().map(|p| p.rows).sum();
+        if let Some(s) = stopped(written.len()) {
+            return Err(s.into());
+        }
         let path = write_atomically(dir, &format!("{split}.h5"), |out| {
             // A split with no rows at all has nothing to map: it gets the
             // standalone (empty) datasets in either mode.
@@ -596,7 +624,19 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
             } else {
                 write_virtual(dir, parts, &split_attrs, out)
             }
+        })
+        .map_err(|e| match e {
+            // copy::write stops between blocks without the counts.
+            Error::Interrupted(s) => Stopped {
+                done: written.len() as u64,
+                total: n_files,
+                ..s
+            }
+            .into(),
+            e => e,
         })?;
+        written.push(path.clone());
+        interrupt::checkpoint("merged-split");
         tracing::info!(split = %split, rows, path = %path.display(), "Merged a split.");
         outputs.push(Output {
             split: split.clone(),
@@ -605,10 +645,17 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
         });
     }
     let mut n_rejected = 0;
+    if let Some(s) = stopped(written.len()) {
+        return Err(s.into());
+    }
     let rejected_log = write_atomically(dir, "rejected.jsonl", |out| {
         n_rejected = merge_rejections(dir, &found.rejected, out)?;
         Ok(())
     })?;
+    written.push(rejected_log.clone());
+    if let Some(s) = stopped(written.len()) {
+        return Err(s.into());
+    }
     Ok(Report {
         mode: if copy { "copy" } else { "virtual" },
         shards: found.count,

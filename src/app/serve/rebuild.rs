@@ -114,7 +114,7 @@ impl Rebuild {
                 .name("rebuild".into())
                 .spawn(move || {
                     let opts = build::Options {
-                        progress: false,
+                        progress: Default::default(),
                         telemetry: Some(telemetry),
                     };
                     build::build(&input, &out, &cfg, &opts)

@@ -1,0 +1,92 @@
+"""The build API: `build`, `merge` and `serve_status` over the binary."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional, Tuple, Union
+
+from ._binary import run_quick
+from ._config import Config, PathLike
+from ._errors import BuildError
+from ._report import BuildReport, MergeReport
+from ._run import Display, run_streaming
+
+Shard = Union[str, Tuple[int, int]]
+
+_BACKENDS = ("auto", "cpu", "cuda")
+
+
+def _shard_arg(shard: Shard) -> str:
+    if isinstance(shard, str):
+        return shard
+    k, n = shard
+    return f"{k}/{n}"
+
+
+def build(
+    input: PathLike,
+    out: PathLike,
+    *,
+    config: Union[None, Config, PathLike] = None,
+    backend: str = "auto",
+    shard: Optional[Shard] = None,
+    progress: bool = True,
+) -> BuildReport:
+    """Builds `input` (split/label folders of WAV/FLAC files) into one HDF5
+    file per split in `out`; returns the typed report.
+
+    `config`: a `Config`, or a TOML path (validated first). `backend`:
+    "auto", "cpu" or "cuda". `shard`: `(k, n)` or "k/n" to build one shard
+    of the walk (join them with `merge`). `progress`: show a bar (tqdm when
+    installed, else a plain line on stderr).
+
+    Raises `BuildError` with the binary's sentence when the build fails.
+    KeyboardInterrupt stops the build, which deletes its partial files, and
+    is re-raised.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, not {backend!r}")
+    args = ["build", os.fspath(input), "--out", os.fspath(out), "--json", "--backend", backend]
+    args += ["--progress", "json" if progress else "none"]
+    cfg = config if isinstance(config, Config) or config is None else Config(config)
+    if cfg is not None:
+        args += ["--config", str(cfg.path)]
+    if shard is not None:
+        args += ["--shard", _shard_arg(shard)]
+    display = Display("melforge build") if progress else None
+    try:
+        doc = run_streaming(args, display)
+    finally:
+        if display is not None:
+            display.close()
+    return BuildReport.from_json(doc)
+
+
+def merge(out: PathLike, *, copy: bool = False) -> MergeReport:
+    """Joins the shard files of a sharded build in `out` into one file per
+    split (virtual datasets, or standalone copies with `copy=True`)."""
+    args = ["merge", os.fspath(out), "--json"]
+    if copy:
+        args.append("--copy")
+    return MergeReport.from_json(run_streaming(args, None))
+
+
+def serve_status(socket: PathLike, *, timeout: float = 35.0) -> Dict[str, Any]:
+    """The status of a running `melforge serve` (`melforge ctl status` over
+    its control socket), as the JSON object the daemon replies with."""
+    secs = max(1, int(timeout))
+    done = run_quick(
+        ["ctl", "status", "--socket", os.fspath(socket), "--json", "--timeout", str(secs)],
+        timeout=secs + 5,
+    )
+    text = done.stdout.strip()
+    try:
+        doc = json.loads(text) if text else None
+    except ValueError:
+        doc = None
+    if done.returncode != 0 or not isinstance(doc, dict):
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        msg = lines[-1] if lines else text or "ctl status failed"
+        raise BuildError(msg.removeprefix("error: "), done.returncode)
+    return doc

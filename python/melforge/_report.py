@@ -1,0 +1,289 @@
+"""Typed reports parsed from the binary's JSON (`build --json`,
+`merge --json`, `--progress json` events).
+
+Parsing is strict about what it knows: a field that is missing or has the
+wrong type raises `BuildError` (the binary and this package disagree, which
+an upgrade of one without the other causes), so a rename in the Rust report
+cannot pass silently. Fields this package does not know yet are kept in
+`extra` at each level; python/tests/test_build.py fails when any appear, so
+the dataclasses are updated with the binary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from ._errors import BuildError
+
+Json = Mapping[str, Any]
+
+
+class _Fields:
+    """Typed access to one JSON object; records which keys were read."""
+
+    def __init__(self, doc: Any, what: str) -> None:
+        if not isinstance(doc, dict):
+            raise BuildError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+        self.doc: Dict[str, Any] = doc
+        self.what = what
+        self.used: set[str] = set()
+
+    def _get(self, key: str) -> Any:
+        if key not in self.doc:
+            raise BuildError(f"{self.what}: field `{key}` is missing (melforge binary and package differ?)")
+        self.used.add(key)
+        return self.doc[key]
+
+    def _bad(self, key: str, want: str) -> BuildError:
+        return BuildError(f"{self.what}: field `{key}` should be {want}, got {self.doc[key]!r}")
+
+    def text(self, key: str) -> str:
+        v = self._get(key)
+        if not isinstance(v, str):
+            raise self._bad(key, "a string")
+        return v
+
+    def integer(self, key: str) -> int:
+        v = self._get(key)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self._bad(key, "an integer")
+        return v
+
+    def number(self, key: str) -> float:
+        v = self._get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise self._bad(key, "a number")
+        return float(v)
+
+    def opt_number(self, key: str) -> Optional[float]:
+        return None if self._get(key) is None else self.number(key)
+
+    def flag(self, key: str) -> bool:
+        v = self._get(key)
+        if not isinstance(v, bool):
+            raise self._bad(key, "true or false")
+        return v
+
+    def items(self, key: str) -> List[Any]:
+        v = self._get(key)
+        if not isinstance(v, list):
+            raise self._bad(key, "a list")
+        return v
+
+    def obj(self, key: str) -> Dict[str, Any]:
+        v = self._get(key)
+        if not isinstance(v, dict):
+            raise self._bad(key, "an object")
+        return v
+
+    def opt_obj(self, key: str) -> Optional[Dict[str, Any]]:
+        return None if self._get(key) is None else self.obj(key)
+
+    def extra(self) -> Dict[str, Any]:
+        return {k: v for k, v in self.doc.items() if k not in self.used}
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """One file a build or merge wrote."""
+
+    split: str
+    path: Path
+    rows: int
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "OutputFile":
+        f = _Fields(doc, "output")
+        return OutputFile(f.text("split"), Path(f.text("path")), f.integer("rows"), f.extra())
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A file the build could not use, and why (a line of rejected.jsonl)."""
+
+    path: str
+    kind: str
+    reason: str
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "Rejection":
+        f = _Fields(doc, "rejection")
+        return Rejection(f.text("path"), f.text("kind"), f.text("reason"), f.extra())
+
+
+@dataclass(frozen=True)
+class BusySeconds:
+    """Seconds each stage was busy, summed over its threads."""
+
+    read: float
+    decode: float
+    mel: float
+    write: float
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "BusySeconds":
+        f = _Fields(doc, "report.busy_s")
+        return BusySeconds(f.number("read"), f.number("decode"), f.number("mel"), f.number("write"), f.extra())
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Counters of one ring between stages."""
+
+    name: str
+    capacity: int
+    pushed: int
+    popped: int
+    max_depth: int
+    mean_depth: float
+    wakes: int
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "Ring":
+        f = _Fields(doc, "report.rings[]")
+        return Ring(
+            f.text("name"),
+            f.integer("capacity"),
+            f.integer("pushed"),
+            f.integer("popped"),
+            f.integer("max_depth"),
+            f.number("mean_depth"),
+            f.integer("wakes"),
+            f.extra(),
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The stage report: counts, throughput, busy time, rings."""
+
+    files_ok: int
+    files_rejected: int
+    rejected_by_kind: Dict[str, int]
+    bytes_read: int
+    elapsed_s: float
+    files_per_s: float
+    busy_s: BusySeconds
+    rings: List[Ring]
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "Stats":
+        f = _Fields(doc, "report")
+        by_kind = f.obj("rejected_by_kind")
+        kinds = _Fields(by_kind, "report.rejected_by_kind")
+        return Stats(
+            files_ok=f.integer("files_ok"),
+            files_rejected=f.integer("files_rejected"),
+            rejected_by_kind={k: kinds.integer(k) for k in by_kind},
+            bytes_read=f.integer("bytes_read"),
+            elapsed_s=f.number("elapsed_s"),
+            files_per_s=f.number("files_per_s"),
+            busy_s=BusySeconds.from_json(f.obj("busy_s")),
+            rings=[Ring.from_json(r) for r in f.items("rings")],
+            extra=f.extra(),
+        )
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What `melforge build` did (its `--json` document)."""
+
+    engine: str
+    """Reader engine: "uring" or "std"."""
+    backend: str
+    """Compute backend that ran: "cpu" or "cuda"."""
+    backend_reason: str
+    direct: bool
+    """Whether inputs were read with O_DIRECT."""
+    direct_reason: str
+    cuda: Optional[Dict[str, Any]]
+    """The CUDA stage's report (device, batches, transfer rates) when it ran."""
+    outputs: List[OutputFile]
+    rejected: List[Rejection]
+    rejected_log: Path
+    report: Stats
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        """Rows written, over all splits."""
+        return sum(o.rows for o in self.outputs)
+
+    @staticmethod
+    def from_json(doc: Any) -> "BuildReport":
+        f = _Fields(doc, "build report")
+        return BuildReport(
+            engine=f.text("engine"),
+            backend=f.text("backend"),
+            backend_reason=f.text("backend_reason"),
+            direct=f.flag("direct"),
+            direct_reason=f.text("direct_reason"),
+            cuda=f.opt_obj("cuda"),
+            outputs=[OutputFile.from_json(o) for o in f.items("outputs")],
+            rejected=[Rejection.from_json(r) for r in f.items("rejected")],
+            rejected_log=Path(f.text("rejected_log")),
+            report=Stats.from_json(f.obj("report")),
+            extra=f.extra(),
+        )
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What `melforge merge` did (its `--json` document)."""
+
+    mode: str
+    """"virtual" or "copy"."""
+    shards: int
+    outputs: List[OutputFile]
+    rejected: int
+    rejected_log: Path
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "MergeReport":
+        f = _Fields(doc, "merge report")
+        return MergeReport(
+            mode=f.text("mode"),
+            shards=f.integer("shards"),
+            outputs=[OutputFile.from_json(o) for o in f.items("outputs")],
+            rejected=f.integer("rejected"),
+            rejected_log=Path(f.text("rejected_log")),
+            extra=f.extra(),
+        )
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One `--progress json` event of a running build."""
+
+    files_done: int
+    files_total: int
+    rejected: int
+    bytes_read: int
+    elapsed_s: float
+    files_per_s: float
+    eta_s: Optional[float]
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "ProgressEvent":
+        f = _Fields(doc, "progress event")
+        if f.text("event") != "progress":
+            raise BuildError(f"not a progress event: {doc!r}")
+        return ProgressEvent(
+            files_done=f.integer("files_done"),
+            files_total=f.integer("files_total"),
+            rejected=f.integer("rejected"),
+            bytes_read=f.integer("bytes_read"),
+            elapsed_s=f.number("elapsed_s"),
+            files_per_s=f.number("files_per_s"),
+            eta_s=f.opt_number("eta_s"),
+            extra=f.extra(),
+        )
