@@ -294,8 +294,11 @@ pub fn same_as_loader_pick(probed: &str, candidates: &[String]) -> Result<(), St
 }
 
 /// `site-packages/nvidia/<wheel>/lib` folders of the Python installations we
-/// can see without running Python: `$MELFORGE_PYTHON_SITE`, then `sys.path`-like
-/// guesses under the usual prefixes.
+/// can see without running Python: `$MELFORGE_PYTHON_SITE`, the
+/// site-packages this binary was installed into (the pip wheel puts it in
+/// `site-packages/melforge.scripts/`, and a launcher in the environment's
+/// `bin/`, so an unactivated venv's CUDA wheels are found too), then
+/// `sys.path`-like guesses under the usual prefixes.
 fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Some(s) = std::env::var_os("MELFORGE_PYTHON_SITE") {
@@ -305,6 +308,17 @@ fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
         .iter()
         .map(PathBuf::from)
         .collect();
+    if let Ok(exe) = std::env::current_exe() {
+        let site = exe.ancestors().find(|a| {
+            a.file_name()
+                .is_some_and(|n| n == "site-packages" || n == "dist-packages")
+        });
+        roots.extend(site.map(Path::to_path_buf));
+        // <env>/bin/melforge → <env>/lib/python3.*/site-packages
+        if let Some(env) = exe.parent().and_then(Path::parent) {
+            prefixes.push(env.join("lib"));
+        }
+    }
     if let Some(home) = std::env::var_os("HOME") {
         prefixes.push(Path::new(&home).join(".local/lib"));
     }
