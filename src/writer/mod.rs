@@ -35,10 +35,13 @@
 
 pub mod append;
 mod chunk;
+mod direct;
 pub(crate) mod h5;
 pub mod sink;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_identity;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -80,6 +83,19 @@ pub struct SplitPlan {
     /// Split name; the output is `<out_dir>/<name>.h5`.
     pub name: String,
     pub files: Vec<PlannedFile>,
+}
+
+/// How whole chunks of `mel` reach the file. Both give byte-identical files
+/// (`tests_identity`); [`ChunkWrite::Slice`] is kept as the reference the
+/// identity test and `benches/writer.rs` compare against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChunkWrite {
+    /// `H5Dwrite_chunk` of the assembled chunk (the default).
+    #[default]
+    Direct,
+    /// `write_slice` of the chunk's rows: hyperslab selection, type path and
+    /// chunk cache (the writer before direct chunk writes).
+    Slice,
 }
 
 /// One input file as the writer records it.
@@ -223,6 +239,16 @@ impl DatasetWriter {
         plan: OutputPlan,
         file_name: impl Fn(&str) -> String,
     ) -> Result<DatasetWriter, Error> {
+        Self::create_with(plan, file_name, ChunkWrite::default())
+    }
+
+    /// As [`DatasetWriter::create_named`], writing chunks the way `how` says
+    /// (the reference [`ChunkWrite::Slice`] is for tests and benchmarks).
+    pub fn create_with(
+        plan: OutputPlan,
+        file_name: impl Fn(&str) -> String,
+        how: ChunkWrite,
+    ) -> Result<DatasetWriter, Error> {
         validate(&plan)?;
         std::fs::create_dir_all(&plan.out_dir).map_err(|source| Error::Io {
             path: plan.out_dir.clone(),
@@ -242,7 +268,7 @@ impl DatasetWriter {
                 extra_attrs: &plan.extra_attrs,
             };
             let final_path = plan.out_dir.join(file_name(&split.name));
-            let out = SplitFile::create(final_path, &header)?;
+            let out = SplitFile::create(final_path, &header, how)?;
             let chunk_rows = plan.chunk_files.min(split.files.len());
             tracing::debug!(
                 split = %split.name,
@@ -339,7 +365,7 @@ impl DatasetWriter {
         while !self.splits.is_empty() {
             let s = &mut self.splits[0];
             if s.chunk.rows() > 0 {
-                s.out.append(&s.chunk)?;
+                s.out.append(&mut s.chunk)?;
             }
             let s = self.splits.remove(0);
             let partial = s.out.partial_path().to_path_buf();
@@ -425,7 +451,7 @@ impl SplitWriter {
                 .push(&row, file.label, self.paths.get(file.path))?;
             recycled.push(row);
             if self.chunk.is_full() {
-                self.out.append(&self.chunk)?;
+                self.out.append(&mut self.chunk)?;
                 self.chunk.clear();
             }
         }

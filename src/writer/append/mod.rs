@@ -439,7 +439,7 @@ impl Appender {
     fn write_pending(&mut self) -> Result<(), Error> {
         if self.chunk.rows() > 0 {
             self.ds
-                .write_rows(&self.path, self.rows_written, &self.chunk)?;
+                .write_rows(&self.path, self.rows_written, &mut self.chunk, None)?;
             self.rows_written += self.chunk.rows();
             self.chunk.clear();
         }
