@@ -40,7 +40,10 @@ fn plan(out_dir: &Path, dtype: Dtype) -> OutputPlan {
     let mut paths = PathTable::default();
     let files = (0..ROWS)
         .map(|i| PlannedFile {
-            path: paths.push(&format!("train/{}/clip{i:06}.wav", ["leak", "noleak"][i % 2])),
+            path: paths.push(&format!(
+                "train/{}/clip{i:06}.wav",
+                ["leak", "noleak"][i % 2]
+            )),
             label: (i % 2) as i32,
         })
         .collect();

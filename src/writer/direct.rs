@@ -137,7 +137,7 @@ impl MelChunks {
     /// dataset's last rows, which are padded with zeros here. The dataset must
     /// already extend over the rows.
     pub(super) fn put(&mut self, ds: &Dataset, start: usize, mut mel: MelBuf) -> hdf5::Result<()> {
-        debug_assert_eq!(start % self.chunk_rows, 0);
+        debug_assert!(start.is_multiple_of(self.chunk_rows));
         let full = self.chunk_rows * self.row_len;
         match &mut mel {
             MelBuf::F32(b) => b.resize(full, 0.0),

@@ -13,10 +13,19 @@
 //!   `i`-th *accepted* file in sorted path order, and `label[i]`, `path[i]` and
 //!   `mel[i]` always describe the same file.
 //! * **Whole chunks.** Accepted rows are copied (converted to float16 when asked)
-//!   into a chunk buffer of `chunk_files` rows; a full buffer is written with one
-//!   `write_slice` per dataset, exactly covering one HDF5 chunk. The last, partial
-//!   chunk is written by `finish`. Memory is the chunk buffer of each split plus the
-//!   reorder buffer, whose size the caller bounds by how many files it has in flight.
+//!   into a chunk buffer of `chunk_files` rows; a full buffer becomes exactly one
+//!   HDF5 chunk of each dataset: `mel` by a direct chunk write (`H5Dwrite_chunk`,
+//!   no selection, no type path; see `direct`), `label` and `path` by
+//!   `write_slice`. The last, partial chunk is written by `finish`, `mel`'s padded
+//!   with zeros (HDF5's fill value). Memory is the chunk buffer of each split,
+//!   at most one chunk held for the emulated chunk cache (float16), plus the
+//!   reorder buffer, whose size the caller bounds by how many files it has in
+//!   flight.
+//! * **Same bytes as `write_slice`.** Direct writes put every chunk in the file
+//!   at the moment and place the reference path ([`ChunkWrite::Slice`], kept for
+//!   the test and `benches/writer.rs`) would: `tests_identity` compares whole
+//!   files written both ways for float32 and float16, gaps, partial chunks and
+//!   several splits.
 //! * **Reproducible bytes.** Object time stamps are off and the call sequence
 //!   depends only on the plan and the row contents, never on arrival order, so two
 //!   runs over the same inputs give byte-identical files.
@@ -28,9 +37,22 @@
 //!   files of the splits not yet renamed: a failed build leaves no debris (a
 //!   killed one leaves `.partial` files, which the next build overwrites).
 //!
+//! **Why one thread.** Row order is decided here (a row's index is known only once
+//! every lower seq has arrived) and HDF5 is not thread-safe, so every HDF5 call
+//! stays on this thread; what is left to share is the copy of a row into its
+//! chunk (a 30 KB memcpy, or the float16 conversion). Profiled writing 4096
+//! default rows to tmpfs, the time is the kernel's (`pwrite` allocating and
+//! filling page-cache pages) and the copy is about 4 %: a pool for assembly
+//! would save that 4 % and cost a hand-off per row. The thread alone writes
+//! 14,500 float32 rows/s (25,600 float16) to tmpfs on the 2-core dev VM with
+//! both cores busy (load average 9), as fast as h5py's `write_direct_chunk`
+//! there (13,750 / 22,100): a second HDF5 thread could only split the same
+//! kernel copy (docs/BENCHMARKS.md, "Round 3: writer").
+//!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
-//! in `h5` (schema, build files) and [`append`] (SWMR appends for `serve`), the
-//! chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
+//! in `h5` (schema, build files), `direct` (direct chunk writes of `mel`, the
+//! writer's one raw HDF5 call besides `append::recover`'s) and [`append`] (SWMR
+//! appends for `serve`), the chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
 //! through, implemented here for `build`.
 
 pub mod append;

@@ -452,7 +452,7 @@ impl Appender {
         let rows = self.chunk.rows();
         if rows > 0 {
             let c = self.chunk_files;
-            let whole = self.rows_written % c == 0 && rows == c;
+            let whole = self.rows_written.is_multiple_of(c) && rows == c;
             let direct = self.mel_chunks.as_mut().filter(|_| whole);
             self.ds
                 .write_rows(&self.path, self.rows_written, &mut self.chunk, direct)?;
