@@ -18,7 +18,8 @@
 //!   no selection, no type path; see `direct`), `label` and `path` by
 //!   `write_slice`. The last, partial chunk is written by `finish`, `mel`'s padded
 //!   with zeros (HDF5's fill value). Memory is the chunk buffer of each split,
-//!   at most one chunk held for the emulated chunk cache (float16), plus the
+//!   the chunks held back as HDF5's chunk cache would hold them (at most its
+//!   1 MiB: one float16 chunk of the default shape, none for float32), plus the
 //!   reorder buffer, whose size the caller bounds by how many files it has in
 //!   flight.
 //! * **Same bytes as `write_slice`.** Direct writes put every chunk in the file

@@ -41,8 +41,8 @@
 //! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
 //! [`recover`] opens an existing file: it clears the SWMR status flags, checks
 //! the file matches this configuration and cuts rows back to the journal's
-//! count. Every `unsafe` block of the writer is in `recover` (the two raw
-//! calls `h5clear` makes).
+//! count. The writer's `unsafe` blocks are in `recover` (the two raw calls
+//! `h5clear` makes) and `super::direct` (`H5Dwrite_chunk`).
 
 mod recover;
 pub mod sink;
