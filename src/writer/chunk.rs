@@ -2,7 +2,9 @@
 //! already in the on-disk element type, with their labels and paths.
 //!
 //! It is filled one row at a time in seq order and handed whole to
-//! [`super::h5::SplitFile::append`], which writes it with one call per dataset.
+//! [`super::h5::SplitFile::append`], which writes it with one call per dataset
+//! (`mel` by a direct chunk write, which takes the mel values out with
+//! [`ChunkBuf::take_mel`] and gives an already written buffer back).
 //! Storage is allocated on the first push and reused after every `clear`.
 
 use half::f16;
@@ -72,8 +74,10 @@ impl ChunkBuf {
         self.labels.len()
     }
 
-    pub(super) fn capacity(&self) -> usize {
-        self.capacity
+    /// Makes the buffer full at `rows` rows (≥ 1) from now on, e.g. at the
+    /// next chunk boundary of a file whose rows do not start on one.
+    pub(super) fn set_capacity(&mut self, rows: usize) {
+        self.capacity = rows.max(1);
     }
 
     pub(super) fn is_full(&self) -> bool {
@@ -91,6 +95,18 @@ impl ChunkBuf {
 
     pub(super) fn mel(&self) -> &MelBuf {
         &self.mel
+    }
+
+    /// Moves the buffered mel values out (for a direct chunk write that may
+    /// hold them), leaving `spare` (cleared by its giver) or a new empty
+    /// buffer of the same type in their place; labels and paths stay until
+    /// [`ChunkBuf::clear`].
+    pub(super) fn take_mel(&mut self, spare: Option<MelBuf>) -> MelBuf {
+        let empty = spare.unwrap_or_else(|| match &self.mel {
+            MelBuf::F32(_) => MelBuf::F32(Vec::new()),
+            MelBuf::F16(_) => MelBuf::F16(Vec::new()),
+        });
+        std::mem::replace(&mut self.mel, empty)
     }
 
     pub(super) fn labels(&self) -> &[i32] {

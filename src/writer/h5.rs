@@ -22,7 +22,8 @@ use hdf5::{Dataset, Extent, Extents, File, H5Type, SimpleExtents};
 use ndarray::ArrayView5;
 
 use super::chunk::{ChunkBuf, MelBuf};
-use super::{Dtype, Error};
+use super::direct::MelChunks;
+use super::{ChunkWrite, Dtype, Error};
 use crate::dsp::{MelNorm, MelScale, PadMode, Segmentation, Spec};
 
 /// What goes into a file before its first row.
@@ -43,6 +44,8 @@ pub(super) struct SplitFile {
     ds: Datasets,
     /// Rows written so far (the current N of every dataset).
     rows: usize,
+    /// Direct writes of `mel` (None: `write_slice`, the reference path).
+    mel_chunks: Option<MelChunks>,
     /// Keeps the file's written pages out of the page cache (see [`Drain`]).
     drain: Drain,
 }
@@ -110,7 +113,11 @@ impl<T> Context<T> for hdf5::Result<T> {
 impl SplitFile {
     /// Creates `<final_path>.partial` (replacing any left over) with empty datasets
     /// and every root attribute.
-    pub(super) fn create(final_path: PathBuf, header: &Header<'_>) -> Result<Self, Error> {
+    pub(super) fn create(
+        final_path: PathBuf,
+        header: &Header<'_>,
+        how: ChunkWrite,
+    ) -> Result<Self, Error> {
         let mut partial = final_path.clone().into_os_string();
         partial.push(".partial");
         let partial = PathBuf::from(partial);
@@ -118,7 +125,14 @@ impl SplitFile {
         let file = create_file(p)?;
         write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
         let ds = Datasets::create(&file, p, header)?;
+        let mel_chunks = match how {
+            ChunkWrite::Direct => {
+                MelChunks::new(&ds.mel, header.chunk_files, header.spec.row_len(), true)
+            }
+            ChunkWrite::Slice => None,
+        };
         Ok(SplitFile {
+            mel_chunks,
             drain: Drain::new(p),
             partial,
             final_path,
@@ -132,11 +146,14 @@ impl SplitFile {
         &self.partial
     }
 
-    /// Grows every dataset by `chunk.rows()` and writes the chunk's rows there.
-    pub(super) fn append(&mut self, chunk: &ChunkBuf) -> Result<(), Error> {
-        self.ds.write_rows(&self.partial, self.rows, chunk)?;
+    /// Grows every dataset by `chunk.rows()` and writes the chunk's rows there
+    /// (a whole chunk, or the file's last rows). Leaves `chunk` to be cleared.
+    pub(super) fn append(&mut self, chunk: &mut ChunkBuf) -> Result<(), Error> {
+        let bytes = chunk.bytes() as u64;
+        self.ds
+            .write_rows(&self.partial, self.rows, chunk, self.mel_chunks.as_mut())?;
         self.rows += chunk.rows();
-        self.drain.wrote(chunk.bytes() as u64);
+        self.drain.wrote(bytes);
         Ok(())
     }
 
@@ -149,9 +166,15 @@ impl SplitFile {
             file,
             ds,
             rows,
+            mel_chunks,
             drain,
         } = self;
         drop(drain);
+        // What closing `mel` would flush from its chunk cache, first.
+        if let Some(mut m) = mel_chunks {
+            m.flush(&ds.mel)
+                .ctx(&partial, || "write the last chunks of dataset `mel`".into())?;
+        }
         // Every object must be closed for H5Fclose to really close the file.
         drop(ds);
         file.close().ctx(&partial, || "close the file".into())?;
@@ -262,7 +285,17 @@ impl Datasets {
 
     /// Grows every dataset to `start + chunk.rows()` rows and writes the chunk's
     /// rows at `start..`, one call per dataset (`mel`, `label`, then `path`).
-    pub(super) fn write_rows(&self, p: &Path, start: usize, chunk: &ChunkBuf) -> Result<(), Error> {
+    ///
+    /// With `direct`, `mel` goes by a direct chunk write, which takes the mel
+    /// values out of `chunk`: the caller passes it only when `start` is a
+    /// chunk boundary and the rows fill the chunk or are the dataset's last.
+    pub(super) fn write_rows(
+        &self,
+        p: &Path,
+        start: usize,
+        chunk: &mut ChunkBuf,
+        direct: Option<&mut MelChunks>,
+    ) -> Result<(), Error> {
         let (n, a, b, c, d) = chunk.shape();
         let end = start + n;
         let what =
@@ -270,18 +303,23 @@ impl Datasets {
         self.mel
             .resize((end, a, b, c, d))
             .ctx(p, || format!("grow dataset `mel` to {end} rows"))?;
-        let sel = (start..end, .., .., .., ..);
-        match chunk.mel() {
-            MelBuf::F32(buf) => {
-                let view = ArrayView5::from_shape(chunk.shape(), buf).expect("chunk shape");
-                self.mel.write_slice(view, sel)
+        if let Some(direct) = direct {
+            let mel = chunk.take_mel(direct.spare());
+            direct.put(&self.mel, start, mel).ctx(p, what("mel"))?;
+        } else {
+            let sel = (start..end, .., .., .., ..);
+            match chunk.mel() {
+                MelBuf::F32(buf) => {
+                    let view = ArrayView5::from_shape(chunk.shape(), buf).expect("chunk shape");
+                    self.mel.write_slice(view, sel)
+                }
+                MelBuf::F16(buf) => {
+                    let view = ArrayView5::from_shape(chunk.shape(), buf).expect("chunk shape");
+                    self.mel.write_slice(view, sel)
+                }
             }
-            MelBuf::F16(buf) => {
-                let view = ArrayView5::from_shape(chunk.shape(), buf).expect("chunk shape");
-                self.mel.write_slice(view, sel)
-            }
+            .ctx(p, what("mel"))?;
         }
-        .ctx(p, what("mel"))?;
         self.label
             .resize(end)
             .ctx(p, || format!("grow dataset `label` to {end} rows"))?;

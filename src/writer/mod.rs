@@ -13,10 +13,20 @@
 //!   `i`-th *accepted* file in sorted path order, and `label[i]`, `path[i]` and
 //!   `mel[i]` always describe the same file.
 //! * **Whole chunks.** Accepted rows are copied (converted to float16 when asked)
-//!   into a chunk buffer of `chunk_files` rows; a full buffer is written with one
-//!   `write_slice` per dataset, exactly covering one HDF5 chunk. The last, partial
-//!   chunk is written by `finish`. Memory is the chunk buffer of each split plus the
-//!   reorder buffer, whose size the caller bounds by how many files it has in flight.
+//!   into a chunk buffer of `chunk_files` rows; a full buffer becomes exactly one
+//!   HDF5 chunk of each dataset: `mel` by a direct chunk write (`H5Dwrite_chunk`,
+//!   no selection, no type path; see `direct`), `label` and `path` by
+//!   `write_slice`. The last, partial chunk is written by `finish`, `mel`'s padded
+//!   with zeros (HDF5's fill value). Memory is the chunk buffer of each split,
+//!   the chunks held back as HDF5's chunk cache would hold them (at most its
+//!   1 MiB: one float16 chunk of the default shape, none for float32), plus the
+//!   reorder buffer, whose size the caller bounds by how many files it has in
+//!   flight.
+//! * **Same bytes as `write_slice`.** Direct writes put every chunk in the file
+//!   at the moment and place the reference path ([`ChunkWrite::Slice`], kept for
+//!   the test and `benches/writer.rs`) would: `tests_identity` compares whole
+//!   files written both ways for float32 and float16, gaps, partial chunks and
+//!   several splits.
 //! * **Reproducible bytes.** Object time stamps are off and the call sequence
 //!   depends only on the plan and the row contents, never on arrival order, so two
 //!   runs over the same inputs give byte-identical files.
@@ -28,17 +38,33 @@
 //!   files of the splits not yet renamed: a failed build leaves no debris (a
 //!   killed one leaves `.partial` files, which the next build overwrites).
 //!
+//! **Why one thread.** Row order is decided here (a row's index is known only once
+//! every lower seq has arrived) and HDF5 is not thread-safe, so every HDF5 call
+//! stays on this thread; what is left to share is the copy of a row into its
+//! chunk (a 30 KB memcpy, or the float16 conversion). Profiled writing 4096
+//! default rows to tmpfs, the time is the kernel's (`pwrite` allocating and
+//! filling page-cache pages) and the copy is about 4 %: a pool for assembly
+//! would save that 4 % and cost a hand-off per row. The thread alone writes
+//! 14,500 float32 rows/s (25,600 float16) to tmpfs on the 2-core dev VM with
+//! both cores busy (load average 9), as fast as h5py's `write_direct_chunk`
+//! there (13,750 / 22,100): a second HDF5 thread could only split the same
+//! kernel copy (docs/BENCHMARKS.md, "Round 3: writer").
+//!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
-//! in `h5` (schema, build files) and [`append`] (SWMR appends for `serve`), the
-//! chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
+//! in `h5` (schema, build files), `direct` (direct chunk writes of `mel`, the
+//! writer's one raw HDF5 call besides `append::recover`'s) and [`append`] (SWMR
+//! appends for `serve`), the chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
 //! through, implemented here for `build`.
 
 pub mod append;
 mod chunk;
+mod direct;
 pub(crate) mod h5;
 pub mod sink;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_identity;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -80,6 +106,19 @@ pub struct SplitPlan {
     /// Split name; the output is `<out_dir>/<name>.h5`.
     pub name: String,
     pub files: Vec<PlannedFile>,
+}
+
+/// How whole chunks of `mel` reach the file. Both give byte-identical files
+/// (`tests_identity`); [`ChunkWrite::Slice`] is kept as the reference the
+/// identity test and `benches/writer.rs` compare against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChunkWrite {
+    /// `H5Dwrite_chunk` of the assembled chunk (the default).
+    #[default]
+    Direct,
+    /// `write_slice` of the chunk's rows: hyperslab selection, type path and
+    /// chunk cache (the writer before direct chunk writes).
+    Slice,
 }
 
 /// One input file as the writer records it.
@@ -223,6 +262,16 @@ impl DatasetWriter {
         plan: OutputPlan,
         file_name: impl Fn(&str) -> String,
     ) -> Result<DatasetWriter, Error> {
+        Self::create_with(plan, file_name, ChunkWrite::default())
+    }
+
+    /// As [`DatasetWriter::create_named`], writing chunks the way `how` says
+    /// (the reference [`ChunkWrite::Slice`] is for tests and benchmarks).
+    pub fn create_with(
+        plan: OutputPlan,
+        file_name: impl Fn(&str) -> String,
+        how: ChunkWrite,
+    ) -> Result<DatasetWriter, Error> {
         validate(&plan)?;
         std::fs::create_dir_all(&plan.out_dir).map_err(|source| Error::Io {
             path: plan.out_dir.clone(),
@@ -242,7 +291,7 @@ impl DatasetWriter {
                 extra_attrs: &plan.extra_attrs,
             };
             let final_path = plan.out_dir.join(file_name(&split.name));
-            let out = SplitFile::create(final_path, &header)?;
+            let out = SplitFile::create(final_path, &header, how)?;
             let chunk_rows = plan.chunk_files.min(split.files.len());
             tracing::debug!(
                 split = %split.name,
@@ -339,7 +388,7 @@ impl DatasetWriter {
         while !self.splits.is_empty() {
             let s = &mut self.splits[0];
             if s.chunk.rows() > 0 {
-                s.out.append(&s.chunk)?;
+                s.out.append(&mut s.chunk)?;
             }
             let s = self.splits.remove(0);
             let partial = s.out.partial_path().to_path_buf();
@@ -425,7 +474,7 @@ impl SplitWriter {
                 .push(&row, file.label, self.paths.get(file.path))?;
             recycled.push(row);
             if self.chunk.is_full() {
-                self.out.append(&self.chunk)?;
+                self.out.append(&mut self.chunk)?;
                 self.chunk.clear();
             }
         }

@@ -7,8 +7,10 @@
 //!
 //! Invariants:
 //! * **Rows in arrival order.** [`Appender::append`] returns the row index at once;
-//!   rows are buffered and written as whole chunks, the last partial chunk at
-//!   [`Appender::flush`].
+//!   rows are buffered up to the next chunk boundary and written there, a whole
+//!   chunk by a direct chunk write (`super::direct`), the last partial chunk at
+//!   [`Appender::flush`] with `write_slice` (later rows complete that chunk the
+//!   same way, after which whole chunks are direct again).
 //! * **Flush = visible and durable.** `flush` writes pending label names and rows,
 //!   calls H5Fflush (SWMR orders the metadata writes so readers always see a
 //!   consistent file), then `fdatasync`s the file. Rows below
@@ -39,8 +41,8 @@
 //! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
 //! [`recover`] opens an existing file: it clears the SWMR status flags, checks
 //! the file matches this configuration and cuts rows back to the journal's
-//! count. Every `unsafe` block of the writer is in `recover` (the two raw
-//! calls `h5clear` makes).
+//! count. The writer's `unsafe` blocks are in `recover` (the two raw calls
+//! `h5clear` makes) and `super::direct` (`H5Dwrite_chunk`).
 
 mod recover;
 pub mod sink;
@@ -55,6 +57,7 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, SimpleExtents};
 
 use super::chunk::ChunkBuf;
+use super::direct::MelChunks;
 use super::h5::{
     Context, Datasets, Header, create_file, vlen_strings, write_attrs, write_label_names_attr,
 };
@@ -114,6 +117,10 @@ pub struct Appender {
     /// Rows flushed and synced.
     rows_flushed: usize,
     chunk: ChunkBuf,
+    /// Rows per HDF5 chunk of the datasets.
+    chunk_files: usize,
+    /// Direct writes of whole `mel` chunks (None on big-endian targets).
+    mel_chunks: Option<MelChunks>,
     row_len: usize,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
@@ -191,8 +198,13 @@ impl Appender {
                 source,
             })?;
         let names_in_attr = names.len();
+        let mel_chunks = MelChunks::new(&ds.mel, spec.chunk_files, spec.spec.row_len(), false);
+        let mut chunk = ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files);
+        chunk.set_capacity(spec.chunk_files - rows % spec.chunk_files);
         let mut app = Appender {
-            chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
+            chunk,
+            chunk_files: spec.chunk_files,
+            mel_chunks,
             row_len: spec.spec.row_len(),
             path,
             file,
@@ -291,7 +303,7 @@ impl Appender {
     /// `more_path` bytes of path), pending names and a flush can take;
     /// [`Error::NoSpace`] when it is not there.
     fn reserve(&self, rows: usize, more_path: usize) -> Result<(), Error> {
-        let chunk_rows = self.chunk.capacity();
+        let chunk_rows = self.chunk_files;
         // A write may start a new chunk at each end of its rows.
         let chunks = (rows.div_ceil(chunk_rows) + 1) as u64;
         let strings: usize = self
@@ -437,11 +449,16 @@ impl Appender {
     }
 
     fn write_pending(&mut self) -> Result<(), Error> {
-        if self.chunk.rows() > 0 {
+        let rows = self.chunk.rows();
+        if rows > 0 {
+            let c = self.chunk_files;
+            let whole = self.rows_written.is_multiple_of(c) && rows == c;
+            let direct = self.mel_chunks.as_mut().filter(|_| whole);
             self.ds
-                .write_rows(&self.path, self.rows_written, &self.chunk)?;
-            self.rows_written += self.chunk.rows();
+                .write_rows(&self.path, self.rows_written, &mut self.chunk, direct)?;
+            self.rows_written += rows;
             self.chunk.clear();
+            self.chunk.set_capacity(c - self.rows_written % c);
         }
         Ok(())
     }

@@ -10,8 +10,9 @@
 //! unflushed chunk whose files are still in the drop directory, so they are
 //! re-ingested rather than trusted.
 //!
-//! Every `unsafe` block of the writer is here, in [`raw`]: the two HDF5 calls
-//! `h5clear` makes that the high-level crate does not offer.
+//! The `unsafe` blocks of the appender are here, in [`raw`]: the two HDF5
+//! calls `h5clear` makes that the high-level crate does not offer (the
+//! writer's only other one is `H5Dwrite_chunk`, in `writer::direct`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

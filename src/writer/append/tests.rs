@@ -354,3 +354,53 @@ fn names_in_use_by_committed_rows_keep_their_ids_on_reopen() {
     let (a, _) = Appender::open(d.path(), &spec(), &names(&["a", "b"]), 2).unwrap();
     assert_eq!(a.label_names(), names(&["b", "a", "z"]));
 }
+
+#[test]
+fn rows_round_trip_across_partial_flushes_and_direct_whole_chunks() {
+    // Chunks of 4: flushes after rows 1 and 3 (partial chunks, completed by
+    // later rows through `write_slice`), then 13 more rows: row 3 closes the
+    // first chunk, whole chunks 4..8, 8..12, 12..16 go by direct chunk writes
+    // (the buffer is back on a chunk boundary), 16..18 stay a partial chunk.
+    for dtype in [Dtype::Float32, Dtype::Float16] {
+        let d = tempfile::tempdir().unwrap();
+        let sp = AppendSpec { dtype, ..spec() };
+        let (mut a, _) = Appender::open(d.path(), &sp, &names(&["leak"]), 0).unwrap();
+        let mut n = 0;
+        for flush_after in [1, 2, 13, 2] {
+            for _ in 0..flush_after {
+                assert_eq!(a.append(&format!("f{n}.wav"), 0, &row(n)).unwrap(), n);
+                n += 1;
+            }
+            assert_eq!(a.flush().unwrap(), n);
+        }
+        assert_eq!(a.close().unwrap(), 18);
+        let f = File::open(d.path().join("train.h5")).unwrap();
+        let mel = f.dataset("mel").unwrap();
+        assert_eq!(mel.shape(), [18, 2, 3, 4, 5]);
+        let values: Vec<f32> = match dtype {
+            Dtype::Float32 => mel.read_raw::<f32>().unwrap(),
+            Dtype::Float16 => mel
+                .read_raw::<half::f16>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
+        };
+        for i in 0..18 {
+            let want: Vec<f32> = match dtype {
+                Dtype::Float32 => row(i),
+                Dtype::Float16 => row(i)
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v).to_f32())
+                    .collect(),
+            };
+            assert_eq!(
+                values[i * 120..(i + 1) * 120],
+                want[..],
+                "{dtype:?} row {i}"
+            );
+        }
+        let paths = strings(&f.dataset("path").unwrap());
+        assert_eq!(paths[17], "f17.wav");
+    }
+}
