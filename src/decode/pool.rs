@@ -24,9 +24,12 @@
 //! back-pressure that bounds the decode threads' lead) and gives up once the
 //! staging is [closed](Staging::close) (the device stage ended).
 //!
-//! Invariant: a slot is owned by at most one [`Clip`] at a time (the free
+//! Invariants: a slot is owned by at most one [`Clip`] at a time (the free
 //! list holds each index once), so the `&mut [f32]` a clip hands out never
-//! aliases another clip's.
+//! aliases another clip's; the slots sit between two unused guard bytes
+//! ranges ([`GUARD`]), so no byte of another mapping (the reader's arena,
+//! mapped separately and registered separately) is ever adjacent to a slot
+//! and a coalesced copy never spans two registrations.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,8 +38,12 @@ use std::time::Duration;
 use super::clip::{self, ClipDecoder, Policy};
 use super::wav::{SampleFormat, WavInfo};
 
+/// Unused bytes before the first slot and after the last one.
+pub const GUARD: usize = 4096;
+
 /// Fixed-size clip slots in one mapping; see the module doc.
 pub struct Staging {
+    /// The mapping (guards included).
     base: NonNull<u8>,
     len: usize,
     /// Samples per clip.
@@ -62,7 +69,7 @@ unsafe impl Sync for Staging {}
 impl std::fmt::Debug for Staging {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Staging")
-            .field("slots", &(self.len / self.stride))
+            .field("slots", &((self.len - 2 * GUARD) / self.stride))
             .field("clip_samples", &self.clip_samples)
             .finish()
     }
@@ -78,6 +85,7 @@ impl Staging {
             .ok_or_else(|| std::io::Error::other("clip too long for staging"))?;
         let len = stride
             .checked_mul(slots)
+            .and_then(|l| l.checked_add(2 * GUARD))
             .ok_or_else(|| std::io::Error::other("staging size overflows"))?;
         let base = crate::runtime::sys::map_anonymous(len)?;
         Ok(Arc::new(Staging {
@@ -94,12 +102,12 @@ impl Staging {
         }))
     }
 
-    /// Start of the mapping (to register it with a device).
+    /// Start of the mapping, guards included (to register it with a device).
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
-    /// Bytes of the mapping.
+    /// Bytes of the mapping, guards included.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -205,7 +213,8 @@ impl Clip {
     /// The samples, for writing.
     pub fn samples_mut(&mut self) -> &mut [f32] {
         // SAFETY: the slot is `clip_samples` f32 values inside the mapping,
-        // 4-byte aligned (page-aligned base, stride a multiple of 4), zero
+        // 4-byte aligned (page-aligned base, GUARD and stride multiples of
+        // 4), zero
         // filled at first and always initialised f32 bits; this `Clip` owns
         // the slot exclusively (free-list invariant) and `&mut self` rules
         // out another view through it.
@@ -298,11 +307,13 @@ mod tests {
     #[test]
     fn slots_are_adjacent_exclusive_and_come_back_on_drop() {
         let s = Staging::new(3, 10).unwrap();
-        assert_eq!(s.len(), 120);
+        assert_eq!(s.len(), 120 + 2 * GUARD);
         let mut a = s.acquire().unwrap();
         let b = s.acquire().unwrap();
         assert_eq!((a.index(), b.index()), (0, 1));
         assert_eq!(a.ptr().wrapping_add(a.byte_len()), b.ptr());
+        // Guards on both sides: nothing outside the mapping touches a slot.
+        assert_eq!(a.ptr(), s.as_ptr().wrapping_add(GUARD).cast_const());
         a.samples_mut().fill(1.5);
         assert!(b.samples().iter().all(|&v| v == 0.0));
         assert_eq!(s.free_slots(), 1);

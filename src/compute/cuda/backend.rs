@@ -271,6 +271,9 @@ where
         .name("cuda".into())
         .spawn(move || {
             let started = Instant::now();
+            // However this thread ends (a panic included), the pool stops:
+            // its pushes fail and its waits for a slot end.
+            let stop_pool = StopPool(Arc::clone(&thread_fed), Arc::clone(&staging));
             let fed = thread_fed;
             let cfg = RunnerConfig {
                 batch_files: batch,
@@ -324,8 +327,7 @@ where
             let r = run(&mut runner, &plan, opts, &wiring, &fed, &output);
             // The pool stops if it is still running (the output closed):
             // pushes fail, waits for a slot end; leftovers are dropped.
-            fed.close();
-            staging.close();
+            drop(stop_pool);
             while let Some(f) = fed.try_pop() {
                 drop(held(f.kind, rate, &wiring.free_bytes));
             }
@@ -383,6 +385,16 @@ where
                 "cannot start the decode threads: {e}"
             )))
         }
+    }
+}
+
+/// Closes the fed ring and the staging when dropped.
+struct StopPool(Arc<Ring<Fed>>, Arc<Staging>);
+
+impl Drop for StopPool {
+    fn drop(&mut self) {
+        self.0.close();
+        self.1.close();
     }
 }
 
