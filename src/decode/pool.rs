@@ -190,13 +190,10 @@ impl std::fmt::Debug for Clip {
 impl Clip {
     /// Start of the clip's bytes (inside the staging mapping).
     pub fn ptr(&self) -> *const u8 {
-        // SAFETY: index < slots, so the offset stays inside the mapping.
-        unsafe {
-            self.staging
-                .base
-                .as_ptr()
-                .add(self.index as usize * self.staging.stride)
-        }
+        let offset = GUARD + self.index as usize * self.staging.stride;
+        // SAFETY: index < slots, so the slot lies between the two guards,
+        // inside the mapping.
+        unsafe { self.staging.base.as_ptr().add(offset) }
     }
 
     /// Bytes of the clip (`clip_samples · 4`; slots are exactly this far
@@ -214,10 +211,9 @@ impl Clip {
     pub fn samples_mut(&mut self) -> &mut [f32] {
         // SAFETY: the slot is `clip_samples` f32 values inside the mapping,
         // 4-byte aligned (page-aligned base, GUARD and stride multiples of
-        // 4), zero
-        // filled at first and always initialised f32 bits; this `Clip` owns
-        // the slot exclusively (free-list invariant) and `&mut self` rules
-        // out another view through it.
+        // 4), zero filled at first and always initialised f32 bits; this
+        // `Clip` owns the slot exclusively (free-list invariant) and
+        // `&mut self` rules out another view through it.
         unsafe {
             std::slice::from_raw_parts_mut(self.ptr().cast_mut().cast(), self.staging.clip_samples)
         }
