@@ -372,6 +372,7 @@ impl Pipeline {
             &cfg.compute,
             f16_rows,
             &placement.workers,
+            cfg.io.threads,
             wiring,
         )?;
         lock(&self.startup).kernels = t.elapsed().as_secs_f64();
@@ -389,6 +390,12 @@ impl Pipeline {
             readers = shape.readers,
             readers_reason = %cfg.io.threads_reason,
             workers = shape.workers,
+            // The CUDA stage's pool: the cores the readers and its thread leave.
+            decode_threads = if workers == 0 {
+                cuda::default_decode_threads(cfg.io.threads)
+            } else {
+                0
+            },
             "Pipeline started."
         );
         let _ = self.shape.set(shape);

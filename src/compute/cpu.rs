@@ -25,8 +25,9 @@ pub struct Workers {
 }
 
 /// One thread's CPU mel path: clip decoder (WAV/FLAC, channel policy,
-/// resampling), clip buffer and mel scratch. The CPU workers own one each;
-/// the CUDA stage owns one for the files it decodes on the host.
+/// resampling), clip buffer and mel scratch. The CPU workers own one each.
+/// (The CUDA stage's decode pool runs the same `ClipDecoder`, and the device
+/// computes the mel: `compute::cuda::feed`.)
 pub struct HostMel {
     decoder: ClipDecoder,
     clip: Vec<f32>,

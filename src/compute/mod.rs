@@ -188,19 +188,23 @@ impl ComputeStage {
     /// the CUDA stage thread. CUDA start-up is synchronous: an error here
     /// means no file was taken from the input. With `f16_rows` (float16
     /// output) the CUDA stage converts rows in its graph and copies half the
-    /// bytes back; the rows handed on are the same either way.
+    /// bytes back; the rows handed on are the same either way. The CUDA
+    /// stage's decode pool takes the cores the `readers` and its own thread
+    /// leave ([`cuda::default_decode_threads`]).
     pub fn start(
         choice: &Choice,
         plan: Arc<Plan>,
         cfg: &ComputeConfig,
         f16_rows: bool,
         cpus: &[Option<usize>],
+        readers: usize,
         wiring: Wiring,
     ) -> Result<ComputeStage, Error> {
         let opts = cuda::CudaOptions {
             batch_files: cfg.batch_files,
             flush_after: cfg.max_batch_delay,
             f16_rows,
+            decode_threads: cuda::default_decode_threads(readers),
             ..cuda::CudaOptions::default()
         };
         match &choice.target {

@@ -2,9 +2,12 @@
 //! buffer, with a specific reason for every malformation; [`flac`]: FLAC
 //! through symphonia, with the same care; [`resample`]: libsoxr HQ as
 //! librosa's `soxr_hq`; [`clip`]: file bytes → the mono `f32` clip at the
-//! target rate under the `[input]` policy (what both compute backends call).
+//! target rate under the `[input]` policy (what both compute backends call);
+//! [`pool`]: the staging slots host-decoded clips are written into for a
+//! device, and the per-thread router that decides who decodes a file.
 
 pub mod clip;
 pub mod flac;
+pub mod pool;
 pub mod resample;
 pub mod wav;

@@ -1,27 +1,40 @@
-//! The CUDA compute stage: one thread that owns the device and turns
-//! [`Loaded`] files into [`Outcome`]s — the GPU twin of `compute::cpu::Workers`.
+//! The CUDA compute stage: a pool of CPU decode threads ([`super::feed`])
+//! in front of one thread that owns the device and turns the files the pool
+//! hands on into [`Outcome`]s — the GPU twin of `compute::cpu::Workers`.
 //!
-//! Per file, on the host: a reader error or a header that `wav::parse` rejects
-//! (or a sample rate other than the spec's) becomes a rejection at once, with
-//! the same text as the CPU backend; only decoding of accepted PCM WAV files
-//! at the spec's rate happens on the device. Files `decode::clip::device_wav`
-//! routes to the host (FLAC, resampled, `first` channel) are computed on this
-//! thread by the CPU mel path (`compute::cpu::HostMel`). Accepted files are batched (`compute.batch_files`) into a
-//! [`BatchRunner`]; a partial batch is flushed when the input is drained or
-//! once its first file has waited [`CudaOptions::flush_after`]
+//! ```text
+//! readers ─Loaded─▶ decode pool (CudaOptions::decode_threads) ─Fed─▶ cuda thread ─rows─▶ writer
+//! ```
+//!
+//! Per file, in the pool: a reader error or a file the CPU backend rejects
+//! becomes that rejection at once, with the same text; raw PCM/float WAV at
+//! the spec's rate goes on with its parsed header and is decoded on the
+//! device; every other accepted file (FLAC, resampled, `channels = "first"`)
+//! is decoded by the CPU backend's `ClipDecoder` into a pinned staging slot
+//! (`decode::pool`), which the device reads as mono float32 data. The GPU
+//! computes the mel of every accepted file.
+//!
+//! The stage thread only batches: files are added (`compute.batch_files`)
+//! to a [`BatchRunner`]; a partial batch is flushed when the input is
+//! drained or once its first file has waited [`CudaOptions::flush_after`]
 //! (`compute.max_batch_delay_ms`), so a slow trickle of files (serve) is
-//! computed within that delay instead of waiting for a full batch.
+//! computed within that delay instead of waiting for a full batch. One
+//! thread is enough for that: it issues a few asynchronous calls per batch
+//! of 256 files and sleeps in blocking-sync event waits the rest of the time.
 //! Outcomes carry job indices; the writer orders rows, so batch completion
 //! order does not matter. Heap buffers (std reader) go back to `free_bytes`
-//! when their copy completed; arena extents free themselves then.
+//! when their copy completed; arena extents and staging slots free
+//! themselves then.
 //!
 //! Start-up is synchronous: [`start_cuda_workers`] returns only after the
-//! device opened, the kernels loaded and the arena was registered — or with the
-//! error that prevented it, so `--backend cuda` fails at start-up, not mid-run.
-//! A device error mid-run rejects every file not yet finished with
-//! [`Reject::Device`], drains the input the same way (so the pipeline ends),
-//! and is returned by [`CudaWorkers::join`]. The output ring is fed through one
-//! producer guard held by the stage thread: it closes however the thread ends.
+//! device opened, the kernels loaded, the arena and the staging were
+//! registered and the pool started — or with the error that prevented it
+//! (no file was taken from the input then), so `--backend cuda` fails at
+//! start-up, not mid-run. A device error mid-run rejects every file not yet
+//! finished with [`Reject::Device`], keeps taking the pool's files and
+//! rejecting them the same way (so the pipeline ends), and is returned by
+//! [`CudaWorkers::join`]. The output ring is fed through producer guards held
+//! by the stage thread and each decode thread: it closes however they end.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -32,15 +45,16 @@ use crossbeam_queue::ArrayQueue;
 
 use super::device::Device;
 use super::driver::Gpu;
+use super::feed::{Fed, FedKind, Feed, FeedWiring};
 use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Staged};
 use super::recipe::MelRecipe;
 use super::tables::Tables;
 use super::{Error, nvrtc, real};
-use crate::compute::cpu::HostMel;
 use crate::compute::{Outcome, Reject, Wiring};
+use crate::decode::pool::{Clip, Staging};
 use crate::dsp::Plan;
-use crate::reader::{FileBytes, Loaded};
-use crate::runtime::ring::Producer;
+use crate::reader::FileBytes;
+use crate::runtime::ring::{Producer, Ring};
 use crate::runtime::telemetry::{Local, Stage};
 
 /// Sizes of the CUDA stage.
@@ -55,6 +69,10 @@ pub struct CudaOptions {
     /// The output is float16: rows are converted inside the graph and leave
     /// the device as binary16 (`MelRecipe::with_f16_rows`).
     pub f16_rows: bool,
+    /// CPU threads decoding, in front of the device, the files it cannot
+    /// decode itself (FLAC, resampled, `channels = "first"`); ≥ 1. The
+    /// default is [`default_decode_threads`] for one reader.
+    pub decode_threads: usize,
 }
 
 impl Default for CudaOptions {
@@ -64,8 +82,16 @@ impl Default for CudaOptions {
             slots: 2,
             flush_after: Duration::from_millis(20),
             f16_rows: false,
+            decode_threads: default_decode_threads(1),
         }
     }
+}
+
+/// Decode threads for a host running `readers` reader threads: every core
+/// left after the readers and the CUDA stage thread, at least one.
+pub fn default_decode_threads(readers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    cores.saturating_sub(readers + 1).max(1)
 }
 
 /// What the CUDA stage reports at the end (add it to the build's JSON as
@@ -87,41 +113,66 @@ pub struct CudaReport {
     pub pageable_copies: bool,
     /// Rows left the device as float16 (converted in the graph).
     pub f16_rows: bool,
+    /// Threads of the decode pool in front of the device.
+    pub decode_threads: usize,
+    /// Files decoded by the pool into staged clips (the rest: on the device).
+    pub host_decoded_files: u64,
 }
 
-/// The running CUDA stage.
+/// The running CUDA stage: the decode pool and the stage thread.
 pub struct CudaWorkers {
+    feed: Feed,
     thread: JoinHandle<Result<CudaReport, Error>>,
 }
 
 impl CudaWorkers {
     pub fn join(self) -> Result<CudaReport, Error> {
-        self.thread.join().map_err(|_| Error::Panicked)?
+        let pool_ok = self.feed.join();
+        let report = self.thread.join().map_err(|_| Error::Panicked)??;
+        if !pool_ok {
+            return Err(Error::Panicked);
+        }
+        Ok(report)
     }
 }
 
-/// File bytes held until their copy completed; heap buffers are recycled.
-struct Held {
-    bytes: Option<FileBytes>,
-    free: Arc<ArrayQueue<Vec<u8>>>,
+/// What the device reads for one file, held until its copy completed: the
+/// file's bytes (heap buffers are recycled) or a staged clip.
+enum Held {
+    File {
+        bytes: Option<FileBytes>,
+        free: Arc<ArrayQueue<Vec<u8>>>,
+    },
+    Clip(Clip),
 }
 
 impl HostBytes for Held {
     fn ptr(&self) -> *const u8 {
-        self.bytes.as_ref().map_or(std::ptr::null(), |b| b.ptr())
+        match self {
+            Held::File { bytes, .. } => bytes.as_ref().map_or(std::ptr::null(), |b| b.ptr()),
+            Held::Clip(c) => c.ptr(),
+        }
     }
     fn len(&self) -> usize {
-        self.bytes.as_ref().map_or(0, HostBytes::len)
+        match self {
+            Held::File { bytes, .. } => bytes.as_ref().map_or(0, HostBytes::len),
+            Held::Clip(c) => c.byte_len(),
+        }
     }
     fn readable(&self) -> usize {
-        self.bytes.as_ref().map_or(0, HostBytes::readable)
+        match self {
+            Held::File { bytes, .. } => bytes.as_ref().map_or(0, HostBytes::readable),
+            Held::Clip(c) => c.byte_len(),
+        }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(FileBytes::Heap(v)) = self.bytes.take() {
-            let _full = self.free.push(v);
+        if let Held::File { bytes, free } = self
+            && let Some(FileBytes::Heap(v)) = bytes.take()
+        {
+            let _full = free.push(v);
         }
     }
 }
@@ -195,18 +246,42 @@ where
     F: FnOnce() -> super::device::Result<D> + Send + 'static,
 {
     let tables = Tables::new(&plan).map_err(|e| Error::Unavailable(e.to_string()))?;
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let threads = opts.decode_threads.max(1);
+    let batch = opts.batch_files.max(1);
+    // Room for the open batch, one batch being copied and every decode
+    // thread's clip in progress: the pool blocks (back-pressure) beyond.
+    let staging = Staging::new(2 * batch + 2 * threads, tables.clip_samples)
+        .map_err(|e| Error::Unavailable(format!("cannot map the decode staging: {e}")))?;
+    let fed: Arc<Ring<Fed>> = Arc::new(Ring::new(batch.max(threads * 2)));
+    // Every guard exists before any thread can drop one.
     let output = wiring.output.producer();
+    let pool_fed: Vec<Producer<Fed>> = (0..threads).map(|_| fed.producer()).collect();
+    let pool_out: Vec<Producer<Outcome>> = (0..threads).map(|_| wiring.output.producer()).collect();
+    let feed_wiring = FeedWiring {
+        input: Arc::clone(&wiring.input),
+        free_bytes: Arc::clone(&wiring.free_bytes),
+        telemetry: Arc::clone(&wiring.telemetry),
+        policy: wiring.policy,
+        rate: plan.spec().sample_rate,
+        staging: Arc::clone(&staging),
+    };
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let thread_fed = Arc::clone(&fed);
     let thread = std::thread::Builder::new()
         .name("cuda".into())
         .spawn(move || {
             let started = Instant::now();
+            // However this thread ends (a panic included), the pool stops:
+            // its pushes fail and its waits for a slot end.
+            let stop_pool = StopPool(Arc::clone(&thread_fed), Arc::clone(&staging));
+            let fed = thread_fed;
             let cfg = RunnerConfig {
-                batch_files: opts.batch_files.max(1),
+                batch_files: batch,
                 slots: opts.slots.max(1),
-                // Room for B files of 4 bytes × clip samples (16-bit stereo or
-                // 32-bit mono); larger files close the batch early.
-                input_bytes: opts.batch_files.max(1) * tables.clip_samples * 4 + (1 << 20),
+                // Room for B files of 4 bytes × clip samples (16-bit stereo,
+                // 32-bit mono or a staged f32 clip); larger files close the
+                // batch early.
+                input_bytes: batch * tables.clip_samples * 4 + (1 << 20),
             };
             let runner = make().and_then(|dev| {
                 BatchRunner::new(
@@ -223,23 +298,40 @@ where
                 }
             };
             let mut pageable = false;
-            if let Some(a) = &wiring.arena {
-                // SAFETY: the mapping stays alive while `wiring.arena` (an Arc)
-                // is held, i.e. until after `runner` (and its device, which
-                // unregisters) is dropped at the end of this closure.
-                if let Err(e) = unsafe { runner.device().register_host(a.as_ptr(), a.len()) } {
+            let regions = [
+                wiring
+                    .arena
+                    .as_ref()
+                    .map(|a| (a.as_ptr(), a.len(), "reader arena")),
+                Some((staging.as_ptr(), staging.len(), "decode staging")),
+            ];
+            for (ptr, len, what) in regions.into_iter().flatten() {
+                // SAFETY: both mappings stay alive while `wiring.arena` and
+                // `staging` (Arcs) are held, i.e. until after `runner` (and
+                // its device, which unregisters) is dropped at the end of
+                // this closure.
+                if let Err(e) = unsafe { runner.device().register_host(ptr, len) } {
                     // Refused under confidential computing, some vGPU and
                     // WSL set-ups: copies then go through the driver's
                     // staging buffers (pageable path), slower but correct.
                     tracing::warn!(
                         error = %e,
-                        "The reader arena cannot be registered for DMA; copies use pageable memory."
+                        region = what,
+                        "Host memory cannot be registered for DMA; copies use pageable memory."
                     );
                     pageable = true;
                 }
             }
             let _gone = ready_tx.send(Ok(()));
-            let r = run(&mut runner, &plan, opts, &wiring, &output);
+            let rate = plan.spec().sample_rate;
+            let r = run(&mut runner, &plan, opts, &wiring, &fed, &output);
+            // The pool stops if it is still running (the output closed):
+            // pushes fail, waits for a slot end; leftovers are dropped.
+            drop(stop_pool);
+            while let Some(f) = fed.try_pop() {
+                drop(held(f.kind, rate, &wiring.free_bytes));
+            }
+            let (r, host_decoded) = r;
             let stats = runner.stats();
             let errors = runner.error_sink();
             drop(runner);
@@ -256,36 +348,92 @@ where
                 run_s,
                 h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
                 f16_rows: opts.f16_rows,
+                decode_threads: threads,
+                host_decoded_files: host_decoded,
                 ..report
             })
         })
         .map_err(|e| Error::Unavailable(format!("cannot start the CUDA thread: {e}")))?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok(CudaWorkers { thread }),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => {
             let _ = thread.join();
-            Err(e)
+            return Err(e);
         }
-        Err(_) => Err(Error::Unavailable(
-            "the CUDA thread died during start-up".into(),
-        )),
+        Err(_) => {
+            return Err(Error::Unavailable(
+                "the CUDA thread died during start-up".into(),
+            ));
+        }
+    }
+    match Feed::start(feed_wiring, pool_fed, pool_out) {
+        Ok(feed) => {
+            if feed.len() < threads {
+                tracing::warn!(
+                    started = feed.len(),
+                    wanted = threads,
+                    "Fewer decode threads run than asked for."
+                );
+            }
+            Ok(CudaWorkers { feed, thread })
+        }
+        Err(e) => {
+            // Every fed guard is gone: the stage thread sees a closed,
+            // empty input and ends without having taken a file.
+            let _ = thread.join();
+            Err(Error::Unavailable(format!(
+                "cannot start the decode threads: {e}"
+            )))
+        }
+    }
+}
+
+/// Closes the fed ring and the staging when dropped.
+struct StopPool(Arc<Ring<Fed>>, Arc<Staging>);
+
+impl Drop for StopPool {
+    fn drop(&mut self) {
+        self.0.close();
+        self.1.close();
+    }
+}
+
+/// What the runner holds for a fed file.
+fn held(
+    kind: FedKind,
+    rate: u32,
+    free: &Arc<ArrayQueue<Vec<u8>>>,
+) -> (Held, crate::decode::wav::WavInfo) {
+    match kind {
+        FedKind::Device { bytes, info } => (
+            Held::File {
+                bytes: Some(bytes),
+                free: Arc::clone(free),
+            },
+            info,
+        ),
+        FedKind::Pcm(clip) => {
+            let info = clip.info(rate);
+            (Held::Clip(clip), info)
+        }
     }
 }
 
 /// The stage loop; returns the first device error (after rejecting what it hit).
+/// Also returns how many files came as host-decoded clips.
 fn run<D: Device>(
     runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
     plan: &Plan,
     opts: CudaOptions,
     w: &Wiring,
+    input: &Ring<Fed>,
     output: &Producer<Outcome>,
-) -> Result<(), Arc<str>> {
+) -> (Result<(), Arc<str>>, u64) {
     let spec = plan.spec();
     let rate = spec.sample_rate;
     let row_len = spec.row_len();
     let mut local = Local::default();
-    // The CPU mel path for files decoded on the host, made on first use.
-    let mut host_mel: Option<HostMel> = None;
+    let mut host_decoded = 0u64;
     let closed = std::cell::Cell::new(false);
     let mut sink = |job: usize, vals: &[f32]| {
         let mut row = w.free_rows.pop().unwrap_or_default();
@@ -302,11 +450,11 @@ fn run<D: Device>(
     // When the first file of the open batch arrived.
     let mut open_since: Option<Instant> = None;
     loop {
-        let item = match w.input.try_pop() {
+        let item = match input.try_pop() {
             Some(i) => Some(i),
-            None if w.input.is_closed() => {
+            None if input.is_closed() => {
                 // Closed: drain what is left, then stop.
-                match w.input.pop() {
+                match input.pop() {
                     Some(i) => Some(i),
                     None => break,
                 }
@@ -332,64 +480,21 @@ fn run<D: Device>(
                 None
             }
         };
-        let Some(Loaded { job, bytes }) = item else {
+        let Some(Fed { job, kind }) = item else {
             if closed.get() {
                 break;
             }
             continue;
         };
-        let bytes = match bytes {
-            Err(e) => {
-                if !reject(job, e.into()) {
-                    break;
-                }
-                continue;
-            }
-            Ok(b) => b,
-        };
+        let (held, info) = held(kind, rate, &w.free_bytes);
+        if let Held::Clip(_) = held {
+            host_decoded += 1;
+        }
         if let Some(f) = &failure {
+            drop(held);
             let _ok = reject(job, Reject::Device(Arc::clone(f)));
             continue;
         }
-        // Raw PCM WAV at the spec's rate is decoded on the device; FLAC,
-        // resampled and `first`-channel files are decoded and computed here
-        // on the host by the CPU mel path (docs/GPU.md).
-        let routed = local.time(Stage::Decode, || {
-            crate::decode::clip::device_wav(&bytes, rate, w.policy)
-        });
-        let info = match routed {
-            Ok(Some(i)) => i,
-            Ok(None) => {
-                let host = host_mel.get_or_insert_with(|| HostMel::new(plan, w.policy));
-                let mut row = w.free_rows.pop().unwrap_or_default();
-                row.resize(row_len, 0.0);
-                let r = host.row(plan, &bytes, &mut row, &mut local);
-                drop(Held {
-                    bytes: Some(bytes),
-                    free: Arc::clone(&w.free_bytes),
-                });
-                if output
-                    .push(Outcome {
-                        job,
-                        row: r.map(|()| row),
-                    })
-                    .is_err()
-                {
-                    break;
-                }
-                continue;
-            }
-            Err(e) => {
-                if !reject(job, e.into()) {
-                    break;
-                }
-                continue;
-            }
-        };
-        let held = Held {
-            bytes: Some(bytes),
-            free: Arc::clone(&w.free_bytes),
-        };
         let mut staged = Staged {
             tag: job,
             bytes: held,
@@ -458,10 +563,11 @@ fn run<D: Device>(
         }
     }
     local.publish(&w.telemetry);
-    match failure {
+    let r = match failure {
         Some(f) => Err(f),
         None => Ok(()),
-    }
+    };
+    (r, host_decoded)
 }
 
 /// Computes the open batch if its first file has waited `delay` or longer.

@@ -1,6 +1,6 @@
 //! The CUDA compute stage over the host double with the host-built kernels
-//! (feature `host-kernels`): the same stage thread, batching, [`BatchRunner`]
-//! and [`MelRecipe`] as on a GPU — only the [`Device`] is a
+//! (feature `host-kernels`): the same decode pool, stage thread, batching,
+//! [`BatchRunner`] and [`MelRecipe`] as on a GPU — only the [`Device`] is a
 //! [`HostDouble`] running `kernels/mel.cu` compiled for the host
 //! ([`MelHostKernels`]) and realfft in f64 in place of cuFFT.
 //!

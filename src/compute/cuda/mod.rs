@@ -13,8 +13,12 @@
 //! * [`orchestrate`] — [`orchestrate::BatchRunner`]: copy stream, events,
 //!   double-buffered slots, one CUDA graph per (slot, shape), extent release
 //!   only after the copy completed; [`recipe`] is the kernel sequence.
-//! * [`backend`] — [`backend::start_cuda_workers`], the stage thread on the
-//!   same `compute::Wiring` as the CPU workers.
+//! * [`feed`] — the decode pool in front of the stage thread: CPU threads
+//!   that route each file (device WAV → its header; FLAC, resampled,
+//!   `channels = "first"` → decoded into a pinned staging clip,
+//!   `decode::pool`) and reject what the CPU backend rejects.
+//! * [`backend`] — [`backend::start_cuda_workers`]: the decode pool and the
+//!   stage thread on the same `compute::Wiring` as the CPU workers.
 //! * [`tables`] — the tables the kernels read, built on the host and
 //!   uploaded once per plan (kernels/README.md).
 //!
@@ -40,6 +44,7 @@ pub mod api;
 pub mod backend;
 pub mod device;
 pub mod driver;
+pub mod feed;
 pub mod libs;
 pub mod nvrtc;
 pub mod orchestrate;
@@ -57,9 +62,13 @@ pub mod host_stage;
 #[cfg(all(test, feature = "host-kernels"))]
 mod tests;
 #[cfg(all(test, feature = "host-kernels"))]
+mod tests_pool;
+#[cfg(all(test, feature = "host-kernels"))]
 mod tests_regress;
 
-pub use backend::{CudaOptions, CudaReport, CudaWorkers, start_cuda_workers};
+pub use backend::{
+    CudaOptions, CudaReport, CudaWorkers, default_decode_threads, start_cuda_workers,
+};
 pub use driver::{Gpu, Unavailable, driver_present, probe};
 #[cfg(feature = "host-kernels")]
 pub use host_stage::start_host_double_workers;
