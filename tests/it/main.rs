@@ -9,6 +9,7 @@ mod cuda;
 mod golden;
 mod input;
 mod metrics;
+mod powerloss;
 mod serve;
 mod shard;
 mod uring;
