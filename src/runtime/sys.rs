@@ -14,7 +14,8 @@
 //!
 //! Grouped by concept: signals; waiting on and locking descriptors; socket
 //! peers; identity (uid, groups, uname); memory (anonymous mappings, the
-//! memlock limit); the page cache; and, for tests only, thread affinity and
+//! memlock limit); the page cache; durability (fsync of a file or a
+//! directory); and, for tests only, thread affinity and
 //! forking a child.
 
 use std::ffi::CStr;
@@ -444,6 +445,22 @@ pub fn trim_heap() {
 pub fn sync() {
     // SAFETY: sync has no preconditions and cannot fail.
     unsafe { libc::sync() };
+}
+
+// ------------------------------------------------------------ durability
+
+/// fsyncs the file at `path`: its bytes and length survive a power loss (not
+/// its name: see [`sync_dir`]). Call before renaming a finished file into
+/// place, so the final name never points at bytes that were not written.
+pub fn sync_file(path: &std::path::Path) -> io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
+
+/// fsyncs the directory `dir`: the creates, renames and unlinks in it survive
+/// a power loss. Call after renaming a file into place (and on the parent of
+/// a directory just created) before reporting the file as written.
+pub fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 // ---------------------------------------------------------- for tests only

@@ -443,7 +443,8 @@ fn check_order(dir: &Path, parts: &[Part]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes `<dir>/<name>` through `<name>.partial`, renamed when `write` succeeds.
+/// Writes `<dir>/<name>` through `<name>.partial`, fsynced and renamed when
+/// `write` succeeds, then fsyncs `dir`.
 fn write_atomically(
     dir: &Path,
     name: &str,
@@ -452,11 +453,18 @@ fn write_atomically(
     let final_path = dir.join(name);
     let partial = dir.join(format!("{name}.partial"));
     write(&partial)?;
-    std::fs::rename(&partial, &final_path).map_err(|cause| Error::Io {
-        path: partial,
-        action: "rename",
-        cause,
-    })?;
+    // Durable before and after the rename (power loss: docs/OPERATIONS.md).
+    let io = |path: &Path, action| {
+        let path = path.to_path_buf();
+        move |cause| Error::Io {
+            path,
+            action,
+            cause,
+        }
+    };
+    crate::runtime::sys::sync_file(&partial).map_err(io(&partial, "sync"))?;
+    std::fs::rename(&partial, &final_path).map_err(io(&partial, "rename"))?;
+    crate::runtime::sys::sync_dir(dir).map_err(io(dir, "sync the directory"))?;
     Ok(final_path)
 }
 

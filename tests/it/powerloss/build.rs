@@ -35,7 +35,11 @@ fn reference(out: &Path) -> Reference {
 /// A small corpus (3 splits, 4 labels, one file rejected) and its config.
 fn corpus() -> (tempfile::TempDir, tempfile::TempDir) {
     let input = crate::common::synth_corpus(24, 21);
-    crate::common::put(input.path(), "TRAINING/LEAK/broken.wav", b"RIFF????WAVEjunk");
+    crate::common::put(
+        input.path(),
+        "TRAINING/LEAK/broken.wav",
+        b"RIFF????WAVEjunk",
+    );
     let cfg = tempfile::tempdir().unwrap();
     std::fs::write(
         cfg.path().join("cfg.toml"),
@@ -67,6 +71,8 @@ struct Scenario<'a> {
     untouched: &'a [&'a str],
 }
 
+/// Crashes at `fast` points spread over the run (all in a full run); with
+/// `fast == 0`, only after the command exited.
 fn explore(sc: &Scenario<'_>, fast: u64) -> usize {
     let out = |d: &Disk| d.root().join("out");
     // Reference run: count the boundaries.
@@ -84,7 +90,12 @@ fn explore(sc: &Scenario<'_>, fast: u64) -> usize {
     let want = reference(&out(&disk));
     drop(disk);
     let mut tried = 0;
-    for k in points(total, fast) {
+    let ks = if fast == 0 {
+        vec![total + 1]
+    } else {
+        points(total, fast)
+    };
+    for k in ks {
         for mode in modes(k) {
             tried += 1;
             let mut disk = Disk::new(Model::new());
@@ -94,7 +105,10 @@ fn explore(sc: &Scenario<'_>, fast: u64) -> usize {
             let st = run_until_power_loss(&disk, &mut (sc.cmd)(&disk));
             let trail = disk.trail(k);
             disk.power_loss(CrashMode::Whole);
-            let at = format!("{} crash point {k}/{total} ({mode:?}); last boundaries:\n{trail}", sc.name);
+            let at = format!(
+                "{} crash point {k}/{total} ({mode:?}); last boundaries:\n{trail}",
+                sc.name
+            );
             check_survivors(&disk, &want, st.is_some_and(|s| s.success()), &at);
             for (n, bytes) in &before {
                 let now = std::fs::read(out(&disk).join(n)).ok();
@@ -108,7 +122,10 @@ fn explore(sc: &Scenario<'_>, fast: u64) -> usize {
             check_h5(&out(&disk)).unwrap_or_else(|e| panic!("{at}: check_h5: {e}"));
         }
     }
-    eprintln!("{}: {total} boundaries, {tried} crash points tried", sc.name);
+    eprintln!(
+        "{}: {total} boundaries, {tried} crash points tried",
+        sc.name
+    );
     tried
 }
 
@@ -116,38 +133,77 @@ fn explore(sc: &Scenario<'_>, fast: u64) -> usize {
 fn check_survivors(disk: &Disk, want: &Reference, exited_ok: bool, at: &str) {
     let out = disk.root().join("out");
     let root = names(&disk.root());
-    assert!(root.iter().all(|n| n == "out"), "{at}: other files on the disk: {root:?}");
+    assert!(
+        root.iter().all(|n| n == "out"),
+        "{at}: other files on the disk: {root:?}"
+    );
     let have = names(&out);
     let finals: Vec<&String> = have.iter().filter(|n| !n.ends_with(".partial")).collect();
     for n in &finals {
         assert!(want.names.contains(n), "{at}: unexpected {n}");
         if n.ends_with(".h5") && !n.contains(".shard-") {
             let paths = super::read_paths(&out.join(n));
-            assert_eq!(Some(&paths), want.paths.get(*n), "{at}: {n} is not complete");
+            assert_eq!(
+                Some(&paths),
+                want.paths.get(*n),
+                "{at}: {n} is not complete"
+            );
         }
     }
     if have.contains(&"rejected.jsonl".to_string()) {
         let got = std::fs::read(out.join("rejected.jsonl")).unwrap();
-        assert_eq!(Some(got), want.rejected, "{at}: rejected.jsonl is not complete");
+        assert_eq!(
+            Some(got),
+            want.rejected,
+            "{at}: rejected.jsonl is not complete"
+        );
     }
     if exited_ok {
-        assert_eq!(have, want.names, "{at}: the command exited 0 but its files are not durable");
+        assert_eq!(
+            have, want.names,
+            "{at}: the command exited 0 but its files are not durable"
+        );
     }
 }
 
-fn build_scenario(input: &Path, cfg: &Path) -> (impl Fn(&Disk) + use<>, impl Fn(&Disk) -> Command + use<>) {
+fn build_scenario(
+    input: &Path,
+    cfg: &Path,
+) -> (impl Fn(&Disk) + use<>, impl Fn(&Disk) -> Command + use<>) {
     let (input, cfg) = (input.to_path_buf(), cfg.to_path_buf());
     let setup = |_: &Disk| {};
     let cmd = move |d: &Disk| {
         let out = d.root().join("out");
-        melforge(Some(&cfg), &d.side().join("build.log"), &[
-            "build".as_ref(),
-            "--out".as_ref(),
-            out.as_os_str(),
-            input.as_os_str(),
-        ])
+        melforge(
+            Some(&cfg),
+            &d.side().join("build.log"),
+            &[
+                "build".as_ref(),
+                "--out".as_ref(),
+                out.as_os_str(),
+                input.as_os_str(),
+            ],
+        )
     };
     (setup, cmd)
+}
+
+/// Regression: `build` exited 0 with no fsync at all, so a power loss right
+/// after it left an empty output dir (crash point "after exit").
+#[test]
+fn build_exit_0_means_its_files_survive_power_loss() {
+    if !can_run("build_exit_0_means_its_files_survive_power_loss") {
+        return;
+    }
+    let (input, cfg) = corpus();
+    let (setup, cmd) = build_scenario(input.path(), cfg.path());
+    let sc = Scenario {
+        name: "build (after exit)",
+        setup: &setup,
+        cmd: &cmd,
+        untouched: &[],
+    };
+    assert_eq!(explore(&sc, 0), 1);
 }
 
 #[test]
@@ -169,22 +225,38 @@ fn build_survives_power_loss_at_every_point() {
 /// `merge` (virtual and `--copy`) over two shards built beforehand.
 #[test]
 fn merge_survives_power_loss_at_every_point() {
-    if !can_run("merge_survives_power_loss_at_every_point") {
-        return;
+    if can_run("merge_survives_power_loss_at_every_point") {
+        explore_merge(10);
     }
+}
+
+/// Regression: `merge` renamed its files into place without fsyncing them or
+/// the directory, so a power loss after it exited 0 lost every merged file.
+#[test]
+fn merge_exit_0_means_its_files_survive_power_loss() {
+    if can_run("merge_exit_0_means_its_files_survive_power_loss") {
+        explore_merge(0);
+    }
+}
+
+fn explore_merge(fast: u64) {
     let (input, cfg) = corpus();
     let (inp, c) = (input.path().to_path_buf(), cfg.path().to_path_buf());
     let setup = move |d: &Disk| {
         let out = d.root().join("out");
         for k in ["0/2", "1/2"] {
-            let st = melforge(Some(&c), &d.side().join("shard.log"), &[
-                "build".as_ref(),
-                "--shard".as_ref(),
-                k.as_ref(),
-                "--out".as_ref(),
-                out.as_os_str(),
-                inp.as_os_str(),
-            ])
+            let st = melforge(
+                Some(&c),
+                &d.side().join("shard.log"),
+                &[
+                    "build".as_ref(),
+                    "--shard".as_ref(),
+                    k.as_ref(),
+                    "--out".as_ref(),
+                    out.as_os_str(),
+                    inp.as_os_str(),
+                ],
+            )
             .status()
             .unwrap();
             assert!(st.success());
@@ -213,6 +285,6 @@ fn merge_survives_power_loss_at_every_point() {
             cmd: &cmd,
             untouched: &shard_refs,
         };
-        explore(&sc, 10);
+        explore(&sc, fast);
     }
 }
