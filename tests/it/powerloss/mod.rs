@@ -12,8 +12,8 @@
 //! that a reported success is durable.
 //!
 //! The default run takes an evenly spread subset of the points (the fast
-//! subset in the test suite); `MELFORGE_POWERLOSS=full` takes every point and
-//! adds torn crashes (scripts/powerloss-full). Needs root and /dev/fuse;
+//! subset in the test suite); `MELFORGE_POWERLOSS=all` takes every point,
+//! `=full` every point with a torn crash too (scripts/powerloss-full). Needs root and /dev/fuse;
 //! skipped with the reason printed elsewhere.
 
 mod build;
@@ -39,8 +39,13 @@ fn can_run(test: &str) -> bool {
     }
 }
 
-/// Whether the full exploration was asked for.
+/// Whether every point was asked for (`MELFORGE_POWERLOSS=all`: whole
+/// crashes; `full`: whole and torn crashes).
 fn full() -> bool {
+    std::env::var("MELFORGE_POWERLOSS").is_ok_and(|v| v == "full" || v == "all")
+}
+
+fn torn() -> bool {
     std::env::var("MELFORGE_POWERLOSS").is_ok_and(|v| v == "full")
 }
 
@@ -58,7 +63,7 @@ fn points(total: u64, fast: u64) -> Vec<u64> {
 
 /// The crash modes to try at each point.
 fn modes(point: u64) -> Vec<CrashMode> {
-    if full() {
+    if torn() {
         vec![CrashMode::Whole, CrashMode::Torn { seed: point }]
     } else {
         vec![CrashMode::Whole]

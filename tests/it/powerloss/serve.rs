@@ -265,7 +265,15 @@ fn check(disk: &Disk, case: &Case) -> Result<(), String> {
     }
 }
 
-fn explore(case: &Case, fast: u64) -> usize {
+/// Which crash points a test tries.
+enum Plan {
+    /// `n` points spread over the run (every point in a full run).
+    Spread(u64),
+    /// A torn crash at every boundary `pick` selects in the reference run.
+    Torn(fn(&powerfs::Boundary) -> bool),
+}
+
+fn explore(case: &Case, plan: Plan) -> usize {
     let name = format!("serve on_success={}", case.on_success);
     let disk = Disk::new(Model::new());
     case.setup(&disk);
@@ -274,10 +282,23 @@ fn explore(case: &Case, fast: u64) -> usize {
     assert!(st.success(), "{name}: reference run exited with {st}");
     let total = disk.fs().with(|m| m.boundaries().len() as u64);
     check(&disk, case).unwrap_or_else(|e| panic!("{name}: reference run: {e}"));
+    let runs: Vec<(u64, CrashMode)> = match plan {
+        Plan::Spread(n) => points(total, n)
+            .into_iter()
+            .flat_map(|k| modes(k).into_iter().map(move |m| (k, m)))
+            .collect(),
+        Plan::Torn(pick) => disk.fs().with(|m| {
+            m.boundaries()
+                .iter()
+                .filter(|b| pick(b))
+                .map(|b| (b.n, CrashMode::Torn { seed: b.n }))
+                .collect()
+        }),
+    };
     drop(disk);
     let mut tried = 0;
-    for k in points(total, fast) {
-        for mode in modes(k) {
+    for (k, mode) in runs {
+        {
             tried += 1;
             let mut disk = Disk::new(Model::new());
             case.setup(&disk);
@@ -307,20 +328,51 @@ fn case(on_success: &'static str, then: Then) -> Case {
 #[test]
 fn serve_keep_with_compaction_and_rebuild_survives_power_loss() {
     if can_run("serve_keep_with_compaction_and_rebuild_survives_power_loss") {
-        explore(&case("keep", Then::RebuildThenStop), 16);
+        explore(&case("keep", Then::RebuildThenStop), Plan::Spread(16));
     }
 }
 
 #[test]
 fn serve_delete_survives_power_loss() {
     if can_run("serve_delete_survives_power_loss") {
-        explore(&case("delete", Then::Stop), 10);
+        explore(&case("delete", Then::Stop), Plan::Spread(10));
     }
 }
 
 #[test]
 fn serve_move_survives_power_loss() {
     if can_run("serve_move_survives_power_loss") {
-        explore(&case("move", Then::Stop), 10);
+        explore(&case("move", Then::Stop), Plan::Spread(10));
+    }
+}
+
+/// Regression: `on_success = "move"` renamed the file across directories; a
+/// torn power loss that kept the unlink from the drop dir but not the new
+/// name in the done dir (or its new parent directories) lost the input file.
+/// Now: target dirs made durable, link, fsync, then unlink.
+#[test]
+fn serve_move_never_loses_the_file_to_a_torn_power_loss() {
+    if can_run("serve_move_never_loses_the_file_to_a_torn_power_loss") {
+        let names = |b: &powerfs::Boundary| {
+            matches!(b.what, "link" | "unlink" | "rename" | "mkdir" | "fsyncdir")
+        };
+        assert!(explore(&case("move", Then::Stop), Plan::Torn(names)) > 0);
+    }
+}
+
+/// Known and not fixed (docs/OPERATIONS.md, "Power loss"): closing an
+/// appender rewrites HDF5 metadata in place (the root attribute
+/// `label_names`, the superblock, the file's end) after the last fsync; a
+/// torn power loss inside those writes leaves a `<split>.h5` that HDF5
+/// refuses to open ("incorrect metadata checksum", "addr overflow"), and
+/// serve refuses to start. Whole crashes at the same points pass.
+#[test]
+#[ignore = "known: HDF5 close is not safe against torn writes (docs/OPERATIONS.md)"]
+fn serve_close_torn_by_power_loss_leaves_a_readable_h5() {
+    if can_run("serve_close_torn_by_power_loss_leaves_a_readable_h5") {
+        let close = |b: &powerfs::Boundary| {
+            b.what == "truncate" && b.name.to_string_lossy().ends_with(".h5")
+        };
+        explore(&case("delete", Then::Stop), Plan::Torn(close));
     }
 }
