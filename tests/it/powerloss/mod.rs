@@ -28,10 +28,14 @@ use powerfs::{CrashMode, Model, PowerFs};
 
 pub(super) const BIN: &str = env!("CARGO_BIN_EXE_melforge");
 
-/// Whether powerfs can run here (prints why not).
+/// Whether powerfs can run here (prints why not; with
+/// `MELFORGE_REQUIRE_POWERFS=1`, as CI sets where /dev/fuse exists, fails).
 fn can_run(test: &str) -> bool {
     match powerfs::available() {
         Ok(()) => true,
+        Err(why) if std::env::var("MELFORGE_REQUIRE_POWERFS").is_ok_and(|v| v == "1") => {
+            panic!("{test}: MELFORGE_REQUIRE_POWERFS=1 but {why}")
+        }
         Err(why) => {
             eprintln!("SKIPPED {test}: {why}");
             false
