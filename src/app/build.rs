@@ -228,13 +228,26 @@ fn walk_rejection(input: &Path, w: &source::Warning) -> Rejection {
     Rejection { path, kind, reason }
 }
 
+/// Writes the rejection log through `<name>.partial` (fsynced, then renamed),
+/// then fsyncs the output directory and its parent: after this returns, the
+/// split files renamed before it and the log survive a power loss.
 fn write_rejections(path: &Path, rejected: &[Rejection]) -> std::io::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&partial)?);
     for r in rejected {
         serde_json::to_writer(&mut f, r)?;
         f.write_all(b"\n")?;
     }
-    f.flush()
+    f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&partial, path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::runtime::sys::sync_dir(dir)?;
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => crate::runtime::sys::sync_dir(parent),
+        _ => Ok(()),
+    }
 }
 
 /// Runs a whole build of `input` into `out`.

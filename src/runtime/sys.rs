@@ -14,7 +14,8 @@
 //!
 //! Grouped by concept: signals; waiting on and locking descriptors; socket
 //! peers; identity (uid, groups, uname); memory (anonymous mappings, the
-//! memlock limit); the page cache; and, for tests only, thread affinity and
+//! memlock limit); the page cache; durability (fsync of a file or a
+//! directory); and, for tests only, thread affinity and
 //! forking a child.
 
 use std::ffi::CStr;
@@ -469,6 +470,70 @@ pub fn trim_heap() {
 pub fn sync() {
     // SAFETY: sync has no preconditions and cannot fail.
     unsafe { libc::sync() };
+}
+
+// ------------------------------------------------------------ durability
+
+/// fsyncs the file at `path`: its bytes and length survive a power loss (not
+/// its name: see [`sync_dir`]). Call before renaming a finished file into
+/// place, so the final name never points at bytes that were not written.
+pub fn sync_file(path: &std::path::Path) -> io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
+
+/// fsyncs the directory `dir`: the creates, renames and unlinks in it survive
+/// a power loss. Call after renaming a file into place (and on the parent of
+/// a directory just created) before reporting the file as written.
+pub fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Moves the file `from` to `to` (same file system) so that a power loss at
+/// any point leaves it under at least one of the two names: `to`'s missing
+/// parent directories are created, each made durable in its parent; `to` is
+/// linked (an existing `to` replaced) and its directory fsynced; only then is
+/// `from` unlinked. Where hard links are refused, falls back to a rename
+/// followed by fsyncs of both directories.
+pub fn move_durably(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
+    let dir = to.parent().unwrap_or(std::path::Path::new("."));
+    create_dir_durably(dir)?;
+    let linked = match std::fs::hard_link(from, to) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(to)?;
+            std::fs::hard_link(from, to)
+        }
+        r => r,
+    };
+    match linked {
+        Ok(()) => {
+            sync_dir(dir)?;
+            std::fs::remove_file(from)
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
+            std::fs::rename(from, to)?;
+            sync_dir(dir)?;
+            sync_dir(from.parent().unwrap_or(std::path::Path::new(".")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `create_dir_all` where each directory created is fsynced into its parent.
+fn create_dir_durably(dir: &std::path::Path) -> io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().unwrap_or(std::path::Path::new("."));
+    create_dir_durably(parent)?;
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }?;
+    sync_dir(if parent.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        parent
+    })
 }
 
 // ---------------------------------------------------------- for tests only

@@ -178,6 +178,12 @@ impl SplitFile {
         // Every object must be closed for H5Fclose to really close the file.
         drop(ds);
         file.close().ctx(&partial, || "close the file".into())?;
+        // Durable before it gets its final name (power loss: docs/OPERATIONS.md).
+        crate::runtime::sys::sync_file(&partial).map_err(|source| Error::Io {
+            path: partial.clone(),
+            action: "sync the finished file",
+            source,
+        })?;
         std::fs::rename(&partial, &final_path).map_err(|source| Error::Io {
             path: partial.clone(),
             action: "rename the finished file",

@@ -10,6 +10,7 @@ mod golden;
 mod input;
 mod interrupt;
 mod metrics;
+mod powerloss;
 mod progress;
 mod serve;
 mod shard;

@@ -452,8 +452,8 @@ fn check_order(dir: &Path, parts: &[Part]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes `<dir>/<name>` through `<name>.partial`, renamed when `write`
-/// succeeds and deleted when it fails.
+/// Writes `<dir>/<name>` through `<name>.partial`, fsynced and renamed when
+/// `write` succeeds (then fsyncs `dir`), deleted when it fails.
 fn write_atomically(
     dir: &Path,
     name: &str,
@@ -465,11 +465,18 @@ fn write_atomically(
         interrupt::discard([partial]);
         return Err(e);
     }
-    std::fs::rename(&partial, &final_path).map_err(|cause| Error::Io {
-        path: partial,
-        action: "rename",
-        cause,
-    })?;
+    // Durable before and after the rename (power loss: docs/OPERATIONS.md).
+    let io = |path: &Path, action| {
+        let path = path.to_path_buf();
+        move |cause| Error::Io {
+            path,
+            action,
+            cause,
+        }
+    };
+    crate::runtime::sys::sync_file(&partial).map_err(io(&partial, "sync"))?;
+    std::fs::rename(&partial, &final_path).map_err(io(&partial, "rename"))?;
+    crate::runtime::sys::sync_dir(dir).map_err(io(dir, "sync the directory"))?;
     Ok(final_path)
 }
 

@@ -456,10 +456,7 @@ impl Service {
         for a in std::mem::take(&mut self.after) {
             let r = match &a {
                 After::Delete(p) => std::fs::remove_file(p),
-                After::Move(from, to) => to
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|()| std::fs::rename(from, to)),
+                After::Move(from, to) => crate::runtime::sys::move_durably(from, to),
             };
             if let Err(e) = r {
                 let what = match a {
