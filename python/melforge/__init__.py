@@ -35,6 +35,7 @@ from ._report import (
     ProgressEvent,
     Rejection,
     Ring,
+    Startup,
     Stats,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "ProgressEvent",
     "Rejection",
     "Ring",
+    "Startup",
     "Stats",
     "build",
     "find_binary",

@@ -192,6 +192,32 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Startup:
+    """Seconds each start-up step of a build took (they overlap: the device
+    probe runs beside the walk, the kernels beside the first reads), and when
+    the first read went out after the process started."""
+
+    walk: float
+    device: float
+    arena: float
+    kernels: float
+    first_read: Optional[float]
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "Startup":
+        f = _Fields(doc, "build report.startup_s")
+        return Startup(
+            walk=f.number("walk"),
+            device=f.number("device"),
+            arena=f.number("arena"),
+            kernels=f.number("kernels"),
+            first_read=f.opt_number("first_read"),
+            extra=f.extra(),
+        )
+
+
+@dataclass(frozen=True)
 class BuildReport:
     """What `melforge build` did (its `--json` document)."""
 
@@ -203,6 +229,8 @@ class BuildReport:
     direct: bool
     """Whether inputs were read with O_DIRECT."""
     direct_reason: str
+    startup_s: Startup
+    """How long each start-up step took (`Startup`)."""
     cuda: Optional[Dict[str, Any]]
     """The CUDA stage's report (device, batches, transfer rates) when it ran."""
     outputs: List[OutputFile]
@@ -225,6 +253,7 @@ class BuildReport:
             backend_reason=f.text("backend_reason"),
             direct=f.flag("direct"),
             direct_reason=f.text("direct_reason"),
+            startup_s=Startup.from_json(f.obj("startup_s")),
             cuda=f.opt_obj("cuda"),
             outputs=[OutputFile.from_json(o) for o in f.items("outputs")],
             rejected=[Rejection.from_json(r) for r in f.items("rejected")],
