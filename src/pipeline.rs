@@ -238,6 +238,12 @@ impl Pipeline {
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         let t = Instant::now();
+        let cpu_only = || {
+            (
+                arena_bytes(cfg, &compute::Target::Cpu),
+                place_threads(cfg, 0, None).readers,
+            )
+        };
         let (arena, readers_cpus) = match probe.peek() {
             Some(Ok(choice)) => {
                 let workers = match choice.target {
@@ -248,16 +254,10 @@ impl Pipeline {
                 (arena_bytes(cfg, &choice.target), placement.readers)
             }
             // The error is start_compute's to report; the readers stop then.
-            Some(Err(_)) => (
-                arena_bytes(cfg, &compute::Target::Cpu),
-                place_threads(cfg, 0, None).readers,
-            ),
+            Some(Err(_)) => cpu_only(),
             // Still probing: without a driver library (found in
             // milliseconds) the CPU runs; with one, either may.
-            None if !compute::host_double_requested() && !cuda::driver_present() => (
-                arena_bytes(cfg, &compute::Target::Cpu),
-                place_threads(cfg, 0, None).readers,
-            ),
+            None if !compute::host_double_requested() && !cuda::driver_present() => cpu_only(),
             None => (
                 arena_bytes(cfg, &compute::Target::Cpu)
                     .max(arena_bytes(cfg, &compute::Target::HostDouble)),

@@ -28,6 +28,14 @@ pub(crate) struct Fs {
     pub(crate) model: Arc<Mutex<Model>>,
 }
 
+/// Answers a getattr/setattr with `ino`'s attributes, or ENOENT.
+fn reply_attr(m: &Model, ino: Ino, req: &Request<'_>, reply: ReplyAttr) {
+    match attr(m, ino, req) {
+        Some(a) => reply.attr(&TTL, &a),
+        None => reply.error(libc::ENOENT),
+    }
+}
+
 fn attr(m: &Model, ino: Ino, req: &Request<'_>) -> Option<FileAttr> {
     let (kind, size, perm) = match m.get(ino)? {
         Body::File(b) => (FileType::RegularFile, b.len() as u64, 0o644),
@@ -83,10 +91,7 @@ impl Filesystem for Fs {
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        match attr(&self.lock(), ino, req) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(libc::ENOENT),
-        }
+        reply_attr(&self.lock(), ino, req, reply);
     }
 
     fn setattr(
@@ -113,10 +118,7 @@ impl Filesystem for Fs {
         {
             return reply.error(e);
         }
-        match attr(&m, ino, req) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(libc::ENOENT),
-        }
+        reply_attr(&m, ino, req, reply);
     }
 
     fn mkdir(

@@ -353,13 +353,7 @@ impl Model {
             None => return Err(libc::ENOENT),
         };
         if let Some(ops) = self.pending.remove(&ino) {
-            let d = self
-                .durable
-                .get_mut(&ino)
-                .expect("every inode has a durable body");
-            for op in &ops {
-                apply(d, op, None);
-            }
+            self.make_durable(ino, &ops);
         }
         self.boundary(what, ino);
         Ok(())
@@ -433,17 +427,23 @@ impl Model {
         }
     }
 
+    /// Applies `ops` (an inode's pending operations, in order) to its
+    /// durable body.
+    fn make_durable(&mut self, ino: Ino, ops: &[Op]) {
+        let d = self
+            .durable
+            .get_mut(&ino)
+            .expect("every inode has a durable body");
+        for op in ops {
+            apply(d, op, None);
+        }
+    }
+
     /// Makes everything durable and starts counting boundaries from 0 again
     /// (set-up before a run: the inputs are on disk).
     pub fn settle(&mut self) {
         for (ino, ops) in std::mem::take(&mut self.pending) {
-            let d = self
-                .durable
-                .get_mut(&ino)
-                .expect("every inode has a durable body");
-            for op in &ops {
-                apply(d, op, None);
-            }
+            self.make_durable(ino, &ops);
         }
         self.boundaries = 0;
         self.log.clear();
