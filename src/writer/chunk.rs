@@ -74,12 +74,6 @@ impl ChunkBuf {
         self.labels.len()
     }
 
-    /// Makes the buffer full at `rows` rows (≥ 1) from now on, e.g. at the
-    /// next chunk boundary of a file whose rows do not start on one.
-    pub(super) fn set_capacity(&mut self, rows: usize) {
-        self.capacity = rows.max(1);
-    }
-
     pub(super) fn is_full(&self) -> bool {
         self.rows() >= self.capacity
     }

@@ -7,10 +7,8 @@
 //!
 //! Invariants:
 //! * **Rows in arrival order.** [`Appender::append`] returns the row index at once;
-//!   rows are buffered up to the next chunk boundary and written there, a whole
-//!   chunk by a direct chunk write (`super::direct`), the last partial chunk at
-//!   [`Appender::flush`] with `write_slice` (later rows complete that chunk the
-//!   same way, after which whole chunks are direct again).
+//!   rows are buffered and written as whole chunks, the last partial chunk at
+//!   [`Appender::flush`].
 //! * **Flush = visible and durable.** `flush` writes pending label names and rows,
 //!   calls H5Fflush (SWMR orders the metadata writes so readers always see a
 //!   consistent file), then `fdatasync`s the file. Rows below
@@ -41,8 +39,8 @@
 //! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
 //! [`recover`] opens an existing file: it clears the SWMR status flags, checks
 //! the file matches this configuration and cuts rows back to the journal's
-//! count. The writer's `unsafe` blocks are in `recover` (the two raw calls
-//! `h5clear` makes) and `super::direct` (`H5Dwrite_chunk`).
+//! count. Every `unsafe` block of the writer is in `recover` (the two raw
+//! calls `h5clear` makes).
 
 mod recover;
 pub mod sink;
@@ -57,7 +55,6 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, SimpleExtents};
 
 use super::chunk::ChunkBuf;
-use super::direct::MelChunks;
 use super::h5::{
     Context, Datasets, Header, create_file, vlen_strings, write_attrs, write_label_names_attr,
 };
@@ -119,8 +116,6 @@ pub struct Appender {
     chunk: ChunkBuf,
     /// Rows per HDF5 chunk of the datasets.
     chunk_files: usize,
-    /// Direct writes of whole `mel` chunks (None on big-endian targets).
-    mel_chunks: Option<MelChunks>,
     row_len: usize,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
@@ -198,13 +193,9 @@ impl Appender {
                 source,
             })?;
         let names_in_attr = names.len();
-        let mel_chunks = MelChunks::new(&ds.mel, spec.chunk_files, spec.spec.row_len(), false);
-        let mut chunk = ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files);
-        chunk.set_capacity(spec.chunk_files - rows % spec.chunk_files);
         let mut app = Appender {
-            chunk,
+            chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
             chunk_files: spec.chunk_files,
-            mel_chunks,
             row_len: spec.spec.row_len(),
             path,
             file,
@@ -449,16 +440,11 @@ impl Appender {
     }
 
     fn write_pending(&mut self) -> Result<(), Error> {
-        let rows = self.chunk.rows();
-        if rows > 0 {
-            let c = self.chunk_files;
-            let whole = self.rows_written.is_multiple_of(c) && rows == c;
-            let direct = self.mel_chunks.as_mut().filter(|_| whole);
+        if self.chunk.rows() > 0 {
             self.ds
-                .write_rows(&self.path, self.rows_written, &mut self.chunk, direct)?;
-            self.rows_written += rows;
+                .write_rows(&self.path, self.rows_written, &mut self.chunk, None)?;
+            self.rows_written += self.chunk.rows();
             self.chunk.clear();
-            self.chunk.set_capacity(c - self.rows_written % c);
         }
         Ok(())
     }
