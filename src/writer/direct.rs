@@ -3,8 +3,9 @@
 //! the chunk cache, and writes the bytes at the chunk's address as they are.
 //!
 //! Layers (CONVENTIONS: raw call → thin `Result` wrapper → safe type):
-//! * [`raw::write_chunk`] is the one `unsafe` call, under hdf5-metno's global
-//!   lock like every other HDF5 call of the program;
+//! * [`raw`] holds the `unsafe` calls (`H5Dwrite_chunk`, and `H5Dread_chunk`
+//!   and `H5Dget_chunk_info_by_coord` for the appender's `vlen` module), each
+//!   under hdf5-metno's global lock like every other HDF5 call of the program;
 //! * [`MelChunks`] decides *when* each chunk reaches the file.
 //!
 //! **Same bytes as `write_slice`.** A direct write allocates the chunk in the
@@ -33,27 +34,85 @@ use ndarray::ArrayView5;
 
 use super::chunk::MelBuf;
 
-/// Raw HDF5 calls the high-level crate does not offer.
-mod raw {
+/// Raw HDF5 chunk calls the high-level crate does not offer (also used by
+/// the appender's `vlen` module).
+pub(super) mod raw {
     use hdf5::Dataset;
-    use hdf5_sys::h5d::H5Dwrite_chunk;
+    use hdf5_sys::h5::HADDR_UNDEF;
+    use hdf5_sys::h5d::{H5Dget_chunk_info_by_coord, H5Dread_chunk, H5Dwrite_chunk};
     use hdf5_sys::h5p::H5P_DEFAULT;
+
+    fn check_rank(ds: &Dataset, offset: &[u64], what: &str) -> hdf5::Result<()> {
+        let ndim = ds.ndim();
+        if offset.len() == ndim {
+            return Ok(());
+        }
+        Err(format!(
+            "{what}: offset has {} dimensions, the dataset {ndim}",
+            offset.len()
+        )
+        .into())
+    }
+
+    /// The stored size in bytes of the chunk of `ds` whose first element is
+    /// at `offset` (inside the dataset's extent), or None when that chunk was
+    /// never allocated.
+    pub(in crate::writer) fn chunk_bytes_at(
+        ds: &Dataset,
+        offset: &[u64],
+    ) -> hdf5::Result<Option<usize>> {
+        check_rank(ds, offset, "chunk query")?;
+        let id = ds.id();
+        let (mut mask, mut addr, mut size) = (0u32, HADDR_UNDEF, 0u64);
+        hdf5::sync::sync(|| {
+            // SAFETY: `id` is the live dataset id of `ds`; `offset` holds one
+            // coordinate per dimension (checked above); the three out-pointers
+            // are valid locals HDF5 writes once each.
+            let r = unsafe {
+                H5Dget_chunk_info_by_coord(id, offset.as_ptr(), &mut mask, &mut addr, &mut size)
+            };
+            hdf5::h5check(r).map(|_| ())
+        })?;
+        Ok((addr != HADDR_UNDEF).then_some(size as usize))
+    }
+
+    /// Reads the stored bytes of the chunk of `ds` at `offset` (no filters)
+    /// into `buf`, which must be exactly the chunk's stored size
+    /// ([`chunk_bytes_at`]).
+    pub(in crate::writer) fn read_chunk(
+        ds: &Dataset,
+        offset: &[u64],
+        buf: &mut [u8],
+    ) -> hdf5::Result<()> {
+        check_rank(ds, offset, "direct chunk read")?;
+        let id = ds.id();
+        let mut filters = 0u32;
+        hdf5::sync::sync(|| {
+            // SAFETY: `id` is the live dataset id of `ds`; `offset` holds one
+            // coordinate per dimension; `buf` is writable for the chunk's
+            // stored size, which the caller took from HDF5 for this chunk
+            // (the datasets have no filters, so that is what is copied).
+            let r = unsafe {
+                H5Dread_chunk(
+                    id,
+                    H5P_DEFAULT,
+                    offset.as_ptr(),
+                    &mut filters,
+                    buf.as_mut_ptr().cast(),
+                )
+            };
+            hdf5::h5check(r).map(|_| ())
+        })
+    }
 
     /// Writes `data` (the exact stored bytes of one whole chunk, no filters)
     /// as the chunk of `ds` whose first element is at `offset`.
-    pub(super) fn write_chunk<T: Copy>(
+    pub(in crate::writer) fn write_chunk<T: Copy>(
         ds: &Dataset,
         offset: &[u64],
         data: &[T],
     ) -> hdf5::Result<()> {
-        let ndim = ds.ndim();
-        if offset.len() != ndim {
-            return Err(format!(
-                "direct chunk write: offset has {} dimensions, the dataset {ndim}",
-                offset.len()
-            )
-            .into());
-        }
+        check_rank(ds, offset, "direct chunk write")?;
         let bytes = std::mem::size_of_val(data);
         let id = ds.id();
         hdf5::sync::sync(|| {

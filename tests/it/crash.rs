@@ -9,8 +9,11 @@
 //! in HDF5 exactly once with intact values and that the confirmed files are exactly
 //! a prefix of the sequence (nothing lost, nothing twice). Every 8th batch the
 //! child also compacts the journal, so kills land inside compactions too.
+//!
+//! `MELFORGE_CRASH_SEED`, `MELFORGE_CRASH_RUNS` and `MELFORGE_CRASH_SECS` vary
+//! the kill delays and lengthen the run for a soak.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -180,10 +183,23 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
             .unwrap();
         assert_eq!(labels.len(), rows);
         assert_eq!(paths.len(), rows);
-        let mut seen = HashSet::new();
+        let mut seen = HashMap::new();
         for i in 0..rows {
             let p = paths[i].as_str();
-            assert!(seen.insert(p.to_string()), "{p} twice in {s}");
+            if let Some(first) = seen.insert(p.to_string(), i) {
+                let around = |r: usize| {
+                    (r.saturating_sub(2)..(r + 3).min(rows))
+                        .map(|j| format!("{j}: {}", paths[j].as_str()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                panic!(
+                    "{p} twice in {s}: rows {first} and {i} of {rows} (around {first}: {}; \
+                     around {i}: {})",
+                    around(first),
+                    around(i)
+                );
+            }
             let n: u64 = p[p.len() - 10..p.len() - 4].parse().unwrap();
             let (path, stamp, _, label) = file_of(n);
             assert_eq!(p, path);
@@ -204,15 +220,32 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
 
 #[test]
 fn kill_9_at_random_points() {
-    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // MELFORGE_CRASH_KEEP keeps the directory for a post-mortem.
+    let dir = if std::env::var_os("MELFORGE_CRASH_KEEP").is_some() {
+        let kept = tmp.keep();
+        println!("work directory kept: {}", kept.display());
+        kept
+    } else {
+        tmp.path().to_path_buf()
+    };
     let exe = std::env::current_exe().unwrap();
     let start = Instant::now();
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    // A soak (e.g. a loop in a shell) varies the seed and runs longer.
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    let mut seed = env("MELFORGE_CRASH_SEED", 0x9E37_79B9_7F4A_7C15).max(1);
+    let max_runs = env("MELFORGE_CRASH_RUNS", 20);
+    let max_time = Duration::from_secs(env("MELFORGE_CRASH_SECS", 20));
     let mut last = 0;
     let mut runs = 0;
     let mut torn_total = 0;
     let mut cut_total = 0;
-    while runs < 20 && start.elapsed() < Duration::from_secs(20) {
+    while runs < max_runs && start.elapsed() < max_time {
         runs += 1;
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -225,7 +258,7 @@ fn kill_9_at_random_points() {
                 "--ignored",
                 "--test-threads=1",
             ])
-            .env("MELFORGE_CRASH_DIR", dir.path())
+            .env("MELFORGE_CRASH_DIR", &dir)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -237,7 +270,7 @@ fn kill_9_at_random_points() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
 
-        let (journal, state, apps, cut) = recover(dir.path());
+        let (journal, state, apps, cut) = recover(&dir);
         let k = check(&journal, &apps);
         assert!(k >= last, "confirmed files went from {last} to {k}");
         println!(

@@ -46,6 +46,9 @@ mod recover;
 pub mod sink;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_vlen;
+mod vlen;
 
 pub use sink::{AppendSink, Dest};
 
@@ -62,6 +65,7 @@ use super::{Dtype, Error};
 use crate::dsp::Spec;
 use crate::runtime::sys;
 use recover::{open_existing, open_rw};
+use vlen::StaleRefs;
 
 /// Rows per chunk of the `label_names` dataset.
 const NAMES_CHUNK: usize = 64;
@@ -116,6 +120,10 @@ pub struct Appender {
     chunk: ChunkBuf,
     /// Rows per HDF5 chunk of the datasets.
     chunk_files: usize,
+    /// Keeps the chunks `path` and `label_names` grow into free of a killed
+    /// writer's heap references (see [`vlen`]).
+    path_refs: StaleRefs,
+    names_refs: StaleRefs,
     row_len: usize,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
@@ -175,10 +183,16 @@ impl Appender {
             create_new(out_dir, &path, &header)?
         };
         let rows = report.rows_found - report.rows_dropped;
+        let path_refs = StaleRefs::new(&ds.path, rows)
+            .ctx(&path, || "read the chunking of dataset `path`".into())?;
+        let mut names_refs = StaleRefs::new(&names_ds, names.len()).ctx(&path, || {
+            "read the chunking of dataset `label_names`".into()
+        })?;
         if let Some(list) = adopt_table(&names, report.labels_in_use, label_names)
             && list != names
         {
-            rewrite_names(&names_ds, &list)
+            let keep = report.labels_in_use.min(names.len());
+            rewrite_names(&names_ds, &mut names_refs, &list, keep)
                 .ctx(&path, || "rewrite dataset `label_names`".into())?;
             names = list;
         }
@@ -196,6 +210,8 @@ impl Appender {
         let mut app = Appender {
             chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
             chunk_files: spec.chunk_files,
+            path_refs,
+            names_refs,
             row_len: spec.spec.row_len(),
             path,
             file,
@@ -441,6 +457,10 @@ impl Appender {
 
     fn write_pending(&mut self) -> Result<(), Error> {
         if self.chunk.rows() > 0 {
+            let end = self.rows_written + self.chunk.rows();
+            self.path_refs
+                .grow(&self.ds.path, end)
+                .ctx(&self.path, || format!("grow dataset `path` to {end} rows"))?;
             self.ds
                 .write_rows(&self.path, self.rows_written, &mut self.chunk, None)?;
             self.rows_written += self.chunk.rows();
@@ -457,6 +477,9 @@ impl Appender {
         let p = self.path.as_path();
         let new = vlen_strings("label names", &self.label_names[start..])
             .ctx(p, || "encode label names".into())?;
+        self.names_refs
+            .grow(&self.names_ds, end)
+            .ctx(p, || format!("grow dataset `label_names` to {end}"))?;
         self.names_ds
             .resize(end)
             .ctx(p, || format!("grow dataset `label_names` to {end}"))?;
@@ -594,11 +617,25 @@ fn adopt_table(names: &[String], in_use: usize, table: &[String]) -> Option<Vec<
     })
 }
 
-/// Replaces the whole `label_names` dataset with `names` (before SWMR starts).
-fn rewrite_names(d: &Dataset, names: &[String]) -> hdf5::Result<()> {
-    d.resize(names.len())?;
-    if !names.is_empty() {
-        d.write_slice(&vlen_strings("label names", names)?, 0..names.len())?;
+/// Makes the `label_names` dataset `names`, whose first `keep` entries it
+/// already holds (the names in use; before SWMR starts). The entries after
+/// them are nulled and cut first: a killed writer may have left them naming
+/// heap objects that are not its own (see [`vlen`]).
+fn rewrite_names(
+    d: &Dataset,
+    refs: &mut StaleRefs,
+    names: &[String],
+    keep: usize,
+) -> hdf5::Result<()> {
+    vlen::clear_past(d, keep)?;
+    d.resize(keep)?;
+    *refs = StaleRefs::new(d, keep)?;
+    refs.grow(d, names.len())?;
+    if names.len() > keep {
+        d.write_slice(
+            &vlen_strings("label names", &names[keep..])?,
+            keep..names.len(),
+        )?;
     }
     Ok(())
 }

@@ -47,6 +47,10 @@ pub(super) fn open_existing(
             ),
         });
     }
+    // Before the cut: the references a killed writer left from the first row
+    // not kept on must not be freed by the next write there (`super::vlen`).
+    super::vlen::clear_past(&ds.path, confirmed)
+        .ctx(p, || "clear dataset `path` past the confirmed rows".into())?;
     if found != confirmed {
         tracing::warn!(
             file = %p.display(),
@@ -60,6 +64,8 @@ pub(super) fn open_existing(
         let d = file
             .dataset("label_names")
             .ctx(p, || "open dataset `label_names`".into())?;
+        super::vlen::clear_past(&d, d.size())
+            .ctx(p, || "clear dataset `label_names` past its end".into())?;
         let names = d
             .read_raw::<VarLenUnicode>()
             .ctx(p, || "read dataset `label_names`".into())?;
