@@ -35,6 +35,7 @@ pub mod compute;
 pub mod config;
 pub mod decode;
 pub mod dsp;
+pub mod model;
 pub mod pipeline;
 pub mod reader;
 pub mod runtime;

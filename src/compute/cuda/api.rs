@@ -238,7 +238,7 @@ pub fn cufft() -> Result<Cufft, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Builds a shared object from C source `src` with the system `cc`.
@@ -258,7 +258,9 @@ mod tests {
         so
     }
 
-    fn load_fake(name: &'static str, src: &str) -> String {
+    /// Loads the shared object built from `src` as library `name` (the
+    /// NVRTC test in `nvrtc` uses it too).
+    pub(in crate::compute::cuda) fn load_fake(name: &'static str, src: &str) -> String {
         let so = fake_library(name, src);
         let lib = libs::Lib {
             name,
@@ -292,36 +294,5 @@ mod tests {
         );
         let e = Cufft::load(&path).unwrap_err();
         assert!(e.contains("it lacks cufftGetVersion, cufftPlan1d"), "{e}");
-    }
-
-    /// A complete NVRTC of version 13.0 that knows sm_75 and sm_80 only:
-    /// the calls go through the resolved pointers, the version check refuses
-    /// it under a CUDA 12 driver, and an sm_90 device gets PTX for sm_80.
-    #[test]
-    fn a_fake_nvrtc_answers_through_the_resolved_entry_points() {
-        let mut src = String::from(
-            "int nvrtcVersion(int* a, int* b) { *a = 13; *b = 0; return 0; }\n\
-             int nvrtcGetNumSupportedArchs(int* n) { *n = 2; return 0; }\n\
-             int nvrtcGetSupportedArchs(int* v) { v[0] = 75; v[1] = 80; return 0; }\n\
-             const char* nvrtcGetErrorString(int r) { return r ? \"NVRTC_ERROR_FAKE\" : \"ok\"; }\n",
-        );
-        for s in NVRTC_SYMBOLS {
-            if !src.contains(&format!(" {s}(")) {
-                src.push_str(&format!("int {s}(void) {{ return 7; }}\n"));
-            }
-        }
-        let path = load_fake("libnvrtc-fake13", &src);
-        let n = Nvrtc::load(&path).unwrap();
-        let v = n.library_version().unwrap();
-        assert_eq!(v, (13, 0));
-        assert!(crate::compute::cuda::nvrtc::check_versions(v, 12080).is_err());
-        assert!(crate::compute::cuda::nvrtc::check_versions(v, 13000).is_ok());
-        let archs = n.supported_archs().unwrap();
-        assert_eq!(archs, [75, 80]);
-        assert_eq!(
-            crate::compute::cuda::nvrtc::pick_target(90, &archs),
-            Ok(crate::compute::cuda::nvrtc::Target::Compute(80))
-        );
-        assert_eq!(n.describe(6), "NVRTC_ERROR_FAKE");
     }
 }

@@ -18,7 +18,8 @@ use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys};
 
-use super::libs;
+use super::gpu::Gpu;
+use super::{kernels, libs, real};
 
 /// Driver entry points the backend calls (cudarc resolves them lazily and
 /// panics on a missing one, so they are checked up front).
@@ -63,34 +64,6 @@ pub const SYMBOLS: &[&str] = &[
     "cuGraphDestroy",
     "cuGraphExecDestroy",
 ];
-
-/// The device the backend will use (ordinal 0).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Gpu {
-    pub name: String,
-    /// Compute capability (major, minor).
-    pub cc: (i32, i32),
-    pub devices: i32,
-    /// e.g. 12040 for CUDA 12.4.
-    pub driver_version: i32,
-    /// PCI address `dddd:bb:dd.0`, for placing threads near the GPU.
-    pub pci_bus_id: String,
-}
-
-impl std::fmt::Display for Gpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} (sm_{}{}, driver CUDA {}.{}, {} device(s))",
-            self.name,
-            self.cc.0,
-            self.cc.1,
-            self.driver_version / 1000,
-            self.driver_version % 1000 / 10,
-            self.devices
-        )
-    }
-}
 
 /// Oldest driver API the backend is written against (CUDA 12.0).
 pub const MIN_DRIVER: i32 = 12000;
@@ -209,10 +182,8 @@ pub fn probe() -> Result<Gpu, Unavailable> {
         .get_or_init(|| {
             probe_uncached()
                 .and_then(|gpu| {
-                    let image = super::backend::compile_kernels(&gpu)
-                        .map_err(|e| e.to_string())?
-                        .0;
-                    let dev = super::real::CudaDevice::open(gpu.clone(), &image)
+                    let image = kernels::compile_kernels(&gpu).map_err(|e| e.to_string())?.0;
+                    let dev = real::CudaDevice::open(gpu.clone(), &image)
                         .map_err(|e| format!("CUDA device start-up failed: {e}"))?;
                     drop(dev);
                     Ok(gpu)

@@ -5,6 +5,9 @@
 //!   `cuInit`, device count, libnvrtc/libcufft ([`libs`] finds and preloads
 //!   them). Nothing calls into cudarc before the probe said yes: with dynamic
 //!   loading cudarc panics on a missing library.
+//! * [`gpu`] — [`Gpu`], the device the probe found; [`kernels`] — the target
+//!   and the compiled image for it (what the probe and the stage's start
+//!   compile).
 //! * [`nvrtc`] — compiles the embedded `kernels/*.cu` for the device (CUBIN for
 //!   `sm_XY`), cached in memory and under `~/.cache/melforge`.
 //! * [`device`] — the [`device::Device`] trait: the operations of a batch;
@@ -45,6 +48,8 @@ pub mod backend;
 pub mod device;
 pub mod driver;
 pub mod feed;
+pub mod gpu;
+pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
 pub mod orchestrate;
@@ -69,7 +74,8 @@ mod tests_regress;
 pub use backend::{
     CudaOptions, CudaReport, CudaWorkers, default_decode_threads, start_cuda_workers,
 };
-pub use driver::{Gpu, Unavailable, driver_present, probe};
+pub use driver::{Unavailable, driver_present, probe};
+pub use gpu::Gpu;
 #[cfg(feature = "host-kernels")]
 pub use host_stage::start_host_double_workers;
 

@@ -326,6 +326,34 @@ pub fn compile_cached(file: &str, src: &str, target: Target) -> Result<Image, Er
 mod tests {
     use super::*;
 
+    /// A complete NVRTC of version 13.0 that knows sm_75 and sm_80 only:
+    /// the calls go through the resolved pointers, the version check refuses
+    /// it under a CUDA 12 driver, and an sm_90 device gets PTX for sm_80.
+    #[test]
+    fn a_fake_nvrtc_answers_through_the_resolved_entry_points() {
+        let mut src = String::from(
+            "int nvrtcVersion(int* a, int* b) { *a = 13; *b = 0; return 0; }\n\
+             int nvrtcGetNumSupportedArchs(int* n) { *n = 2; return 0; }\n\
+             int nvrtcGetSupportedArchs(int* v) { v[0] = 75; v[1] = 80; return 0; }\n\
+             const char* nvrtcGetErrorString(int r) { return r ? \"NVRTC_ERROR_FAKE\" : \"ok\"; }\n",
+        );
+        for s in api::NVRTC_SYMBOLS {
+            if !src.contains(&format!(" {s}(")) {
+                src.push_str(&format!("int {s}(void) {{ return 7; }}\n"));
+            }
+        }
+        let path = api::tests::load_fake("libnvrtc-fake13", &src);
+        let n = api::Nvrtc::load(&path).unwrap();
+        let v = n.library_version().unwrap();
+        assert_eq!(v, (13, 0));
+        assert!(check_versions(v, 12080).is_err());
+        assert!(check_versions(v, 13000).is_ok());
+        let archs = n.supported_archs().unwrap();
+        assert_eq!(archs, [75, 80]);
+        assert_eq!(pick_target(90, &archs), Ok(Target::Compute(80)));
+        assert_eq!(n.describe(6), "NVRTC_ERROR_FAKE");
+    }
+
     #[test]
     fn targets_and_cache_keys_are_stable() {
         assert_eq!(

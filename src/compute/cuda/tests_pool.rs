@@ -13,7 +13,7 @@ use super::double::Progress;
 use super::host_stage::start_host_double_workers_with;
 use crate::compute::cpu::HostMel;
 use crate::compute::{Outcome, Reject, Wiring};
-use crate::decode::clip::{Channels, Policy, Resample};
+use crate::decode::policy::{Channels, Policy, Resample};
 use crate::dsp::{Plan, Spec};
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::telemetry::Local;

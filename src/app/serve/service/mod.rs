@@ -491,7 +491,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
     let mut svc = Service::new(config_path, cfg)?;
     let server = control::Server::start(&svc.cfg.control, tx.clone())?;
     let endpoint = match svc.cfg.metrics.listen {
-        Some(addr) => Some(Endpoint::start(addr, metrics::from_service(tx.clone()))?),
+        Some(addr) => Some(Endpoint::start(
+            addr,
+            super::status::from_service(tx.clone()),
+        )?),
         None => None,
     };
     let (watch_tx, watch_rx) = mpsc::channel();
