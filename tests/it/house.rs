@@ -581,6 +581,41 @@ fn no_import_cycles_between_files_of_src() {
     );
 }
 
+#[test]
+fn no_public_fn_returns_a_string_error() {
+    let mut found = Vec::new();
+    for f in read_sources() {
+        let code = &f.code;
+        let mut from = 0;
+        while let Some(at) = code[from..].find("pub fn ").map(|p| from + p) {
+            from = at + 7;
+            // The signature runs to the body's `{` or a trait method's `;`.
+            let end = code[at..].find(['{', ';']).map_or(code.len(), |p| at + p);
+            let sig: String = code[at..end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join("");
+            let Some(ret) = sig.split("->").nth(1) else {
+                continue;
+            };
+            let ret = ret.split("where").next().unwrap_or(ret);
+            if ret.starts_with("Result<") && ret.ends_with(",String>") {
+                let line = code[..at].lines().count() + 1;
+                found.push(format!(
+                    "  {}:{line}: {}",
+                    f.rel,
+                    code[at..end].lines().next().unwrap_or("").trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "public functions returning Result<_, String>:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The checker itself on small inputs, so that a green run means the rules
 /// held, not that the parser saw nothing.
 #[test]

@@ -16,7 +16,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::libs;
+use super::libs::{self, LoadError};
 
 /// NVRTC entry points melforge calls.
 pub const NVRTC_SYMBOLS: &[&str] = &[
@@ -88,7 +88,11 @@ pub struct Cufft {
 }
 
 /// Resolves `names` in `loaded_as`; Err names every missing one.
-fn resolve(what: &str, loaded_as: &str, names: &[&str]) -> Result<Vec<*mut c_void>, String> {
+fn resolve(
+    what: &'static str,
+    loaded_as: &str,
+    names: &[&'static str],
+) -> Result<Vec<*mut c_void>, LoadError> {
     let mut found = Vec::with_capacity(names.len());
     let mut missing = Vec::new();
     for n in names {
@@ -100,10 +104,11 @@ fn resolve(what: &str, loaded_as: &str, names: &[&str]) -> Result<Vec<*mut c_voi
     if missing.is_empty() {
         Ok(found)
     } else {
-        Err(format!(
-            "{what} ({loaded_as}) is too old or incomplete: it lacks {}",
-            missing.join(", ")
-        ))
+        Err(LoadError::Incomplete {
+            what,
+            loaded_as: loaded_as.to_owned(),
+            missing,
+        })
     }
 }
 
@@ -121,7 +126,7 @@ unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
 
 impl Nvrtc {
     /// Every NVRTC entry point from the library loaded as `loaded_as`.
-    pub fn load(loaded_as: &str) -> Result<Nvrtc, String> {
+    pub fn load(loaded_as: &str) -> Result<Nvrtc, LoadError> {
         let p = resolve("libnvrtc", loaded_as, NVRTC_SYMBOLS)?;
         // SAFETY: each pointer is the symbol of the same index in
         // NVRTC_SYMBOLS, whose nvrtc.h signature is the field's type.
@@ -159,34 +164,37 @@ impl Nvrtc {
     }
 
     /// (major, minor) of the library.
-    pub fn library_version(&self) -> Result<(i32, i32), String> {
+    pub fn library_version(&self) -> Result<(i32, i32), LoadError> {
         let (mut a, mut b) = (0, 0);
         // SAFETY: valid out-pointers.
         match unsafe { (self.version)(&mut a, &mut b) } {
             0 => Ok((a, b)),
-            r => Err(format!("nvrtcVersion failed: {}", self.describe(r))),
+            r => Err(LoadError::Call {
+                call: "nvrtcVersion",
+                reason: self.describe(r),
+            }),
         }
     }
 
     /// The real architectures (`sm_XY` as XY) this NVRTC can compile for.
-    pub fn supported_archs(&self) -> Result<Vec<u32>, String> {
+    pub fn supported_archs(&self) -> Result<Vec<u32>, LoadError> {
         let mut n = 0;
         // SAFETY: valid out-pointer.
         let r = unsafe { (self.num_archs)(&mut n) };
         if r != 0 {
-            return Err(format!(
-                "nvrtcGetNumSupportedArchs failed: {}",
-                self.describe(r)
-            ));
+            return Err(LoadError::Call {
+                call: "nvrtcGetNumSupportedArchs",
+                reason: self.describe(r),
+            });
         }
         let mut v = vec![0 as c_int; usize::try_from(n).unwrap_or(0)];
         // SAFETY: `v` has room for the `n` entries NVRTC reported.
         let r = unsafe { (self.archs)(v.as_mut_ptr()) };
         if r != 0 {
-            return Err(format!(
-                "nvrtcGetSupportedArchs failed: {}",
-                self.describe(r)
-            ));
+            return Err(LoadError::Call {
+                call: "nvrtcGetSupportedArchs",
+                reason: self.describe(r),
+            });
         }
         Ok(v.into_iter()
             .filter_map(|a| u32::try_from(a).ok())
@@ -196,7 +204,7 @@ impl Nvrtc {
 
 impl Cufft {
     /// Every cuFFT entry point from the library loaded as `loaded_as`.
-    pub fn load(loaded_as: &str) -> Result<Cufft, String> {
+    pub fn load(loaded_as: &str) -> Result<Cufft, LoadError> {
         let p = resolve("libcufft", loaded_as, CUFFT_SYMBOLS)?;
         // SAFETY: each pointer is the symbol of the same index in
         // CUFFT_SYMBOLS, whose cufft.h signature is the field's type.
@@ -214,24 +222,24 @@ impl Cufft {
 
 /// The NVRTC functions of the libnvrtc [`libs::ensure`] finds (the probe
 /// asks first, for the driver's generation; the answer is cached).
-pub fn nvrtc() -> Result<Nvrtc, String> {
-    static FNS: std::sync::OnceLock<Result<Nvrtc, String>> = std::sync::OnceLock::new();
+pub fn nvrtc() -> Result<Nvrtc, LoadError> {
+    static FNS: std::sync::OnceLock<Result<Nvrtc, LoadError>> = std::sync::OnceLock::new();
     FNS.get_or_init(|| {
-        let found = libs::ensure(&libs::NVRTC).map_err(|e| e.to_string())?;
+        let found = libs::ensure(&libs::NVRTC)?;
         Nvrtc::load(&found.loaded_as)
     })
     .clone()
 }
 
 /// The cuFFT functions of the libcufft [`libs::ensure`] finds (cached).
-pub fn cufft() -> Result<Cufft, String> {
-    static FNS: std::sync::OnceLock<Result<Cufft, String>> = std::sync::OnceLock::new();
+pub fn cufft() -> Result<Cufft, LoadError> {
+    static FNS: std::sync::OnceLock<Result<Cufft, LoadError>> = std::sync::OnceLock::new();
     FNS.get_or_init(|| {
         // nvJitLink first, when present: some pip cuFFT builds need it.
         if let Err(e) = libs::ensure(&libs::NVJITLINK) {
             tracing::debug!(error = %e, "No libnvJitLink to preload.");
         }
-        let found = libs::ensure(&libs::CUFFT).map_err(|e| e.to_string())?;
+        let found = libs::ensure(&libs::CUFFT)?;
         Cufft::load(&found.loaded_as)
     })
     .clone()
@@ -284,7 +292,7 @@ pub(super) mod tests {
             }
         }
         let path = load_fake("libnvrtc-old", &src);
-        let e = Nvrtc::load(&path).unwrap_err();
+        let e = Nvrtc::load(&path).unwrap_err().to_string();
         assert_eq!(
             e,
             format!(
@@ -292,7 +300,7 @@ pub(super) mod tests {
                  nvrtcGetCUBIN"
             )
         );
-        let e = Cufft::load(&path).unwrap_err();
+        let e = Cufft::load(&path).unwrap_err().to_string();
         assert!(e.contains("it lacks cufftGetVersion, cufftPlan1d"), "{e}");
     }
 }

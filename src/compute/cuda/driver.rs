@@ -85,7 +85,8 @@ fn probe_uncached() -> Result<Gpu, String> {
     }
     // cudarc loads libcuda by its own list of names: make sure that is the
     // copy whose symbols were just checked (not a stub `libcuda.so`).
-    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))?;
+    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))
+        .map_err(|e| e.to_string())?;
     let mut version = 0;
     // SAFETY: libcuda is loaded and exports the symbol (checked above); the
     // out-pointer is valid.
@@ -142,12 +143,13 @@ fn probe_uncached() -> Result<Gpu, String> {
     libs::ensure(cufft_lib)
         .map_err(|e| format!("{e}; install the CUDA toolkit or {}", wheel("nvidia-cufft")))?;
     // Every NVRTC and cuFFT entry point, from the copies just found.
-    let nvrtc = super::api::nvrtc()?;
-    super::api::cufft()?;
-    let nv = nvrtc.library_version()?;
-    super::nvrtc::check_versions(nv, version)?;
+    let sentence = |e: libs::LoadError| e.to_string();
+    let nvrtc = super::api::nvrtc().map_err(sentence)?;
+    super::api::cufft().map_err(sentence)?;
+    let nv = nvrtc.library_version().map_err(sentence)?;
+    super::nvrtc::check_versions(nv, version).map_err(sentence)?;
     let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
-    super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?)
+    super::nvrtc::pick_target(sm, &nvrtc.supported_archs().map_err(sentence)?)
         .map_err(|e| format!("{e}; NVRTC {}.{} is too old for {name}", nv.0, nv.1))?;
     Ok(Gpu {
         name,

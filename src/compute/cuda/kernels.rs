@@ -13,12 +13,12 @@ use super::{Error, api, nvrtc};
 /// one NVRTC knows below it (`nvrtc::pick_target`); (image, seconds, whether
 /// every source came from the disk cache).
 pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Error> {
-    let n = api::nvrtc().map_err(Error::Unavailable)?;
+    let n = api::nvrtc().map_err(|e| Error::Unavailable(e.to_string()))?;
     let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
     let target = n
         .supported_archs()
         .and_then(|a| nvrtc::pick_target(sm, &a))
-        .map_err(Error::Unavailable)?;
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
     let t = Instant::now();
     let mut images = Vec::new();
     for (file, src) in nvrtc::SOURCES {
