@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use super::device::{
+use crate::compute::cuda::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
 };
