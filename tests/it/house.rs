@@ -45,12 +45,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// One source file of the library: where it is, which module it is, and its
-/// text with comments and literals blanked.
+/// Longest file allowed under `src/` (CONVENTIONS.md: "Small files").
+const MAX_LINES: usize = 800;
+
+/// One source file of the library: where it is, which module it is, its
+/// text with comments and literals blanked, and its raw line count.
 struct SourceFile {
     rel: String,
     module: Vec<String>,
     code: String,
+    lines: usize,
 }
 
 fn src_dir() -> PathBuf {
@@ -358,6 +362,7 @@ fn read_sources() -> Vec<SourceFile> {
             let text = fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {rel}: {e}"));
             SourceFile {
                 module: module_by_place(&rel),
+                lines: text.lines().count(),
                 code: blank_non_code(&text),
                 rel,
             }
@@ -582,6 +587,20 @@ fn no_import_cycles_between_files_of_src() {
 }
 
 #[test]
+fn no_file_of_src_is_over_800_lines() {
+    let long: Vec<String> = read_sources()
+        .iter()
+        .filter(|f| f.lines > MAX_LINES)
+        .map(|f| format!("  {} ({} lines)", f.rel, f.lines))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines in src/:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
 fn no_public_fn_returns_a_string_error() {
     let mut found = Vec::new();
     for f in read_sources() {
@@ -631,6 +650,7 @@ fn the_checker_sees_paths_through_comments_groups_and_inline_modules() {
         rel: "m/n.rs".into(),
         module: vec!["m".into(), "n".into()],
         code,
+        lines: 5,
     };
     let children = BTreeSet::from(["child".to_owned()]);
     let got: BTreeSet<String> = paths_of(&file, &children)
