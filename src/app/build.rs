@@ -348,7 +348,22 @@ fn walk(
     if let Some(s) = Stopped::check(0, plan.jobs.len() as u64, "files") {
         return Err(s.into());
     }
-    let plan = match shard {
+    let plan = shard_of(plan, shard);
+    tracing::info!(
+        files = plan.jobs.len(),
+        splits = plan.splits.len(),
+        labels = plan.label_names.len(),
+        input = %input.display(),
+        seconds = walk_s,
+        "Found the files to build."
+    );
+    Ok((plan, walk_rejected, walk_s))
+}
+
+/// This shard's share of the walk (rule in [`crate::app::merge::shard`]),
+/// or the whole walk.
+fn shard_of(plan: Plan, shard: Option<Shard>) -> Plan {
+    match shard {
         Some(s) => {
             let part = s.apply(&plan);
             tracing::info!(
@@ -360,16 +375,7 @@ fn walk(
             part
         }
         None => plan,
-    };
-    tracing::info!(
-        files = plan.jobs.len(),
-        splits = plan.splits.len(),
-        labels = plan.label_names.len(),
-        input = %input.display(),
-        seconds = walk_s,
-        "Found the files to build."
-    );
-    Ok((plan, walk_rejected, walk_s))
+    }
 }
 
 /// What the writer thread returns: the report and rejections, or `None`
