@@ -3,7 +3,7 @@
 //! (`kernels/mel.cu`) for the host through the emulation header
 //! (`kernels/host_launch.cpp` includes `kernels/shim/host_cuda.h`, then `mel.cu`)
 //! into a static library linked into the crate, so tests run the real kernel
-//! source on the CPU (`src/compute/cuda/host.rs`). NVRTC compiles the same
+//! source on the CPU (`src/compute/cuda/testing/host.rs`). NVRTC compiles the same
 //! `mel.cu` for the device at run time; nothing here needs a CUDA toolkit.
 //!
 //! Without the feature (`cargo build`, `cargo run`, `cargo install`) this does

@@ -1,6 +1,6 @@
 // Host build of kernels/mel.cu: the shim first, then the real kernel source, then
 // one `extern "C" void host_<kernel>(dim3 grid, dim3 block, params...)` per kernel
-// (src/compute/cuda/host.rs declares and calls them). Compiled by build.rs.
+// (src/compute/cuda/testing/host.rs declares and calls them). Compiled by build.rs.
 #include "shim/host_cuda.h"
 
 #include "mel.cu"

@@ -2,14 +2,19 @@
 //! (`build`) and a daemon (`serve`) that run the same stage graph.
 //!
 //! One process, one thread per role, bounded lock-free rings between them
-//! (docs/ARCHITECTURE.md draws the same picture):
+//! (docs/ARCHITECTURE.md draws the same picture); threads per stage in
+//! brackets, `cores` = the available parallelism:
 //!
 //! ```text
-//!  source ──ReadJob──▶ reader ──Loaded──▶ compute ──Outcome──▶ sink ──▶ <split>.h5
-//!  walk (build)        io_uring | std      cpu workers |          build writer (sorted rows)
-//!  inotify (serve)     registered arena    cuda stage             SWMR appender (serve)
+//!  source ──ReadJob──▶ readers ──Loaded──▶ compute ───────────────Outcome──▶ sink ──▶ <split>.h5
+//!  [1] walk (build)    [io.threads; auto:  cpu: [compute.workers;           [1] build writer
+//!  serve: its loop      cores/8, 1..4]     0 = cores] workers, or           (sorted rows, direct
+//!  (inotify, rescans)   io_uring | std     cuda: decode pool                 chunks), or serve's
+//!                       registered arena   [cores − readers − 1, ≥ 1]        loop: SWMR appenders
+//!                                          ──Fed──▶ [1] cuda stage
 //!                         ▲                   │  ▲                  │
 //!                         └─ extents/buffers ─┘  └─── free rows ────┘
+//!  [1] probe while build starts (backend choice beside the walk)
 //!  control socket + signals ──Command──▶ serve loop      telemetry ◀── every stage
 //! ```
 //!
@@ -17,12 +22,16 @@
 //!   `io.pin`), compute start (backend choice and its reason), rings,
 //!   telemetry; a command brings only its source and its [`writer::Sink`].
 //! * Stages: [`source`] (sorted walk, split/label rule), [`reader`] (io_uring
-//!   engine, std fallback, arena), [`decode`] (WAV), [`dsp`] (librosa-exact
+//!   engine, std fallback, arena), [`decode`] (WAV, FLAC, resampling, the
+//!   decode pool's staging), [`dsp`] (librosa-exact
 //!   log-mel), [`compute`] (CPU workers, CUDA stage; [`compute::Reject`] for
 //!   per-file outcomes), [`writer`] (the only HDF5 caller: build files and
 //!   SWMR appends behind [`writer::Sink`]).
 //! * [`runtime`]: rings with producer guards, thread placement, telemetry,
 //!   raw syscalls ([`runtime::sys`]).
+//! * [`model`]: the vocabulary two layers share (rejection kinds, dtype,
+//!   on-success policy), below both, so no file imports another in a loop
+//!   (`tests/it/house.rs` checks the file graph).
 //! * [`config`]: TOML → validated [`config::Config`], one file per section.
 //! * [`app`]: the commands — build, serve (journal, status, reload, rebuild),
 //!   control socket and `ctl`, bench io, synth; [`cli`] parses the command
@@ -35,6 +44,7 @@ pub mod compute;
 pub mod config;
 pub mod decode;
 pub mod dsp;
+pub mod model;
 pub mod pipeline;
 pub mod reader;
 pub mod runtime;

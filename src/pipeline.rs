@@ -172,7 +172,7 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
 /// else a 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz
 /// stereo when `input.resample` is on: the source rate is then unknown).
 pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
-    use crate::decode::clip::{Channels, Resample};
+    use crate::decode::policy::{Channels, Resample};
     let readers = cfg.io.threads.max(1) as u64;
     let compute = match target {
         compute::Target::Cpu => cfg.compute.workers.max(1),

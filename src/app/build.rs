@@ -295,6 +295,33 @@ struct Planned {
 /// The walk (and this shard's share of it), the rejections it found, the
 /// output plan and the writer's `.partial` files.
 fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<Planned, Error> {
+    let (mut plan, walk_rejected, walk_s) = walk(input, cfg, shard)?;
+    std::fs::create_dir_all(out).map_err(|source| Error::Output {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let output = output_plan(out, input, cfg, &plan, shard);
+    let writer = match shard {
+        Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
+        None => DatasetWriter::create(output)?,
+    };
+    let jobs = std::mem::take(&mut plan.jobs);
+    Ok(Planned {
+        jobs,
+        open: plan,
+        walk_rejected,
+        writer,
+        walk_s,
+    })
+}
+
+/// The sorted walk of `input` (this shard's share of it), the rejections it
+/// found, and its seconds. An empty walk, or a stop during it, is an error.
+fn walk(
+    input: &Path,
+    cfg: &Config,
+    shard: Option<Shard>,
+) -> Result<(Plan, Vec<Rejection>, f64), Error> {
     let t = Instant::now();
     let plan = source::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
         path: input.to_path_buf(),
@@ -321,7 +348,22 @@ fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<
     if let Some(s) = Stopped::check(0, plan.jobs.len() as u64, "files") {
         return Err(s.into());
     }
-    let mut plan = match shard {
+    let plan = shard_of(plan, shard);
+    tracing::info!(
+        files = plan.jobs.len(),
+        splits = plan.splits.len(),
+        labels = plan.label_names.len(),
+        input = %input.display(),
+        seconds = walk_s,
+        "Found the files to build."
+    );
+    Ok((plan, walk_rejected, walk_s))
+}
+
+/// This shard's share of the walk (rule in [`crate::app::merge::shard`]),
+/// or the whole walk.
+fn shard_of(plan: Plan, shard: Option<Shard>) -> Plan {
+    match shard {
         Some(s) => {
             let part = s.apply(&plan);
             tracing::info!(
@@ -333,32 +375,7 @@ fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<
             part
         }
         None => plan,
-    };
-    tracing::info!(
-        files = plan.jobs.len(),
-        splits = plan.splits.len(),
-        labels = plan.label_names.len(),
-        input = %input.display(),
-        seconds = walk_s,
-        "Found the files to build."
-    );
-    std::fs::create_dir_all(out).map_err(|source| Error::Output {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    let output = output_plan(out, input, cfg, &plan, shard);
-    let writer = match shard {
-        Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
-        None => DatasetWriter::create(output)?,
-    };
-    let jobs = std::mem::take(&mut plan.jobs);
-    Ok(Planned {
-        jobs,
-        open: plan,
-        walk_rejected,
-        writer,
-        walk_s,
-    })
+    }
 }
 
 /// What the writer thread returns: the report and rejections, or `None`
@@ -400,16 +417,7 @@ fn start(
     // half ring, so hand-overs are rare), but not the whole walk: each queued
     // job holds its path, and a build's memory must not grow with its size.
     let queue_ahead = jobs.len().min(4096);
-    // `io.direct = "auto"` is settled here, where the inputs are known.
-    let read_mode = cache::choose(cfg.io.direct, jobs.len(), |i| open.open_path(&jobs[i]));
-    tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
-    let mut run_cfg = cfg.clone();
-    run_cfg.io.typical_file_bytes = read_mode.typical_bytes;
-    run_cfg.io.direct = if read_mode.direct {
-        Direct::Always
-    } else {
-        Direct::Never
-    };
+    let (read_mode, run_cfg) = choose_read_mode(cfg, &jobs, &open);
     let p = Arc::new(Pipeline::start_reading(
         &run_cfg,
         &mut probe,
@@ -418,15 +426,7 @@ fn start(
     )?);
     let paths = Arc::clone(&open.paths);
     let jobs: Arc<[Job]> = jobs.into();
-    // The writer holds rows that arrive before their predecessors; the window
-    // bounds how many (`runtime::window`): twice what the stages hold (reads
-    // in flight and loaded per reader, the CPU workers' files or two CUDA
-    // batches — the larger while the backend is still being chosen — and the
-    // rows queued for the writer).
-    let computing = cfg.compute.workers.max(2 * cfg.compute.batch_files);
-    let window = Arc::new(Window::new(
-        2 * (2 * cfg.io.queue_depth * cfg.io.threads.max(1) + computing + cfg.compute.queue_depth),
-    ));
+    let window = reorder_window(cfg);
     let source = spawn_source(&p, &jobs, open, &window).inspect_err(|_| p.abort())?;
     let writer = spawn_writer(&p, &jobs, paths, writer, &window);
     let writer = match writer {
@@ -437,7 +437,7 @@ fn start(
             return Err(e);
         }
     };
-    let mut running = Running {
+    let running = Running {
         p,
         jobs,
         source,
@@ -447,6 +447,46 @@ fn start(
         walk_rejected,
         walk_s,
     };
+    start_compute(running, cfg, probe, started)
+}
+
+/// `io.direct = "auto"` is settled here, where the inputs are known: the
+/// read mode, and the config the readers start with (its typical file size
+/// and a definite `io.direct`).
+fn choose_read_mode(cfg: &Config, jobs: &[Job], open: &Plan) -> (cache::ReadMode, Config) {
+    let read_mode = cache::choose(cfg.io.direct, jobs.len(), |i| open.open_path(&jobs[i]));
+    tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
+    let mut run_cfg = cfg.clone();
+    run_cfg.io.typical_file_bytes = read_mode.typical_bytes;
+    run_cfg.io.direct = if read_mode.direct {
+        Direct::Always
+    } else {
+        Direct::Never
+    };
+    (read_mode, run_cfg)
+}
+
+/// The writer holds rows that arrive before their predecessors; the window
+/// bounds how many (`runtime::window`): twice what the stages hold (reads
+/// in flight and loaded per reader, the CPU workers' files or two CUDA
+/// batches — the larger while the backend is still being chosen — and the
+/// rows queued for the writer).
+fn reorder_window(cfg: &Config) -> Arc<Window> {
+    let computing = cfg.compute.workers.max(2 * cfg.compute.batch_files);
+    Arc::new(Window::new(
+        2 * (2 * cfg.io.queue_depth * cfg.io.threads.max(1) + computing + cfg.compute.queue_depth),
+    ))
+}
+
+/// The compute stage (the backend the probe chose), beside the first reads,
+/// then the `[metrics] listen` endpoint. A failure stops the readers, source
+/// and writer of `running` before it is returned.
+fn start_compute(
+    mut running: Running,
+    cfg: &Config,
+    probe: compute::Probe,
+    started: Instant,
+) -> Result<Running, Error> {
     let compute = running.p.start_compute(probe).map_err(Error::from);
     // `[metrics] listen`: scrapes read the graph's published telemetry.
     let endpoint = compute.and_then(|()| match cfg.metrics.listen {
@@ -543,15 +583,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         walk_s,
     } = running;
     let telemetry = Arc::clone(p.telemetry());
-    let mut progress = Reporter::start(opts.progress, jobs.len() as u64, started);
-    while !writer.is_finished() {
-        progress.tick(&telemetry);
-        if interrupt::requested().is_some() {
-            p.abort();
-        }
-        std::thread::sleep(progress.poll_interval());
-    }
-    progress.finish(&telemetry);
+    show_progress(&p, &writer, opts, jobs.len() as u64, started);
     let written = writer.join().map_err(|_| Error::Panicked("writer"))?;
     source.join().map_err(|_| Error::Panicked("source"))?;
     drop(endpoint); // joins the metrics thread, which holds the pipeline
@@ -582,12 +614,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
     if let Some(s) = stopped(finished()) {
         return Err(s.into());
     }
-    for r in walk_rejected {
-        report.files_rejected += 1;
-        *report.rejected_by_kind.entry(r.kind).or_default() += 1;
-        rejected.push(r);
-    }
-    rejected.sort_by(|a, b| a.path.cmp(&b.path));
+    add_walk_rejections(&mut report, &mut rejected, walk_rejected);
     Ok(Outcomes {
         engine: shape.engine,
         cuda: cuda_report,
@@ -605,6 +632,40 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         rejected_log: PathBuf::new(),
         report,
     })
+}
+
+/// The progress display until the writer is done; a signal aborts the graph.
+fn show_progress(
+    p: &Pipeline,
+    writer: &std::thread::JoinHandle<Written>,
+    opts: &Options,
+    total: u64,
+    started: Instant,
+) {
+    let telemetry = p.telemetry();
+    let mut progress = Reporter::start(opts.progress, total, started);
+    while !writer.is_finished() {
+        progress.tick(telemetry);
+        if interrupt::requested().is_some() {
+            p.abort();
+        }
+        std::thread::sleep(progress.poll_interval());
+    }
+    progress.finish(telemetry);
+}
+
+/// The walk's rejections join the writer's, counted, in path order.
+fn add_walk_rejections(
+    report: &mut Report,
+    rejected: &mut Vec<Rejection>,
+    walk_rejected: Vec<Rejection>,
+) {
+    for r in walk_rejected {
+        report.files_rejected += 1;
+        *report.rejected_by_kind.entry(r.kind).or_default() += 1;
+        rejected.push(r);
+    }
+    rejected.sort_by(|a, b| a.path.cmp(&b.path));
 }
 
 /// Writes `rejected.jsonl` (or the shard's) and returns the outcomes with

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::decode::{clip, flac, wav};
+pub use crate::model::RejectKind;
 use crate::reader;
 
 /// One file's result, addressed by the job id its source gave it.
@@ -44,71 +45,6 @@ pub enum Reject {
     /// file of the failed batches).
     #[error("CUDA backend failed: {0}")]
     Device(Arc<str>),
-}
-
-/// The kinds rejections are counted by (`rejected_by_kind`, metrics).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RejectKind {
-    /// Could not be opened, stat'ed or read.
-    Unreadable,
-    /// Not a regular file.
-    NotAFile,
-    /// Larger than `io.max_file_bytes`, the read arena or a CUDA batch.
-    TooLarge,
-    /// Changed size while it was read.
-    Changed,
-    /// Not a well-formed WAV file (truncated, inconsistent or missing chunks).
-    Malformed,
-    /// A WAV file in a format melforge does not decode (codec, depth, RF64).
-    Unsupported,
-    /// A sample rate other than `mel.sample_rate`.
-    SampleRate,
-    /// The compute device failed.
-    Device,
-    /// A path that cannot be a row's `path`: a name that is not valid UTF-8.
-    BadPath,
-}
-
-impl RejectKind {
-    /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 9] = [
-        RejectKind::Unreadable,
-        RejectKind::NotAFile,
-        RejectKind::TooLarge,
-        RejectKind::Changed,
-        RejectKind::Malformed,
-        RejectKind::Unsupported,
-        RejectKind::SampleRate,
-        RejectKind::Device,
-        RejectKind::BadPath,
-    ];
-
-    /// The snake_case name used in JSON, logs and metrics labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            RejectKind::Unreadable => "unreadable",
-            RejectKind::NotAFile => "not_a_file",
-            RejectKind::TooLarge => "too_large",
-            RejectKind::Changed => "changed",
-            RejectKind::Malformed => "malformed",
-            RejectKind::Unsupported => "unsupported",
-            RejectKind::SampleRate => "sample_rate",
-            RejectKind::Device => "device",
-            RejectKind::BadPath => "bad_path",
-        }
-    }
-
-    /// Position in [`RejectKind::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl std::fmt::Display for RejectKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 impl Reject {

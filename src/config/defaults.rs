@@ -17,8 +17,8 @@
 //! keys.
 
 use crate::dsp::Spec;
+use crate::model::Dtype;
 use crate::runtime::pin::PinPolicy;
-use crate::writer::Dtype;
 
 /// `[mel]` and `[segmentation]`.
 pub mod mel {
@@ -129,7 +129,7 @@ pub mod serve {
     /// `serve.ignore`.
     pub const IGNORE: &[&str] = &["*.part", "*.tmp"];
     /// `serve.on_success`.
-    pub const ON_SUCCESS: crate::config::serve::OnSuccess = crate::config::serve::OnSuccess::Keep;
+    pub const ON_SUCCESS: crate::model::OnSuccess = crate::model::OnSuccess::Keep;
     /// `serve.compact_tail_entries`: files committed since the last journal
     /// compaction (about 2.5 MiB of tail in memory).
     pub const COMPACT_TAIL_ENTRIES: u64 = 65_536;
@@ -139,7 +139,7 @@ pub mod serve {
 
 /// `[input]`.
 pub mod input {
-    use crate::decode::clip::{Channels, Resample};
+    use crate::decode::policy::{Channels, Resample};
 
     /// `input.extensions` (matched case-insensitively).
     pub const EXTENSIONS: &[&str] = &["wav", "flac"];

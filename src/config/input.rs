@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::{Ctx, Error, defaults};
-use crate::decode::clip::{Channels, Policy, Resample};
+use crate::decode::policy::{Channels, Policy, Resample};
 
 /// `[input]` as written by users.
 #[derive(Debug, Default, Deserialize)]

@@ -257,7 +257,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::Dtype;
+    use crate::model::Dtype;
 
     #[test]
     fn empty_text_gives_the_reference_defaults() {

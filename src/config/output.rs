@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use super::{Ctx, Error, defaults};
-use crate::writer::Dtype;
+use crate::model::Dtype;
 
 /// `[output]` as written by users.
 #[derive(Debug, Default, Deserialize)]
@@ -47,7 +47,7 @@ impl OutputConfig {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::writer::Dtype;
+    use crate::model::Dtype;
 
     #[test]
     fn dtype_and_chunk_files_are_read_and_zero_chunks_rejected() {

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::model::OnSuccess;
+
 use super::defaults;
 
 /// `[serve]` as written by users.
@@ -44,15 +46,6 @@ pub struct RawServe {
     /// …or once the journal file is this large, in bytes (default
     /// [`defaults::serve::COMPACT_JOURNAL_BYTES`]).
     pub compact_journal_bytes: Option<u64>,
-}
-
-/// What to do with a file once its row is durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnSuccess {
-    Keep,
-    Move,
-    Delete,
 }
 
 /// Validated `[serve]`.

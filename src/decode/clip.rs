@@ -20,67 +20,9 @@
 //! (it decodes them on the device) and which it must decode here.
 
 use super::flac;
+pub use super::policy::{Channels, Policy, Resample};
 use super::resample::{self, Resampler};
 use super::wav::{self, ByteStr, WavInfo};
-
-/// `input.resample`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Resample {
-    /// A rate other than the target is rejected (both rates named).
-    Off,
-    /// libsoxr HQ, as `librosa.load(..., sr=target)` (res_type `soxr_hq`).
-    SoxrHq,
-}
-
-impl Resample {
-    /// The config value: "off" | "soxr_hq".
-    pub fn name(self) -> &'static str {
-        match self {
-            Resample::Off => "off",
-            Resample::SoxrHq => "soxr_hq",
-        }
-    }
-}
-
-/// `input.channels`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Channels {
-    /// The mean of the channels (librosa's `mono=True`).
-    Mean,
-    /// Channel 0 only.
-    First,
-    /// A file with more than one channel is rejected.
-    Reject,
-}
-
-impl Channels {
-    /// The config value: "mean" | "first" | "reject".
-    pub fn name(self) -> &'static str {
-        match self {
-            Channels::Mean => "mean",
-            Channels::First => "first",
-            Channels::Reject => "reject",
-        }
-    }
-}
-
-/// How files become clips (the decoding half of `[input]`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Policy {
-    pub resample: Resample,
-    pub channels: Channels,
-}
-
-impl Default for Policy {
-    fn default() -> Policy {
-        Policy {
-            resample: Resample::Off,
-            channels: Channels::Mean,
-        }
-    }
-}
 
 /// Why a file yields no clip. `Display` is a sentence fragment without the path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -30,7 +30,7 @@ use symphonia::core::io::MediaSourceStream;
 use symphonia::default::codecs::FlacDecoder;
 use symphonia::default::formats::FlacReader;
 
-use super::clip::Channels;
+use super::policy::Channels;
 use super::wav::ByteStr;
 
 /// The FLAC stream marker.

@@ -298,7 +298,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::clip::{Channels, Resample};
+    use crate::decode::policy::{Channels, Resample};
 
     #[test]
     fn slots_are_adjacent_exclusive_and_come_back_on_drop() {

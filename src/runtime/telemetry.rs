@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::compute::RejectKind;
+use crate::model::RejectKind;
 use crate::runtime::clock;
 use crate::runtime::ring::RingStats;
 

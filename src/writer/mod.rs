@@ -70,35 +70,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::dsp::Spec;
+pub use crate::model::Dtype;
 use chunk::ChunkBuf;
 use h5::{Header, SplitFile};
 pub use sink::{Placed, Sink};
-
-/// Element type of the `mel` dataset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    Float32,
-    Float16,
-}
-
-impl Dtype {
-    /// The config / attribute spelling: `"float32"` or `"float16"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::Float32 => "float32",
-            Dtype::Float16 => "float16",
-        }
-    }
-
-    /// Bytes per stored value.
-    pub fn size(self) -> usize {
-        match self {
-            Dtype::Float32 => 4,
-            Dtype::Float16 => 2,
-        }
-    }
-}
 
 /// The files of one split, in sorted path order; a file's index is its `seq`.
 #[derive(Clone, Debug)]

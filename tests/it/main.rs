@@ -7,6 +7,7 @@ mod control;
 mod crash;
 mod cuda;
 mod golden;
+mod house;
 mod input;
 mod interrupt;
 mod metrics;

@@ -34,7 +34,7 @@ use crate::pipeline::RingDepth;
 use crate::runtime::telemetry::BusySeconds;
 
 pub use endpoint::{Endpoint, Error, Source};
-pub use source::{from_pipeline, from_service};
+pub use source::from_pipeline;
 
 /// Upper bounds (seconds) of the drop→commit histogram's buckets: from one
 /// short flush interval to well past any sane one.

@@ -8,10 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::app::metrics::{Journal, Snapshot};
+use crate::app::control::{self, Command, Origin, Replier, Request};
+use crate::app::metrics::{Journal, Snapshot, Source};
 use crate::compute::RejectKind;
 use crate::pipeline::RingDepth;
 use crate::runtime::telemetry::{BusySeconds, Report};
@@ -123,4 +126,36 @@ impl Stats {
             degraded: self.degraded.is_some(),
         }
     }
+}
+
+/// How long a scrape waits for the service loop (which answers within a few
+/// milliseconds unless it is stuck in a flush).
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// Snapshots from the serve loop behind `tx`.
+pub fn from_service(tx: control::Sender) -> Source {
+    // mpsc::Sender is Send but not Sync; the endpoint calls from one thread.
+    let tx = Mutex::new(tx);
+    Box::new(move || {
+        let (reply, rx) = Replier::new();
+        let req = Request {
+            cmd: Command::Stats,
+            origin: Origin::Metrics,
+            reply: Some(reply),
+        };
+        tx.lock()
+            .map_err(|_| "the metrics thread panicked before".to_string())?
+            .send(req)
+            .map_err(|_| "the service is shutting down".to_string())?;
+        let reply = rx
+            .recv_timeout(ANSWER_WITHIN)
+            .map_err(|_| "the service did not answer in time".to_string())?;
+        if !reply.is_ok() {
+            return Err(format!("the service answered {}", reply.to_line()));
+        }
+        let value = serde_json::Value::Object(reply.as_map().clone());
+        let stats: Stats = serde_json::from_value(value)
+            .map_err(|e| format!("cannot read the stats reply: {e}"))?;
+        Ok(stats.snapshot())
+    })
 }

@@ -44,12 +44,13 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 
 use super::device::Device;
-use super::driver::Gpu;
 use super::feed::{Fed, FedKind, Feed, FeedWiring};
+use super::gpu::Gpu;
+use super::kernels::compile_kernels;
 use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Staged};
 use super::recipe::MelRecipe;
 use super::tables::Tables;
-use super::{Error, nvrtc, real};
+use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::pool::{Clip, Staging};
 use crate::dsp::Plan;
@@ -175,30 +176,6 @@ impl Drop for Held {
             let _full = free.push(v);
         }
     }
-}
-
-/// The kernels for `gpu`: CUBIN for its architecture, or PTX for the newest
-/// one NVRTC knows below it (`nvrtc::pick_target`); (image, seconds, whether
-/// every source came from the disk cache).
-pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Error> {
-    let n = super::api::nvrtc().map_err(Error::Unavailable)?;
-    let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
-    let target = n
-        .supported_archs()
-        .and_then(|a| nvrtc::pick_target(sm, &a))
-        .map_err(Error::Unavailable)?;
-    let t = Instant::now();
-    let mut images = Vec::new();
-    for (file, src) in nvrtc::SOURCES {
-        images.push(nvrtc::compile_cached(file, src, target)?);
-    }
-    let compile_s = t.elapsed().as_secs_f64();
-    let from_cache = images.iter().all(|i| i.from_disk_cache);
-    let image = images
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Unavailable("no kernel sources".into()))?;
-    Ok((image, compile_s, from_cache))
 }
 
 /// Starts the CUDA stage on the GPU `gpu` found by `driver::probe`.

@@ -5,7 +5,7 @@
 //! * [`super::real::CudaDevice`]: the CUDA driver API through cudarc (context,
 //!   streams, events, graphs, NVRTC module, cuFFT), only constructed after
 //!   [`super::driver::probe`] proved a driver and a device exist;
-//! * `super::double::HostDouble` (feature `host-kernels`): host memory, a log of
+//! * `super::testing::double::HostDouble` (feature `host-kernels`): host memory, a log of
 //!   every call in order, and per-stream queues whose work executes *later*
 //!   (seeded), so the orchestration's ordering claims can be tested on a
 //!   machine without a GPU.

@@ -18,7 +18,8 @@ use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys};
 
-use super::libs;
+use super::gpu::Gpu;
+use super::{kernels, libs, real};
 
 /// Driver entry points the backend calls (cudarc resolves them lazily and
 /// panics on a missing one, so they are checked up front).
@@ -64,34 +65,6 @@ pub const SYMBOLS: &[&str] = &[
     "cuGraphExecDestroy",
 ];
 
-/// The device the backend will use (ordinal 0).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Gpu {
-    pub name: String,
-    /// Compute capability (major, minor).
-    pub cc: (i32, i32),
-    pub devices: i32,
-    /// e.g. 12040 for CUDA 12.4.
-    pub driver_version: i32,
-    /// PCI address `dddd:bb:dd.0`, for placing threads near the GPU.
-    pub pci_bus_id: String,
-}
-
-impl std::fmt::Display for Gpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} (sm_{}{}, driver CUDA {}.{}, {} device(s))",
-            self.name,
-            self.cc.0,
-            self.cc.1,
-            self.driver_version / 1000,
-            self.driver_version % 1000 / 10,
-            self.devices
-        )
-    }
-}
-
 /// Oldest driver API the backend is written against (CUDA 12.0).
 pub const MIN_DRIVER: i32 = 12000;
 
@@ -112,7 +85,8 @@ fn probe_uncached() -> Result<Gpu, String> {
     }
     // cudarc loads libcuda by its own list of names: make sure that is the
     // copy whose symbols were just checked (not a stub `libcuda.so`).
-    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))?;
+    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))
+        .map_err(|e| e.to_string())?;
     let mut version = 0;
     // SAFETY: libcuda is loaded and exports the symbol (checked above); the
     // out-pointer is valid.
@@ -169,12 +143,13 @@ fn probe_uncached() -> Result<Gpu, String> {
     libs::ensure(cufft_lib)
         .map_err(|e| format!("{e}; install the CUDA toolkit or {}", wheel("nvidia-cufft")))?;
     // Every NVRTC and cuFFT entry point, from the copies just found.
-    let nvrtc = super::api::nvrtc()?;
-    super::api::cufft()?;
-    let nv = nvrtc.library_version()?;
-    super::nvrtc::check_versions(nv, version)?;
+    let sentence = |e: libs::LoadError| e.to_string();
+    let nvrtc = super::api::nvrtc().map_err(sentence)?;
+    super::api::cufft().map_err(sentence)?;
+    let nv = nvrtc.library_version().map_err(sentence)?;
+    super::nvrtc::check_versions(nv, version).map_err(sentence)?;
     let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
-    super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?)
+    super::nvrtc::pick_target(sm, &nvrtc.supported_archs().map_err(sentence)?)
         .map_err(|e| format!("{e}; NVRTC {}.{} is too old for {name}", nv.0, nv.1))?;
     Ok(Gpu {
         name,
@@ -209,10 +184,8 @@ pub fn probe() -> Result<Gpu, Unavailable> {
         .get_or_init(|| {
             probe_uncached()
                 .and_then(|gpu| {
-                    let image = super::backend::compile_kernels(&gpu)
-                        .map_err(|e| e.to_string())?
-                        .0;
-                    let dev = super::real::CudaDevice::open(gpu.clone(), &image)
+                    let image = kernels::compile_kernels(&gpu).map_err(|e| e.to_string())?.0;
+                    let dev = real::CudaDevice::open(gpu.clone(), &image)
                         .map_err(|e| format!("CUDA device start-up failed: {e}"))?;
                     drop(dev);
                     Ok(gpu)

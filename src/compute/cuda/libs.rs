@@ -172,6 +172,68 @@ pub enum Error {
     Load { path: PathBuf, source: OpenError },
 }
 
+/// Why a CUDA library that was found is still not usable, or why a check
+/// on it failed: what the loaders (`api`), NVRTC's version and target checks
+/// (`nvrtc`) and [`same_as_loader_pick`] return. `Display` is the sentence
+/// users read as the reason the CPU backend runs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The library was not found, or does not load.
+    #[error(transparent)]
+    Library(#[from] Error),
+    /// The library lacks entry points melforge calls.
+    #[error("{what} ({loaded_as}) is too old or incomplete: it lacks {}", .missing.join(", "))]
+    Incomplete {
+        what: &'static str,
+        loaded_as: String,
+        missing: Vec<&'static str>,
+    },
+    /// A call into the library failed (`call` names it, `reason` is the
+    /// library's own error string).
+    #[error("{call} failed: {reason}")]
+    Call { call: &'static str, reason: String },
+    /// NVRTC's major is newer than the driver's CUDA: its CUBINs would not load.
+    #[error(
+        "NVRTC {}.{} is newer than the NVIDIA driver (CUDA {driver_major}.{driver_minor}): the \
+         kernels it compiles would not load; install the CUDA {driver_major} NVRTC (e.g. `pip \
+         install nvidia-cuda-nvrtc-cu{driver_major}`) or a newer driver",
+        .nvrtc.0,
+        .nvrtc.1
+    )]
+    NvrtcNewerThanDriver {
+        nvrtc: (i32, i32),
+        driver_major: i32,
+        driver_minor: i32,
+    },
+    /// NVRTC older than 12.0.
+    #[error("NVRTC {}.{} is older than the 12.0 melforge needs", .0.0, .0.1)]
+    NvrtcTooOld((i32, i32)),
+    /// NVRTC knows no architecture at or below the device's.
+    #[error(
+        "this NVRTC cannot compile for sm_{sm} (it supports {})",
+        .supported.iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>().join(", ")
+    )]
+    NoTarget { sm: u32, supported: Vec<u32> },
+    /// [`same_as_loader_pick`]: the probed copy is gone (internal error).
+    #[error("{probed} is no longer loaded (internal error)")]
+    NotLoaded { probed: String },
+    /// [`same_as_loader_pick`]: the bindings would load another copy.
+    #[error(
+        "the CUDA bindings would load {other}, a different copy from the probed {probed}; \
+         remove the other copy from the loader path or point MELFORGE_CUDA_LIB at it"
+    )]
+    OtherCopy { other: String, probed: String },
+    /// [`same_as_loader_pick`]: the bindings would find none of their names.
+    #[error(
+        "the CUDA bindings would find none of {} although {probed} is loaded",
+        .candidates.join(", ")
+    )]
+    NoCandidate {
+        candidates: Vec<String>,
+        probed: String,
+    },
+}
+
 /// The pip wheel folders searched, for [`Error::NotFound`].
 fn wheel_hint(wheels: &[&str]) -> String {
     if wheels.is_empty() {
@@ -265,9 +327,10 @@ fn loaded_handle(loaded_as: &str) -> Option<usize> {
 /// gets the object the probe loaded as `probed` — not another copy found
 /// earlier on the search path (a stub `libcuda.so`, an older toolkit). The
 /// walk loads what cudarc would load anyway. Err: a sentence naming both.
-pub fn same_as_loader_pick(probed: &str, candidates: &[String]) -> Result<(), String> {
-    let want = loaded_handle(probed)
-        .ok_or_else(|| format!("{probed} is no longer loaded (internal error)"))?;
+pub fn same_as_loader_pick(probed: &str, candidates: &[String]) -> Result<(), LoadError> {
+    let want = loaded_handle(probed).ok_or_else(|| LoadError::NotLoaded {
+        probed: probed.to_owned(),
+    })?;
     for c in candidates {
         let Ok(name) = CString::new(c.as_str()) else {
             continue;
@@ -281,16 +344,16 @@ pub fn same_as_loader_pick(probed: &str, candidates: &[String]) -> Result<(), St
         return if h as usize == want {
             Ok(())
         } else {
-            Err(format!(
-                "the CUDA bindings would load {c}, a different copy from the probed {probed}; \
-                 remove the other copy from the loader path or point MELFORGE_CUDA_LIB at it"
-            ))
+            Err(LoadError::OtherCopy {
+                other: c.clone(),
+                probed: probed.to_owned(),
+            })
         };
     }
-    Err(format!(
-        "the CUDA bindings would find none of {} although {probed} is loaded",
-        candidates.join(", ")
-    ))
+    Err(LoadError::NoCandidate {
+        candidates: candidates.to_vec(),
+        probed: probed.to_owned(),
+    })
 }
 
 /// `site-packages/nvidia/<wheel>/lib` folders of the Python installations we
@@ -574,12 +637,16 @@ mod tests {
             ),
             Ok(())
         );
-        let e = same_as_loader_pick("libc.so.6", &["libm.so.6".into()]).unwrap_err();
+        let e = same_as_loader_pick("libc.so.6", &["libm.so.6".into()])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("the CUDA bindings would load libm.so.6, a different copy"),
             "{e}"
         );
-        let e = same_as_loader_pick("libc.so.6", &["libmelforge-nope.so".into()]).unwrap_err();
+        let e = same_as_loader_pick("libc.so.6", &["libmelforge-nope.so".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("would find none of libmelforge-nope.so"), "{e}");
     }
 

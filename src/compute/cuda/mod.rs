@@ -5,6 +5,9 @@
 //!   `cuInit`, device count, libnvrtc/libcufft ([`libs`] finds and preloads
 //!   them). Nothing calls into cudarc before the probe said yes: with dynamic
 //!   loading cudarc panics on a missing library.
+//! * [`gpu`] — [`Gpu`], the device the probe found; [`kernels`] — the target
+//!   and the compiled image for it (what the probe and the stage's start
+//!   compile).
 //! * [`nvrtc`] — compiles the embedded `kernels/*.cu` for the device (CUBIN for
 //!   `sm_XY`), cached in memory and under `~/.cache/melforge`.
 //! * [`device`] — the [`device::Device`] trait: the operations of a batch;
@@ -22,17 +25,12 @@
 //! * [`tables`] — the tables the kernels read, built on the host and
 //!   uploaded once per plan (kernels/README.md).
 //!
-//! The test harness is behind the cargo feature `host-kernels` (on for every
+//! Everything above runs in production. The test harness lives apart, in
+//! `testing/`, behind the cargo feature `host-kernels` (on for every
 //! `cargo test`/`bench`/`clippy --all-targets` through the self dev-dependency
-//! in Cargo.toml; off in `cargo build`, so users need no C++ compiler):
-//! * `host` — `kernels/mel.cu` compiled for the host by a C++ shim (build.rs),
-//!   with safe launch wrappers; its tests compare every kernel with the CPU
-//!   backend;
-//! * `double` — `HostDouble`, the [`device::Device`] made of host memory, and
-//!   `double_kernels`, which lets it launch the host-built kernels;
-//! * `host_stage` — starts the whole CUDA stage over the double with the host
-//!   kernels (`host_stage::start_host_double_workers`); `serve` and `build`
-//!   use it when `MELFORGE_CUDA_HOST_DOUBLE=1` (the serve test matrix).
+//! in Cargo.toml; off in `cargo build`, so users need no C++ compiler): the
+//! host build of the kernels, the host double of the device, the stage over
+//! both, and the backend's unit tests (`testing/mod.rs` lists them).
 //!
 //! docs/GPU.md says what is verified on the host and what only
 //! `scripts/gpu-check` on a GPU host can prove.
@@ -45,6 +43,8 @@ pub mod backend;
 pub mod device;
 pub mod driver;
 pub mod feed;
+pub mod gpu;
+pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
 pub mod orchestrate;
@@ -52,26 +52,15 @@ pub mod real;
 pub mod recipe;
 
 #[cfg(feature = "host-kernels")]
-pub mod double;
-#[cfg(feature = "host-kernels")]
-pub mod double_kernels;
-#[cfg(feature = "host-kernels")]
-pub mod host;
-#[cfg(feature = "host-kernels")]
-pub mod host_stage;
-#[cfg(all(test, feature = "host-kernels"))]
-mod tests;
-#[cfg(all(test, feature = "host-kernels"))]
-mod tests_pool;
-#[cfg(all(test, feature = "host-kernels"))]
-mod tests_regress;
+pub mod testing;
 
 pub use backend::{
     CudaOptions, CudaReport, CudaWorkers, default_decode_threads, start_cuda_workers,
 };
-pub use driver::{Gpu, Unavailable, driver_present, probe};
+pub use driver::{Unavailable, driver_present, probe};
+pub use gpu::Gpu;
 #[cfg(feature = "host-kernels")]
-pub use host_stage::start_host_double_workers;
+pub use testing::start_host_double_workers;
 
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@ use std::sync::Mutex;
 
 use std::ffi::c_char;
 
+use super::libs::LoadError;
 use super::{api, libs};
 
 /// The kernel sources compiled into the binary: (file name, text).
@@ -79,8 +80,9 @@ pub enum Error {
     /// libnvrtc cannot be found or loaded.
     #[error(transparent)]
     Library(#[from] libs::Error),
-    #[error("{0}")]
-    Unavailable(String),
+    /// libnvrtc lacks an entry point, or a call into it failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("NVRTC failed on {file} for {target}: {msg}\n{log}")]
     Compile {
         file: String,
@@ -115,28 +117,22 @@ impl Image {
 
 /// Loads libnvrtc (once) and returns its version.
 pub fn version() -> Result<(i32, i32), Error> {
-    api::nvrtc()
-        .and_then(|n| n.library_version())
-        .map_err(Error::Unavailable)
+    Ok(api::nvrtc().and_then(|n| n.library_version())?)
 }
 
 /// Whether NVRTC `nvrtc` (major, minor) makes code the driver of CUDA
 /// version `driver` (e.g. 12040) loads: same or older major, and 12 or newer.
-pub fn check_versions(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
+pub fn check_versions(nvrtc: (i32, i32), driver: i32) -> Result<(), LoadError> {
     let (dmaj, dmin) = (driver / 1000, driver % 1000 / 10);
     if nvrtc.0 > dmaj {
-        return Err(format!(
-            "NVRTC {}.{} is newer than the NVIDIA driver (CUDA {dmaj}.{dmin}): the kernels it \
-             compiles would not load; install the CUDA {dmaj} NVRTC (e.g. `pip install \
-             nvidia-cuda-nvrtc-cu{dmaj}`) or a newer driver",
-            nvrtc.0, nvrtc.1
-        ));
+        return Err(LoadError::NvrtcNewerThanDriver {
+            nvrtc,
+            driver_major: dmaj,
+            driver_minor: dmin,
+        });
     }
     if nvrtc.0 < 12 {
-        return Err(format!(
-            "NVRTC {}.{} is older than the 12.0 melforge needs",
-            nvrtc.0, nvrtc.1
-        ));
+        return Err(LoadError::NvrtcTooOld(nvrtc));
     }
     Ok(())
 }
@@ -145,20 +141,16 @@ pub fn check_versions(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
 /// architectures NVRTC supports: a CUBIN for `sm_XY` when NVRTC knows it,
 /// else PTX for the newest architecture below it (the driver compiles that
 /// PTX for the device). Err when NVRTC knows nothing at or below `sm`.
-pub fn pick_target(sm: u32, supported: &[u32]) -> Result<Target, String> {
+pub fn pick_target(sm: u32, supported: &[u32]) -> Result<Target, LoadError> {
     if supported.contains(&sm) {
         return Ok(Target::Sm(sm));
     }
     match supported.iter().copied().filter(|&a| a < sm).max() {
         Some(a) => Ok(Target::Compute(a)),
-        None => Err(format!(
-            "this NVRTC cannot compile for sm_{sm} (it supports {})",
-            supported
-                .iter()
-                .map(|a| format!("sm_{a}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        None => Err(LoadError::NoTarget {
+            sm,
+            supported: supported.to_vec(),
+        }),
     }
 }
 
@@ -186,7 +178,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// Compiles `src` (named `file` in messages) for `target`. No cache.
 pub fn compile(file: &str, src: &str, target: Target) -> Result<Image, Error> {
-    let n = api::nvrtc().map_err(Error::Unavailable)?;
+    let n = api::nvrtc()?;
     let fail = |msg: String, log: String| Error::Compile {
         file: file.into(),
         target: target.tag(),
@@ -326,6 +318,34 @@ pub fn compile_cached(file: &str, src: &str, target: Target) -> Result<Image, Er
 mod tests {
     use super::*;
 
+    /// A complete NVRTC of version 13.0 that knows sm_75 and sm_80 only:
+    /// the calls go through the resolved pointers, the version check refuses
+    /// it under a CUDA 12 driver, and an sm_90 device gets PTX for sm_80.
+    #[test]
+    fn a_fake_nvrtc_answers_through_the_resolved_entry_points() {
+        let mut src = String::from(
+            "int nvrtcVersion(int* a, int* b) { *a = 13; *b = 0; return 0; }\n\
+             int nvrtcGetNumSupportedArchs(int* n) { *n = 2; return 0; }\n\
+             int nvrtcGetSupportedArchs(int* v) { v[0] = 75; v[1] = 80; return 0; }\n\
+             const char* nvrtcGetErrorString(int r) { return r ? \"NVRTC_ERROR_FAKE\" : \"ok\"; }\n",
+        );
+        for s in api::NVRTC_SYMBOLS {
+            if !src.contains(&format!(" {s}(")) {
+                src.push_str(&format!("int {s}(void) {{ return 7; }}\n"));
+            }
+        }
+        let path = api::tests::load_fake("libnvrtc-fake13", &src);
+        let n = api::Nvrtc::load(&path).unwrap();
+        let v = n.library_version().unwrap();
+        assert_eq!(v, (13, 0));
+        assert!(check_versions(v, 12080).is_err());
+        assert!(check_versions(v, 13000).is_ok());
+        let archs = n.supported_archs().unwrap();
+        assert_eq!(archs, [75, 80]);
+        assert_eq!(pick_target(90, &archs), Ok(Target::Compute(80)));
+        assert_eq!(n.describe(6), "NVRTC_ERROR_FAKE");
+    }
+
     #[test]
     fn targets_and_cache_keys_are_stable() {
         assert_eq!(
@@ -347,13 +367,13 @@ mod tests {
         assert_eq!(check_versions((12, 4), 12040), Ok(()));
         assert_eq!(check_versions((12, 9), 13000), Ok(()));
         assert_eq!(check_versions((13, 0), 13000), Ok(()));
-        let e = check_versions((13, 0), 12080).unwrap_err();
+        let e = check_versions((13, 0), 12080).unwrap_err().to_string();
         assert!(
             e.starts_with("NVRTC 13.0 is newer than the NVIDIA driver (CUDA 12.8)"),
             "{e}"
         );
         assert!(e.contains("nvidia-cuda-nvrtc-cu12"), "{e}");
-        let e = check_versions((11, 8), 12040).unwrap_err();
+        let e = check_versions((11, 8), 12040).unwrap_err().to_string();
         assert_eq!(e, "NVRTC 11.8 is older than the 12.0 melforge needs");
     }
 
@@ -363,7 +383,7 @@ mod tests {
         assert_eq!(pick_target(90, &known), Ok(Target::Sm(90)));
         assert_eq!(pick_target(100, &known), Ok(Target::Compute(90)));
         assert_eq!(pick_target(87, &known), Ok(Target::Compute(86)));
-        let e = pick_target(70, &known).unwrap_err();
+        let e = pick_target(70, &known).unwrap_err().to_string();
         assert_eq!(
             e,
             "this NVRTC cannot compile for sm_70 (it supports sm_75, sm_80, sm_86, sm_89, sm_90)"

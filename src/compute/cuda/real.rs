@@ -23,7 +23,7 @@ use super::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
 };
-use super::driver::Gpu;
+use super::gpu::Gpu;
 use super::nvrtc::Image;
 
 /// Where a failed release is recorded: the owner's sink (see

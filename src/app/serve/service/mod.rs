@@ -25,6 +25,9 @@
 //!
 //! A failed write (full disk, EIO) does not end the service: see `degraded`.
 //!
+//! Start to stop is `start`: plan (`Service::new`) → start (socket, endpoint,
+//! watcher, first scan) → supervise (`event_loop`, here) → stop and report.
+//!
 //! Shutdown (SIGTERM/SIGINT or `shutdown`): stop watching and accepting, drop the
 //! not-yet-started backlog (those files stay in the drop directory), finish the
 //! files in flight, flush, commit, close the files, exit 0.
@@ -33,6 +36,9 @@ mod compaction;
 mod degraded;
 mod reload;
 mod report;
+mod start;
+
+pub use start::run;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write as _;
@@ -147,80 +153,7 @@ pub struct Service {
     compact_after: Option<Instant>,
 }
 
-fn dir(path: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(path).map_err(|source| Error::Dir {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 impl Service {
-    fn new(config_path: &Path, cfg: Config) -> Result<Service, Error> {
-        let serve = cfg
-            .serve
-            .clone()
-            .ok_or_else(|| Error::NoServe(config_path.display().to_string()))?;
-        if !serve.watch_dir.is_dir() {
-            return Err(Error::Dir {
-                path: serve.watch_dir.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the drop directory does not exist",
-                ),
-            });
-        }
-        dir(&serve.output_dir)?;
-        dir(&serve.state_dir)?;
-        super::rebuild::settle_interrupted(&serve)?;
-        let (journal, state) = Journal::open(&serve.state_dir)?;
-        if state.created && has_h5(&serve.output_dir) {
-            return Err(Error::Orphans(serve.output_dir.clone()));
-        }
-        if state.torn_bytes > 0 {
-            tracing::warn!(
-                "The journal ended in {} bytes of an unfinished commit (a crash); they were \
-                 discarded and those files will be ingested again.",
-                state.torn_bytes
-            );
-        }
-        let telemetry = Arc::new(Telemetry::default());
-        let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
-        let sink = AppendSink::new(&serve.output_dir, &cfg, &serve.watch_dir);
-        let mut svc = Service {
-            config_path: config_path.to_path_buf(),
-            cfg,
-            serve,
-            journal,
-            sink,
-            pipeline,
-            telemetry,
-            local: Local::default(),
-            jobs: HashMap::new(),
-            in_flight: HashSet::new(),
-            uncommitted: HashMap::new(),
-            backlog: VecDeque::new(),
-            next_id: 0,
-            after: Vec::new(),
-            rejections: Vec::new(),
-            state: State::Running,
-            started: Instant::now(),
-            files_ok: 0,
-            files_rejected: 0,
-            last_error: None,
-            rebuild: None,
-            rebuild_report: None,
-            rate: (Instant::now(), 0, 0.0),
-            since_commit: (0, 0),
-            degraded: None,
-            backoff: degraded::FIRST_BACKOFF,
-            commits: CommitClock::default(),
-            compact_after: None,
-        };
-        svc.open_journal_splits()?;
-        svc.maybe_compact();
-        Ok(svc)
-    }
-
     /// Opens every split the journal has rows in (cutting unconfirmed rows).
     fn open_journal_splits(&mut self) -> Result<(), Error> {
         let splits: Vec<(String, usize)> = self
@@ -473,69 +406,6 @@ impl Service {
         tracing::error!(error = %e, "The service hit an error; it keeps running.");
         self.last_error = Some(e);
     }
-}
-
-fn has_h5(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|rd| {
-        rd.flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "h5"))
-    })
-}
-
-/// Runs the service until shutdown. Call from the main thread before any other
-/// thread exists (signals are blocked and routed first).
-pub fn run(config_path: &Path) -> Result<(), Error> {
-    let (tx, rx) = control::channel();
-    let signals = control::signals::block_and_spawn(tx.clone())?;
-    let cfg = Config::load(config_path)?;
-    let mut svc = Service::new(config_path, cfg)?;
-    let server = control::Server::start(&svc.cfg.control, tx.clone())?;
-    let endpoint = match svc.cfg.metrics.listen {
-        Some(addr) => Some(Endpoint::start(addr, metrics::from_service(tx.clone()))?),
-        None => None,
-    };
-    let (watch_tx, watch_rx) = mpsc::channel();
-    let ignore = Ignore {
-        patterns: svc.serve.ignore.clone(),
-        extensions: svc.cfg.input.extensions.clone(),
-    };
-    let mut watcher = Some(
-        Watcher::start(&svc.serve.watch_dir, ignore, watch_tx.clone()).map_err(|source| {
-            Error::Dir {
-                path: svc.serve.watch_dir.clone(),
-                source,
-            }
-        })?,
-    );
-    // The watch exists before the scan, so nothing landing in between is missed.
-    svc.rescan();
-    // Start-up (journal replay, recovering the split files, the scan of a
-    // drop tree that may hold every file ever ingested) freed more than the
-    // service keeps: hand it back.
-    crate::runtime::sys::trim_heap();
-    let shape = svc.pipeline.shape();
-    tracing::info!(
-        watch_dir = %svc.serve.watch_dir.display(),
-        output_dir = %svc.serve.output_dir.display(),
-        backend = %shape.backend,
-        reason = %shape.backend_reason,
-        engine = %shape.engine,
-        socket = %server.path().display(),
-        backlog = svc.backlog.len(),
-        "Serving."
-    );
-    notify::ready();
-
-    let result = svc.event_loop(&rx, &watch_rx, &watch_tx, &mut watcher, &server);
-    if let Some(w) = watcher.take() {
-        w.stop();
-    }
-    server.shutdown();
-    drop(endpoint);
-    notify::stopping();
-    let finish = svc.finish();
-    signals.stop();
-    result.and(finish)
 }
 
 impl Service {

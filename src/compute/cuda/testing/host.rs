@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use realfft::{RealFftPlanner, RealToComplex};
 
-use super::tables::{self, MfFile, Tables, TooLarge};
+use crate::compute::cuda::tables::{self, MfFile, Tables, TooLarge};
 use crate::dsp::Plan;
 
 /// A launch shape (`dim3` in the shim). The kernels are 1-D and grid-stride:

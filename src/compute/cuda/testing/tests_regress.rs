@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use super::backend::{CudaOptions, CudaReport, start_workers_with};
 use super::double::{Call, HostDouble, Log, Progress, Work};
 use super::double_kernels::MelHostKernels;
-use super::orchestrate::{BatchRunner, RunnerConfig, Staged};
 use super::tests::{FILE, Gather, GatherKernel, Runner, TestBytes, calls, expected_row, info};
 use crate::compute::Wiring;
+use crate::compute::cuda::backend::{CudaOptions, CudaReport, start_workers_with};
+use crate::compute::cuda::orchestrate::{BatchRunner, RunnerConfig, Staged};
 use crate::dsp::Plan;
 
 fn plan() -> Arc<Plan> {
@@ -18,7 +18,7 @@ fn plan() -> Arc<Plan> {
 }
 
 /// Runs the stage over `dev` with no input; what `join` says.
-fn empty_run(dev: HostDouble) -> Result<CudaReport, super::Error> {
+fn empty_run(dev: HostDouble) -> Result<CudaReport, crate::compute::cuda::Error> {
     let (wiring, input, _output) = Wiring::standalone(16);
     let workers = start_workers_with(
         plan(),
@@ -42,7 +42,9 @@ fn teardown_errors_belong_to_their_own_run_and_never_poison_the_next() {
         .with_kernels(Box::new(MelHostKernels))
         .refusing("cuMemFree", "CUDA_ERROR_ILLEGAL_ADDRESS");
     match empty_run(failing) {
-        Err(super::Error::Teardown(e)) => assert!(e.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}"),
+        Err(crate::compute::cuda::Error::Teardown(e)) => {
+            assert!(e.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}")
+        }
         other => panic!("the run's own teardown failure was lost: {other:?}"),
     }
     let clean = HostDouble::unlogged(Progress::Eager).with_kernels(Box::new(MelHostKernels));
@@ -163,7 +165,7 @@ fn a_batch_closed_by_input_bytes_is_not_padded_to_a_power_of_two() {
 fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
     let log: Log = Arc::default();
     let plan = plan();
-    let tables = super::tables::Tables::new(&plan).unwrap();
+    let tables = crate::compute::cuda::tables::Tables::new(&plan).unwrap();
     let dev =
         HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(MelHostKernels));
     let cfg = RunnerConfig {
@@ -171,8 +173,13 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
         input_bytes: 1 << 20,
         slots: 2,
     };
-    let mut r: BatchRunner<HostDouble, super::recipe::MelRecipe, usize, TestBytes> =
-        BatchRunner::new(dev, super::recipe::MelRecipe::new(tables), cfg).unwrap();
+    let mut r: BatchRunner<HostDouble, crate::compute::cuda::recipe::MelRecipe, usize, TestBytes> =
+        BatchRunner::new(
+            dev,
+            crate::compute::cuda::recipe::MelRecipe::new(tables),
+            cfg,
+        )
+        .unwrap();
     let rate = plan.spec().sample_rate;
     let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
     let info = crate::decode::wav::parse(&wav).unwrap();
@@ -264,15 +271,15 @@ fn a_refused_arena_registration_falls_back_to_pageable_copies() {
 fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
     let log: Log = Arc::default();
     let plan = plan();
-    let tables = super::tables::Tables::new(&plan).unwrap();
+    let tables = crate::compute::cuda::tables::Tables::new(&plan).unwrap();
     let dev = HostDouble::unlogged(Progress::Eager).with_kernels(Box::new(MelHostKernels));
     let cfg = RunnerConfig {
         batch_files: 4,
         input_bytes: 1 << 20,
         slots: 2,
     };
-    let recipe = super::recipe::MelRecipe::new(tables).with_f16_rows(f16_rows);
-    let mut r: BatchRunner<HostDouble, super::recipe::MelRecipe, usize, TestBytes> =
+    let recipe = crate::compute::cuda::recipe::MelRecipe::new(tables).with_f16_rows(f16_rows);
+    let mut r: BatchRunner<HostDouble, crate::compute::cuda::recipe::MelRecipe, usize, TestBytes> =
         BatchRunner::new(dev, recipe, cfg).unwrap();
     let rate = plan.spec().sample_rate;
     let mut wavs: Vec<Vec<u8>> = (0..n)

@@ -14,17 +14,17 @@
 //! The double made here keeps no operation log ([`HostDouble::unlogged`]), so
 //! a long run (`serve`) does not grow one.
 //!
-//! [`BatchRunner`]: super::orchestrate::BatchRunner
-//! [`MelRecipe`]: super::recipe::MelRecipe
-//! [`Device`]: super::device::Device
+//! [`BatchRunner`]: crate::compute::cuda::orchestrate::BatchRunner
+//! [`MelRecipe`]: crate::compute::cuda::recipe::MelRecipe
+//! [`Device`]: crate::compute::cuda::device::Device
 
 use std::sync::Arc;
 
-use super::Error;
-use super::backend::{CudaOptions, CudaReport, CudaWorkers, start_workers_with};
 use super::double::{HostDouble, Progress};
 use super::double_kernels::MelHostKernels;
 use crate::compute::Wiring as CudaWiring;
+use crate::compute::cuda::Error;
+use crate::compute::cuda::backend::{CudaOptions, CudaReport, CudaWorkers, start_workers_with};
 use crate::dsp::Plan;
 
 /// What [`CudaReport::device`] says for a stage started here.
@@ -32,7 +32,7 @@ pub const DEVICE_NAME: &str = "host double (no GPU; kernels built for the host)"
 
 /// Starts the CUDA stage for `plan` over a [`HostDouble`] that runs every
 /// queued operation as soon as it is runnable ([`Progress::Eager`]), wired and
-/// joined like [`super::start_cuda_workers`]'s stage.
+/// joined like [`crate::compute::cuda::start_cuda_workers`]'s stage.
 pub fn start_host_double_workers(
     plan: Arc<Plan>,
     opts: CudaOptions,

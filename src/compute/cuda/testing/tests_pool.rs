@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::backend::CudaOptions;
 use super::double::Progress;
 use super::host_stage::start_host_double_workers_with;
 use crate::compute::cpu::HostMel;
+use crate::compute::cuda::backend::CudaOptions;
 use crate::compute::{Outcome, Reject, Wiring};
-use crate::decode::clip::{Channels, Policy, Resample};
+use crate::decode::policy::{Channels, Policy, Resample};
 use crate::dsp::{Plan, Spec};
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::telemetry::Local;
@@ -30,7 +30,10 @@ fn run_stage(
     opts: CudaOptions,
     files: Vec<Result<Vec<u8>, crate::reader::Error>>,
     progress: Progress,
-) -> (Vec<Result<Vec<f32>, Reject>>, super::CudaReport) {
+) -> (
+    Vec<Result<Vec<f32>, Reject>>,
+    crate::compute::cuda::CudaReport,
+) {
     let (mut wiring, input, output) = Wiring::standalone(8);
     wiring.policy = policy;
     let workers = start_host_double_workers_with(Arc::clone(plan), opts, wiring, progress).unwrap();

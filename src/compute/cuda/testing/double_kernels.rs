@@ -1,13 +1,13 @@
 //! The host double's kernel executor: `launch` → the host build of
 //! `kernels/mel.cu` (`host::ffi::host_mf_*`, compiled by build.rs through the
 //! emulation header). With it, a [`super::double::HostDouble`] running the
-//! [`super::recipe::MelRecipe`] computes real mel rows, so the orchestration
+//! [`crate::compute::cuda::recipe::MelRecipe`] computes real mel rows, so the orchestration
 //! tests also check the numbers against the CPU backend.
 
-use super::device::{DeviceError, LaunchDims, Result};
 use super::double::{HostArg, HostKernels};
 use super::host::{Dim3, ffi};
-use super::tables::MfFile;
+use crate::compute::cuda::device::{DeviceError, LaunchDims, Result};
+use crate::compute::cuda::tables::MfFile;
 
 /// Runs `mf_*` kernels on the host.
 pub struct MelHostKernels;

@@ -5,12 +5,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::device::{
+use super::double::{Call, Entry, HostArg, HostDouble, HostKernels, Log, Progress, Work, note};
+use crate::compute::cuda::device::{
     Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
     LaunchDims, Pinned, Result, Stream,
 };
-use super::double::{Call, Entry, HostArg, HostDouble, HostKernels, Log, Progress, Work, note};
-use super::orchestrate::{BatchRunner, HostBytes, Placed, Recipe, RunnerConfig, Staged};
+use crate::compute::cuda::orchestrate::{
+    BatchRunner, HostBytes, Placed, Recipe, RunnerConfig, Staged,
+};
 use crate::decode::wav::{SampleFormat, WavInfo};
 
 // ---------------------------------------------------------------- fixtures
@@ -636,9 +638,9 @@ fn the_double_refuses_what_cuda_refuses_during_capture() {
 /// rejections carry the CPU backend's text.
 #[test]
 fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
-    use super::backend::CudaOptions;
     use super::host_stage::{DEVICE_NAME, start_host_double_workers_with};
     use crate::compute::Wiring as CudaWiring;
+    use crate::compute::cuda::backend::CudaOptions;
     use crate::dsp::{Plan, Scratch};
     use crate::reader::{FileBytes, Loaded};
 
