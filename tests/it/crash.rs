@@ -257,6 +257,8 @@ fn kill_9_at_random_points() {
                 "crash::child_writer",
                 "--ignored",
                 "--test-threads=1",
+                // A panic of the child reaches the parent's stderr.
+                "--nocapture",
             ])
             .env("MELFORGE_CRASH_DIR", &dir)
             .stdout(Stdio::null())
