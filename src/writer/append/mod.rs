@@ -47,6 +47,7 @@ pub mod sink;
 #[cfg(test)]
 mod tests;
 
+pub use recover::release_free_lists;
 pub use sink::{AppendSink, Dest};
 
 use std::path::{Path, PathBuf};

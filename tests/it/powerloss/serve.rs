@@ -8,6 +8,7 @@
 //!   from the drop dir must have been committed), no row twice;
 //! - scripts/check_h5.py passes on the output dir;
 //! - with move, every dropped file is in the drop dir or the done dir;
+//! - `rejected.jsonl` lists the rejected file (its line is never lost);
 //! - nothing but drop/, out/ and done/ exists on the disk.
 
 use std::collections::BTreeMap;
@@ -240,6 +241,12 @@ fn check(disk: &Disk, case: &Case) -> Result<(), String> {
     if seen.len() != case.clips.len() {
         return Err(format!("unexpected rows: {:?}", seen.keys()));
     }
+    let rejected = std::fs::read_to_string(r.join("out/rejected.jsonl")).unwrap_or_default();
+    if !rejected.lines().any(|l| l.contains(BROKEN)) {
+        return Err(format!(
+            "rejected.jsonl does not list {BROKEN}: {rejected:?}"
+        ));
+    }
     if case.on_success == "move" {
         let lost: Vec<_> = case
             .good()
@@ -271,6 +278,8 @@ enum Plan {
     Spread(u64),
     /// A torn crash at every boundary `pick` selects in the reference run.
     Torn(fn(&powerfs::Boundary) -> bool),
+    /// A whole crash at every boundary `pick` selects in the reference run.
+    Whole(fn(&powerfs::Boundary) -> bool),
 }
 
 fn explore(case: &Case, plan: Plan) -> usize {
@@ -292,6 +301,13 @@ fn explore(case: &Case, plan: Plan) -> usize {
                 .iter()
                 .filter(|b| pick(b))
                 .map(|b| (b.n, CrashMode::Torn { seed: b.n }))
+                .collect()
+        }),
+        Plan::Whole(pick) => disk.fs().with(|m| {
+            m.boundaries()
+                .iter()
+                .filter(|b| pick(b))
+                .map(|b| (b.n, CrashMode::Whole))
                 .collect()
         }),
     };
@@ -357,6 +373,18 @@ fn serve_move_never_loses_the_file_to_a_torn_power_loss() {
             matches!(b.what, "link" | "unlink" | "rename" | "mkdir" | "fsyncdir")
         };
         assert!(explore(&case("move", Then::Stop), Plan::Torn(names)) > 0);
+    }
+}
+
+/// Regression: serve appended `rejected.jsonl` after the journal commit and
+/// without an fsync; a power loss right after a commit that recorded the
+/// rejection kept it in the journal (so the file is never offered again) and
+/// lost its line. Now the line is fdatasynced before the journal commits.
+#[test]
+fn serve_rejection_line_survives_power_loss_after_its_commit() {
+    if can_run("serve_rejection_line_survives_power_loss_after_its_commit") {
+        let journal = |b: &powerfs::Boundary| b.what == "fsync" && b.name == "journal";
+        assert!(explore(&case("delete", Then::Stop), Plan::Whole(journal)) > 0);
     }
 }
 
