@@ -414,7 +414,8 @@ fn split_files_are_open_with_bounded_caches() {
     let d = tempfile::tempdir().unwrap();
     let (mut a, _) = Appender::open(d.path(), &spec(), &names(&["leak"]), 0).unwrap();
     for i in 0..9 {
-        a.append(&format!("train/leak/f{i}.wav"), 0, &row(i)).unwrap();
+        a.append(&format!("train/leak/f{i}.wav"), 0, &row(i))
+            .unwrap();
     }
     a.flush().unwrap();
     let mdc = a.file.access_plist().unwrap().mdc_config();

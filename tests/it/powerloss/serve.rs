@@ -301,7 +301,6 @@ fn explore(case: &Case, plan: Plan) -> usize {
                 .map(|b| (b.n, CrashMode::Torn { seed: b.n }))
                 .collect()
         }),
-
     };
     drop(disk);
     let mut tried = 0;
