@@ -519,7 +519,7 @@ pub fn move_durably(from: &std::path::Path, to: &std::path::Path) -> io::Result<
 }
 
 /// `create_dir_all` where each directory created is fsynced into its parent.
-fn create_dir_durably(dir: &std::path::Path) -> io::Result<()> {
+pub fn create_dir_durably(dir: &std::path::Path) -> io::Result<()> {
     if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }

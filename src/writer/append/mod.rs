@@ -50,6 +50,7 @@ mod tests;
 mod tests_vlen;
 mod vlen;
 
+pub use recover::release_free_lists;
 pub use sink::{AppendSink, Dest};
 
 use std::path::{Path, PathBuf};

@@ -148,20 +148,46 @@ fn check_compatible(file: &File, ds: &Datasets, p: &Path, h: &Header<'_>) -> Res
     Ok(())
 }
 
-/// Most bytes HDF5's metadata cache may hold per open split file.
-pub const METADATA_CACHE_BYTES: usize = 4 << 20;
+/// Most bytes HDF5's metadata cache may hold per open split file. An
+/// appender's working set is the newest global heap collection (the `path`
+/// strings), the tail of each chunk index and the object headers, far below
+/// this; anything more is old heap collections, which were written at their
+/// flush and are never read again. 1 MiB, so that memory grows with the
+/// number of splits, not with the rows in them (at 4 MiB, three splits took
+/// ~240,000 files to fill their caches: docs/BENCHMARKS.md).
+pub const METADATA_CACHE_BYTES: usize = 1 << 20;
+
+/// HDF5's raw-data chunk cache per dataset of an open split file: slots and
+/// bytes. Rows are appended and never read back, so the cache only has to
+/// keep the last, partly written chunk of each dataset; HDF5's default
+/// (1 MiB, 521 slots, per dataset) kept up to ~1.7 MiB per split of written
+/// chunks with small rows. A chunk larger than this is written past the cache
+/// (as every `mel` chunk of a realistic row already is with the default).
+pub const CHUNK_CACHE: (usize, usize) = (67, 256 << 10);
+
+/// Hands back the memory HDF5 keeps in its free lists (`H5garbage_collect`):
+/// blocks of evicted chunks and metadata HDF5 holds for reuse, which grow up
+/// to its default limits (tens of MiB) otherwise. Call before trimming the
+/// heap (`runtime::sys::trim_heap`).
+pub fn release_free_lists() {
+    if let Err(e) = hdf5::sync::sync(raw::garbage_collect) {
+        tracing::debug!(error = %e, "H5garbage_collect failed.");
+    }
+}
 
 /// Opens `p` read-write with libver (latest, latest). With `clear_flags`, sets the
 /// private fapl property `clear_status_flags` first, as `h5clear -s` does, so a
 /// file whose SWMR writer was killed opens again.
 ///
 /// The metadata cache is capped at [`METADATA_CACHE_BYTES`]
-/// (`writer::h5::metadata_cache`).
+/// (`writer::h5::metadata_cache`), each dataset's chunk cache at
+/// [`CHUNK_CACHE`].
 pub(super) fn open_rw(p: &Path, clear_flags: bool) -> hdf5::Result<File> {
     let mdc = crate::writer::h5::metadata_cache(METADATA_CACHE_BYTES);
     let fapl = hdf5::plist::FileAccess::build()
         .libver_latest()
         .mdc_config(&mdc)
+        .chunk_cache(CHUNK_CACHE.0, CHUNK_CACHE.1, 0.75)
         .finish()?;
     let name = CString::new(p.as_os_str().as_bytes())
         .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
@@ -187,6 +213,12 @@ mod raw {
     /// Name of the private file-access property `h5clear -s` sets (H5Fprivate.h,
     /// `H5F_ACS_CLEAR_STATUS_FLAGS_NAME`; present in HDF5 1.10.0 and later).
     const CLEAR_STATUS_FLAGS: &CStr = c"clear_status_flags";
+
+    pub(super) fn garbage_collect() -> hdf5::Result<()> {
+        // SAFETY: H5garbage_collect takes no arguments and only frees blocks on
+        // HDF5's own free lists (none is in use); the caller holds the HDF5 lock.
+        hdf5::h5check(unsafe { hdf5_sys::h5::H5garbage_collect() }).map(|_| ())
+    }
 
     pub(super) fn set_clear_status_flags(fapl: hid_t) -> hdf5::Result<()> {
         let mut on: hbool_t = 1;

@@ -404,3 +404,28 @@ fn rows_round_trip_across_partial_flushes_and_direct_whole_chunks() {
         assert_eq!(paths[17], "f17.wav");
     }
 }
+
+/// Memory per split stays bounded however many rows it gets: the split file
+/// is open with the metadata cache capped and every dataset's chunk cache at
+/// [`recover::CHUNK_CACHE`] (HDF5's defaults grew with the rows: 4 MiB of
+/// heap collections per file, ~1.7 MiB of written chunks).
+#[test]
+fn split_files_are_open_with_bounded_caches() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(d.path(), &spec(), &names(&["leak"]), 0).unwrap();
+    for i in 0..9 {
+        a.append(&format!("train/leak/f{i}.wav"), 0, &row(i))
+            .unwrap();
+    }
+    a.flush().unwrap();
+    let mdc = a.file.access_plist().unwrap().mdc_config();
+    assert_eq!(mdc.max_size, 1 << 20);
+    for ds in [&a.ds.mel, &a.ds.label, &a.ds.path, &a.names_ds] {
+        let c = ds.access_plist().unwrap().chunk_cache();
+        assert_eq!((c.nslots, c.nbytes), recover::CHUNK_CACHE, "{}", ds.name());
+    }
+    // Releasing HDF5's free lists mid-run leaves the appender working.
+    release_free_lists();
+    a.append("train/leak/f9.wav", 0, &row(9)).unwrap();
+    assert_eq!(a.close().unwrap(), 10);
+}

@@ -8,6 +8,7 @@
 //!   from the drop dir must have been committed), no row twice;
 //! - scripts/check_h5.py passes on the output dir;
 //! - with move, every dropped file is in the drop dir or the done dir;
+//! - `rejected.jsonl` lists the rejected file (its line is never lost);
 //! - nothing but drop/, out/ and done/ exists on the disk.
 
 use std::collections::BTreeMap;
@@ -240,6 +241,12 @@ fn check(disk: &Disk, case: &Case) -> Result<(), String> {
     if seen.len() != case.clips.len() {
         return Err(format!("unexpected rows: {:?}", seen.keys()));
     }
+    let rejected = std::fs::read_to_string(r.join("out/rejected.jsonl")).unwrap_or_default();
+    if !rejected.lines().any(|l| l.contains(BROKEN)) {
+        return Err(format!(
+            "rejected.jsonl does not list {BROKEN}: {rejected:?}"
+        ));
+    }
     if case.on_success == "move" {
         let lost: Vec<_> = case
             .good()
@@ -357,6 +364,24 @@ fn serve_move_never_loses_the_file_to_a_torn_power_loss() {
             matches!(b.what, "link" | "unlink" | "rename" | "mkdir" | "fsyncdir")
         };
         assert!(explore(&case("move", Then::Stop), Plan::Torn(names)) > 0);
+    }
+}
+
+/// Regression: serve appended `rejected.jsonl` after the journal commit and
+/// without an fsync; a power loss after a commit that recorded a rejection
+/// kept it in the journal (so the file is never offered again) and lost its
+/// line. Now the line is fdatasynced before the journal commits. Only the
+/// rejected file is dropped, so the run is one commit and each crash point
+/// lands on the same operation in every run.
+#[test]
+fn serve_rejection_line_survives_power_loss() {
+    if can_run("serve_rejection_line_survives_power_loss") {
+        let only_broken = Case {
+            on_success: "delete",
+            then: Then::Stop,
+            clips: Vec::new(),
+        };
+        assert!(explore(&only_broken, Plan::Spread(u64::MAX)) > 0);
     }
 }
 

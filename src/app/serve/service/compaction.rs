@@ -29,7 +29,13 @@ impl Service {
             return;
         }
         match self.journal.compact() {
-            Ok(_) => self.compact_after = None,
+            Ok(_) => {
+                self.compact_after = None;
+                // Once per compaction cycle, HDF5's free lists too (the
+                // compaction trimmed the heap of its own buffers already).
+                crate::writer::append::release_free_lists();
+                crate::runtime::sys::trim_heap();
+            }
             Err(e) => {
                 self.compact_after = Some(Instant::now() + Duration::from_secs(60));
                 self.note_error(format!("cannot compact the journal: {e}"));

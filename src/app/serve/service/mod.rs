@@ -34,6 +34,7 @@
 
 mod compaction;
 mod degraded;
+mod rejected;
 mod reload;
 mod report;
 mod start;
@@ -41,7 +42,6 @@ mod start;
 pub use start::run;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -355,6 +355,14 @@ impl Service {
     fn flush_commit(&mut self) -> Result<(), Error> {
         let t = Instant::now();
         self.sink.flush()?;
+        // Durable before the journal commits the rejections (`rejected`).
+        if !self.rejections.is_empty() {
+            let path = self.serve.output_dir.join("rejected.jsonl");
+            if let Err(e) = rejected::append_durably(&path, &self.rejections) {
+                self.note_error(format!("cannot append to {}: {e}", path.display()));
+            }
+            self.rejections.clear();
+        }
         let records = self.journal.staged();
         let committed = records > 0;
         self.journal.commit()?;
@@ -367,25 +375,6 @@ impl Service {
         }
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
-        if !self.rejections.is_empty() {
-            let path = self.serve.output_dir.join("rejected.jsonl");
-            let r = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .and_then(|mut f| {
-                    let mut buf = Vec::new();
-                    for r in &self.rejections {
-                        serde_json::to_writer(&mut buf, r)?;
-                        buf.push(b'\n');
-                    }
-                    f.write_all(&buf)
-                });
-            if let Err(e) = r {
-                self.note_error(format!("cannot append to {}: {e}", path.display()));
-            }
-            self.rejections.clear();
-        }
         for a in std::mem::take(&mut self.after) {
             let r = match &a {
                 After::Delete(p) => std::fs::remove_file(p),

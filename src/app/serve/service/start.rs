@@ -117,8 +117,11 @@ fn stop(
     result.and(finish)
 }
 
+/// Creates `path` and any missing parents, each made durable in its parent:
+/// a power loss must not take away the state dir (the journal) or the output
+/// dir once anything in them was committed.
 fn dir(path: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(path).map_err(|source| Error::Dir {
+    crate::runtime::sys::create_dir_durably(path).map_err(|source| Error::Dir {
         path: path.to_path_buf(),
         source,
     })
