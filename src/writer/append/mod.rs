@@ -641,8 +641,24 @@ fn rewrite_names(
     Ok(())
 }
 
+/// Makes the root attribute `label_names` hold `names`, rewriting it only
+/// when it differs: the rewrite changes the root object header in place, and
+/// a writer killed inside the flush that follows leaves that header torn
+/// ("incorrect metadata checksum"), so an open that changes nothing must not
+/// write it (a kill -9 test found such a file after a kill during an open).
 fn replace_names_attr(file: &File, names: &[String]) -> hdf5::Result<()> {
     if file.attr_names()?.iter().any(|n| n == "label_names") {
+        let same = file
+            .attr("label_names")
+            .and_then(|a| a.read_raw::<VarLenUnicode>())
+            .is_ok_and(|v| {
+                v.iter()
+                    .map(|n| n.as_str())
+                    .eq(names.iter().map(String::as_str))
+            });
+        if same {
+            return Ok(());
+        }
         file.delete_attr("label_names")?;
     }
     write_label_names_attr(file, names)
