@@ -83,17 +83,19 @@ mod tests {
         let (wiring, input, output) = Wiring::standalone(256);
         let opts = CudaOptions {
             batch_files: 512,
-            flush_after: std::time::Duration::from_millis(10),
+            flush_after: std::time::Duration::from_millis(40),
             ..CudaOptions::default()
         };
         let workers = start_host_double_workers(plan, opts, wiring).unwrap();
-        // Up to 400 files, one every 5 ms (2 s): fewer than a batch, and never
-        // 10 ms without new input. Under the old rule nothing comes out before
-        // the input closes; now the first batch is computed ~10 ms after its
-        // first file (plus the first capture's cost in a debug build).
+        // Up to 500 files, one every 20 ms (10 s): fewer than a batch, and
+        // never 40 ms without new input. Under the old rule nothing comes out
+        // before the input closes; now the first batch is computed ~40 ms
+        // after its first file, plus the first capture's cost (about 1 s for
+        // the host double in a release build; the 10 s leave room for a
+        // loaded machine, and the loop ends at the first row).
         let mut sent = 0;
         let mut early = 0;
-        while sent < 400 && early == 0 {
+        while sent < 500 && early == 0 {
             input
                 .push(Loaded {
                     job: sent,
@@ -101,7 +103,7 @@ mod tests {
                 })
                 .unwrap();
             sent += 1;
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::thread::sleep(std::time::Duration::from_millis(20));
             while let Some(o) = output.try_pop() {
                 assert!(o.row.is_ok());
                 early += 1;
