@@ -632,6 +632,7 @@ fn rewrite_names(
     d.resize(keep)?;
     *refs = StaleRefs::new(d, keep)?;
     refs.grow(d, names.len())?;
+    d.resize(names.len())?;
     if names.len() > keep {
         d.write_slice(
             &vlen_strings("label names", &names[keep..])?,

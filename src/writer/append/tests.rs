@@ -6,7 +6,7 @@ use super::*;
 use crate::writer::h5;
 
 /// Row shape [2, 3, 4, 5].
-fn spec() -> AppendSpec {
+pub(super) fn spec() -> AppendSpec {
     AppendSpec {
         split: "train".into(),
         spec: crate::writer::tests::tiny_spec(),
@@ -16,7 +16,7 @@ fn spec() -> AppendSpec {
     }
 }
 
-fn row(i: usize) -> Vec<f32> {
+pub(super) fn row(i: usize) -> Vec<f32> {
     (0..120)
         .map(|k| -80.0 + i as f32 + k as f32 * 0.01)
         .collect()
@@ -26,7 +26,7 @@ fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-fn strings(d: &Dataset) -> Vec<String> {
+pub(super) fn strings(d: &Dataset) -> Vec<String> {
     d.read_raw::<VarLenUnicode>()
         .unwrap()
         .iter()

@@ -4,33 +4,12 @@
 //! name the heap objects of confirmed rows, as a kill inside H5Fflush leaves
 //! when the chunk reached the disk and the heap collection did not.
 
+use super::tests::{row, spec, strings};
 use super::*;
 use crate::writer::direct::raw;
 
-fn spec() -> AppendSpec {
-    AppendSpec {
-        split: "train".into(),
-        spec: crate::writer::tests::tiny_spec(),
-        dtype: Dtype::Float32,
-        chunk_files: 4,
-        extra_attrs: vec![],
-    }
-}
-
-fn row(i: usize) -> Vec<f32> {
-    (0..120).map(|k| i as f32 - k as f32 * 0.5).collect()
-}
-
 fn file_name(i: usize) -> String {
     format!("train/a/f{i:03}.wav")
-}
-
-fn strings(d: &Dataset) -> Vec<String> {
-    d.read_raw::<VarLenUnicode>()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().to_string())
-        .collect()
 }
 
 /// The raw bytes of the chunk of 1-D `d` starting at `start`.

@@ -86,14 +86,15 @@ impl StaleRefs {
         })
     }
 
-    /// Grows `ds` to `end` elements and nulls every chunk first entered by
-    /// that growth which a killed writer had already allocated. Call before
-    /// writing elements up to `end`.
+    /// Nulls every chunk first entered by growing `ds` to `end` elements
+    /// which a killed writer had already allocated (growing `ds` to look;
+    /// within the chunks already clean it leaves the resize to the caller).
+    /// Call before writing elements up to `end`.
     pub(super) fn grow(&mut self, ds: &Dataset, end: usize) -> hdf5::Result<()> {
-        ds.resize(end)?;
         if end <= self.clean_to {
             return Ok(());
         }
+        ds.resize(end)?;
         let mut start = self.clean_to;
         while start < end {
             let offset = [start as u64];
