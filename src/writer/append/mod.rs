@@ -37,15 +37,18 @@
 //!
 //! Files: this one is the [`Appender`] API (create, append, flush, close);
 //! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
-//! [`recover`] opens an existing file: it clears the SWMR status flags, checks
-//! the file matches this configuration and cuts rows back to the journal's
-//! count. Every `unsafe` block of the writer is in `recover` (the two raw
-//! calls `h5clear` makes).
+//! [`recover`] opens an existing file: it clears the SWMR status flags, moves
+//! a stale end of allocation up to the end of the file, checks the file
+//! matches this configuration and cuts rows back to the journal's count. The
+//! appender's raw HDF5 calls are in `recover::raw` (those `h5clear` makes,
+//! `H5Fincrement_filesize`, `H5garbage_collect`) and `writer::direct::raw`.
 
 mod recover;
 pub mod sink;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_eoa;
 #[cfg(test)]
 mod tests_vlen;
 mod vlen;

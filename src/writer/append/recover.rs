@@ -10,9 +10,18 @@
 //! unflushed chunk whose files are still in the drop directory, so they are
 //! re-ingested rather than trusted.
 //!
-//! The `unsafe` blocks of the appender are here, in [`raw`]: the two HDF5
-//! calls `h5clear` makes that the high-level crate does not offer (the
-//! writer's only other one is `H5Dwrite_chunk`, in `writer::direct`).
+//! Before any of that, the end of allocation (EOA) moves up to the end of the
+//! file. A kill inside H5Fflush can leave the superblock's EOA older than the
+//! chunk index and chunks the same flush wrote; HDF5 would then refuse to read
+//! them ("addr overflow") or, worse, hand their space out again for new heap
+//! collections and chunks while the file still names it. That matches the
+//! fault the kill -9 soak saw, a confirmed row's `label` chunk overwritten by
+//! path strings; `tests_eoa` makes the state by hand.
+//!
+//! The `unsafe` blocks of the appender are here, in [`raw`]: the HDF5 calls
+//! the high-level crate does not offer (those `h5clear` makes,
+//! `H5Fincrement_filesize`, `H5garbage_collect`); the chunk-level ones are in
+//! `writer::direct::raw`.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -33,6 +42,14 @@ pub(super) fn open_existing(
     confirmed: usize,
 ) -> Result<Opened, Error> {
     let file = open_rw(p, true).ctx(p, || "open the file for appending".into())?;
+    // Before anything is read, freed or allocated: a kill inside H5Fflush can
+    // leave the superblock's end of allocation older than the chunk index and
+    // chunks that flush wrote. Space past it is still named by the file, so
+    // the EOA moves up to the end of the file first (`H5Fincrement_filesize`)
+    // and nothing there is handed out again.
+    hdf5::sync::sync(|| raw::eoa_to_end_of_file(file.id())).ctx(p, || {
+        "move the end of allocation to the end of the file".into()
+    })?;
     let ds = Datasets::open(&file, p)?;
     check_compatible(&file, &ds, p, header)?;
     let lens = [ds.mel.shape()[0], ds.label.size(), ds.path.size()];
@@ -205,7 +222,7 @@ mod raw {
     use std::ffi::CStr;
 
     use hdf5::File;
-    use hdf5_sys::h5::hbool_t;
+    use hdf5_sys::h5::{hbool_t, herr_t, hsize_t};
     use hdf5_sys::h5f::{H5F_ACC_RDWR, H5Fopen};
     use hdf5_sys::h5i::hid_t;
     use hdf5_sys::h5p::H5Pset;
@@ -227,6 +244,18 @@ mod raw {
         // H5Pset copies that many bytes from the pointer, which is valid for them.
         let r = unsafe { H5Pset(fapl, CLEAR_STATUS_FLAGS.as_ptr(), (&raw mut on).cast()) };
         hdf5::h5check(r).map(|_| ())
+    }
+
+    // Public HDF5 API since 1.10.2 (H5Fpublic.h) that hdf5-sys does not declare.
+    unsafe extern "C" {
+        fn H5Fincrement_filesize(file_id: hid_t, increment: hsize_t) -> herr_t;
+    }
+
+    /// Sets the EOA of the open file `file` to max(EOA, end of file).
+    pub(super) fn eoa_to_end_of_file(file: hid_t) -> hdf5::Result<()> {
+        // SAFETY: `file` is a live file id owned by the caller; the call takes
+        // plain integers and only moves the file's allocation mark.
+        hdf5::h5check(unsafe { H5Fincrement_filesize(file, 0) }).map(|_| ())
     }
 
     pub(super) fn open_rdwr(name: &CStr, fapl: hid_t) -> hdf5::Result<File> {
