@@ -48,9 +48,11 @@ pub mod sink;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_eoa;
+mod tests_crash;
 #[cfg(test)]
 mod tests_vlen;
+pub mod undo;
+mod vfd;
 mod vlen;
 
 pub use recover::release_free_lists;
@@ -173,8 +175,8 @@ impl Appender {
             action: "look for the output file",
             source,
         })?;
-        let (file, ds, names_ds, mut names, report) = if exists {
-            open_existing(&path, &header, confirmed_rows)?
+        if exists {
+            roll_back(&path)?;
         } else {
             if confirmed_rows > 0 {
                 return Err(Error::Recovery {
@@ -184,8 +186,14 @@ impl Appender {
                     ),
                 });
             }
-            create_new(out_dir, &path, &header)?
-        };
+            create_new(out_dir, &path, &header)?;
+        }
+        // Recovery, the label list and starting SWMR write in place outside
+        // SWMR's ordering: armed until the file is synced in SWMR mode.
+        let armed = arm(&path)?;
+        let (file, ds, names_ds, mut names, mut report) =
+            open_existing(&path, &header, confirmed_rows)?;
+        report.created = !exists;
         let rows = report.rows_found - report.rows_dropped;
         let path_refs = StaleRefs::new(&ds.path, rows)
             .ctx(&path, || "read the chunking of dataset `path`".into())?;
@@ -241,7 +249,7 @@ impl Appender {
         app.file
             .start_swmr()
             .ctx(p, || "start SWMR writing".into())?;
-        app.sync_file()?;
+        commit(p, armed)?;
         Ok((app, report))
     }
 
@@ -409,6 +417,8 @@ impl Appender {
     /// Returns the row count.
     pub fn close(mut self) -> Result<usize, Error> {
         let rows = self.flush()?;
+        // The close and the reopen rewrite metadata in place (`undo`).
+        let armed = arm(&self.path)?;
         let Appender {
             path,
             file,
@@ -426,6 +436,7 @@ impl Appender {
                 .ctx(&path, || "rewrite attribute `label_names`".into())?;
             file.close().ctx(&path, || "close the file".into())?;
         }
+        commit(&path, armed)?;
         release_reservation(&self.sync);
         Ok(rows)
     }
@@ -443,9 +454,16 @@ impl Appender {
             sync,
             ..
         } = self;
+        let armed = arm(&path).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
+            None
+        });
         drop((ds, names_ds));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
+        }
+        if let Err(e) = commit(&path, armed) {
+            tracing::warn!(error = %e, "Syncing an abandoned split file failed; the next open rolls its close back.");
         }
         release_reservation(&sync);
     }
@@ -537,7 +555,7 @@ type Opened = (File, Datasets, Dataset, Vec<String>, OpenReport);
 /// under a temporary name, synced, renamed into place, then opened like an
 /// existing file. A write failing half-way leaves only the temporary file
 /// (replaced by the next attempt), never a `<split>.h5` without its datasets.
-fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<Opened, Error> {
+fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<(), Error> {
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Io {
         path: out_dir.to_path_buf(),
         action: "create the output directory",
@@ -572,13 +590,54 @@ fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<Opened, E
         source,
     })?;
     // The directory entry must be durable before the journal names rows in it.
-    sync_dir(out_dir)?;
-    let (file, ds, names_ds, names, _) = open_existing(p, header, 0)?;
-    let report = OpenReport {
-        created: true,
-        ..OpenReport::default()
+    sync_dir(out_dir)
+}
+
+/// Arms `p` for a step that writes in place outside SWMR's ordering
+/// (`undo`); `None` where the driver is not in use (`vfd::available`).
+fn arm(p: &Path) -> Result<Option<undo::Armed>, Error> {
+    if vfd::available().is_err() {
+        return Ok(None);
+    }
+    undo::arm(p).map(Some).map_err(|source| Error::Io {
+        path: undo::log_path(p),
+        action: "arm the undo log",
+        source,
+    })
+}
+
+/// Syncs `p` and ends the armed step.
+fn commit(p: &Path, armed: Option<undo::Armed>) -> Result<(), Error> {
+    let r = match armed {
+        Some(a) => a.commit(),
+        None => std::fs::File::open(p).and_then(|f| f.sync_data()),
     };
-    Ok((file, ds, names_ds, names, report))
+    r.map_err(|source| Error::Io {
+        path: p.to_path_buf(),
+        action: "sync the file and commit its undo log",
+        source,
+    })
+}
+
+/// Puts back what an armed step a crash interrupted had overwritten.
+fn roll_back(p: &Path) -> Result<(), Error> {
+    match undo::roll_back(p) {
+        Ok(Some(done)) => {
+            tracing::warn!(
+                file = %p.display(),
+                ranges = done.records,
+                len = done.len,
+                "Rolled back an interrupted open or close of the split file."
+            );
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(source) => Err(Error::Io {
+            path: undo::log_path(p),
+            action: "roll back an interrupted open or close",
+            source,
+        }),
+    }
 }
 
 /// The resizable `label_names` dataset holding `names`.

@@ -16,7 +16,7 @@
 //! them ("addr overflow") or, worse, hand their space out again for new heap
 //! collections and chunks while the file still names it. That matches the
 //! fault the kill -9 soak saw, a confirmed row's `label` chunk overwritten by
-//! path strings; `tests_eoa` makes the state by hand.
+//! path strings; `tests_crash` makes the state by hand.
 //!
 //! The `unsafe` blocks of the appender are here, in [`raw`]: the HDF5 calls
 //! the high-level crate does not offer (those `h5clear` makes,
@@ -209,6 +209,7 @@ pub(super) fn open_rw(p: &Path, clear_flags: bool) -> hdf5::Result<File> {
     let name = CString::new(p.as_os_str().as_bytes())
         .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
     hdf5::sync::sync(|| {
+        super::vfd::use_in(fapl.id())?;
         if clear_flags {
             raw::set_clear_status_flags(fapl.id())?;
         }

@@ -1,9 +1,13 @@
-//! A killed flush can leave the superblock's end of allocation (EOA) older
-//! than the chunk index it wrote: the index names chunks and index blocks
-//! allocated past the EOA on disk. Recovery must not hand that space out again
-//! while anything in the file still names it (`recover::open_existing`).
-//! The crash state is made by hand: a file flushed twice, then given the
-//! superblock of its first flush.
+//! Crash states made by hand.
+//!
+//! * A killed flush can leave the superblock's end of allocation (EOA) older
+//!   than the chunk index it wrote: the index names chunks and index blocks
+//!   allocated past the EOA on disk. Recovery must not hand that space out
+//!   again while anything in the file still names it
+//!   (`recover::open_existing`). The state: a file flushed twice, then given
+//!   the superblock of its first flush.
+//! * A close that rewrote metadata in place and never committed its undo log
+//!   (`super::undo`) is rolled back by the next open.
 
 use super::tests::{row, spec, strings};
 use super::*;
@@ -76,4 +80,41 @@ fn stale_eoa_round_trip(lost: usize) {
     for (i, got) in mel.chunks(120).enumerate() {
         assert_eq!(got, row(i).as_slice(), "mel row {i}");
     }
+}
+
+#[test]
+fn an_uncommitted_in_place_rewrite_is_rolled_back_at_the_next_open() {
+    if let Err(why) = super::vfd::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(dir.path(), &spec(), &["a".to_string()], 0).unwrap();
+    for i in 0..6 {
+        a.append(&file_name(0, i), 0, &row(i)).unwrap();
+    }
+    a.close().unwrap();
+    let p = dir.path().join("train.h5");
+    let before = std::fs::read(&p).unwrap();
+    // A close's reopen, cut off after HDF5 wrote and before the commit: the
+    // root attribute and the superblock were rewritten in place.
+    let armed = super::undo::arm(&p).unwrap();
+    let f = open_rw(&p, false).unwrap();
+    replace_names_attr(&f, &["a".to_string(), "zz".repeat(40)]).unwrap();
+    f.close().unwrap();
+    assert_ne!(std::fs::read(&p).unwrap(), before);
+    drop(armed);
+    assert!(super::undo::log_path(&p).exists());
+
+    // What the next open does first: the file is byte for byte as armed.
+    let done = super::undo::roll_back(&p).unwrap().unwrap();
+    assert!(done.records > 0, "{done:?}");
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    assert!(!super::undo::log_path(&p).exists());
+    let (b, report) = Appender::open(dir.path(), &spec(), &["a".to_string()], 6).unwrap();
+    assert_eq!(report.rows_dropped, 0);
+    b.close().unwrap();
+    let f = File::open(&p).unwrap();
+    let want: Vec<String> = (0..6).map(|i| file_name(0, i)).collect();
+    assert_eq!(strings(&f.dataset("path").unwrap()), want);
 }
