@@ -245,6 +245,7 @@ fn kill_9_at_random_points() {
     let mut runs = 0;
     let mut torn_total = 0;
     let mut cut_total = 0;
+    let mut undo_total = 0;
     while runs < max_runs && start.elapsed() < max_time {
         runs += 1;
         seed ^= seed << 13;
@@ -272,14 +273,24 @@ fn kill_9_at_random_points() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
 
+        // Undo logs the kill left (inside an open's armed recovery): the
+        // next open rolls them back.
+        let undo = std::fs::read_dir(dir.join("out")).map_or(0, |d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".h5.undo"))
+            })
+            .count()
+        });
         let (journal, state, apps, cut) = recover(&dir);
         let k = check(&journal, &apps);
         assert!(k >= last, "confirmed files went from {last} to {k}");
         println!(
             "run {runs}: killed after {delay:?}: {k} files confirmed, {cut} unconfirmed \
-             HDF5 rows cut, torn journal tail {} bytes",
+             HDF5 rows cut, torn journal tail {} bytes, {undo} undo logs left",
             state.torn_bytes
         );
+        undo_total += undo;
         torn_total += state.torn_bytes;
         cut_total += cut;
         last = k;
@@ -289,7 +300,7 @@ fn kill_9_at_random_points() {
     assert!(last > 0, "no batch was ever committed");
     println!(
         "{runs} kills in {:?}: {last} files confirmed, {cut_total} HDF5 rows cut, \
-         {torn_total} torn journal bytes in all",
+         {torn_total} torn journal bytes, {undo_total} undo logs left in all",
         start.elapsed()
     );
 }
