@@ -51,7 +51,7 @@ mod tests;
 mod tests_crash;
 #[cfg(test)]
 mod tests_vlen;
-pub mod undo;
+mod undo;
 mod vfd;
 mod vlen;
 
