@@ -186,6 +186,11 @@ impl Appender {
                     ),
                 });
             }
+            undo::discard(&path).map_err(|source| Error::Io {
+                path: undo::log_path(&path),
+                action: "remove the undo log of a split file that is gone",
+                source,
+            })?;
             create_new(out_dir, &path, &header)?;
         }
         // Recovery, the label list and starting SWMR write in place outside

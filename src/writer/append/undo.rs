@@ -23,9 +23,12 @@
 //! record torn by the power loss fails its checksum and is skipped: its write
 //! was never issued, since each record is synced before the write it covers.
 //!
-//! The log names the file it covers by device and inode: a log whose file was
+//! The log names the file it covers by inode (the device is recorded, not
+//! compared: it can change across a reboot or remount): a log whose file was
 //! since replaced (a rebuild's swap renames a new file over it) is stale and
-//! is deleted unused.
+//! is deleted unused. A new split file is created only after any log left
+//! for its name is removed ([`discard`]), so a reused inode number never
+//! meets an old log.
 //!
 //! Log format (little-endian): header `MFUNDO01`, length, device, inode (u64
 //! each), xxh3 of the 32 bytes before it; then records `addr u64, n u64,
@@ -230,7 +233,9 @@ pub fn roll_back(h5: &Path) -> io::Result<Option<RolledBack>> {
         Err(e) => return Err(e),
     };
     let live = match (&f, parse_header(&bytes)) {
-        (Some(f), Some((base_len, key))) if key_of(f)? == key => Some(base_len),
+        // The inode only: a device number can change across a reboot or a
+        // remount (FUSE and other anonymous devices get a new one per mount).
+        (Some(f), Some((base_len, key))) if key_of(f)?.1 == key.1 => Some(base_len),
         _ => None,
     };
     let (Some(f), Some(base_len)) = (f, live) else {
@@ -254,6 +259,16 @@ pub fn roll_back(h5: &Path) -> io::Result<Option<RolledBack>> {
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Deletes the log left for `h5` (the file is gone and is made anew), durably.
+pub fn discard(h5: &Path) -> io::Result<()> {
+    let lp = log_path(h5);
+    match std::fs::remove_file(&lp) {
+        Ok(()) => sys::sync_dir(dir_of(&lp)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The armed length and the file's identity.
@@ -368,6 +383,25 @@ mod tests {
         assert_eq!(roll_back(&h5).unwrap(), None);
         assert!(!lp.exists());
         assert_eq!(&std::fs::read(&h5).unwrap()[..5], &[7, 7, 7, 7, 5]);
+    }
+
+    #[test]
+    fn a_log_written_under_another_device_number_still_rolls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let h5 = dir.path().join("train.h5");
+        std::fs::write(&h5, [1u8; 64]).unwrap();
+        let armed = arm(&h5).unwrap();
+        logged_write(&h5, 8, &[2; 8]);
+        drop(armed);
+        // The disk came back under another device number (a remount).
+        let lp = log_path(&h5);
+        let mut log = std::fs::read(&lp).unwrap();
+        log[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        let sum = xxh3_64(&log[..32]);
+        log[32..40].copy_from_slice(&sum.to_le_bytes());
+        std::fs::write(&lp, &log).unwrap();
+        assert_eq!(roll_back(&h5).unwrap().unwrap().records, 1);
+        assert_eq!(std::fs::read(&h5).unwrap(), vec![1u8; 64]);
     }
 
     #[test]

@@ -314,7 +314,10 @@ enum Plan {
     Torn(fn(&powerfs::Boundary) -> bool, u64),
 }
 
-fn explore(case: &Case, plan: Plan) -> usize {
+/// Runs the plan; returns the crash points tried and how many of their
+/// images held an undo log (`.<split>.h5.undo`: a crash inside an armed open
+/// or close, rolled back by the restart).
+fn explore(case: &Case, plan: Plan) -> (usize, usize) {
     let name = format!("serve on_success={}", case.on_success);
     let disk = Disk::new(Model::new());
     case.setup(&disk);
@@ -347,6 +350,7 @@ fn explore(case: &Case, plan: Plan) -> usize {
     };
     drop(disk);
     let mut tried = 0;
+    let mut undo_logs = 0;
     for (k, mode) in runs {
         {
             tried += 1;
@@ -357,6 +361,10 @@ fn explore(case: &Case, plan: Plan) -> usize {
             drive(&disk, case, &cfg);
             let trail = disk.trail(k);
             disk.power_loss(CrashMode::Whole);
+            let out = disk.root().join("out");
+            if names(&out).iter().any(|n| n.ends_with(".h5.undo")) {
+                undo_logs += 1;
+            }
             // The producer drops again whatever late file it finds missing
             // or incomplete (needs on_success = "keep": serve never deletes).
             let drop = disk.root().join("drop");
@@ -373,8 +381,10 @@ fn explore(case: &Case, plan: Plan) -> usize {
             }
         }
     }
-    eprintln!("{name}: {total} boundaries, {tried} crash points tried");
-    tried
+    eprintln!(
+        "{name}: {total} boundaries, {tried} crash points tried, {undo_logs} with an undo log"
+    );
+    (tried, undo_logs)
 }
 
 fn case(on_success: &'static str, then: Then) -> Case {
@@ -417,7 +427,7 @@ fn serve_move_never_loses_the_file_to_a_torn_power_loss() {
         let names = |b: &powerfs::Boundary| {
             matches!(b.what, "link" | "unlink" | "rename" | "mkdir" | "fsyncdir")
         };
-        assert!(explore(&case("move", Then::Stop), Plan::Torn(names, 1)) > 0);
+        assert!(explore(&case("move", Then::Stop), Plan::Torn(names, 1)).0 > 0);
     }
 }
 
@@ -436,7 +446,7 @@ fn serve_rejection_line_survives_power_loss() {
             clips: Vec::new(),
             late: Vec::new(),
         };
-        assert!(explore(&only_broken, Plan::Spread(u64::MAX)) > 0);
+        assert!(explore(&only_broken, Plan::Spread(u64::MAX)).0 > 0);
     }
 }
 
@@ -461,6 +471,11 @@ fn serve_close_torn_by_power_loss_leaves_a_readable_h5() {
             let name = b.name.to_string_lossy();
             (b.what == "truncate" && name.ends_with(".h5")) || name.ends_with(".undo")
         };
-        assert!(explore(&c, Plan::Torn(close, 3)) > 0);
+        let (tried, undo_logs) = explore(&c, Plan::Torn(close, 3));
+        assert!(tried > 0);
+        assert!(
+            undo_logs > 0,
+            "no crash point left an undo log to roll back"
+        );
     }
 }
