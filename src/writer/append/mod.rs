@@ -557,8 +557,8 @@ fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
 type Opened = (File, Datasets, Dataset, Vec<String>, OpenReport);
 
 /// Creates `p` atomically: the file is made complete (datasets, attributes)
-/// under a temporary name, synced, renamed into place, then opened like an
-/// existing file. A write failing half-way leaves only the temporary file
+/// under a temporary name, synced, renamed into place (the caller then opens
+/// it like an existing file). A write failing half-way leaves only the temporary file
 /// (replaced by the next attempt), never a `<split>.h5` without its datasets.
 fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<(), Error> {
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Io {

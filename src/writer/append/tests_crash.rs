@@ -9,6 +9,8 @@
 //! * A close that rewrote metadata in place and never committed its undo log
 //!   (`super::undo`) is rolled back by the next open.
 
+use std::path::Path;
+
 use super::tests::{row, spec, strings};
 use super::*;
 
@@ -26,14 +28,20 @@ fn space_past_a_stale_end_of_allocation_is_not_reused_after_recovery() {
     }
 }
 
+/// An appender on a new `train.h5` in `dir` holding rows `0..n` of round 0.
+fn with_rows(dir: &Path, n: usize) -> Appender {
+    let (mut a, _) = Appender::open(dir, &spec(), &["a".to_string()], 0).unwrap();
+    for i in 0..n {
+        a.append(&file_name(0, i), 0, &row(i)).unwrap();
+    }
+    a
+}
+
 /// Flushes 8 rows, then `lost` more in flushes of 8 whose last superblock
 /// write is lost, recovers to the 8 and appends 392 rows.
 fn stale_eoa_round_trip(lost: usize) {
     let first = tempfile::tempdir().unwrap();
-    let (mut a, _) = Appender::open(first.path(), &spec(), &["a".to_string()], 0).unwrap();
-    for i in 0..8 {
-        a.append(&file_name(0, i), 0, &row(i)).unwrap();
-    }
+    let mut a = with_rows(first.path(), 8);
     a.flush().unwrap();
     let p = first.path().join("train.h5");
     let old_superblock = std::fs::read(&p).unwrap()[..SUPERBLOCK_V3].to_vec();
@@ -89,11 +97,7 @@ fn an_uncommitted_in_place_rewrite_is_rolled_back_at_the_next_open() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (mut a, _) = Appender::open(dir.path(), &spec(), &["a".to_string()], 0).unwrap();
-    for i in 0..6 {
-        a.append(&file_name(0, i), 0, &row(i)).unwrap();
-    }
-    a.close().unwrap();
+    with_rows(dir.path(), 6).close().unwrap();
     let p = dir.path().join("train.h5");
     let before = std::fs::read(&p).unwrap();
     // A close's reopen, cut off after HDF5 wrote and before the commit: the

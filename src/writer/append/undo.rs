@@ -308,18 +308,30 @@ mod tests {
         f.write_all_at(data, at).unwrap();
     }
 
+    /// `dir/name` holding `body`, armed, then `writes` made through the log
+    /// and the step cut off before its commit (the log stays).
+    fn cut_off_step(dir: &Path, name: &str, body: &[u8], writes: &[(u64, &[u8])]) -> PathBuf {
+        let h5 = dir.join(name);
+        std::fs::write(&h5, body).unwrap();
+        let armed = arm(&h5).unwrap();
+        for (at, data) in writes {
+            logged_write(&h5, *at, data);
+        }
+        drop(armed);
+        h5
+    }
+
     #[test]
     fn an_uncommitted_step_rolls_back_to_the_armed_bytes_and_length() {
         let dir = tempfile::tempdir().unwrap();
-        let h5 = dir.path().join("train.h5");
         let before: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
-        std::fs::write(&h5, &before).unwrap();
-        let armed = arm(&h5).unwrap();
-        logged_write(&h5, 10, &[1; 100]);
-        logged_write(&h5, 50, &[2; 100]);
-        logged_write(&h5, 4000, &[3; 500]);
-        logged_write(&h5, 6000, &[4; 10]);
-        drop(armed);
+        let writes: [(u64, &[u8]); 4] = [
+            (10, &[1; 100]),
+            (50, &[2; 100]),
+            (4000, &[3; 500]),
+            (6000, &[4; 10]),
+        ];
+        let h5 = cut_off_step(dir.path(), "train.h5", &before, &writes);
         // Not armed any more: this write is not logged.
         let f = OpenOptions::new().read(true).write(true).open(&h5).unwrap();
         record(key_of(&f).unwrap(), &f, 0, 1).unwrap();
@@ -356,12 +368,12 @@ mod tests {
     #[test]
     fn a_torn_record_and_a_torn_header_restore_nothing_they_did_not_cover() {
         let dir = tempfile::tempdir().unwrap();
-        let h5 = dir.path().join("test.h5");
-        std::fs::write(&h5, [5u8; 256]).unwrap();
-        let armed = arm(&h5).unwrap();
-        logged_write(&h5, 0, &[1; 16]);
-        logged_write(&h5, 100, &[2; 16]);
-        drop(armed);
+        let h5 = cut_off_step(
+            dir.path(),
+            "test.h5",
+            &[5; 256],
+            &[(0, &[1; 16]), (100, &[2; 16])],
+        );
         // The power loss kept the second record only in part, and its write
         // never happened.
         let lp = log_path(&h5);
@@ -388,11 +400,7 @@ mod tests {
     #[test]
     fn a_log_written_under_another_device_number_still_rolls_back() {
         let dir = tempfile::tempdir().unwrap();
-        let h5 = dir.path().join("train.h5");
-        std::fs::write(&h5, [1u8; 64]).unwrap();
-        let armed = arm(&h5).unwrap();
-        logged_write(&h5, 8, &[2; 8]);
-        drop(armed);
+        let h5 = cut_off_step(dir.path(), "train.h5", &[1; 64], &[(8, &[2; 8])]);
         // The disk came back under another device number (a remount).
         let lp = log_path(&h5);
         let mut log = std::fs::read(&lp).unwrap();
@@ -407,11 +415,7 @@ mod tests {
     #[test]
     fn a_log_whose_file_was_replaced_is_dropped_unused() {
         let dir = tempfile::tempdir().unwrap();
-        let h5 = dir.path().join("train.h5");
-        std::fs::write(&h5, [1u8; 64]).unwrap();
-        let armed = arm(&h5).unwrap();
-        logged_write(&h5, 0, &[2; 64]);
-        drop(armed);
+        let h5 = cut_off_step(dir.path(), "train.h5", &[1; 64], &[(0, &[2; 64])]);
         // A rebuild renamed a new file over it.
         let new = dir.path().join("new.h5");
         std::fs::write(&new, [3u8; 32]).unwrap();
