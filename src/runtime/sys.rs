@@ -389,9 +389,18 @@ pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// Asks the kernel to drop the whole file's clean pages from the page cache
 /// (`posix_fadvise(POSIX_FADV_DONTNEED)`).
 pub fn fadvise_dontneed(fd: BorrowedFd<'_>) -> io::Result<()> {
+    fadvise_dontneed_range(fd, 0, 0)
+}
+
+/// As [`fadvise_dontneed`] for the pages wholly inside `len` bytes at
+/// `offset` (`len` 0: to the end of the file). Dirty pages stay.
+pub fn fadvise_dontneed_range(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
     // SAFETY: the descriptor is borrowed, so open; fadvise only gives the
     // kernel a hint about its pages.
-    let rc = unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(fd.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }

@@ -4,7 +4,8 @@
 //!
 //! Layers (CONVENTIONS: raw call → thin `Result` wrapper → safe type):
 //! * [`raw`] holds the `unsafe` calls (`H5Dwrite_chunk`, and `H5Dread_chunk`
-//!   and `H5Dget_chunk_info_by_coord` for the appender's `vlen` module), each
+//!   and `H5Dget_chunk_info_by_coord` for the appender's `vlen` module and
+//!   its page-cache drop), each
 //!   under hdf5-metno's global lock like every other HDF5 call of the program;
 //! * [`MelChunks`] decides *when* each chunk reaches the file.
 //!
@@ -61,6 +62,16 @@ pub(super) mod raw {
         ds: &Dataset,
         offset: &[u64],
     ) -> hdf5::Result<Option<usize>> {
+        Ok(chunk_extent_at(ds, offset)?.map(|(_, size)| size as usize))
+    }
+
+    /// The file address and stored size of the chunk of `ds` whose first
+    /// element is at `offset` (inside the dataset's extent), or None when
+    /// that chunk was never allocated.
+    pub(in crate::writer) fn chunk_extent_at(
+        ds: &Dataset,
+        offset: &[u64],
+    ) -> hdf5::Result<Option<(u64, u64)>> {
         check_rank(ds, offset, "chunk query")?;
         let id = ds.id();
         let (mut mask, mut addr, mut size) = (0u32, HADDR_UNDEF, 0u64);
@@ -73,7 +84,7 @@ pub(super) mod raw {
             };
             hdf5::h5check(r).map(|_| ())
         })?;
-        Ok((addr != HADDR_UNDEF).then_some(size as usize))
+        Ok((addr != HADDR_UNDEF).then_some((addr, size)))
     }
 
     /// Reads the stored bytes of the chunk of `ds` at `offset` (no filters)

@@ -136,6 +136,9 @@ pub struct Appender {
     sync: std::fs::File,
     /// Bytes of one row of `mel` as stored.
     row_bytes: u64,
+    /// Chunks of `mel` below this one have left the page cache
+    /// ([`Appender::drop_synced_chunks`]).
+    chunks_dropped: usize,
     failed: bool,
 }
 
@@ -241,6 +244,7 @@ impl Appender {
             rows_flushed: rows,
             sync,
             row_bytes: (spec.spec.row_len() * spec.dtype.size()) as u64,
+            chunks_dropped: rows / spec.chunk_files,
             failed: false,
         };
         // New names go into the attribute too while SWMR is not yet on.
@@ -413,8 +417,46 @@ impl Appender {
             a.file.flush().ctx(&a.path, || "flush the file".into())?;
             a.sync_file()
         })?;
+        // The previous flush's rows stay cached for SWMR readers; the whole
+        // chunks before them are on disk and never written again.
+        self.drop_synced_chunks(self.rows_flushed / self.chunk_files);
         self.rows_flushed = self.rows_written;
         Ok(self.rows_flushed)
+    }
+
+    /// Drops the pages of `mel` chunks `chunks_dropped..below` (whole, synced
+    /// chunks: no row is written into them again) from the page cache.
+    ///
+    /// Why: each page a growing file takes is a new page-cache page, and on a
+    /// VM a page the guest has not touched yet costs several times the copy
+    /// into it: serve's loop thread spent most of its time in that copy
+    /// (`docs/BENCHMARKS.md`, "serve at the box's rate"). Dropped pages are
+    /// reused by the next rows. Pages a chunk shares with its neighbours, and
+    /// all metadata, stay. Best effort: a failure is logged and skipped.
+    fn drop_synced_chunks(&mut self, below: usize) {
+        use std::os::fd::AsFd;
+        for k in self.chunks_dropped..below {
+            let offset = [(k * self.chunk_files) as u64, 0, 0, 0, 0];
+            let dropped = super::direct::raw::chunk_extent_at(&self.ds.mel, &offset)
+                .map_err(|e| e.to_string())
+                .and_then(|extent| match extent {
+                    Some((addr, size)) => {
+                        sys::fadvise_dontneed_range(self.sync.as_fd(), addr, size)
+                            .map_err(|e| e.to_string())
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = dropped {
+                tracing::debug!(
+                    file = %self.path.display(),
+                    chunk = k,
+                    error = %e,
+                    "Cannot drop a chunk's pages from the page cache."
+                );
+                break;
+            }
+        }
+        self.chunks_dropped = self.chunks_dropped.max(below);
     }
 
     /// Flushes, closes the file and, when names were added while SWMR writing,

@@ -429,3 +429,88 @@ fn split_files_are_open_with_bounded_caches() {
     a.append("train/leak/f9.wav", 0, &row(9)).unwrap();
     assert_eq!(a.close().unwrap(), 10);
 }
+
+/// Pages of `f` in the page cache, or why that cannot be told here.
+fn cached_pages(f: &std::fs::File) -> Result<u64, String> {
+    use std::os::fd::AsFd;
+    crate::runtime::sys::cachestat(f.as_fd())
+        .map(|c| c.nr_cache)
+        .map_err(|e| format!("cachestat unusable ({e})"))
+}
+
+/// Whether `fadvise(DONTNEED)` drops clean pages of a file in `dir` (not on
+/// tmpfs, whose pages are the file itself).
+fn page_cache_droppable(dir: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let p = dir.join("probe");
+    let mut f = std::fs::File::create(&p).map_err(|e| e.to_string())?;
+    f.write_all(&vec![7u8; 1 << 20])
+        .map_err(|e| e.to_string())?;
+    f.sync_all().map_err(|e| e.to_string())?;
+    let before = cached_pages(&f)?;
+    crate::runtime::sys::fadvise_dontneed(std::os::fd::AsFd::as_fd(&f))
+        .map_err(|e| e.to_string())?;
+    let after = cached_pages(&f)?;
+    std::fs::remove_file(&p).map_err(|e| e.to_string())?;
+    if before == 0 || after > 0 {
+        return Err(format!(
+            "{} keeps clean pages cached after DONTNEED ({before} → {after}), e.g. tmpfs",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A flush drops the whole `mel` chunks synced by the previous flush from the
+/// page cache (on disk and never written again: the next rows reuse their
+/// pages) and keeps the rows since, which SWMR readers are about to read;
+/// every row reads back intact. Without the drop every page stays cached.
+#[test]
+fn a_flush_drops_the_chunks_synced_before_it_from_the_page_cache() {
+    let d = tempfile::tempdir().unwrap();
+    if let Err(why) = page_cache_droppable(d.path()) {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let sp = AppendSpec {
+        spec: crate::dsp::Spec::default(),
+        chunk_files: 64,
+        ..spec()
+    };
+    let row_len = sp.spec.row_len();
+    let big_row = |i: usize| -> Vec<f32> { (0..row_len).map(|k| (i * 7 + k) as f32).collect() };
+    let (mut a, _) = Appender::open(d.path(), &sp, &names(&["leak"]), 0).unwrap();
+    let per_flush = 150;
+    let mut n = 0;
+    for _ in 0..4 {
+        for _ in 0..per_flush {
+            a.append(&format!("f{n:05}.wav"), 0, &big_row(n)).unwrap();
+            n += 1;
+        }
+        a.flush().unwrap();
+    }
+    let f = std::fs::File::open(a.path()).unwrap();
+    let file_pages = f.metadata().unwrap().len().div_ceil(4096);
+    let cached = cached_pages(&f).unwrap();
+    let last_flush_pages = (per_flush * row_len * 4) as u64 / 4096;
+    // The last flush's rows (and up to a chunk before them, written whole
+    // when it filled), plus metadata.
+    assert!(
+        cached <= last_flush_pages + (64 * row_len * 4) as u64 / 4096 + 64,
+        "{cached} of {file_pages} pages cached after 4 flushes of {last_flush_pages}"
+    );
+    assert!(
+        cached >= last_flush_pages * 9 / 10,
+        "the last flush's rows left the cache: {cached} pages cached"
+    );
+    assert_eq!(a.close().unwrap(), n);
+    let h = File::open(d.path().join("train.h5")).unwrap();
+    let values = h.dataset("mel").unwrap().read_raw::<f32>().unwrap();
+    for i in 0..n {
+        assert_eq!(
+            values[i * row_len..(i + 1) * row_len],
+            big_row(i)[..],
+            "row {i}"
+        );
+    }
+}
