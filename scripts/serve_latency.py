@@ -98,6 +98,12 @@ def main():
     ap.add_argument("--flush-ms", type=int, default=50)
     ap.add_argument("--poll-ms", type=float, default=1.0)
     ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument(
+        "--on-success",
+        default="keep",
+        choices=["keep", "delete", "move"],
+        help="serve.on_success (move: into <work>/done)",
+    )
     a = ap.parse_args()
 
     pool = sorted(
@@ -119,7 +125,9 @@ def main():
         f.write(
             f'[serve]\nwatch_dir = "drop"\noutput_dir = "out"\n'
             f"flush_interval_ms = {a.flush_ms}\n"
-            f'[control]\nsocket = "ctl.sock"\n'
+            f'on_success = "{a.on_success}"\n'
+            + ('done_dir = "done"\n' if a.on_success == "move" else "")
+            + f'[control]\nsocket = "ctl.sock"\n'
             f'[compute]\nbackend = "{a.backend}"\n'
         )
     log = open(os.path.join(a.work, "serve.log"), "w")
@@ -185,6 +193,7 @@ def main():
                 "seen": len(lat),
                 "duplicates": len(paths) - len(set(paths)),
                 "flush_interval_ms": a.flush_ms,
+                "on_success": a.on_success,
                 "target_rate": a.rate,
                 "achieved_rate": round(n / (t1 - t0), 1) if n else 0,
                 "p50_ms": round(pct(lat, 50), 1),

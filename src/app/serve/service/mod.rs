@@ -375,17 +375,26 @@ impl Service {
         }
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
+        let mut moves = Vec::new();
         for a in std::mem::take(&mut self.after) {
-            let r = match &a {
-                After::Delete(p) => std::fs::remove_file(p),
-                After::Move(from, to) => crate::runtime::sys::move_durably(from, to),
-            };
+            match a {
+                After::Delete(p) => {
+                    if let Err(e) = std::fs::remove_file(&p) {
+                        self.note_error(format!("cannot delete {}: {e}", p.display()));
+                    }
+                }
+                After::Move(from, to) => moves.push((from, to)),
+            }
+        }
+        // One fsync per directory for the whole commit, not one per file.
+        let results = crate::runtime::sys::move_all_durably(&moves);
+        for ((from, to), r) in moves.iter().zip(results) {
             if let Err(e) = r {
-                let what = match a {
-                    After::Delete(p) => format!("delete {}", p.display()),
-                    After::Move(f, t) => format!("move {} to {}", f.display(), t.display()),
-                };
-                self.note_error(format!("cannot {what}: {e}"));
+                self.note_error(format!(
+                    "cannot move {} to {}: {e}",
+                    from.display(),
+                    to.display()
+                ));
             }
         }
         Ok(())
