@@ -214,7 +214,16 @@ impl Pipeline {
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        let mut probe = Probe::now(cfg.compute.backend);
+        Pipeline::start_on(cfg, Probe::now(cfg.compute.backend), telemetry, queue_ahead)
+    }
+
+    /// [`Pipeline::start`] with the backend chosen by `probe`.
+    pub fn start_on(
+        cfg: &Config,
+        mut probe: Probe,
+        telemetry: Arc<Telemetry>,
+        queue_ahead: usize,
+    ) -> Result<Pipeline, Error> {
         let p = Pipeline::start_reading(cfg, &mut probe, telemetry, queue_ahead)?;
         match p.start_compute(probe) {
             Ok(()) => Ok(p),

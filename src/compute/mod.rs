@@ -83,6 +83,10 @@ impl Choice {
 /// The environment switch of the test harness (see [`Target::HostDouble`]).
 pub const HOST_DOUBLE_ENV: &str = "MELFORGE_CUDA_HOST_DOUBLE";
 
+/// With [`HOST_DOUBLE_ENV`]: a path; once that file exists the host double
+/// fails every host-to-device copy (a GPU dying mid-run, for serve's tests).
+pub const HOST_DOUBLE_FAIL_ENV: &str = "MELFORGE_CUDA_HOST_DOUBLE_FAIL_ONCE";
+
 /// Resolves the configured backend. `auto` and `cuda` run the CUDA probe
 /// (`cuda::probe`, cached: libcuda loads, the driver is new enough, cuInit
 /// succeeds, ≥ 1 device, libnvrtc and libcufft load); it never panics.

@@ -458,6 +458,12 @@ fn run<D: Device>(
             }
         };
         let Some(Fed { job, kind }) = item else {
+            // A batch flushed for its delay (no new file) may have failed:
+            // its files are answered now, not when the next file comes
+            // (serve may have none to send).
+            if let Some(f) = &failure {
+                reject_unfinished(runner, f, &reject);
+            }
             if closed.get() {
                 break;
             }
@@ -514,12 +520,7 @@ fn run<D: Device>(
             failure.get_or_insert(fail(&e));
         }
         if let Some(f) = &failure {
-            for s in runner.take_open() {
-                let _ok = reject(s.tag, Reject::Device(Arc::clone(f)));
-            }
-            for tag in runner.take_in_flight() {
-                let _ok = reject(tag, Reject::Device(Arc::clone(f)));
-            }
+            reject_unfinished(runner, f, &reject);
         }
         if closed.get() {
             break;
@@ -532,12 +533,7 @@ fn run<D: Device>(
         }
     }
     if let Some(f) = &failure {
-        for s in runner.take_open() {
-            let _ok = reject(s.tag, Reject::Device(Arc::clone(f)));
-        }
-        for tag in runner.take_in_flight() {
-            let _ok = reject(tag, Reject::Device(Arc::clone(f)));
-        }
+        reject_unfinished(runner, f, &reject);
     }
     local.publish(&w.telemetry);
     let r = match failure {
@@ -548,6 +544,21 @@ fn run<D: Device>(
 }
 
 /// Computes the open batch if its first file has waited `delay` or longer.
+/// After a device error: rejects every file the runner still holds (the
+/// open batch and the batches whose submit or completion failed).
+fn reject_unfinished<D: Device>(
+    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
+    why: &Arc<str>,
+    reject: &impl Fn(usize, Reject) -> bool,
+) {
+    for s in runner.take_open() {
+        let _ok = reject(s.tag, Reject::Device(Arc::clone(why)));
+    }
+    for tag in runner.take_in_flight() {
+        let _ok = reject(tag, Reject::Device(Arc::clone(why)));
+    }
+}
+
 fn flush_if_due<D: Device>(
     runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
     open_since: &mut Option<Instant>,

@@ -426,3 +426,93 @@ fn a_rebuild_killed_mid_swap_is_finished_at_the_next_start() {
     assert_exactly_once(&svc, &corpus, "after the finished swap");
     assert!(!staging.exists() && !stage_dir.exists());
 }
+
+/// Makes the host double's GPU fail (every copy from then on) once the file
+/// this returns exists.
+fn failing_gpu(svc: &mut Svc) -> std::path::PathBuf {
+    let trigger = svc.root.path().join("gpu-fails-now");
+    svc.env = vec![(
+        melforge::compute::HOST_DOUBLE_FAIL_ENV.to_string(),
+        trigger.display().to_string(),
+    )];
+    trigger
+}
+
+/// Drops `first` and waits until they are rows (computed on the GPU), then
+/// breaks the GPU and drops `rest`.
+fn drop_then_break(
+    svc: &Svc,
+    trigger: &std::path::Path,
+    first: &[(String, Vec<u8>)],
+    rest: &[(String, Vec<u8>)],
+) {
+    for (rel, b) in first {
+        svc.drop_file(rel, b);
+    }
+    svc.wait_rows(first.len() as u64);
+    std::fs::write(trigger, b"").unwrap();
+    for (rel, b) in rest {
+        svc.drop_file(rel, b);
+    }
+}
+
+/// A GPU that fails mid-run under `compute.backend = "auto"`: the files it
+/// had not finished used to be journalled as rejections (kind `device`), so
+/// they were never ingested. Now they are queued again, the stage graph
+/// moves to the CPU backend (status says why) and every file is a row
+/// exactly once, none rejected.
+#[test]
+fn a_gpu_failing_mid_run_moves_ingest_to_the_cpu_and_rejects_nothing() {
+    let corpus = clips(60, 41);
+    let mut svc = Svc::with_stage(Stage::CudaDouble, 50, "");
+    let trigger = failing_gpu(&mut svc);
+    svc.start();
+    drop_then_break(&svc, &trigger, &corpus[..10], &corpus[10..]);
+    let st = svc.wait_rows(60);
+    assert_eq!(st["files_rejected"], 0, "{st}");
+    assert_eq!(st["backend"], "cpu", "{st}");
+    let reason = st["backend_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the GPU failed during this run") && reason.contains("CUDA_ERROR"),
+        "{st}"
+    );
+    assert!(svc.log().contains("The GPU failed."), "{}", svc.log());
+    assert_no_rejections(&svc);
+    svc.shutdown();
+    super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
+}
+
+/// With `compute.backend = "cuda"` the GPU is required: a failure mid-run
+/// stops serve with an error after committing what was computed, and a
+/// restart (the GPU working again) ingests the rest, each file once.
+#[test]
+fn with_backend_cuda_a_gpu_failure_stops_serve_and_a_restart_ingests_the_rest() {
+    let corpus = clips(60, 43);
+    let mut svc = Svc::with_stage(Stage::CudaDouble, 50, "[compute]\nbackend = \"cuda\"\n");
+    let trigger = failing_gpu(&mut svc);
+    svc.start();
+    drop_then_break(&svc, &trigger, &corpus[..10], &corpus[10..]);
+    let st = svc.wait_exit();
+    assert!(
+        !st.success(),
+        "serve exited {st} after the GPU failed:\n{}",
+        svc.log()
+    );
+    let log = svc.log();
+    assert!(log.contains("requires it"), "{log}");
+    assert_no_rejections(&svc);
+    let kept = all_paths(&svc.out).len();
+    assert!((10..60).contains(&kept), "{kept} rows at the failure");
+    svc.env.clear();
+    svc.start();
+    let st = svc.wait_rows(60);
+    assert_eq!(st["files_rejected"], 0, "{st}");
+    svc.shutdown();
+    super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
+}
+
+fn assert_no_rejections(svc: &Svc) {
+    let log = svc.out.join("rejected.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.is_empty(), "rejections: {text}");
+}

@@ -34,6 +34,7 @@
 
 mod compaction;
 mod degraded;
+mod gpu_failure;
 mod rejected;
 mod reload;
 mod report;
@@ -55,7 +56,7 @@ use super::watch::{Ignore, WatchEvent, Watcher, scan_tree_each};
 use crate::app::control::{self, Command, Reply, Request, notify};
 use crate::app::metrics::{self, CommitClock, Endpoint};
 use crate::app::serve::journal::{FileStamp, Journal};
-use crate::compute::{Outcome, Rejection};
+use crate::compute::{Outcome, Reject, Rejection};
 use crate::config::Config;
 use crate::config::serve::{OnSuccess, ServeConfig};
 use crate::pipeline::{self, Delivered, Pipeline};
@@ -93,6 +94,11 @@ pub enum Error {
     Rebuild(#[from] super::rebuild::Error),
     #[error(transparent)]
     Metrics(#[from] metrics::Error),
+    #[error(
+        "the GPU failed during the run ({0}) and compute.backend = \"cuda\" requires it; \
+         files not committed stay in the drop directory and are ingested at the next start"
+    )]
+    Gpu(String),
 }
 
 /// One file of the drop tree on its way through the pipeline.
@@ -151,6 +157,9 @@ pub struct Service {
     commits: CommitClock,
     /// After a failed automatic compaction, the next is not tried before this.
     compact_after: Option<Instant>,
+    /// The GPU's error, from the first file it failed until the loop
+    /// replaces the stage graph (`gpu_failure`); nothing is fed meanwhile.
+    compute_failed: Option<String>,
 }
 
 impl Service {
@@ -259,7 +268,8 @@ impl Service {
 
     /// Moves backlog jobs into the reader's ring while it has room.
     fn feed(&mut self) {
-        if self.state != State::Running || self.degraded.is_some() {
+        if self.state != State::Running || self.degraded.is_some() || self.compute_failed.is_some()
+        {
             return;
         }
         while let Some(&id) = self.backlog.front() {
@@ -273,6 +283,12 @@ impl Service {
 
     /// Takes one computed file into its split (or records its rejection).
     fn absorb(&mut self, o: Outcome) -> Result<(), Error> {
+        if let Err(Reject::Device(why)) = &o.row {
+            // Not the file's fault: it is queued again (`gpu_failure`).
+            let why = why.to_string();
+            self.device_failed(&why);
+            return Ok(());
+        }
         let Some(DropFile {
             abs,
             dest: job,
@@ -442,6 +458,7 @@ impl Service {
                     self.on_write_error(e)?;
                 }
             }
+            self.replace_failed_compute()?;
             self.poll_rebuild()?;
             let now = Instant::now();
             if now >= next_flush {

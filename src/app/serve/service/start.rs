@@ -188,6 +188,7 @@ impl Service {
             backoff: degraded::FIRST_BACKOFF,
             commits: CommitClock::default(),
             compact_after: None,
+            compute_failed: None,
         };
         svc.open_journal_splits()?;
         svc.maybe_compact();

@@ -184,6 +184,9 @@ pub struct HostDouble {
     /// Operations that fail (fault injection): the driver's op name and the
     /// result code it answers with.
     refuse: Vec<(&'static str, &'static str)>,
+    /// Once this file exists every host-to-device copy fails
+    /// ([`HostDouble::failing_once`]).
+    fail_once: Option<std::path::PathBuf>,
     /// Where Drop records teardown failures (`attach_error_sink`).
     sink: Option<Arc<Mutex<Vec<String>>>>,
 }
@@ -238,8 +241,18 @@ impl HostDouble {
             exec: None,
             fft: realfft::RealFftPlanner::new(),
             refuse: Vec::new(),
+            fail_once: None,
             sink: None,
         }
+    }
+
+    /// Fault injection for a whole run: once the file `trigger` exists,
+    /// every host-to-device copy fails with `CUDA_ERROR_LAUNCH_FAILED` (a GPU
+    /// that dies mid-run, at a moment the test chooses; serve's tests start
+    /// the stage this way through [`crate::compute::HOST_DOUBLE_FAIL_ENV`]).
+    pub fn failing_once(mut self, trigger: std::path::PathBuf) -> HostDouble {
+        self.fail_once = Some(trigger);
+        self
     }
 
     /// Fault injection: every later call of the driver operation `op`

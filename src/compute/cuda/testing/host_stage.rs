@@ -55,9 +55,17 @@ pub fn start_host_double_workers_with(
         batch_files: opts.batch_files,
         ..CudaReport::default()
     };
+    // A test of a GPU failing mid-run names the file whose creation breaks it.
+    let fail_once = std::env::var_os(crate::compute::HOST_DOUBLE_FAIL_ENV).map(Into::into);
     start_workers_with(
         plan,
-        move || Ok(HostDouble::unlogged(progress).with_kernels(Box::new(MelHostKernels))),
+        move || {
+            let d = HostDouble::unlogged(progress).with_kernels(Box::new(MelHostKernels));
+            Ok(match fail_once.clone() {
+                Some(trigger) => d.failing_once(trigger),
+                None => d,
+            })
+        },
         opts,
         wiring,
         report,
@@ -121,5 +129,90 @@ mod tests {
         }
         assert_eq!(early + rest, sent);
         workers.join().unwrap();
+    }
+
+    /// Regression (serve on a failing GPU): a batch flushed for its delay,
+    /// with no file after it, that failed on the device left its files in
+    /// the runner until the next file came. serve, with nothing more to
+    /// send, waited for them forever. Now they come back as device
+    /// rejections at once, while the input stays open.
+    #[test]
+    fn files_of_a_delay_flushed_batch_that_fails_come_back_without_new_input() {
+        use super::*;
+        use crate::compute::{Reject, Wiring};
+        use crate::dsp::Plan;
+        use crate::reader::{FileBytes, Loaded};
+        use std::time::{Duration, Instant};
+
+        let dir = tempfile::tempdir().unwrap();
+        let trigger = dir.path().join("fail");
+        let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
+        let rate = plan.spec().sample_rate;
+        let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+        let (wiring, input, output) = Wiring::standalone(64);
+        let opts = CudaOptions {
+            batch_files: 64,
+            flush_after: Duration::from_millis(20),
+            ..CudaOptions::default()
+        };
+        let t = trigger.clone();
+        let report = CudaReport::default();
+        let workers = start_workers_with(
+            plan,
+            move || {
+                Ok(HostDouble::unlogged(Progress::Eager)
+                    .with_kernels(Box::new(MelHostKernels))
+                    .failing_once(t))
+            },
+            opts,
+            wiring,
+            report,
+        )
+        .unwrap();
+        let send = |job: usize| {
+            input
+                .push(Loaded {
+                    job,
+                    bytes: Ok(FileBytes::Heap(wav.clone())),
+                })
+                .unwrap();
+        };
+        let collect = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut got = Vec::new();
+            while got.len() < n {
+                assert!(
+                    Instant::now() < deadline,
+                    "only {} of {n} files came back",
+                    got.len()
+                );
+                match output.try_pop() {
+                    Some(o) => got.push(o),
+                    None => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            got
+        };
+        for job in 0..3 {
+            send(job);
+        }
+        assert!(collect(3).iter().all(|o| o.row.is_ok()));
+        std::fs::write(&trigger, b"").unwrap();
+        for job in 3..6 {
+            send(job);
+        }
+        // The input stays open: nothing else will flush this batch.
+        let failed = collect(3);
+        for o in &failed {
+            assert!(
+                matches!(&o.row, Err(Reject::Device(why)) if why.contains("CUDA_ERROR_LAUNCH_FAILED")),
+                "job {}: {:?}",
+                o.job,
+                o.row.as_ref().map(|_| "a row")
+            );
+        }
+        input.close();
+        while output.pop().is_some() {}
+        assert!(workers.join().is_err());
     }
 }

@@ -89,6 +89,12 @@ impl Device for HostDouble {
     ) -> Result<()> {
         self.check_buf("cuMemcpyHtoDAsync", dst, dst_off, len)?;
         self.refused("cuMemcpyHtoDAsync")?;
+        if self.fail_once.as_ref().is_some_and(|t| t.exists()) {
+            return Err(DeviceError::new(
+                "cuMemcpyHtoDAsync",
+                "CUDA_ERROR_LAUNCH_FAILED",
+            ));
+        }
         let work = Work::HtoD {
             dst,
             off: dst_off,
