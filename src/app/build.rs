@@ -243,9 +243,9 @@ fn write_rejections(path: &Path, rejected: &[Rejection]) -> std::io::Result<()> 
     f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&partial, path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    crate::runtime::sys::sync_dir(dir)?;
+    crate::runtime::durable::sync_dir(dir)?;
     match dir.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => crate::runtime::sys::sync_dir(parent),
+        Some(parent) if !parent.as_os_str().is_empty() => crate::runtime::durable::sync_dir(parent),
         _ => Ok(()),
     }
 }

@@ -18,11 +18,9 @@
 //! directory); and, for tests only, thread affinity and
 //! forking a child.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::time::Duration;
 
@@ -483,129 +481,6 @@ pub fn sync() {
     unsafe { libc::sync() };
 }
 
-// ------------------------------------------------------------ durability
-
-/// fsyncs the file at `path`: its bytes and length survive a power loss (not
-/// its name: see [`sync_dir`]). Call before renaming a finished file into
-/// place, so the final name never points at bytes that were not written.
-pub fn sync_file(path: &std::path::Path) -> io::Result<()> {
-    std::fs::File::open(path)?.sync_all()
-}
-
-/// fsyncs the directory `dir`: the creates, renames and unlinks in it survive
-/// a power loss. Call after renaming a file into place (and on the parent of
-/// a directory just created) before reporting the file as written.
-pub fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Moves the file `from` to `to` (same file system) so that a power loss at
-/// any point leaves it under at least one of the two names: `to`'s missing
-/// parent directories are created, each made durable in its parent; `to` is
-/// linked (an existing `to` replaced) and its directory fsynced; only then is
-/// `from` unlinked. Where hard links are refused, falls back to a rename
-/// followed by fsyncs of both directories.
-pub fn move_durably(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
-    move_all_durably(&[(from.to_path_buf(), to.to_path_buf())])
-        .pop()
-        .unwrap_or(Ok(()))
-}
-
-/// [`move_durably`] for many files at once, with the same guarantee for each
-/// but one fsync per directory instead of one per file: every file is
-/// linked into place first, then each destination directory is fsynced
-/// once, then the sources are unlinked. (serve moves every file of a commit
-/// this way; one fsync per file capped it near 3,000 files/s.) Returns one
-/// result per move, in order; a move whose directory could not be fsynced
-/// fails and keeps its source (the file is then under both names).
-pub fn move_all_durably(moves: &[(PathBuf, PathBuf)]) -> Vec<io::Result<()>> {
-    enum How {
-        Linked,
-        Renamed,
-    }
-    let parent = |p: &'_ std::path::Path| -> PathBuf {
-        match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        }
-    };
-    let mut made: HashSet<PathBuf> = HashSet::new();
-    let mut dirty: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut how: Vec<io::Result<How>> = Vec::with_capacity(moves.len());
-    for (from, to) in moves {
-        let dir = parent(to);
-        let linked = if made.contains(&dir) {
-            Ok(())
-        } else {
-            create_dir_durably(&dir).map(|()| {
-                made.insert(dir.clone());
-            })
-        }
-        .and_then(|()| match std::fs::hard_link(from, to) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                std::fs::remove_file(to)?;
-                std::fs::hard_link(from, to)
-            }
-            r => r,
-        });
-        how.push(match linked {
-            Ok(()) => {
-                dirty.insert(dir);
-                Ok(How::Linked)
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
-                std::fs::rename(from, to).map(|()| {
-                    dirty.insert(dir);
-                    dirty.insert(parent(from));
-                    How::Renamed
-                })
-            }
-            Err(e) => Err(e),
-        });
-    }
-    let failed: HashMap<PathBuf, io::Error> = dirty
-        .into_iter()
-        .filter_map(|d| sync_dir(&d).err().map(|e| (d, e)))
-        .collect();
-    let dir_failed = |d: &PathBuf| {
-        failed
-            .get(d)
-            .map(|e| io::Error::new(e.kind(), format!("fsync {}: {e}", d.display())))
-    };
-    moves
-        .iter()
-        .zip(how)
-        .map(|((from, to), how)| match how? {
-            How::Linked => match dir_failed(&parent(to)) {
-                Some(e) => Err(e),
-                None => std::fs::remove_file(from),
-            },
-            How::Renamed => match dir_failed(&parent(to)).or_else(|| dir_failed(&parent(from))) {
-                Some(e) => Err(e),
-                None => Ok(()),
-            },
-        })
-        .collect()
-}
-
-/// `create_dir_all` where each directory created is fsynced into its parent.
-pub fn create_dir_durably(dir: &std::path::Path) -> io::Result<()> {
-    if dir.as_os_str().is_empty() || dir.is_dir() {
-        return Ok(());
-    }
-    let parent = dir.parent().unwrap_or(std::path::Path::new("."));
-    create_dir_durably(parent)?;
-    match std::fs::create_dir(dir) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        r => r,
-    }?;
-    sync_dir(if parent.as_os_str().is_empty() {
-        std::path::Path::new(".")
-    } else {
-        parent
-    })
-}
-
 // ---------------------------------------------------------- for tests only
 
 /// The calling thread's CPU affinity mask, straight from the kernel
@@ -687,49 +562,6 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
-
-    /// A commit's moves: into an existing directory, into new nested ones,
-    /// over an existing file, and one whose source is gone. Each good move
-    /// ends with the file under its new name only and its content intact;
-    /// the bad one fails alone.
-    #[test]
-    fn moving_many_files_links_each_then_syncs_each_directory_once() {
-        let d = tempfile::tempdir().unwrap();
-        let src = d.path().join("drop/a");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::create_dir_all(d.path().join("done/a")).unwrap();
-        std::fs::write(d.path().join("done/a/old.wav"), b"stale").unwrap();
-        let mut moves = Vec::new();
-        for (i, to) in [
-            "done/a/x0.wav",
-            "done/a/x1.wav",
-            "done/b/c/y.wav",
-            "done/a/old.wav",
-        ]
-        .iter()
-        .enumerate()
-        {
-            let from = src.join(format!("f{i}.wav"));
-            std::fs::write(&from, format!("clip {i}")).unwrap();
-            moves.push((from, d.path().join(to)));
-        }
-        moves.push((src.join("missing.wav"), d.path().join("done/a/z.wav")));
-        let results = move_all_durably(&moves);
-        assert_eq!(results.len(), 5);
-        for (i, ((from, to), r)) in moves.iter().zip(&results).enumerate().take(4) {
-            assert!(r.is_ok(), "move {i}: {r:?}");
-            assert!(!from.exists(), "move {i} left its source");
-            assert_eq!(std::fs::read_to_string(to).unwrap(), format!("clip {i}"));
-        }
-        let e = results[4].as_ref().unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
-        assert!(!d.path().join("done/a/z.wav").exists());
-        // The one-file form is the same code.
-        let (from, to) = (src.join("last.wav"), d.path().join("done/b/last.wav"));
-        std::fs::write(&from, b"last").unwrap();
-        move_durably(&from, &to).unwrap();
-        assert!(!from.exists() && to.exists());
-    }
 
     #[test]
     fn poll_reports_which_descriptor_is_ready() {

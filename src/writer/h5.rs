@@ -179,7 +179,7 @@ impl SplitFile {
         drop(ds);
         file.close().ctx(&partial, || "close the file".into())?;
         // Durable before it gets its final name (power loss: docs/OPERATIONS.md).
-        crate::runtime::sys::sync_file(&partial).map_err(|source| Error::Io {
+        crate::runtime::durable::sync_file(&partial).map_err(|source| Error::Io {
             path: partial.clone(),
             action: "sync the finished file",
             source,

@@ -474,9 +474,9 @@ fn write_atomically(
             cause,
         }
     };
-    crate::runtime::sys::sync_file(&partial).map_err(io(&partial, "sync"))?;
+    crate::runtime::durable::sync_file(&partial).map_err(io(&partial, "sync"))?;
     std::fs::rename(&partial, &final_path).map_err(io(&partial, "rename"))?;
-    crate::runtime::sys::sync_dir(dir).map_err(io(dir, "sync the directory"))?;
+    crate::runtime::durable::sync_dir(dir).map_err(io(dir, "sync the directory"))?;
     Ok(final_path)
 }
 

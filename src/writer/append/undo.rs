@@ -44,7 +44,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::runtime::sys;
+use crate::runtime::durable;
 
 const MAGIC: &[u8; 8] = b"MFUNDO01";
 const HEADER: usize = 40;
@@ -119,7 +119,7 @@ pub fn arm(h5: &Path) -> io::Result<Armed> {
     header.extend_from_slice(&xxh3_64(&header).to_le_bytes());
     log.write_all(&header)?;
     log.sync_data()?;
-    sys::sync_dir(dir_of(&lp))?;
+    durable::sync_dir(dir_of(&lp))?;
     let entry = Log {
         file: log,
         base_len: meta.len(),
@@ -145,7 +145,7 @@ impl Armed {
         disarm(self.key);
         let lp = log_path(&self.h5);
         std::fs::remove_file(&lp)?;
-        sys::sync_dir(dir_of(&lp))
+        durable::sync_dir(dir_of(&lp))
     }
 }
 
@@ -240,7 +240,7 @@ pub fn roll_back(h5: &Path) -> io::Result<Option<RolledBack>> {
     };
     let (Some(f), Some(base_len)) = (f, live) else {
         std::fs::remove_file(&lp)?;
-        sys::sync_dir(&dir)?;
+        durable::sync_dir(&dir)?;
         return Ok(None);
     };
     let records = parse_records(&bytes[HEADER..]);
@@ -250,7 +250,7 @@ pub fn roll_back(h5: &Path) -> io::Result<Option<RolledBack>> {
     f.set_len(base_len)?;
     f.sync_all()?;
     std::fs::remove_file(&lp)?;
-    sys::sync_dir(&dir)?;
+    durable::sync_dir(&dir)?;
     Ok(Some(RolledBack {
         records: records.len(),
         len: base_len,
@@ -265,7 +265,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 pub fn discard(h5: &Path) -> io::Result<()> {
     let lp = log_path(h5);
     match std::fs::remove_file(&lp) {
-        Ok(()) => sys::sync_dir(dir_of(&lp)),
+        Ok(()) => durable::sync_dir(dir_of(&lp)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }

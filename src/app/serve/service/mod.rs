@@ -403,7 +403,7 @@ impl Service {
             }
         }
         // One fsync per directory for the whole commit, not one per file.
-        let results = crate::runtime::sys::move_all_durably(&moves);
+        let results = crate::runtime::durable::move_all_durably(&moves);
         for ((from, to), r) in moves.iter().zip(results) {
             if let Err(e) = r {
                 self.note_error(format!(

@@ -30,7 +30,7 @@ pub(super) fn append_durably(path: &Path, rejections: &[Rejection]) -> std::io::
     f.write_all(&buf)?;
     f.sync_data()?;
     if new && let Some(dir) = path.parent() {
-        crate::runtime::sys::sync_dir(dir)?;
+        crate::runtime::durable::sync_dir(dir)?;
     }
     Ok(())
 }

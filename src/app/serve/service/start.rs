@@ -121,7 +121,7 @@ fn stop(
 /// a power loss must not take away the state dir (the journal) or the output
 /// dir once anything in them was committed.
 fn dir(path: &Path) -> Result<(), Error> {
-    crate::runtime::sys::create_dir_durably(path).map_err(|source| Error::Dir {
+    crate::runtime::durable::create_dir_durably(path).map_err(|source| Error::Dir {
         path: path.to_path_buf(),
         source,
     })
