@@ -95,11 +95,13 @@ impl Service {
     fn discard_in_flight(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.jobs.len() > self.backlog.len() && Instant::now() < deadline {
-            let Some(o) = self
-                .pipeline
-                .outcomes()
-                .pop_timeout(Duration::from_millis(50))
-            else {
+            let outcomes = self.pipeline.outcomes();
+            let Some(o) = outcomes.pop_timeout(Duration::from_millis(50)) else {
+                // An aborted stage graph (a failed GPU) sends nothing more;
+                // its files stay jobs and are queued again.
+                if outcomes.is_closed() && outcomes.is_empty() {
+                    break;
+                }
                 continue;
             };
             if let Some(job) = self.jobs.remove(&o.job) {
