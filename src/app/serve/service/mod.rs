@@ -623,6 +623,12 @@ impl Service {
         let paused = self.state;
         self.state = State::Paused;
         while self.jobs.len() > self.backlog.len() {
+            if self.compute_failed.is_some() {
+                // The GPU failed meanwhile: its files go back to the queue
+                // (and `auto` moves to the CPU) before the swap.
+                self.replace_failed_compute()?;
+                continue;
+            }
             match self
                 .pipeline
                 .outcomes()
