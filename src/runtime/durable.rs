@@ -5,52 +5,39 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// fsyncs the file at `path`: its bytes and length survive a power loss (not
 /// its name: see [`sync_dir`]). Call before renaming a finished file into
 /// place, so the final name never points at bytes that were not written.
-pub fn sync_file(path: &std::path::Path) -> io::Result<()> {
+pub fn sync_file(path: &Path) -> io::Result<()> {
     std::fs::File::open(path)?.sync_all()
 }
 
 /// fsyncs the directory `dir`: the creates, renames and unlinks in it survive
 /// a power loss. Call after renaming a file into place (and on the parent of
 /// a directory just created) before reporting the file as written.
-pub fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Moves the file `from` to `to` (same file system) so that a power loss at
+/// Moves each file `from` to `to` (same file system) so that a power loss at
 /// any point leaves it under at least one of the two names: `to`'s missing
-/// parent directories are created, each made durable in its parent; `to` is
-/// linked (an existing `to` replaced) and its directory fsynced; only then is
-/// `from` unlinked. Where hard links are refused, falls back to a rename
-/// followed by fsyncs of both directories.
-pub fn move_durably(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
-    move_all_durably(&[(from.to_path_buf(), to.to_path_buf())])
-        .pop()
-        .unwrap_or(Ok(()))
-}
-
-/// [`move_durably`] for many files at once, with the same guarantee for each
-/// but one fsync per directory instead of one per file: every file is
-/// linked into place first, then each destination directory is fsynced
-/// once, then the sources are unlinked. (serve moves every file of a commit
-/// this way; one fsync per file capped it near 3,000 files/s.) Returns one
-/// result per move, in order; a move whose directory could not be fsynced
-/// fails and keeps its source (the file is then under both names).
+/// parent directories are created, each made durable in its parent; every
+/// `to` is linked (an existing `to` replaced), then each destination
+/// directory is fsynced once, and only then are the sources unlinked. Where
+/// hard links are refused, a file is renamed instead and both its
+/// directories are fsynced. One fsync per directory, not per file: serve
+/// moves every file of a commit this way (one per file capped it near 3,000
+/// files/s). Returns one result per move, in order; a move whose directory
+/// could not be fsynced fails and keeps its source (the file is then under
+/// both names).
 pub fn move_all_durably(moves: &[(PathBuf, PathBuf)]) -> Vec<io::Result<()>> {
     enum How {
         Linked,
         Renamed,
     }
-    let parent = |p: &'_ std::path::Path| -> PathBuf {
-        match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        }
-    };
+    let parent = |p: &Path| parent_dir(p).to_path_buf();
     let mut made: HashSet<PathBuf> = HashSet::new();
     let mut dirty: BTreeSet<PathBuf> = BTreeSet::new();
     let mut how: Vec<io::Result<How>> = Vec::with_capacity(moves.len());
@@ -111,21 +98,25 @@ pub fn move_all_durably(moves: &[(PathBuf, PathBuf)]) -> Vec<io::Result<()>> {
 }
 
 /// `create_dir_all` where each directory created is fsynced into its parent.
-pub fn create_dir_durably(dir: &std::path::Path) -> io::Result<()> {
+pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
     if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
-    let parent = dir.parent().unwrap_or(std::path::Path::new("."));
+    let parent = parent_dir(dir);
     create_dir_durably(parent)?;
     match std::fs::create_dir(dir) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         r => r,
     }?;
-    sync_dir(if parent.as_os_str().is_empty() {
-        std::path::Path::new(".")
-    } else {
-        parent
-    })
+    sync_dir(parent)
+}
+
+/// The directory holding `p` ("." for a bare name).
+fn parent_dir(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 #[cfg(test)]
@@ -168,10 +159,5 @@ mod tests {
         let e = results[4].as_ref().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
         assert!(!d.path().join("done/a/z.wav").exists());
-        // The one-file form is the same code.
-        let (from, to) = (src.join("last.wav"), d.path().join("done/b/last.wav"));
-        std::fs::write(&from, b"last").unwrap();
-        move_durably(&from, &to).unwrap();
-        assert!(!from.exists() && to.exists());
     }
 }

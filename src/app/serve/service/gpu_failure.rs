@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Error, Service};
-use crate::compute::{Choice, Probe, Reject, Target};
+use crate::compute::{Choice, Probe, Target};
 use crate::config::Backend;
 use crate::pipeline::Pipeline;
 
@@ -60,10 +60,9 @@ impl Service {
             return Ok(());
         };
         self.pipeline.abort();
+        // Rows and real rejections are taken; a device answer leaves its
+        // file a job (`absorb`), queued again below.
         while let Some(o) = self.pipeline.outcomes().try_pop() {
-            if matches!(o.row, Err(Reject::Device(_))) {
-                continue; // still a job: queued again below
-            }
             if let Err(e) = self.absorb(o) {
                 self.on_write_error(e)?;
             }
