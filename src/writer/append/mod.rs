@@ -51,12 +51,14 @@ mod tests;
 mod tests_crash;
 #[cfg(test)]
 mod tests_vlen;
+mod thread;
 mod undo;
 mod vfd;
 mod vlen;
 
 pub use recover::release_free_lists;
 pub use sink::{AppendSink, Dest};
+pub use thread::AppendThread;
 
 use std::path::{Path, PathBuf};
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::{Error, Service};
 use crate::app::control::notify;
 use crate::runtime::sys;
-use crate::writer::append::{AppendSink, METADATA_HEADROOM};
+use crate::writer::append::{AppendThread, METADATA_HEADROOM};
 
 /// First wait before a recovery is tried again after one failed.
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -163,7 +163,12 @@ impl Service {
     /// The journal as on disk and the split files as it confirms them.
     fn reopen_outputs(&mut self) -> Result<(), Error> {
         self.journal.reopen()?;
-        self.sink = AppendSink::new(&self.serve.output_dir, &self.cfg, &self.serve.watch_dir);
+        self.sink = AppendThread::new(
+            &self.serve.output_dir,
+            &self.cfg,
+            &self.serve.watch_dir,
+            std::sync::Arc::clone(&self.telemetry),
+        )?;
         self.open_journal_splits()
     }
 

@@ -1,13 +1,15 @@
 //! The `serve` loop: one thread that owns the journal, the sink (SWMR
-//! appenders) and every decision; the other threads (signals, control socket,
-//! inotify, and the stage graph's readers and compute) only feed it.
+//! appenders, which write on a thread of their own) and every decision; the
+//! other threads (signals, control socket, inotify, and the stage graph's
+//! readers and compute) only feed it.
 //!
 //! ```text
 //! watch ──paths──▶ ┐                          stage graph (crate::pipeline):
 //! rescan ─────────▶ service loop ──ReadJob──▶ readers → compute (cpu | cuda)
 //! signals/socket ─▶ │   ▲                                         │
 //!                   │   └────────────── Outcome ──────────────────┘
-//!                   │   sink: AppendSink (one SWMR appender per split)
+//!                   │   sink: AppendThread (one SWMR appender per split, on
+//!                   │         its own thread: `writer::append::thread`)
 //!                   │   flush timer: sink flush, then journal commit, then
 //!                   │   post-commit actions (move/delete/quarantine, rejected.jsonl)
 //! ```
@@ -63,7 +65,7 @@ use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::writer::Placed;
-use crate::writer::append::{AppendSink, Dest};
+use crate::writer::append::{AppendThread, Dest};
 
 /// A fatal service problem.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +127,7 @@ pub struct Service {
     cfg: Config,
     serve: ServeConfig,
     journal: Journal,
-    sink: AppendSink,
+    sink: AppendThread,
     pipeline: Pipeline,
     telemetry: Arc<Telemetry>,
     local: Local,
@@ -369,8 +371,9 @@ impl Service {
     /// Flushes every appender, then commits the journal, then runs the actions
     /// that must wait for the commit.
     fn flush_commit(&mut self) -> Result<(), Error> {
-        let t = Instant::now();
+        // The append thread charges the flush itself to the write stage.
         self.sink.flush()?;
+        let t = Instant::now();
         // Durable before the journal commits the rejections (`rejected`).
         if !self.rejections.is_empty() {
             let path = self.serve.output_dir.join("rejected.jsonl");
@@ -655,7 +658,12 @@ impl Service {
         let new_cfg = done.cfg;
         self.cfg.spec = new_cfg.spec;
         self.cfg.output = new_cfg.output;
-        self.sink = AppendSink::new(&self.serve.output_dir, &self.cfg, &self.serve.watch_dir);
+        self.sink = AppendThread::new(
+            &self.serve.output_dir,
+            &self.cfg,
+            &self.serve.watch_dir,
+            Arc::clone(&self.telemetry),
+        )?;
         self.open_journal_splits()?;
         // Requeue the backlog, and offer everything the rebuild did not cover.
         let backlog: Vec<PathBuf> = std::mem::take(&mut self.backlog)

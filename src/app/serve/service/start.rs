@@ -158,7 +158,12 @@ impl Service {
         }
         let telemetry = Arc::new(Telemetry::default());
         let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
-        let sink = AppendSink::new(&serve.output_dir, &cfg, &serve.watch_dir);
+        let sink = AppendThread::new(
+            &serve.output_dir,
+            &cfg,
+            &serve.watch_dir,
+            Arc::clone(&telemetry),
+        )?;
         let mut svc = Service {
             config_path: config_path.to_path_buf(),
             cfg,

@@ -1,0 +1,473 @@
+//! serve's sink on a thread of its own: [`AppendThread`] runs an
+//! [`AppendSink`] on a thread named `append` and is what the serve loop
+//! holds, so the loop thread stays free for the watch, the journal and the
+//! stage graph.
+//!
+//! Why a thread: at 10,000 files/s on the 2-core dev VM, writing rows into
+//! HDF5 (the copy into the chunk buffer, the `pwrite` of each whole chunk,
+//! the heap of path strings) and the flushes were 55 % of the loop thread's
+//! time (`perf`, docs/BENCHMARKS.md "serve's appends on their own thread").
+//! Why one: every HDF5 call takes the library's one global lock, so a second
+//! append thread could not write at the same time as the first.
+//!
+//! What the loop relies on:
+//! * **Same order, same indices.** Commands run in the order they are sent.
+//!   A row's index is known at once: the handle counts rows per split from
+//!   the count the split's open reported, as [`super::Appender::append`] does.
+//! * **Flush is a barrier.** [`AppendThread::flush`] returns once every row
+//!   sent before it is written, flushed and synced: [`AppendSink::flush`]'s
+//!   promise, so the journal may commit those rows afterwards.
+//! * **Errors are deferred, never lost.** A row that fails on the thread (a
+//!   full disk, EIO) marks the thread failed: later rows are dropped and the
+//!   next call that waits for the thread (flush, open, close) returns the
+//!   error. serve then degrades, which forgets every row since the last
+//!   commit, so learning of the error a flush later changes nothing that
+//!   counts (those rows were never confirmed).
+//! * **Bounded.** At most [`QUEUE`] rows wait for the thread; a loop that
+//!   outruns the disk blocks on the send, and the stage graph behind it
+//!   waits for its outcome ring to drain.
+//! * **Teardown joins.** Dropping the handle ends the thread and waits for it,
+//!   so the next sink never opens a file this one still holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::sink::{AppendSink, Dest};
+use crate::config::Config;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
+use crate::writer::{Error, Placed, Sink};
+
+/// Rows (and other commands) that may wait for the append thread: with the
+/// default row shape about 7.8 MB, four chunks of the default 64 rows.
+pub const QUEUE: usize = 256;
+
+/// What the loop asks of the append thread.
+enum Cmd {
+    Open { split: String, confirmed: usize },
+    Append { dest: Dest, row: Vec<f32> },
+    Flush,
+    CloseAll,
+    AbandonAll,
+}
+
+/// The serve loop's handle on the append thread; see the module documentation.
+pub struct AppendThread {
+    tx: Option<SyncSender<Cmd>>,
+    replies: Receiver<Result<usize, Error>>,
+    /// Row buffers the thread is done with, for [`Sink::write`]'s `recycle`.
+    back: Arc<ArrayQueue<Vec<f32>>>,
+    thread: Option<JoinHandle<()>>,
+    /// Rows per open split, as the loop has sent them (written or not).
+    rows: HashMap<String, usize>,
+    row_len: usize,
+}
+
+impl AppendThread {
+    /// Starts the thread with [`AppendSink::new`]'s sink; its write time is
+    /// charged to [`Stage::Write`] in `telemetry`.
+    pub fn new(
+        output_dir: &Path,
+        cfg: &Config,
+        input: &Path,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<AppendThread, Error> {
+        let sink = AppendSink::new(output_dir, cfg, input);
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let (reply_tx, replies) = mpsc::sync_channel(1);
+        let back = Arc::new(ArrayQueue::new(QUEUE));
+        let thread_back = Arc::clone(&back);
+        let thread = std::thread::Builder::new()
+            .name("append".into())
+            .spawn(move || serve_commands(sink, &rx, &reply_tx, &thread_back, &telemetry))
+            .map_err(|source| Error::Io {
+                path: output_dir.to_path_buf(),
+                action: "start the append thread for",
+                source,
+            })?;
+        Ok(AppendThread {
+            tx: Some(tx),
+            replies,
+            back,
+            thread: Some(thread),
+            rows: HashMap::new(),
+            row_len: cfg.spec.row_len(),
+        })
+    }
+
+    /// [`AppendSink::open`] on the thread, unless `split` is open already.
+    pub fn open(&mut self, split: &str, confirmed: usize) -> Result<(), Error> {
+        if self.rows.contains_key(split) {
+            return Ok(());
+        }
+        let rows = self.call(Cmd::Open {
+            split: split.to_string(),
+            confirmed,
+        })?;
+        self.rows.insert(split.to_string(), rows);
+        Ok(())
+    }
+
+    /// [`AppendSink::flush`] of every row sent so far.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        self.call(Cmd::Flush).map(drop)
+    }
+
+    /// [`AppendSink::close_all`]; a thread that failed abandons the files
+    /// instead and returns its error.
+    pub fn close_all(&mut self) -> Result<(), Error> {
+        self.rows.clear();
+        self.call(Cmd::CloseAll).map(drop)
+    }
+
+    /// [`AppendSink::abandon_all`]; clears a failure, so the handle can open
+    /// the files again.
+    pub fn abandon_all(&mut self) {
+        self.rows.clear();
+        if let Err(e) = self.call(Cmd::AbandonAll) {
+            tracing::warn!(error = %e, "The append thread could not abandon its files.");
+        }
+    }
+
+    /// Rows per split (sent, not necessarily written or flushed).
+    pub fn rows(&self) -> BTreeMap<String, usize> {
+        self.rows.iter().map(|(s, n)| (s.clone(), *n)).collect()
+    }
+
+    fn send(&mut self, cmd: Cmd) -> Result<(), Error> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(cmd));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.stopped()),
+        }
+    }
+
+    /// Sends `cmd` and waits for its answer.
+    fn call(&mut self, cmd: Cmd) -> Result<usize, Error> {
+        self.send(cmd)?;
+        match self.replies.recv() {
+            Ok(r) => r,
+            Err(_) => Err(self.stopped()),
+        }
+    }
+
+    /// The error for a thread that is gone (it panicked): joins it for the
+    /// panic's message.
+    fn stopped(&mut self) -> Error {
+        self.tx = None;
+        let why = match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into()),
+            _ => "it had stopped".into(),
+        };
+        Error::Plan(format!("the append thread stopped: {why}"))
+    }
+}
+
+impl Drop for AppendThread {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!(
+                "The append thread panicked; its files are recovered at the next open."
+            );
+        }
+    }
+}
+
+impl Sink for AppendThread {
+    type File = Dest;
+
+    fn write(
+        &mut self,
+        file: &Dest,
+        row: Vec<f32>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error> {
+        let Some(&index) = self.rows.get(&file.split) else {
+            return Err(Error::Plan(format!(
+                "split `{}` was not opened before its first row",
+                file.split
+            )));
+        };
+        if row.len() != self.row_len {
+            return Err(Error::RowLength {
+                split: file.split.clone(),
+                seq: index,
+                got: row.len(),
+                expected: self.row_len,
+            });
+        }
+        self.send(Cmd::Append {
+            dest: file.clone(),
+            row,
+        })?;
+        *self.rows.get_mut(&file.split).expect("checked above") += 1;
+        while let Some(r) = self.back.pop() {
+            recycle.push(r);
+        }
+        Ok(Placed::At { index })
+    }
+
+    fn skip(&mut self, _file: &Dest, _recycle: &mut Vec<Vec<f32>>) -> Result<(), Error> {
+        // Rows are in arrival order: a rejected file leaves no gap to close.
+        Ok(())
+    }
+}
+
+/// The append thread: runs commands until the handle is dropped.
+fn serve_commands(
+    mut sink: AppendSink,
+    rx: &Receiver<Cmd>,
+    replies: &SyncSender<Result<usize, Error>>,
+    back: &ArrayQueue<Vec<f32>>,
+    telemetry: &Telemetry,
+) {
+    let mut local = Local::default();
+    // `Some` once a row failed: the error, until a waiting call takes it.
+    let mut failure: Option<Option<Error>> = None;
+    let mut recycle = Vec::new();
+    for cmd in rx {
+        let reply = match cmd {
+            Cmd::Append { dest, row } => {
+                if failure.is_some() {
+                    let _full = back.push(row);
+                    continue;
+                }
+                let r = local.time(Stage::Write, || sink.write(&dest, row, &mut recycle));
+                for row in recycle.drain(..) {
+                    let _full = back.push(row);
+                }
+                if let Err(e) = r {
+                    failure = Some(Some(e));
+                }
+                continue;
+            }
+            Cmd::Open { split, confirmed } => taken(&mut failure).and_then(|()| {
+                sink.open(&split, confirmed)?;
+                Ok(sink.rows().get(&split).copied().unwrap_or(confirmed))
+            }),
+            Cmd::Flush => taken(&mut failure).and_then(|()| {
+                local.time(Stage::Write, || sink.flush())?;
+                local.publish(telemetry);
+                Ok(0)
+            }),
+            Cmd::CloseAll => match taken(&mut failure) {
+                Ok(()) => sink.close_all().map(|()| 0),
+                Err(e) => {
+                    // Rows after the failure were never written: nothing of
+                    // this run's last rows is worth a flush.
+                    sink.abandon_all();
+                    failure = None;
+                    Err(e)
+                }
+            },
+            Cmd::AbandonAll => {
+                sink.abandon_all();
+                failure = None;
+                Ok(0)
+            }
+        };
+        if replies.send(reply).is_err() {
+            break;
+        }
+    }
+    local.publish(telemetry);
+}
+
+/// `Ok` when no row failed; else the failure (the first time it is asked
+/// for) or [`Error::Failed`] (after that).
+fn taken(failure: &mut Option<Option<Error>>) -> Result<(), Error> {
+    match failure {
+        None => Ok(()),
+        Some(e) => Err(e.take().unwrap_or(Error::Failed)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(i: usize, rel: String) -> Dest {
+        Dest {
+            rel,
+            split: "TRAINING".into(),
+            label: Some(if i.is_multiple_of(2) { "LEAK" } else { "NOLEAK" }.into()),
+        }
+    }
+
+    fn row(cfg: &Config, i: usize) -> Vec<f32> {
+        (0..cfg.spec.row_len())
+            .map(|k| -80.0 + (i * 7 + k % 13) as f32 * 0.5)
+            .collect()
+    }
+
+    fn start(out: &Path, cfg: &Config) -> AppendThread {
+        AppendThread::new(out, cfg, Path::new("/drop"), Arc::default()).unwrap()
+    }
+
+    fn rows_of(path: &Path) -> (Vec<f32>, Vec<String>, Vec<i32>) {
+        let f = hdf5::File::open(path).unwrap();
+        let mel = f.dataset("mel").unwrap().read_raw::<f32>().unwrap();
+        let paths = super::super::tests::strings(&f.dataset("path").unwrap());
+        let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
+        (mel, paths, labels)
+    }
+
+    /// Indices come back at once and match the file; the flush is a barrier
+    /// (every row sent before it is in the file after it); row buffers come
+    /// back for reuse.
+    #[test]
+    fn rows_sent_to_the_thread_land_at_the_indices_it_returned() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut t = start(d.path(), &cfg);
+        t.open("TRAINING", 0).unwrap();
+        let n = 3 * cfg.output.chunk_files + 5;
+        let mut recycled = Vec::new();
+        for i in 0..n {
+            let placed = t
+                .write(
+                    &dest(i, format!("TRAINING/f{i}.wav")),
+                    row(&cfg, i),
+                    &mut recycled,
+                )
+                .unwrap();
+            assert_eq!(placed, Placed::At { index: i });
+        }
+        t.flush().unwrap();
+        assert_eq!(t.rows()["TRAINING"], n);
+        // The thread took every row before the flush answered.
+        t.write(
+            &dest(n, "TRAINING/last.wav".into()),
+            row(&cfg, n),
+            &mut recycled,
+        )
+        .unwrap();
+        assert!(
+            recycled.len() >= n,
+            "only {} of {n} row buffers came back",
+            recycled.len()
+        );
+        t.close_all().unwrap();
+        drop(t);
+
+        let (mel, paths, labels) = rows_of(&d.path().join("TRAINING.h5"));
+        let want: Vec<f32> = (0..=n).flat_map(|i| row(&cfg, i)).collect();
+        assert_eq!(mel, want);
+        assert_eq!(paths.len(), n + 1);
+        assert_eq!(paths[7], "TRAINING/f7.wav");
+        assert_eq!(paths[n], "TRAINING/last.wav");
+        assert_eq!(&labels[..4], &[0, 1, 0, 1]);
+    }
+
+    /// A row the thread cannot write (here a path with a NUL byte) fails the
+    /// thread: the next flush says why, later rows are dropped, nothing after
+    /// the last good flush is trusted, and after `abandon_all` the split
+    /// reopens at the confirmed count.
+    #[test]
+    fn a_row_that_fails_on_the_thread_is_reported_at_the_next_flush() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut t = start(d.path(), &cfg);
+        let mut recycled = Vec::new();
+        t.open("TRAINING", 0).unwrap();
+        for i in 0..10 {
+            t.write(
+                &dest(i, format!("TRAINING/f{i}.wav")),
+                row(&cfg, i),
+                &mut recycled,
+            )
+            .unwrap();
+        }
+        t.flush().unwrap();
+        for i in 10..13 {
+            t.write(
+                &dest(i, format!("TRAINING/f{i}.wav")),
+                row(&cfg, i),
+                &mut recycled,
+            )
+            .unwrap();
+        }
+        // Accepted by the handle: only the appender checks paths.
+        t.write(
+            &dest(13, "TRAINING/bad\0.wav".into()),
+            row(&cfg, 13),
+            &mut recycled,
+        )
+        .unwrap();
+        t.write(
+            &dest(14, "TRAINING/f14.wav".into()),
+            row(&cfg, 14),
+            &mut recycled,
+        )
+        .unwrap();
+        let err = t.flush().unwrap_err();
+        assert!(err.to_string().contains("NUL"), "{err}");
+        assert!(matches!(t.flush(), Err(Error::Failed)));
+        assert!(matches!(t.open("VALIDATION", 0), Err(Error::Failed)));
+
+        t.abandon_all();
+        assert!(t.rows().is_empty());
+        t.open("TRAINING", 10).unwrap();
+        assert_eq!(t.rows()["TRAINING"], 10);
+        let placed = t
+            .write(
+                &dest(10, "TRAINING/again.wav".into()),
+                row(&cfg, 10),
+                &mut recycled,
+            )
+            .unwrap();
+        assert_eq!(placed, Placed::At { index: 10 });
+        t.close_all().unwrap();
+        drop(t);
+
+        let (mel, paths, _) = rows_of(&d.path().join("TRAINING.h5"));
+        assert_eq!(paths.len(), 11);
+        assert_eq!(paths[10], "TRAINING/again.wav");
+        assert_eq!(mel.len(), 11 * cfg.spec.row_len());
+    }
+
+    /// Closing a failed thread does not flush the rows after the failure; it
+    /// abandons the files and returns the error.
+    #[test]
+    fn close_all_after_a_failed_row_abandons_and_says_why() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut t = start(d.path(), &cfg);
+        let mut recycled = Vec::new();
+        t.open("TRAINING", 0).unwrap();
+        t.write(
+            &dest(0, "TRAINING/a.wav".into()),
+            row(&cfg, 0),
+            &mut recycled,
+        )
+        .unwrap();
+        t.flush().unwrap();
+        t.write(
+            &dest(1, "TRAINING/b\0.wav".into()),
+            row(&cfg, 1),
+            &mut recycled,
+        )
+        .unwrap();
+        t.write(
+            &dest(2, "TRAINING/c.wav".into()),
+            row(&cfg, 2),
+            &mut recycled,
+        )
+        .unwrap();
+        assert!(t.close_all().unwrap_err().to_string().contains("NUL"));
+        drop(t);
+        let (_, paths, _) = rows_of(&d.path().join("TRAINING.h5"));
+        assert_eq!(paths, vec!["TRAINING/a.wav".to_string()]);
+    }
+}
