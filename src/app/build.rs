@@ -11,6 +11,17 @@
 //! a stopping signal ([`crate::app::interrupt`]): the graph is aborted, the
 //! writer is dropped without `finish` (deleting its `.partial` files), files
 //! already finished are deleted, and [`Error::Interrupted`] is returned.
+//!
+//! A GPU that fails mid-build (the CUDA stage answers [`Reject::Device`])
+//! is not the files' fault and its leftovers cannot be trusted to drain (a
+//! failed copy's host buffers are never handed back to the readers), so the
+//! writer aborts the graph at the first such answer and nothing is kept.
+//! Under `compute.backend = "auto"` the build then runs again, whole, on
+//! the CPU (the report's `backend_reason` says why), as it does when the
+//! CUDA stage fails to start; under `"cuda"` it fails with
+//! [`Error::GpuFailed`]. Before, the graph went on rejecting every
+//! later file, and stalled for good once the readers' arena was held by
+//! the failed batches.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,8 +34,8 @@ use crate::app::interrupt::{self, Stopped};
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
-use crate::compute::{self, RejectKind, Rejection, cuda};
-use crate::config::{Config, Direct};
+use crate::compute::{self, Reject, RejectKind, Rejection, cuda};
+use crate::config::{Backend, Config, Direct};
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Local, Report, Telemetry};
@@ -59,6 +70,11 @@ pub enum Error {
     Metrics(#[from] metrics::Error),
     #[error(transparent)]
     Interrupted(#[from] Stopped),
+    #[error(
+        "the GPU failed during the build ({0}); nothing was written. compute.backend = \"cuda\" \
+         requires the GPU (\"auto\" builds again on the CPU)"
+    )]
+    GpuFailed(String),
 }
 
 /// Run-time options that are not pipeline settings.
@@ -153,18 +169,22 @@ fn output_plan(
 }
 
 /// The writer thread's loop: every outcome into the sink, in arrival order
-/// (the writer reorders rows).
+/// (the writer reorders rows). A device failure aborts the graph.
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
     paths: &PathTable,
     window: &Window,
     p: &Pipeline,
-) -> Result<Option<(WriteReport, Vec<Rejection>)>, writer::Error> {
+) -> Written {
     let mut local = Local::default();
     let mut rejected = Vec::new();
     let telemetry = p.telemetry();
     while let Some(o) = p.outcomes().pop() {
+        if let Err(Reject::Device(why)) = &o.row {
+            p.abort();
+            return Ok(Err(Halt::Gpu(Arc::clone(why))));
+        }
         window.received(o.job);
         let j = &jobs[o.job];
         let d = pipeline::deliver(
@@ -185,13 +205,13 @@ fn write_all(
     }
     local.publish(telemetry);
     if interrupt::requested().is_some() {
-        return Ok(None); // dropping `w` unfinished deletes its .partial files
+        return Ok(Err(Halt::Signal)); // dropping `w` unfinished deletes its .partial files
     }
     let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
     local.publish(telemetry);
     interrupt::checkpoint("finished");
     rejected.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Some((report?, rejected)))
+    Ok(Ok((report?, rejected)))
 }
 
 /// The rejection for a path the walk skipped: its path relative to `input`
@@ -276,9 +296,58 @@ pub fn build_shard(
     // The device probe (0.5–1.5 s with a GPU) runs while the tree is walked.
     let probe = compute::Probe::spawn(cfg.compute.backend);
     let planned = plan(input, out, cfg, shard)?;
-    let running = start(planned, cfg, opts, probe, started)?;
-    let outcomes = supervise(running, opts, started)?;
+    let attempt =
+        start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));
+    let outcomes = match attempt {
+        Err(e) if cfg.compute.backend == Backend::Auto => match gpu_failure(&e) {
+            Some(why) => again_on_the_cpu(input, out, cfg, opts, shard, &why, started)?,
+            None => return Err(e),
+        },
+        r => r?,
+    };
     report(outcomes, out, shard)
+}
+
+/// What the GPU said, when a GPU failure is what stopped the build: at the
+/// CUDA stage's start (its memory taken by another process, kernels that do
+/// not load) or during the run.
+fn gpu_failure(e: &Error) -> Option<String> {
+    match e {
+        Error::GpuFailed(why) => Some(why.clone()),
+        Error::Pipeline(pipeline::Error::Backend(compute::Error::Cuda(c))) => Some(c.to_string()),
+        _ => None,
+    }
+}
+
+/// The whole build again on the CPU, after the GPU failed under `auto`
+/// (the failed attempt kept nothing; see the module doc).
+fn again_on_the_cpu(
+    input: &Path,
+    out: &Path,
+    cfg: &Config,
+    opts: &Options,
+    shard: Option<Shard>,
+    why: &str,
+    started: Instant,
+) -> Result<Outcomes, Error> {
+    tracing::warn!(
+        error = why,
+        "The GPU failed during the build; building every file again on the CPU."
+    );
+    if let Some(t) = &opts.telemetry {
+        t.reset(); // the failed attempt's counts
+    }
+    let probe = compute::Probe::decided(compute::Choice {
+        backend: Backend::Cpu,
+        reason: format!(
+            "compute.backend = \"auto\": the GPU failed during this build ({why}), so it ran \
+             again on the CPU"
+        ),
+        target: compute::Target::Cpu,
+    });
+    let planned = plan(input, out, cfg, shard)?;
+    let running = start(planned, cfg, opts, probe, started)?;
+    supervise(running, opts, started)
 }
 
 /// What [`plan`] settled before any read: the walk's jobs and open paths, the
@@ -380,7 +449,18 @@ fn shard_of(plan: Plan, shard: Option<Shard>) -> Plan {
 
 /// What the writer thread returns: the report and rejections, or `None`
 /// when a signal stopped it (its `.partial` files deleted).
-type Written = Result<Option<(WriteReport, Vec<Rejection>)>, writer::Error>;
+/// What the writer thread ends with: its report, why it stopped early, or
+/// the writer's error.
+type Written = Result<Result<(WriteReport, Vec<Rejection>), Halt>, writer::Error>;
+
+/// Why the writer stopped before the last file (dropping its `.partial`
+/// files either way).
+enum Halt {
+    /// A stopping signal.
+    Signal,
+    /// The CUDA stage answered that the device failed.
+    Gpu(Arc<str>),
+}
 
 /// A build whose threads run.
 struct Running {
@@ -594,7 +674,12 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         walk: walk_s,
         ..p.startup()
     };
-    let cuda_report = p.join()?;
+    let cuda_report = p.join();
+    // Before the stage's own error: the same failure, said for a build.
+    if let Ok(Err(Halt::Gpu(why))) = &written {
+        return Err(Error::GpuFailed(why.to_string()));
+    }
+    let cuda_report = cuda_report?;
     // A stop: nothing stays, whether the writer finished or not.
     let total = jobs.len() as u64;
     let stopped = |outputs: Vec<PathBuf>| {
@@ -603,8 +688,8 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         Some(s)
     };
     let (write_report, mut rejected) = match written? {
-        Some(w) => w,
-        None => {
+        Ok(w) => w,
+        Err(Halt::Signal | Halt::Gpu(_)) => {
             return Err(stopped(Vec::new())
                 .expect("the writer stops only on a signal")
                 .into());

@@ -112,6 +112,20 @@ impl Local {
 }
 
 impl Telemetry {
+    /// Zeroes every total (a build that starts again from its first file
+    /// after a failed attempt, for a caller that watches this telemetry).
+    pub fn reset(&self) {
+        let all = self.busy_ns.iter().chain(&self.rejected_by_kind).chain([
+            &self.files_ok,
+            &self.files_rejected,
+            &self.bytes_read,
+            &self.first_read_ns,
+        ]);
+        for a in all {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Records that a reader took its first job now, unless one already did
     /// (one relaxed load per reader burst once set).
     pub fn mark_first_read(&self) {

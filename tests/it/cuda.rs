@@ -186,3 +186,124 @@ fn float16_builds_on_the_cuda_stage_equal_the_cpu_build_bit_for_bit() {
         );
     }
 }
+
+/// `melforge build` over the host double, whose copies all fail from the
+/// moment the compute stage has started (the trigger file of
+/// `HOST_DOUBLE_FAIL_ENV` is written when the log says "Pipeline started"),
+/// or from the start (`from_start`: the stage's own start-up copies fail):
+/// the JSON report (None if the build failed) and stderr, or a panic if the
+/// build has not ended in 120 s.
+fn build_on_a_failing_gpu(
+    backend: &str,
+    corpus: &Path,
+    out: &Path,
+    from_start: bool,
+) -> (Option<serde_json::Value>, String) {
+    use std::io::BufRead;
+    let trigger = out.with_extension("trigger");
+    if from_start {
+        std::fs::write(&trigger, b"").unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_melforge"))
+        .env(melforge::compute::HOST_DOUBLE_ENV, "1")
+        .env(melforge::compute::HOST_DOUBLE_FAIL_ENV, &trigger)
+        .args(["build", "--json", "--backend", backend, "--out"])
+        .arg(out)
+        .arg(corpus)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines() {
+            let line = line.unwrap();
+            if line.contains("Pipeline started") {
+                std::fs::write(&trigger, b"").unwrap();
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the build with a failing GPU ({backend}) still ran after 120 s: it hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    let stderr = log.join().unwrap();
+    let json = o
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).unwrap());
+    (json, stderr)
+}
+
+/// Regression: a GPU failing during `build` made the CUDA stage reject
+/// every later file while the failed batches held the readers' arena, and
+/// the build hung for good once the arena was full. Under `auto` the build
+/// now runs again on the CPU and every file is a row, equal to a CPU build;
+/// so does a build whose CUDA stage fails to start.
+#[test]
+fn a_gpu_failing_during_a_build_under_auto_builds_again_on_the_cpu() {
+    let corpus = crate::common::synth_corpus(2000, 11);
+    let d = tempfile::tempdir().unwrap();
+    let cpu_out = d.path().join("cpu");
+    let mut cfg = melforge::config::Config::default();
+    cfg.compute.backend = melforge::config::Backend::Cpu;
+    crate::common::build(corpus.path(), &cpu_out, &cfg);
+    for (from_start, name) in [(false, "mid-run"), (true, "start")] {
+        let gpu_out = d.path().join(name);
+        let (json, stderr) = build_on_a_failing_gpu("auto", corpus.path(), &gpu_out, from_start);
+        let j = json.unwrap_or_else(|| panic!("{name}: the build failed: {stderr}"));
+        assert_eq!(j["backend"], "cpu", "{name}: {j}");
+        let reason = j["backend_reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("the GPU failed during this build"),
+            "{name}: {reason}"
+        );
+        assert_eq!(j["report"]["files_ok"], 2000, "{name}: {j}");
+        assert_eq!(j["report"]["files_rejected"], 0, "{name}: {j}");
+        assert!(
+            stderr.contains("building every file again on the CPU"),
+            "{name}: {stderr}"
+        );
+        for split in ["TRAINING", "VALIDATION", "TESTING"] {
+            let file = format!("{split}.h5");
+            let (g, c) = (
+                crate::common::read_split(&gpu_out.join(&file)),
+                crate::common::read_split(&cpu_out.join(&file)),
+            );
+            assert_eq!(g.path, c.path, "{name}: {split}");
+            assert_eq!(g.mel, c.mel, "{name}: {split}");
+        }
+    }
+}
+
+/// With `compute.backend = "cuda"` the same failure ends the build with an
+/// error that names it, and leaves no output file behind (complete-looking
+/// files missing rows were the danger).
+#[test]
+fn a_gpu_failing_during_a_build_under_cuda_fails_and_keeps_nothing() {
+    let corpus = crate::common::synth_corpus(2000, 12);
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let (json, stderr) = build_on_a_failing_gpu("cuda", corpus.path(), &out, false);
+    assert!(json.is_none(), "the build succeeded: {json:?}");
+    assert!(
+        stderr.contains("the GPU failed during the build"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .map(|rd| rd.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter().all(|n| !n.to_string_lossy().contains(".h5")),
+        "left behind: {left:?}"
+    );
+}

@@ -301,7 +301,14 @@ mod tests {
         Dest {
             rel,
             split: "TRAINING".into(),
-            label: Some(if i.is_multiple_of(2) { "LEAK" } else { "NOLEAK" }.into()),
+            label: Some(
+                if i.is_multiple_of(2) {
+                    "LEAK"
+                } else {
+                    "NOLEAK"
+                }
+                .into(),
+            ),
         }
     }
 
