@@ -209,12 +209,34 @@ impl Pipeline {
     /// machine each handover is a context switch taken from compute (measured:
     /// 7% of a 20k-clip build's wall time). A live source (serve) has little
     /// to queue anyway.
+    ///
+    /// Under `compute.backend = "auto"` a CUDA stage that fails to start
+    /// (the GPU's memory taken by another process, kernels that do not load)
+    /// is replaced by the CPU backend, the reason naming the error: nothing
+    /// was fed to the graph yet, so nothing is lost.
     pub fn start(
         cfg: &Config,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        Pipeline::start_on(cfg, Probe::now(cfg.compute.backend), telemetry, queue_ahead)
+        let probe = Probe::now(cfg.compute.backend);
+        match Pipeline::start_on(cfg, probe, Arc::clone(&telemetry), queue_ahead) {
+            Err(Error::Backend(compute::Error::Cuda(e)))
+                if cfg.compute.backend == crate::config::Backend::Auto =>
+            {
+                tracing::warn!(error = %e, "The CUDA stage could not start; using the CPU backend.");
+                let cpu = Probe::decided(compute::Choice {
+                    backend: crate::config::Backend::Cpu,
+                    reason: format!(
+                        "compute.backend = \"auto\": the CUDA stage could not start ({e}), so \
+                         the CPU computes"
+                    ),
+                    target: compute::Target::Cpu,
+                });
+                Pipeline::start_on(cfg, cpu, telemetry, queue_ahead)
+            }
+            r => r,
+        }
     }
 
     /// [`Pipeline::start`] with the backend chosen by `probe`.

@@ -511,6 +511,39 @@ fn with_backend_cuda_a_gpu_failure_stops_serve_and_a_restart_ingests_the_rest() 
     super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
 }
 
+/// A CUDA stage that cannot start under `auto` (here its start-up copies
+/// fail; on a GPU, its memory taken by another process): serve used to exit,
+/// and systemd restarted it into the same failure. Now it starts on the CPU
+/// backend, status names the error, and every drop is a row.
+#[test]
+fn a_cuda_stage_that_cannot_start_under_auto_starts_serve_on_the_cpu() {
+    let corpus = clips(20, 45);
+    let mut svc = Svc::with_stage(Stage::CudaDouble, 50, "");
+    let trigger = failing_gpu(&mut svc);
+    std::fs::write(&trigger, b"").unwrap();
+    // `spawn`, not `start`: `start` insists on the stage's backend.
+    svc.spawn();
+    super::harness::wait_for(
+        std::time::Duration::from_secs(30),
+        "the service to answer status",
+        || svc.try_ctl("status").filter(|v| v["ok"] == true),
+    );
+    for (rel, b) in &corpus {
+        svc.drop_file(rel, b);
+    }
+    let st = svc.wait_rows(20);
+    assert_eq!(st["files_rejected"], 0, "{st}");
+    assert_eq!(st["backend"], "cpu", "{st}");
+    let reason = st["backend_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the CUDA stage could not start") && reason.contains("CUDA_ERROR"),
+        "{st}"
+    );
+    assert_no_rejections(&svc);
+    svc.shutdown();
+    super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
+}
+
 fn assert_no_rejections(svc: &Svc) {
     let log = svc.out.join("rejected.jsonl");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
