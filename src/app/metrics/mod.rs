@@ -113,14 +113,26 @@ impl CommitClock {
         self.waiting.clear();
     }
 
+    /// Rows staged and not yet committed.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
     /// The journal committed everything staged: `records` records (none:
     /// the journal wrote nothing, which is not a commit).
     pub fn committed(&mut self, records: usize) {
+        self.committed_first(self.waiting.len(), records);
+    }
+
+    /// The journal committed `records` records holding the first `rows`
+    /// staged rows (the rest wait for the next commit).
+    pub fn committed_first(&mut self, rows: usize, records: usize) {
         if records == 0 {
             return;
         }
         let now = Instant::now();
-        for seen in self.waiting.drain(..) {
+        let rows = rows.min(self.waiting.len());
+        for seen in self.waiting.drain(..rows) {
             self.drop_to_commit
                 .observe(now.duration_since(seen).as_secs_f64());
         }

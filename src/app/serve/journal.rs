@@ -286,6 +286,8 @@ pub struct Journal {
     /// Records staged since the last commit, already encoded.
     staged: Vec<u8>,
     staged_records: Vec<Record>,
+    /// Where each staged record ends in `staged`.
+    staged_ends: Vec<usize>,
     /// Entries committed since the snapshot. Cleared, not replaced, by a
     /// compaction: its table keeps its size, so the memory it takes is the
     /// same from one compaction to the next instead of a new allocation the
@@ -333,6 +335,7 @@ impl Journal {
             state: RecoveredState::default(),
             staged: Vec::new(),
             staged_records: Vec::new(),
+            staged_ends: Vec::new(),
             tail: HashMap::new(),
             sorted: Vec::new(),
             snapshot: None,
@@ -355,6 +358,7 @@ impl Journal {
     pub fn reopen(&mut self) -> Result<RecoveredState, Error> {
         self.staged.clear();
         self.staged_records.clear();
+        self.staged_ends.clear();
         self.file = open_append(&self.path)?;
         let state = self.load()?;
         self.state = state.clone();
@@ -520,6 +524,7 @@ impl Journal {
     pub fn discard_staged(&mut self) {
         self.staged.clear();
         self.staged_records.clear();
+        self.staged_ends.clear();
     }
 
     /// Records staged and not yet committed.
@@ -532,12 +537,20 @@ impl Journal {
     /// flushed. On error the journal must be re-read ([`Journal::reopen`], or a
     /// restart) before the next commit.
     pub fn commit(&mut self) -> Result<(), Error> {
-        if self.staged_records.is_empty() {
+        self.commit_first(self.staged_records.len())
+    }
+
+    /// [`Journal::commit`] of the first `n` staged records only (those staged
+    /// before a flush that covers their rows was asked for; the rest stay
+    /// staged). Call only after that flush has returned.
+    pub fn commit_first(&mut self, n: usize) -> Result<(), Error> {
+        let n = n.min(self.staged_records.len());
+        if n == 0 {
             return Ok(());
         }
         let mut next = self.state.clone();
-        let mut entries = Vec::with_capacity(self.staged_records.len());
-        for rec in &self.staged_records {
+        let mut entries = Vec::with_capacity(n);
+        for rec in &self.staged_records[..n] {
             let e = next.apply(rec).map_err(|reason| Error::Corrupt {
                 path: self.path.clone(),
                 line: 0,
@@ -551,8 +564,18 @@ impl Journal {
         };
         next.apply(&commit)
             .expect("a commit of applied records is consistent");
-        self.stage(commit);
-        self.write_staged()?;
+        let cut = self.staged_ends[n - 1];
+        let mut text = self.staged[..cut].to_vec();
+        encode(&commit, &mut text);
+        // The committed records leave the stage whether or not the write
+        // works (after a failure the journal is re-read anyway).
+        self.staged.drain(..cut);
+        self.staged_records.drain(..n);
+        self.staged_ends.drain(..n);
+        for end in &mut self.staged_ends {
+            *end -= cut;
+        }
+        self.write_durably(&text)?;
         self.state = next;
         self.tail.extend(entries);
         Ok(())
@@ -561,18 +584,26 @@ impl Journal {
     fn stage(&mut self, rec: Record) {
         encode(&rec, &mut self.staged);
         self.staged_records.push(rec);
+        self.staged_ends.push(self.staged.len());
     }
 
+    /// Writes every staged record (the journal's header at its creation).
     fn write_staged(&mut self) -> Result<(), Error> {
+        let text = std::mem::take(&mut self.staged);
+        self.staged_records.clear();
+        self.staged_ends.clear();
+        self.write_durably(&text)
+    }
+
+    /// Appends `text` in one `write` and `fdatasync`s.
+    fn write_durably(&mut self, text: &[u8]) -> Result<(), Error> {
         let r = self
             .file
-            .write_all(&self.staged)
+            .write_all(text)
             .and_then(|()| self.file.sync_data());
         if r.is_ok() {
-            self.bytes += self.staged.len() as u64;
+            self.bytes += text.len() as u64;
         }
-        self.staged.clear();
-        self.staged_records.clear();
         r.map_err(|source| Error::Io {
             path: self.path.clone(),
             action: "write the journal",

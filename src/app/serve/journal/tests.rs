@@ -45,6 +45,39 @@ fn reopen_after_a_torn_commit_keeps_what_was_committed() {
     assert_eq!(s.torn_bytes, 0);
 }
 
+/// serve commits what a flush covered while later rows are staged: only the
+/// first records are committed, the rest stay staged (in order) for the
+/// next commit, and a reopen sees exactly the committed ones.
+#[test]
+fn commit_first_commits_a_prefix_and_keeps_the_rest_staged() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut j, _) = Journal::open(d.path()).unwrap();
+    j.stage_row("train/a/x0.wav", stamp(0), "train", 0);
+    j.stage_reject("train/a/bad.wav", stamp(1), "not a WAV file");
+    j.stage_row("train/a/x1.wav", stamp(2), "train", 1);
+    j.stage_row("train/a/x2.wav", stamp(3), "train", 2);
+    j.commit_first(2).unwrap();
+    assert_eq!(j.staged(), 2);
+    assert_eq!(j.state().rows_of("train"), 1);
+    assert!(j.lookup("train/a/bad.wav", stamp(1)).unwrap().is_some());
+    assert!(j.lookup("train/a/x1.wav", stamp(2)).unwrap().is_none());
+    drop(j);
+    let (mut j, s) = Journal::open(d.path()).unwrap();
+    assert_eq!(s.rows_of("train"), 1);
+    assert_eq!(s.commits, 1);
+    j.stage_row("train/a/x1.wav", stamp(2), "train", 1);
+    j.stage_row("train/a/x2.wav", stamp(3), "train", 2);
+    j.stage_row("train/a/x3.wav", stamp(4), "train", 3);
+    j.commit_first(1).unwrap();
+    j.commit_first(5).unwrap();
+    assert_eq!(j.staged(), 0);
+    drop(j);
+    let (j, s) = Journal::open(d.path()).unwrap();
+    assert_eq!(s.rows_of("train"), 4);
+    assert_eq!(s.commits, 3);
+    assert!(j.lookup("train/a/x3.wav", stamp(4)).unwrap().is_some());
+}
+
 #[test]
 fn commit_and_reopen() {
     let d = tempfile::tempdir().unwrap();

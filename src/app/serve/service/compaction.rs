@@ -18,14 +18,7 @@ impl Service {
     /// (or already switched to the new checkpoint: both answer the same), is
     /// noted, and is retried a minute later.
     pub(super) fn maybe_compact(&mut self) {
-        let limits = Limits {
-            tail_entries: self.serve.compact_tail_entries,
-            journal_bytes: self.serve.compact_journal_bytes,
-        };
-        if self.journal.staged() > 0
-            || !self.journal.wants_compaction(&limits)
-            || self.compact_after.is_some_and(|t| Instant::now() < t)
-        {
+        if self.journal.staged() > 0 || !self.compaction_due() {
             return;
         }
         match self.journal.compact() {
@@ -41,6 +34,18 @@ impl Service {
                 self.note_error(format!("cannot compact the journal: {e}"));
             }
         }
+    }
+
+    /// Whether the journal has passed its limits and may compact now (a
+    /// failed compaction waits a minute). Compaction needs nothing staged,
+    /// so the flush timer then commits everything at once (`commit`).
+    pub(super) fn compaction_due(&self) -> bool {
+        let limits = Limits {
+            tail_entries: self.serve.compact_tail_entries,
+            journal_bytes: self.serve.compact_journal_bytes,
+        };
+        self.journal.wants_compaction(&limits)
+            && self.compact_after.is_none_or(|t| Instant::now() >= t)
     }
 
     /// `ctl compact` once what was staged is committed: compacts now.

@@ -73,6 +73,8 @@ impl Service {
         self.journal.discard_staged();
         self.commits.forget_staged();
         self.uncommitted.clear();
+        // A started flush is forgotten with it (`abandon_all` took its answer).
+        self.sealed = None;
         self.after.clear();
         self.rejections.clear();
         let (ok, rejected) = std::mem::take(&mut self.since_commit);

@@ -34,6 +34,7 @@
 //! not-yet-started backlog (those files stay in the drop directory), finish the
 //! files in flight, flush, commit, close the files, exit 0.
 
+mod commit;
 mod compaction;
 mod degraded;
 mod gpu_failure;
@@ -63,7 +64,7 @@ use crate::config::Config;
 use crate::config::serve::{OnSuccess, ServeConfig};
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
+use crate::runtime::telemetry::{Local, Telemetry};
 use crate::writer::Placed;
 use crate::writer::append::{AppendThread, Dest};
 
@@ -151,6 +152,9 @@ pub struct Service {
     rate: (Instant, u64, f64),
     /// Files ok and rejected since the last commit (forgotten if a write fails).
     since_commit: (u64, u64),
+    /// The flush the append thread is doing and what its commit holds
+    /// (`commit`).
+    sealed: Option<commit::Sealed>,
     /// Set while writes fail; see `degraded`.
     degraded: Option<degraded::Degraded>,
     /// Wait before the next recovery attempt; relaxes after a good commit.
@@ -199,7 +203,12 @@ impl Service {
             return;
         }
         let stamp = FileStamp::of(&meta);
-        if self.uncommitted.get(&rel) == Some(&stamp) {
+        if self.uncommitted.get(&rel) == Some(&stamp)
+            || self
+                .sealed
+                .as_ref()
+                .is_some_and(|s| s.files.get(&rel) == Some(&stamp))
+        {
             return;
         }
         match self.journal.lookup(&rel, stamp) {
@@ -368,57 +377,6 @@ impl Service {
         Ok(())
     }
 
-    /// Flushes every appender, then commits the journal, then runs the actions
-    /// that must wait for the commit.
-    fn flush_commit(&mut self) -> Result<(), Error> {
-        // The append thread charges the flush itself to the write stage.
-        self.sink.flush()?;
-        let t = Instant::now();
-        // Durable before the journal commits the rejections (`rejected`).
-        if !self.rejections.is_empty() {
-            let path = self.serve.output_dir.join("rejected.jsonl");
-            if let Err(e) = rejected::append_durably(&path, &self.rejections) {
-                self.note_error(format!("cannot append to {}: {e}", path.display()));
-            }
-            self.rejections.clear();
-        }
-        let records = self.journal.staged();
-        let committed = records > 0;
-        self.journal.commit()?;
-        self.commits.committed(records);
-        self.uncommitted.clear();
-        self.maybe_compact();
-        self.since_commit = (0, 0);
-        if committed {
-            self.backoff = degraded::FIRST_BACKOFF;
-        }
-        self.local.add_busy(Stage::Write, t.elapsed());
-        self.local.publish(&self.telemetry);
-        let mut moves = Vec::new();
-        for a in std::mem::take(&mut self.after) {
-            match a {
-                After::Delete(p) => {
-                    if let Err(e) = std::fs::remove_file(&p) {
-                        self.note_error(format!("cannot delete {}: {e}", p.display()));
-                    }
-                }
-                After::Move(from, to) => moves.push((from, to)),
-            }
-        }
-        // One fsync per directory for the whole commit, not one per file.
-        let results = crate::runtime::durable::move_all_durably(&moves);
-        for ((from, to), r) in moves.iter().zip(results) {
-            if let Err(e) = r {
-                self.note_error(format!(
-                    "cannot move {} to {}: {e}",
-                    from.display(),
-                    to.display()
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn note_error(&mut self, e: String) {
         tracing::error!(error = %e, "The service hit an error; it keeps running.");
         self.last_error = Some(e);
@@ -461,15 +419,16 @@ impl Service {
                     self.on_write_error(e)?;
                 }
             }
+            if let Err(e) = self.poll_flush() {
+                self.on_write_error(e)?;
+            }
             self.replace_failed_compute()?;
             self.poll_rebuild()?;
             let now = Instant::now();
             if now >= next_flush {
                 let flush_every = Duration::from_millis(self.serve.flush_interval_ms);
                 next_flush = now + flush_every;
-                if (self.journal.staged() > 0 || !self.after.is_empty())
-                    && let Err(e) = self.flush_commit()
-                {
+                if let Err(e) = self.tick_flush() {
                     self.on_write_error(e)?;
                 }
             }

@@ -189,6 +189,7 @@ impl Service {
             rebuild_report: None,
             rate: (Instant::now(), 0, 0.0),
             since_commit: (0, 0),
+            sealed: None,
             degraded: None,
             backoff: degraded::FIRST_BACKOFF,
             commits: CommitClock::default(),
