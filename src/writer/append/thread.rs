@@ -512,6 +512,42 @@ mod tests {
         assert_eq!(mel.len(), 11 * cfg.spec.row_len());
     }
 
+    /// A started flush answers through `flushed` even when a later call
+    /// (here a new split's open) took its answer off the channel first; a
+    /// failure before it comes back as its answer; `flush` waits for it.
+    #[test]
+    fn a_started_flush_answers_once_whatever_call_comes_next() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut t = start(d.path(), &cfg);
+        let mut recycled = Vec::new();
+        assert!(t.flushed().is_none(), "no flush was started");
+        t.open("TRAINING", 0).unwrap();
+        t.write(&dest(0, "TRAINING/a.wav".into()), row(&cfg, 0), &mut recycled)
+            .unwrap();
+        t.start_flush().unwrap();
+        t.open("VALIDATION", 0).unwrap();
+        assert!(matches!(t.flushed(), Some(Ok(()))));
+        assert!(t.flushed().is_none(), "answered twice");
+
+        t.write(&dest(1, "TRAINING/b\0.wav".into()), row(&cfg, 1), &mut recycled)
+            .unwrap();
+        t.start_flush().unwrap();
+        let answer = loop {
+            if let Some(a) = t.flushed() {
+                break a;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert!(answer.unwrap_err().to_string().contains("NUL"));
+        t.start_flush().unwrap();
+        assert!(matches!(t.flush(), Err(Error::Failed)));
+        t.abandon_all();
+        assert!(t.flushed().is_none(), "abandon_all forgets a started flush");
+        t.open("TRAINING", 1).unwrap();
+        assert_eq!(t.rows()["TRAINING"], 1);
+    }
+
     /// Closing a failed thread does not flush the rows after the failure; it
     /// abandons the files and returns the error.
     #[test]

@@ -10,8 +10,9 @@
 //!                   │   └────────────── Outcome ──────────────────┘
 //!                   │   sink: AppendThread (one SWMR appender per split, on
 //!                   │         its own thread: `writer::append::thread`)
-//!                   │   flush timer: sink flush, then journal commit, then
-//!                   │   post-commit actions (move/delete/quarantine, rejected.jsonl)
+//!                   │   flush timer: a sink flush is started; once it answers,
+//!                   │   the journal commit of what it covers, then post-commit
+//!                   │   actions (move/delete/quarantine, rejected.jsonl): `commit`
 //! ```
 //!
 //! The source is this loop (inotify + rescans, exactly-once checks against
@@ -21,7 +22,9 @@
 //!
 //! Exactly once: a file is skipped when the journal confirms its (path, size,
 //! mtime); rows become durable at a flush, and the journal records them only
-//! after that flush (see `journal`). Post-commit actions (moving or deleting a
+//! after that flush (see `journal`; flushes run on the append thread while
+//! the loop goes on, and a commit holds exactly what its flush covered:
+//! `commit`). Post-commit actions (moving or deleting a
 //! source file) run only after the commit, so a crash never loses a file that
 //! has no confirmed row.
 //!
