@@ -157,6 +157,7 @@ def main():
             sys.exit("the SWMR reader did not open the file")
 
         renamed = {}
+        cpu0 = thread_cpu(svc.pid)
         t0 = time.monotonic()
         for i in range(n):
             due = t0 + i / a.rate
@@ -167,6 +168,7 @@ def main():
             os.rename(os.path.join(stage, f"{i}.wav"), os.path.join(drop, rel))
             renamed[rel] = time.monotonic()
         t1 = time.monotonic()
+        cpu1 = thread_cpu(svc.pid)
         got = None
         while got is None:
             try:
@@ -205,9 +207,39 @@ def main():
                 "service_rejected": status.get("files_rejected"),
                 "engine": status.get("engine"),
                 "backend": status.get("backend"),
+                # Cores each of serve's threads used while files were
+                # dropped (by thread name, busiest first): which one caps it.
+                "thread_cores": {
+                    k: round((cpu1.get(k, 0) - cpu0.get(k, 0)) / (t1 - t0), 3)
+                    for k in sorted(cpu1, key=lambda k: cpu0.get(k, 0) - cpu1[k])
+                    if cpu1[k] > cpu0.get(k, 0)
+                },
             }
         )
     )
+
+
+def thread_cpu(pid):
+    """CPU seconds (user + system) per thread name of process `pid`, from
+    /proc/<pid>/task/*/stat; io_uring workers (`iou-wrk-<tid>`) summed."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1 : st.rindex(")")]
+        if name.startswith("iou-wrk"):
+            name = "iou-wrk"
+        fields = st[st.rindex(")") + 2 :].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 if __name__ == "__main__":
