@@ -523,15 +523,23 @@ mod tests {
         let mut recycled = Vec::new();
         assert!(t.flushed().is_none(), "no flush was started");
         t.open("TRAINING", 0).unwrap();
-        t.write(&dest(0, "TRAINING/a.wav".into()), row(&cfg, 0), &mut recycled)
-            .unwrap();
+        t.write(
+            &dest(0, "TRAINING/a.wav".into()),
+            row(&cfg, 0),
+            &mut recycled,
+        )
+        .unwrap();
         t.start_flush().unwrap();
         t.open("VALIDATION", 0).unwrap();
         assert!(matches!(t.flushed(), Some(Ok(()))));
         assert!(t.flushed().is_none(), "answered twice");
 
-        t.write(&dest(1, "TRAINING/b\0.wav".into()), row(&cfg, 1), &mut recycled)
-            .unwrap();
+        t.write(
+            &dest(1, "TRAINING/b\0.wav".into()),
+            row(&cfg, 1),
+            &mut recycled,
+        )
+        .unwrap();
         t.start_flush().unwrap();
         let answer = loop {
             if let Some(a) = t.flushed() {
