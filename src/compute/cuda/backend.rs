@@ -27,8 +27,9 @@
 //! themselves then.
 //!
 //! Start-up is synchronous: [`start_cuda_workers`] returns only after the
-//! device opened, the kernels loaded, the arena and the staging were
-//! registered and the pool started — or with the error that prevented it
+//! device opened, the kernels loaded, the arena was registered and the
+//! pool started (the decode staging is registered when the first
+//! host-decoded clip arrives: an all-WAV corpus never pins it) — or with the error that prevented it
 //! (no file was taken from the input then), so `--backend cuda` fails at
 //! start-up, not mid-run. A device error mid-run rejects every file not yet
 //! finished with [`Reject::Device`], keeps taking the pool's files and
@@ -275,33 +276,33 @@ where
                 }
             };
             let mut pageable = false;
-            let regions = [
-                wiring
-                    .arena
-                    .as_ref()
-                    .map(|a| (a.as_ptr(), a.len(), "reader arena")),
-                Some((staging.as_ptr(), staging.len(), "decode staging")),
-            ];
-            for (ptr, len, what) in regions.into_iter().flatten() {
-                // SAFETY: both mappings stay alive while `wiring.arena` and
-                // `staging` (Arcs) are held, i.e. until after `runner` (and
-                // its device, which unregisters) is dropped at the end of
-                // this closure.
-                if let Err(e) = unsafe { runner.device().register_host(ptr, len) } {
-                    // Refused under confidential computing, some vGPU and
-                    // WSL set-ups: copies then go through the driver's
-                    // staging buffers (pageable path), slower but correct.
-                    tracing::warn!(
-                        error = %e,
-                        region = what,
-                        "Host memory cannot be registered for DMA; copies use pageable memory."
-                    );
-                    pageable = true;
-                }
+            if let Some(a) = wiring.arena.as_ref() {
+                // SAFETY: the arena stays mapped while `wiring.arena` (an
+                // Arc) is held, i.e. until after `runner` (and its device,
+                // which unregisters) is dropped at the end of this closure.
+                pageable =
+                    !unsafe { register(runner.device(), a.as_ptr(), a.len(), "reader arena") };
             }
+            // The staging is registered when the first clip arrives: a
+            // corpus the device decodes alone never pins it (nor touches
+            // its pages).
+            let mut staging_reg = LazyRegistration {
+                ptr: staging.as_ptr(),
+                len: staging.len(),
+                state: None,
+            };
             let _gone = ready_tx.send(Ok(()));
             let rate = plan.spec().sample_rate;
-            let r = run(&mut runner, &plan, opts, &wiring, &fed, &output);
+            let r = run(
+                &mut runner,
+                &plan,
+                opts,
+                &wiring,
+                &fed,
+                &output,
+                &mut staging_reg,
+            );
+            pageable |= staging_reg.state == Some(false);
             // The pool stops if it is still running (the output closed):
             // pushes fail, waits for a slot end; leftovers are dropped.
             drop(stop_pool);
@@ -365,6 +366,48 @@ where
     }
 }
 
+/// Registers `len` bytes at `ptr` for DMA; false (logged) when refused.
+///
+/// # Safety
+/// The range must stay mapped until `dev` is dropped (its drop unregisters).
+unsafe fn register<D: Device>(dev: &mut D, ptr: *mut u8, len: usize, what: &str) -> bool {
+    // SAFETY: forwarded from the caller.
+    match unsafe { dev.register_host(ptr, len) } {
+        Ok(_) => true,
+        Err(e) => {
+            // Refused under confidential computing, some vGPU and WSL
+            // set-ups: copies then go through the driver's staging buffers
+            // (pageable path), slower but correct.
+            tracing::warn!(
+                error = %e,
+                region = what,
+                "Host memory cannot be registered for DMA; copies use pageable memory."
+            );
+            false
+        }
+    }
+}
+
+/// The decode staging's registration, made by the stage thread when the
+/// first host-decoded clip reaches it (before any copy reads the staging).
+struct LazyRegistration {
+    ptr: *mut u8,
+    len: usize,
+    /// `None` until tried; then whether the device took it.
+    state: Option<bool>,
+}
+
+impl LazyRegistration {
+    fn ensure<D: Device>(&mut self, dev: &mut D) {
+        if self.state.is_none() {
+            // SAFETY: `ptr..ptr + len` is the staging mapping, which the
+            // stage thread's closure holds (an Arc) until after the runner
+            // and its device are dropped.
+            self.state = Some(unsafe { register(dev, self.ptr, self.len, "decode staging") });
+        }
+    }
+}
+
 /// Closes the fed ring and the staging when dropped.
 struct StopPool(Arc<Ring<Fed>>, Arc<Staging>);
 
@@ -405,6 +448,7 @@ fn run<D: Device>(
     w: &Wiring,
     input: &Ring<Fed>,
     output: &Producer<Outcome>,
+    staging_reg: &mut LazyRegistration,
 ) -> (Result<(), Arc<str>>, u64) {
     let spec = plan.spec();
     let rate = spec.sample_rate;
@@ -477,6 +521,9 @@ fn run<D: Device>(
             drop(held);
             let _ok = reject(job, Reject::Device(Arc::clone(f)));
             continue;
+        }
+        if let Held::Clip(_) = held {
+            staging_reg.ensure(runner.device());
         }
         let mut staged = Staged {
             tag: job,

@@ -278,3 +278,74 @@ fn the_pool_stops_when_the_stage_thread_ends_first() {
     let report = workers.join().unwrap();
     assert!(report.runner.files <= 101);
 }
+
+/// The decode staging is registered for DMA (`cuMemHostRegister`) when the
+/// first host-decoded clip reaches the stage, once, and never for a corpus
+/// the device decodes alone: a WAV build used to pin (and touch every page
+/// of) a staging it never used, at start-up.
+#[test]
+fn the_staging_is_registered_only_once_a_clip_needs_it() {
+    use super::double::{Call, HostDouble, Log};
+    use super::double_kernels::MelHostKernels;
+
+    let spec = Spec {
+        sample_rate: 8000,
+        ..Spec::default()
+    };
+    let plan = Arc::new(Plan::new(&spec));
+    let dir = "tests/golden/inputs/files/8000";
+    let wav = fixture(&format!("{dir}/wav16_mono_synth_8000.wav"));
+    let flac = fixture(&format!("{dir}/flac16_stereo_synth_8000.flac"));
+    let registrations = |files: Vec<Vec<u8>>| {
+        let log = Log::default();
+        let device_log = Arc::clone(&log);
+        let (mut wiring, input, output) = Wiring::standalone(8);
+        wiring.policy = Policy {
+            resample: Resample::Off,
+            channels: Channels::First,
+        };
+        let workers = crate::compute::cuda::backend::start_workers_with(
+            Arc::clone(&plan),
+            move || {
+                Ok(HostDouble::new(device_log, Progress::Eager)
+                    .with_kernels(Box::new(MelHostKernels)))
+            },
+            CudaOptions {
+                batch_files: 4,
+                decode_threads: 2,
+                ..CudaOptions::default()
+            },
+            wiring,
+            crate::compute::cuda::CudaReport::default(),
+        )
+        .unwrap();
+        let n = files.len();
+        for (job, f) in files.into_iter().enumerate() {
+            let bytes = Ok(FileBytes::Heap(f));
+            input.push(Loaded { job, bytes }).unwrap();
+        }
+        input.close();
+        let mut ok = 0;
+        while let Some(o) = output.pop() {
+            assert!(o.row.is_ok(), "job {}: {:?}", o.job, o.row.err());
+            ok += 1;
+        }
+        assert_eq!(ok, n);
+        workers.join().unwrap();
+        super::tests::calls(&log)
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::RegisterHost { len } => Some(len),
+                _ => None,
+            })
+            .collect::<Vec<usize>>()
+    };
+    let wav_only = registrations(vec![wav.clone(); 6]);
+    assert!(
+        wav_only.is_empty(),
+        "registered for WAVs alone: {wav_only:?}"
+    );
+    let mixed = registrations(vec![wav.clone(), flac.clone(), wav, flac.clone(), flac]);
+    assert_eq!(mixed.len(), 1, "registrations: {mixed:?}");
+    assert!(mixed[0] > 0);
+}
