@@ -421,9 +421,10 @@ impl Pipeline {
             readers = shape.readers,
             readers_reason = %cfg.io.threads_reason,
             workers = shape.workers,
-            // The CUDA stage's pool: the cores the readers and its thread leave.
+            // The CUDA stage's pool: the cores the readers and its thread
+            // leave, unless compute.decode_threads is set.
             decode_threads = if workers == 0 {
-                cuda::default_decode_threads(cfg.io.threads)
+                cuda::decode_threads(cfg.compute.decode_threads, cfg.io.threads)
             } else {
                 0
             },

@@ -194,7 +194,8 @@ impl ComputeStage {
     /// output) the CUDA stage converts rows in its graph and copies half the
     /// bytes back; the rows handed on are the same either way. The CUDA
     /// stage's decode pool takes the cores the `readers` and its own thread
-    /// leave ([`cuda::default_decode_threads`]).
+    /// leave ([`cuda::default_decode_threads`]) unless `compute.decode_threads`
+    /// says how many.
     pub fn start(
         choice: &Choice,
         plan: Arc<Plan>,
@@ -208,7 +209,7 @@ impl ComputeStage {
             batch_files: cfg.batch_files,
             flush_after: cfg.max_batch_delay,
             f16_rows,
-            decode_threads: cuda::default_decode_threads(readers),
+            decode_threads: cuda::decode_threads(cfg.decode_threads, readers),
             ..cuda::CudaOptions::default()
         };
         match &choice.target {

@@ -42,6 +42,11 @@ pub struct RawCompute {
     /// `serve.flush_interval_ms` when `[serve]` is present. Default
     /// [`defaults::compute::MAX_BATCH_DELAY_MS`].
     pub max_batch_delay_ms: Option<u64>,
+    /// CPU threads decoding what the GPU cannot (FLAC, resampling, channel
+    /// policies) in front of the CUDA stage; 0 = the cores the readers and
+    /// the stage thread leave, at least 1. Default
+    /// [`defaults::compute::DECODE_THREADS`].
+    pub decode_threads: Option<usize>,
 }
 
 /// Compute backend selection.
@@ -67,6 +72,9 @@ pub struct ComputeConfig {
     /// was read from, `max_batch_delay_ms`.
     #[serde(rename = "max_batch_delay_ms", serialize_with = "serialize_ms")]
     pub max_batch_delay: Duration,
+    /// Decode threads of the CUDA stage; 0 = by the cores
+    /// (`compute::cuda::decode_threads`).
+    pub decode_threads: usize,
 }
 
 /// The accepted range of `compute.max_batch_delay_ms`.
@@ -112,6 +120,9 @@ impl ComputeConfig {
             )?,
             pin: io::pin(cx, "compute.pin", c.pin.as_deref(), defaults::compute::PIN)?,
             max_batch_delay: max_batch_delay(c.max_batch_delay_ms, cx, serve)?,
+            decode_threads: c
+                .decode_threads
+                .unwrap_or(defaults::compute::DECODE_THREADS),
         })
     }
 }

@@ -100,6 +100,9 @@ pub mod compute {
     /// `compute.max_batch_delay_ms`: longest the CUDA stage holds a partial
     /// batch waiting for more files.
     pub const MAX_BATCH_DELAY_MS: u64 = 20;
+    /// `compute.decode_threads`: 0 means the cores the readers and the CUDA
+    /// stage thread leave (resolved when the stage starts).
+    pub const DECODE_THREADS: usize = 0;
 }
 
 /// `[control]`.

@@ -307,3 +307,34 @@ fn a_gpu_failing_during_a_build_under_cuda_fails_and_keeps_nothing() {
         "left behind: {left:?}"
     );
 }
+
+/// `compute.decode_threads` sets the CUDA stage's decode pool (the GPU box
+/// has no cargo: its runs tune this in the config); 0, the default, leaves
+/// it to the cores.
+#[test]
+fn compute_decode_threads_sizes_the_cuda_stage_decode_pool() {
+    let corpus = crate::common::synth_corpus(12, 6);
+    let d = tempfile::tempdir().unwrap();
+    let run = |toml: &str, out: &str| {
+        let cfg = d.path().join(format!("{out}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_melforge"))
+            .env(melforge::compute::HOST_DOUBLE_ENV, "1")
+            .args(["build", "--json", "--backend", "cuda", "--config"])
+            .arg(&cfg)
+            .arg("--out")
+            .arg(d.path().join(out))
+            .arg(corpus.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        j["cuda"]["decode_threads"].as_u64().unwrap()
+    };
+    assert_eq!(run("[compute]\ndecode_threads = 3\n", "three"), 3);
+    let readers = melforge::config::Config::default().io.threads;
+    assert_eq!(
+        run("", "auto") as usize,
+        melforge::compute::cuda::default_decode_threads(readers)
+    );
+}

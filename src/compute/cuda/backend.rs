@@ -89,6 +89,15 @@ impl Default for CudaOptions {
     }
 }
 
+/// The decode threads `compute.decode_threads` asks for (`configured`), and
+/// when that is 0 (the default), [`default_decode_threads`].
+pub fn decode_threads(configured: usize, readers: usize) -> usize {
+    match configured {
+        0 => default_decode_threads(readers),
+        n => n,
+    }
+}
+
 /// Decode threads for a host running `readers` reader threads: every core
 /// left after the readers and the CUDA stage thread, at least one.
 pub fn default_decode_threads(readers: usize) -> usize {

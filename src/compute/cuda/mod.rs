@@ -55,7 +55,8 @@ pub mod recipe;
 pub mod testing;
 
 pub use backend::{
-    CudaOptions, CudaReport, CudaWorkers, default_decode_threads, start_cuda_workers,
+    CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
+    start_cuda_workers,
 };
 pub use driver::{Unavailable, driver_present, probe};
 pub use gpu::Gpu;
