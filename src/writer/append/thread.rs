@@ -386,6 +386,13 @@ mod tests {
             .collect()
     }
 
+    /// Sends row `i` of the test data for the TRAINING file `rel`; where
+    /// the handle placed it.
+    fn put(t: &mut AppendThread, cfg: &Config, i: usize, rel: String) -> Placed {
+        t.write(&dest(i, rel), row(cfg, i), &mut Vec::new())
+            .unwrap()
+    }
+
     fn start(out: &Path, cfg: &Config) -> AppendThread {
         AppendThread::new(out, cfg, Path::new("/drop"), Arc::default()).unwrap()
     }
@@ -410,14 +417,9 @@ mod tests {
         let n = 3 * cfg.output.chunk_files + 5;
         let mut recycled = Vec::new();
         for i in 0..n {
-            let placed = t
-                .write(
-                    &dest(i, format!("TRAINING/f{i}.wav")),
-                    row(&cfg, i),
-                    &mut recycled,
-                )
-                .unwrap();
-            assert_eq!(placed, Placed::At { index: i });
+            let rel = format!("TRAINING/f{i}.wav");
+            let placed = t.write(&dest(i, rel), row(&cfg, i), &mut recycled);
+            assert_eq!(placed.unwrap(), Placed::At { index: i });
         }
         t.flush().unwrap();
         assert_eq!(t.rows()["TRAINING"], n);
@@ -454,38 +456,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cfg = Config::default();
         let mut t = start(d.path(), &cfg);
-        let mut recycled = Vec::new();
         t.open("TRAINING", 0).unwrap();
         for i in 0..10 {
-            t.write(
-                &dest(i, format!("TRAINING/f{i}.wav")),
-                row(&cfg, i),
-                &mut recycled,
-            )
-            .unwrap();
+            put(&mut t, &cfg, i, format!("TRAINING/f{i}.wav"));
         }
         t.flush().unwrap();
         for i in 10..13 {
-            t.write(
-                &dest(i, format!("TRAINING/f{i}.wav")),
-                row(&cfg, i),
-                &mut recycled,
-            )
-            .unwrap();
+            put(&mut t, &cfg, i, format!("TRAINING/f{i}.wav"));
         }
         // Accepted by the handle: only the appender checks paths.
-        t.write(
-            &dest(13, "TRAINING/bad\0.wav".into()),
-            row(&cfg, 13),
-            &mut recycled,
-        )
-        .unwrap();
-        t.write(
-            &dest(14, "TRAINING/f14.wav".into()),
-            row(&cfg, 14),
-            &mut recycled,
-        )
-        .unwrap();
+        put(&mut t, &cfg, 13, "TRAINING/bad\0.wav".into());
+        put(&mut t, &cfg, 14, "TRAINING/f14.wav".into());
         let err = t.flush().unwrap_err();
         assert!(err.to_string().contains("NUL"), "{err}");
         assert!(matches!(t.flush(), Err(Error::Failed)));
@@ -495,13 +476,7 @@ mod tests {
         assert!(t.rows().is_empty());
         t.open("TRAINING", 10).unwrap();
         assert_eq!(t.rows()["TRAINING"], 10);
-        let placed = t
-            .write(
-                &dest(10, "TRAINING/again.wav".into()),
-                row(&cfg, 10),
-                &mut recycled,
-            )
-            .unwrap();
+        let placed = put(&mut t, &cfg, 10, "TRAINING/again.wav".into());
         assert_eq!(placed, Placed::At { index: 10 });
         t.close_all().unwrap();
         drop(t);
@@ -520,26 +495,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cfg = Config::default();
         let mut t = start(d.path(), &cfg);
-        let mut recycled = Vec::new();
         assert!(t.flushed().is_none(), "no flush was started");
         t.open("TRAINING", 0).unwrap();
-        t.write(
-            &dest(0, "TRAINING/a.wav".into()),
-            row(&cfg, 0),
-            &mut recycled,
-        )
-        .unwrap();
+        put(&mut t, &cfg, 0, "TRAINING/a.wav".into());
         t.start_flush().unwrap();
         t.open("VALIDATION", 0).unwrap();
         assert!(matches!(t.flushed(), Some(Ok(()))));
         assert!(t.flushed().is_none(), "answered twice");
 
-        t.write(
-            &dest(1, "TRAINING/b\0.wav".into()),
-            row(&cfg, 1),
-            &mut recycled,
-        )
-        .unwrap();
+        put(&mut t, &cfg, 1, "TRAINING/b\0.wav".into());
         t.start_flush().unwrap();
         let answer = loop {
             if let Some(a) = t.flushed() {
@@ -563,27 +527,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cfg = Config::default();
         let mut t = start(d.path(), &cfg);
-        let mut recycled = Vec::new();
         t.open("TRAINING", 0).unwrap();
-        t.write(
-            &dest(0, "TRAINING/a.wav".into()),
-            row(&cfg, 0),
-            &mut recycled,
-        )
-        .unwrap();
+        put(&mut t, &cfg, 0, "TRAINING/a.wav".into());
         t.flush().unwrap();
-        t.write(
-            &dest(1, "TRAINING/b\0.wav".into()),
-            row(&cfg, 1),
-            &mut recycled,
-        )
-        .unwrap();
-        t.write(
-            &dest(2, "TRAINING/c.wav".into()),
-            row(&cfg, 2),
-            &mut recycled,
-        )
-        .unwrap();
+        put(&mut t, &cfg, 1, "TRAINING/b\0.wav".into());
+        put(&mut t, &cfg, 2, "TRAINING/c.wav".into());
         assert!(t.close_all().unwrap_err().to_string().contains("NUL"));
         drop(t);
         let (_, paths, _) = rows_of(&d.path().join("TRAINING.h5"));
