@@ -225,14 +225,10 @@ impl Pipeline {
                 if cfg.compute.backend == crate::config::Backend::Auto =>
             {
                 tracing::warn!(error = %e, "The CUDA stage could not start; using the CPU backend.");
-                let cpu = Probe::decided(compute::Choice {
-                    backend: crate::config::Backend::Cpu,
-                    reason: format!(
-                        "compute.backend = \"auto\": the CUDA stage could not start ({e}), so \
-                         the CPU computes"
-                    ),
-                    target: compute::Target::Cpu,
-                });
+                let cpu = Probe::decided(compute::Choice::cpu(format!(
+                    "compute.backend = \"auto\": the CUDA stage could not start ({e}), so the \
+                     CPU computes"
+                )));
                 Pipeline::start_on(cfg, cpu, telemetry, queue_ahead)
             }
             r => r,

@@ -337,14 +337,10 @@ fn again_on_the_cpu(
     if let Some(t) = &opts.telemetry {
         t.reset(); // the failed attempt's counts
     }
-    let probe = compute::Probe::decided(compute::Choice {
-        backend: Backend::Cpu,
-        reason: format!(
-            "compute.backend = \"auto\": the GPU failed during this build ({why}), so it ran \
-             again on the CPU"
-        ),
-        target: compute::Target::Cpu,
-    });
+    let probe = compute::Probe::decided(compute::Choice::cpu(format!(
+        "compute.backend = \"auto\": the GPU failed during this build ({why}), so it ran again \
+         on the CPU"
+    )));
     let planned = plan(input, out, cfg, shard)?;
     let running = start(planned, cfg, opts, probe, started)?;
     supervise(running, opts, started)

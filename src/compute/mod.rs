@@ -63,6 +63,15 @@ pub struct Choice {
 }
 
 impl Choice {
+    /// The CPU backend, for `reason` (e.g. the GPU failed under `auto`).
+    pub fn cpu(reason: String) -> Choice {
+        Choice {
+            backend: Backend::Cpu,
+            reason,
+            target: Target::Cpu,
+        }
+    }
+
     /// "cpu" or "cuda".
     pub fn name(&self) -> &'static str {
         match self.backend {
@@ -116,22 +125,16 @@ pub fn select_with(
     probe: impl FnOnce() -> Result<cuda::Gpu, cuda::Unavailable>,
 ) -> Result<Choice, Error> {
     match requested {
-        Backend::Cpu => Ok(Choice {
-            backend: Backend::Cpu,
-            reason: "compute.backend = \"cpu\" was requested".into(),
-            target: Target::Cpu,
-        }),
+        Backend::Cpu => Ok(Choice::cpu(
+            "compute.backend = \"cpu\" was requested".into(),
+        )),
         Backend::Auto => Ok(match probe() {
             Ok(gpu) => Choice {
                 backend: Backend::Cuda,
                 reason: format!("auto: found {gpu}"),
                 target: Target::Gpu(gpu),
             },
-            Err(why) => Choice {
-                backend: Backend::Cpu,
-                reason: format!("auto: {why}, so the CPU backend is used"),
-                target: Target::Cpu,
-            },
+            Err(why) => Choice::cpu(format!("auto: {why}, so the CPU backend is used")),
         }),
         Backend::Cuda => match probe() {
             Ok(gpu) => Ok(Choice {

@@ -126,10 +126,8 @@ impl AppendThread {
     /// [`AppendSink::flush`] of every row sent so far (after the answer of
     /// a flush started earlier, whose error it returns first).
     pub fn flush(&mut self) -> Result<(), Error> {
-        if let Some(earlier) = self.wait_flushed() {
-            earlier?;
-        }
-        self.call(Cmd::Flush).map(drop)
+        self.start_flush()?;
+        self.wait_flushed().unwrap_or(Ok(()))
     }
 
     /// Asks for [`AppendThread::flush`] of every row sent so far without

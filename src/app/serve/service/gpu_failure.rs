@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Error, Service};
-use crate::compute::{Choice, Probe, Target};
+use crate::compute::{Choice, Probe};
 use crate::config::Backend;
 use crate::pipeline::Pipeline;
 
@@ -82,14 +82,10 @@ impl Service {
         if self.cfg.compute.backend == Backend::Cuda {
             return Err(Error::Gpu(why));
         }
-        let choice = Choice {
-            backend: Backend::Cpu,
-            reason: format!(
-                "auto: the GPU failed during this run ({why}), so the CPU backend is used \
-                 until serve restarts"
-            ),
-            target: Target::Cpu,
-        };
+        let choice = Choice::cpu(format!(
+            "auto: the GPU failed during this run ({why}), so the CPU backend is used until \
+             serve restarts"
+        ));
         let cpu = Pipeline::start_on(
             &self.cfg,
             Probe::decided(choice),
