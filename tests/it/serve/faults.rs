@@ -477,9 +477,7 @@ fn a_gpu_failing_mid_run_moves_ingest_to_the_cpu_and_rejects_nothing() {
         "{st}"
     );
     assert!(svc.log().contains("The GPU failed."), "{}", svc.log());
-    assert_no_rejections(&svc);
-    svc.shutdown();
-    super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
+    shut_down_with_every_file_once(&mut svc, &corpus);
 }
 
 /// With `compute.backend = "cuda"` the GPU is required: a failure mid-run
@@ -534,9 +532,15 @@ fn a_cuda_stage_that_cannot_start_under_auto_starts_serve_on_the_cpu() {
         reason.contains("the CUDA stage could not start") && reason.contains("CUDA_ERROR"),
         "{st}"
     );
-    assert_no_rejections(&svc);
+    shut_down_with_every_file_once(&mut svc, &corpus);
+}
+
+/// The end of a GPU-failure test: no rejection logged, then after a clean
+/// shutdown every file of `corpus` is one row, equal to the CPU's.
+fn shut_down_with_every_file_once(svc: &mut Svc, corpus: &[(String, Vec<u8>)]) {
+    assert_no_rejections(svc);
     svc.shutdown();
-    super::harness::assert_exactly_once(&svc, &corpus, &melforge::config::Config::default(), 10);
+    super::harness::assert_exactly_once(svc, corpus, &melforge::config::Config::default(), 10);
 }
 
 fn assert_no_rejections(svc: &Svc) {
