@@ -249,12 +249,22 @@ pub fn cufft() -> Result<Cufft, LoadError> {
 pub(super) mod tests {
     use super::*;
 
-    /// Builds a shared object from C source `src` with the system `cc`.
-    fn fake_library(name: &str, src: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("melforge-fake-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let c = dir.join(format!("{name}.c"));
-        let so = dir.join(format!("{name}.so"));
+    /// A fake library built for one test: its path as loaded, and the
+    /// temporary folder holding it (removed when the test drops it).
+    pub(in crate::compute::cuda) struct Fake {
+        pub path: String,
+        _dir: tempfile::TempDir,
+    }
+
+    /// Builds shared object `name` from C source `src` with the system `cc`
+    /// and loads it as library `name` (the NVRTC test in `nvrtc` uses it too).
+    pub(in crate::compute::cuda) fn load_fake(name: &'static str, src: &str) -> Fake {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("melforge-fake-{name}-"))
+            .tempdir()
+            .unwrap();
+        let c = dir.path().join(format!("{name}.c"));
+        let so = dir.path().join(format!("{name}.so"));
         std::fs::write(&c, src).unwrap();
         let st = std::process::Command::new("cc")
             .args(["-shared", "-fPIC", "-o"])
@@ -263,13 +273,6 @@ pub(super) mod tests {
             .status()
             .expect("cc (a C compiler) is needed for this test");
         assert!(st.success());
-        so
-    }
-
-    /// Loads the shared object built from `src` as library `name` (the
-    /// NVRTC test in `nvrtc` uses it too).
-    pub(in crate::compute::cuda) fn load_fake(name: &'static str, src: &str) -> String {
-        let so = fake_library(name, src);
         let lib = libs::Lib {
             name,
             sonames: &[],
@@ -277,7 +280,8 @@ pub(super) mod tests {
             wheels: &[],
             companions: &[],
         };
-        libs::ensure_from(&lib, &so).unwrap().loaded_as
+        let path = libs::ensure_from(&lib, &so).unwrap().loaded_as;
+        Fake { path, _dir: dir }
     }
 
     /// An NVRTC without the CUBIN entry points (before 11.1) used to pass the
@@ -291,8 +295,9 @@ pub(super) mod tests {
                 src.push_str(&format!("int {s}(void) {{ return 0; }}\n"));
             }
         }
-        let path = load_fake("libnvrtc-old", &src);
-        let e = Nvrtc::load(&path).unwrap_err().to_string();
+        let fake = load_fake("libnvrtc-old", &src);
+        let path = &fake.path;
+        let e = Nvrtc::load(path).unwrap_err().to_string();
         assert_eq!(
             e,
             format!(
@@ -300,7 +305,7 @@ pub(super) mod tests {
                  nvrtcGetCUBIN"
             )
         );
-        let e = Cufft::load(&path).unwrap_err().to_string();
+        let e = Cufft::load(path).unwrap_err().to_string();
         assert!(e.contains("it lacks cufftGetVersion, cufftPlan1d"), "{e}");
     }
 }

@@ -334,8 +334,8 @@ mod tests {
                 src.push_str(&format!("int {s}(void) {{ return 7; }}\n"));
             }
         }
-        let path = api::tests::load_fake("libnvrtc-fake13", &src);
-        let n = api::Nvrtc::load(&path).unwrap();
+        let fake = api::tests::load_fake("libnvrtc-fake13", &src);
+        let n = api::Nvrtc::load(&fake.path).unwrap();
         let v = n.library_version().unwrap();
         assert_eq!(v, (13, 0));
         assert!(check_versions(v, 12080).is_err());

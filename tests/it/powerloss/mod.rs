@@ -77,8 +77,11 @@ fn modes(point: u64) -> Vec<CrashMode> {
 /// A mount point with powerfs mounted on it (or not, between a crash and the
 /// remount).
 struct Disk {
-    dir: tempfile::TempDir,
+    // Fields drop in order: the file system is unmounted before the folder
+    // holding its mount point is removed (the other way round the removal
+    // fails on the busy mount point and leaves the folder behind).
     fs: Option<PowerFs>,
+    dir: tempfile::TempDir,
 }
 
 impl Disk {
@@ -87,7 +90,7 @@ impl Disk {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("mnt")).unwrap();
         let fs = PowerFs::mount(&dir.path().join("mnt"), model).unwrap();
-        Disk { dir, fs: Some(fs) }
+        Disk { fs: Some(fs), dir }
     }
 
     fn root(&self) -> PathBuf {
