@@ -293,8 +293,10 @@ pub fn build_shard(
     shard: Option<Shard>,
 ) -> Result<Outcomes, Error> {
     let started = Instant::now();
-    // The device probe (0.5–1.5 s with a GPU) runs while the tree is walked.
+    // The device probe (0.5–1.5 s with a GPU) and hwloc's topology discovery
+    // run while the tree is walked.
     let probe = compute::Probe::spawn(cfg.compute.backend);
+    crate::runtime::pin::discover_in_background();
     let planned = plan(input, out, cfg, shard)?;
     let attempt =
         start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));

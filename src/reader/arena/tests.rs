@@ -30,6 +30,28 @@ fn ring_order_and_out_of_order_release() {
 }
 
 #[test]
+fn a_partition_is_lapped_once_an_allocation_finds_no_room_before_its_end() {
+    let a = Arena::new(4 * PAGE as u64, 1).unwrap();
+    let p = a.part(0);
+    // One file at a time, each released before the next: the ring restarts
+    // at offset 0 and never goes round (serve at a low rate).
+    for _ in 0..10 {
+        drop(p.alloc(PAGE, PAGE).unwrap());
+    }
+    assert!(!p.lapped());
+    let e1 = p.alloc(PAGE, PAGE).unwrap();
+    let _e2 = p.alloc(2 * PAGE, PAGE).unwrap();
+    assert!(!p.lapped(), "three of four pages handed out, no wrap yet");
+    drop(e1);
+    // Two pages do not fit after the tail (one page left): the ring wraps.
+    assert!(p.alloc(2 * PAGE, PAGE).is_none());
+    assert!(p.lapped());
+    let e3 = p.alloc(PAGE, PAGE).unwrap();
+    assert_eq!(e3.offset(), Some(3 * PAGE));
+    assert!(p.lapped(), "it stays lapped");
+}
+
+#[test]
 fn waiter_wakes_on_release() {
     let a = Arena::new(PAGE as u64, 1).unwrap();
     let p = a.part(0);

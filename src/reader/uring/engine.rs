@@ -12,7 +12,8 @@
 //!   arena full → WaitArena (descriptor stays open) until an extent is released
 //!   (a file over `ArenaPart::spill_above` waits for a spill extent instead)
 //! Reading:  READ_FIXED(slot, extent) ─hardlink→ CLOSE(slot)  2 CQEs
-//!   (a spill extent is not a registered buffer: plain READ instead)
+//!   (a spill extent is not a registered buffer: plain READ instead; so are
+//!   the reads of the partition's first lap, see "Registration" below)
 //!   the hard link closes the file even when the read is short or fails; the
 //!   extent is delivered at the READ CQE; a short read re-opens at the aligned
 //!   offset it stopped at (Opening again, size re-checked)
@@ -21,6 +22,16 @@
 //!
 //! `user_data` = epoch (32 bits) | slot (24) | op kind (8); a slot is reused only
 //! after every CQE of its previous requests has arrived (`pending == 0`).
+//!
+//! Registration: the partition is registered as fixed buffers once its
+//! allocator has gone round it ([`ArenaPart::lapped`]), between two
+//! submissions on this thread; until then reads are plain READs into the same
+//! memory. Registering pins every page of the partition, and pinning pages
+//! that are not there yet faults them in (and, with huge pages, may compact
+//! memory first): 2–50 ms for a 28 MiB partition on the dev VM, which at
+//! start-up came before the first read. After one lap the pages are there and
+//! the pin is cheap; a build or serve that never fills its arena never pays
+//! it. A registration that fails is logged once and reads stay plain.
 //!
 //! Buffer lifetime: a busy slot's path, statx buffer and extent are not touched
 //! or freed until its CQEs arrive. If the engine is dropped with slots still
@@ -132,12 +143,24 @@ pub struct UringEngine {
     stopping: bool,
     /// A fatal ring error happened; slots may still be busy in the kernel.
     broken: bool,
+    buffers: Buffers,
     stats: RunStats,
 }
 
+/// Whether the partition is registered as the ring's fixed buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Buffers {
+    /// Not yet: the allocator has not gone round the partition.
+    Pending,
+    Registered,
+    /// Registration failed (logged); reads stay plain.
+    Failed,
+}
+
 impl UringEngine {
-    /// A ring with `opts.queue_depth` file slots, the partition registered as
-    /// fixed buffers and `queue_depth` sparse fixed-file slots.
+    /// A ring with `opts.queue_depth` file slots and `queue_depth` sparse
+    /// fixed-file slots over `part`, which is registered as fixed buffers
+    /// once its allocator has gone round it (see the module documentation).
     pub fn new(opts: &UringOptions, part: ArenaPart) -> Result<UringEngine, SetupError> {
         let depth = opts.queue_depth.clamp(1, 1 << 16);
         let entries = (depth * 4).next_power_of_two().min(32768) as u32;
@@ -147,16 +170,6 @@ impl UringEngine {
             .build(entries)
             .or_else(|_| IoUring::new(entries))
             .map_err(|source| SetupError::Ring { entries, source })?;
-        let iov = part.iovecs();
-        // SAFETY: the iovecs cover this engine's partition of the arena
-        // mapping, which `part` (an `Arc<Arena>` inside) keeps mapped for at
-        // least as long as the ring: `ring` is dropped first (field order).
-        unsafe { ring.submitter().register_buffers(&iov) }.map_err(|source| {
-            SetupError::RegisterBuffers {
-                bytes: part.size() as u64,
-                source,
-            }
-        })?;
         ring.submitter()
             .register_files_sparse(depth as u32)
             .map_err(SetupError::RegisterFiles)?;
@@ -176,8 +189,47 @@ impl UringEngine {
             block_sizes: HashMap::new(),
             stopping: false,
             broken: false,
+            buffers: Buffers::Pending,
             stats: RunStats::default(),
         })
+    }
+
+    /// Whether reads now go into registered buffers (READ_FIXED).
+    pub fn buffers_registered(&self) -> bool {
+        self.buffers == Buffers::Registered
+    }
+
+    /// Registers the partition as fixed buffers once it has been gone round
+    /// (see the module documentation); true when they are registered.
+    fn fixed_buffers(&mut self) -> bool {
+        if self.buffers == Buffers::Pending && self.part.lapped() {
+            let t = Instant::now();
+            let iov = self.part.iovecs();
+            // SAFETY: the iovecs cover this engine's partition of the arena
+            // mapping, which `part` (an `Arc<Arena>` inside) keeps mapped for
+            // at least as long as the ring: `ring` is dropped first (field
+            // order). Plain reads in flight into the same memory are not
+            // affected by the registration.
+            match unsafe { self.ring.submitter().register_buffers(&iov) } {
+                Ok(()) => {
+                    self.buffers = Buffers::Registered;
+                    tracing::debug!(
+                        bytes = self.part.size(),
+                        seconds = t.elapsed().as_secs_f64(),
+                        "Registered the read arena partition with io_uring."
+                    );
+                }
+                Err(source) => {
+                    self.buffers = Buffers::Failed;
+                    let e = SetupError::RegisterBuffers {
+                        bytes: self.part.size() as u64,
+                        source,
+                    };
+                    tracing::warn!(error = %e, "Reading without registered buffers.");
+                }
+            }
+        }
+        self.buffers == Buffers::Registered
     }
 
     /// The partition this engine reads into.
@@ -352,6 +404,7 @@ impl UringEngine {
 
     /// Submits READ_FIXED (from the aligned resume point) hard-linked to CLOSE.
     fn submit_read(&mut self, i: usize) -> io::Result<()> {
+        let fixed = self.fixed_buffers();
         let s = &mut self.slots[i];
         let e = s.extent.as_mut().expect("a read needs an extent");
         let off = s.got / s.align * s.align;
@@ -366,10 +419,13 @@ impl UringEngine {
         s.phase = Phase::Reading;
         s.then = Then::Free;
         s.pending = 2;
-        let read = match e.buf_index() {
-            Some(index) => opcode::ReadFixed::new(types::Fixed(i as u32), buf, len, index)
-                .offset(off)
-                .build(),
+        let read = match e.buf_index().filter(|_| fixed) {
+            Some(index) => {
+                self.stats.fixed_reads += 1;
+                opcode::ReadFixed::new(types::Fixed(i as u32), buf, len, index)
+                    .offset(off)
+                    .build()
+            }
             None => opcode::Read::new(types::Fixed(i as u32), buf, len)
                 .offset(off)
                 .build(),
@@ -381,8 +437,8 @@ impl UringEngine {
             .build()
             .user_data(user_data(i, s.epoch, CLOSE));
         // SAFETY: `buf..buf+len` lies inside the extent held by slot i (off ≤
-        // end ≤ capacity), which is registered buffer `buf_index` (or, for a
-        // spill, memory the extent owns, read without registration); the slot
+        // end ≤ capacity), which is registered buffer `buf_index` when `fixed`
+        // (otherwise memory the extent owns, read without registration); the slot
         // keeps the extent, unread, until the READ CQE arrives, and on drop
         // with busy slots the extent is leaked, never released for reuse.
         unsafe { self.push(&[read, close]) }

@@ -67,6 +67,10 @@ pub struct RunStats {
     pub arena_waits: u64,
     /// Files read into a spill extent (larger than a quarter of the arena share).
     pub spills: u64,
+    /// Reads (including resumed ones) into registered buffers (READ_FIXED);
+    /// the rest went plain: spills, and the reads of the partition's first
+    /// lap, before it was registered.
+    pub fixed_reads: u64,
     /// CQEs that matched no busy slot (should stay 0).
     pub stray_cqes: u64,
     /// Wall time of the run.

@@ -60,21 +60,9 @@ type Outcomes = HashMap<usize, Result<Vec<u8>, String>>;
 fn run(opts: &UringOptions, arena_bytes: u64, paths: &[PathBuf]) -> (Outcomes, RunStats) {
     let arena = Arena::new(arena_bytes, 1).unwrap();
     let mut engine = UringEngine::new(opts, arena.part(0)).unwrap();
-    let mut it = paths.iter().enumerate();
-    let mut got = HashMap::new();
-    let stats = engine
-        .run(
-            || it.next().map(|(i, p)| (i, p.as_path())),
-            |i, r, _| {
-                let prev = got.insert(i, r.map(|b| b.to_vec()).map_err(|e| e.to_string()));
-                assert!(prev.is_none(), "job {i} delivered twice");
-                true
-            },
-        )
-        .unwrap();
+    let r = read_all(&mut engine, paths);
     assert_eq!(arena.bad_releases(), 0);
-    assert_eq!(stats.stray_cqes, 0);
-    (got, stats)
+    r
 }
 
 fn opts(queue_depth: usize, direct: bool) -> UringOptions {
@@ -370,6 +358,63 @@ fn spills_held_by_a_slow_consumer_stay_within_the_budget() {
     assert!(peak > 0 && peak <= 128 << 10, "peak spill bytes {peak}");
     assert_eq!(part.spill_live(), 0, "every spill returned its budget");
     assert_eq!(arena.bad_releases(), 0);
+}
+
+/// The partition is registered once its allocator has gone round it: a run
+/// that fits in one lap reads plain (nothing pinned before the first read),
+/// and the reads after the lap go READ_FIXED; the bytes are exact either way,
+/// buffered and O_DIRECT. The consumer holds each file a while, as compute
+/// does, so extents pile up in the ring.
+#[test]
+fn the_arena_is_registered_after_its_first_lap_and_reads_go_fixed_from_then_on() {
+    if !usable("the_arena_is_registered_after_its_first_lap_and_reads_go_fixed_from_then_on") {
+        return;
+    }
+    let d = disk_dir();
+    let size = |i: usize| 1 + (i * 7919) % 20_000;
+    let paths = write_files(d.path(), &(0..60).map(size).collect::<Vec<_>>());
+    let want = |i: usize| content(1 + (i * 7919) % 20_000, i);
+    let hold = Duration::from_micros(200);
+    for direct in [false, true] {
+        // 8 MiB: the 60 files (~600 KiB) fit without wrapping.
+        let arena = Arena::new(8 << 20, 1).unwrap();
+        let mut engine = UringEngine::new(&opts(8, direct), arena.part(0)).unwrap();
+        let stats = run_with_slow_consumer(&mut engine, &paths, hold, want, || {});
+        assert!(!engine.buffers_registered(), "direct {direct}");
+        assert_eq!(stats.fixed_reads, 0, "direct {direct}: {stats:?}");
+
+        // 96 KiB: the ring wraps within the first dozen files.
+        let arena = Arena::new(96 << 10, 1).unwrap();
+        let mut engine = UringEngine::new(&opts(8, direct), arena.part(0)).unwrap();
+        let stats = run_with_slow_consumer(&mut engine, &paths, hold, want, || {});
+        assert!(engine.buffers_registered(), "direct {direct}");
+        assert!(
+            stats.fixed_reads > 0 && stats.fixed_reads < paths.len() as u64,
+            "direct {direct}: first lap plain, then fixed: {stats:?}"
+        );
+        // A second run on the same engine reads fixed from the start.
+        let stats = run_with_slow_consumer(&mut engine, &paths, hold, want, || {});
+        assert_eq!(stats.fixed_reads, paths.len() as u64, "direct {direct}");
+        assert_eq!(arena.bad_releases(), 0);
+    }
+}
+
+/// Reads `paths` with `engine`, copying each file out (so extents recycle).
+fn read_all(engine: &mut UringEngine, paths: &[PathBuf]) -> (Outcomes, RunStats) {
+    let mut it = paths.iter().enumerate();
+    let mut got = HashMap::new();
+    let stats = engine
+        .run(
+            || it.next().map(|(i, p)| (i, p.as_path())),
+            |i, r, _| {
+                let prev = got.insert(i, r.map(|b| b.to_vec()).map_err(|e| e.to_string()));
+                assert!(prev.is_none(), "job {i} delivered twice");
+                true
+            },
+        )
+        .unwrap();
+    assert_eq!(stats.stray_cqes, 0);
+    (got, stats)
 }
 
 #[test]

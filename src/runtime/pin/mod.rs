@@ -122,6 +122,19 @@ pub fn plan(
     }
 }
 
+/// Starts hwloc's topology discovery on a thread of its own, so the
+/// [`plan`] made before the first read finds it done (8 ms on the 2-core dev
+/// VM, more on a machine with many PCI devices). A later call waits for it,
+/// or discovers it itself when the thread could not be started.
+pub fn discover_in_background() {
+    let spawned = std::thread::Builder::new().name("hwloc".into()).spawn(|| {
+        let _ = hwloc::topology();
+    });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "No thread for hwloc's discovery; the placement does it.");
+    }
+}
+
 /// Pins the calling thread to `cpu` when a placement gave one; a failure is
 /// logged (naming `who`, e.g. "Reader 0") and the thread runs unpinned.
 pub fn pin_or_warn(cpu: Option<usize>, who: &str) {
