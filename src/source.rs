@@ -11,6 +11,12 @@
 //! * Within a split, files are in sorted relative-path order (byte order of the
 //!   `/`-joined path); `seq` is the position in that order.
 //!
+//! How: the tree is listed level by level, the directories of one level on
+//! several threads ([`list_tree`]); each directory's entries are sorted by
+//! name, a directory's name with a `/` after it ([`Listing::key`]), so the
+//! depth-first walk over those listings yields the paths already in byte
+//! order, with no sort of every path afterwards. Warnings come in walk order.
+//!
 //! Hidden entries (names starting with `.`) are skipped, symlinked directories
 //! are not followed (no cycles), a symlinked file is resolved here to the path
 //! its job opens (the reader itself never follows a link), and unreadable
@@ -196,10 +202,16 @@ pub fn split_and_label(components: &[&str]) -> (String, Option<String>) {
     (split.to_string(), label.map(str::to_string))
 }
 
-/// [`names`] of a `/`-separated relative path.
+/// [`names`] of a `/`-separated relative path, without splitting it into a
+/// vector: the first and the last parent folder are all the rule needs.
 fn names_of(rel: &str) -> (&str, Option<&str>) {
-    let parts: Vec<&str> = rel.split('/').collect();
-    names(&parts)
+    let Some((parents, _file)) = rel.rsplit_once('/') else {
+        return ("all", None);
+    };
+    match (parents.split_once('/'), parents.rsplit_once('/')) {
+        (Some((first, _)), Some((_, last))) => (first, Some(last)),
+        _ => ("all", Some(parents)),
+    }
 }
 
 /// [`split_and_label`] without copies.
@@ -213,10 +225,9 @@ fn names<'a>(components: &[&'a str]) -> (&'a str, Option<&'a str>) {
 }
 
 fn has_extension(name: &str, extensions: &[String]) -> bool {
-    Path::new(name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
+    name.rsplit_once('.').is_some_and(|(stem, e)| {
+        !stem.is_empty() && extensions.iter().any(|x| x.eq_ignore_ascii_case(e))
+    })
 }
 
 /// The files a walk found, in walk order: relative paths, and the target to
@@ -227,23 +238,87 @@ struct Found {
     targets: HashMap<u32, PathBuf>,
 }
 
-fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Found, plan: &mut Plan) {
+/// What a directory entry is, for the walk.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Link,
+    /// Anything else (a socket, a device): neither walked nor built.
+    Other,
+}
+
+/// One directory's usable entries: names in one buffer, each with its kind,
+/// sorted by [`Listing::key`].
+#[derive(Default)]
+struct Listing {
+    text: String,
+    /// (start, end of the sort key, kind); the name is the key without the
+    /// `/` a directory's key ends with.
+    entries: Vec<(u32, u32, Kind)>,
+}
+
+impl Listing {
+    fn push(&mut self, name: &str, kind: Kind) {
+        let start = self.text.len() as u32;
+        self.text.push_str(name);
+        if kind == Kind::Dir {
+            self.text.push('/');
+        }
+        self.entries.push((start, self.text.len() as u32, kind));
+    }
+
+    /// A directory's name followed by `/`, a file's name alone: sorting the
+    /// entries by it and walking depth first visits the files in the byte
+    /// order of their whole relative paths (a directory `a` comes after a file
+    /// `a-b.wav`, as `a/…` does after `a-b.wav`), so the walk needs no sort
+    /// of every path afterwards.
+    fn key(&self, e: &(u32, u32, Kind)) -> &str {
+        &self.text[e.0 as usize..e.1 as usize]
+    }
+
+    fn name(&self, e: &(u32, u32, Kind)) -> &str {
+        let end = e.1 as usize - usize::from(e.2 == Kind::Dir);
+        &self.text[e.0 as usize..end]
+    }
+
+    fn sort(&mut self) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)));
+        self.entries = entries;
+    }
+}
+
+/// A directory as [`list`] found it: its sorted entries (`None` when it
+/// could not be read) and the warnings its listing raised.
+struct Listed {
+    listing: Option<Listing>,
+    warnings: Vec<Warning>,
+}
+
+/// Lists `dir`, sorted; what cannot be listed or named becomes a warning.
+fn list(dir: &Path, ext: &[String]) -> Listed {
+    let mut warnings = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
-            plan.warnings.push(Warning {
+            warnings.push(Warning {
                 kind: WarningKind::UnreadableDir,
                 path: dir.to_path_buf(),
                 reason: e.to_string(),
             });
-            return;
+            return Listed {
+                listing: None,
+                warnings,
+            };
         }
     };
+    let mut listing = Listing::default();
     for entry in entries {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                plan.warnings.push(Warning {
+                warnings.push(Warning {
                     kind: WarningKind::UnlistableEntry,
                     path: dir.to_path_buf(),
                     reason: e.to_string(),
@@ -258,7 +333,7 @@ fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Found, plan: &mut Pla
             if !is_dir && !has_extension(&name.to_string_lossy(), ext) {
                 continue;
             }
-            plan.warnings.push(Warning {
+            warnings.push(Warning {
                 kind: WarningKind::NonUtf8Name,
                 path: entry.path(),
                 reason: "the name is not valid UTF-8".to_string(),
@@ -268,38 +343,141 @@ fn walk(dir: &Path, rel: &str, ext: &[String], found: &mut Found, plan: &mut Pla
         if name.starts_with('.') {
             continue;
         }
-        let child_rel = if rel.is_empty() {
-            name.to_string()
-        } else {
-            format!("{rel}/{name}")
-        };
-        let Ok(file_type) = entry.file_type() else {
+        let Ok(t) = entry.file_type() else {
             continue;
         };
-        if file_type.is_dir() {
-            walk(&entry.path(), &child_rel, ext, found, plan);
-        } else if has_extension(name, ext) {
-            // Regular files, and symbolic links resolved here to what they
-            // point at (the reader opens with O_NOFOLLOW).
-            if !file_type.is_symlink() {
-                found.paths.push(&child_rel);
-            } else {
-                match std::fs::canonicalize(entry.path()) {
-                    Ok(target) => {
-                        let i = found.paths.push(&child_rel);
-                        found.targets.insert(i, target);
+        let kind = if t.is_dir() {
+            Kind::Dir
+        } else if t.is_symlink() {
+            Kind::Link
+        } else if t.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        listing.push(name, kind);
+    }
+    listing.sort();
+    Listed {
+        listing: Some(listing),
+        warnings,
+    }
+}
+
+/// Threads that list directories at once: a tree's directories are listed
+/// level by level, each level's directories in parallel (`getdents` and the
+/// name handling are most of a walk: 0.4 µs a file on the dev VM).
+const LIST_THREADS: usize = 8;
+
+/// Every directory under `root` (itself included) listed, level by level.
+fn list_tree(root: &Path, ext: &[String]) -> HashMap<PathBuf, Listed> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(LIST_THREADS);
+    let mut all = HashMap::new();
+    let mut level = vec![root.to_path_buf()];
+    while !level.is_empty() {
+        let listed = list_level(&level, ext, threads);
+        let mut next = Vec::new();
+        for (dir, l) in level.into_iter().zip(listed) {
+            if let Some(listing) = &l.listing {
+                next.extend(
+                    listing
+                        .entries
+                        .iter()
+                        .filter(|e| e.2 == Kind::Dir)
+                        .map(|e| dir.join(listing.name(e))),
+                );
+            }
+            all.insert(dir, l);
+        }
+        level = next;
+    }
+    all
+}
+
+/// [`list`] of each of `dirs`, in their order, on up to `threads` threads.
+fn list_level(dirs: &[PathBuf], ext: &[String], threads: usize) -> Vec<Listed> {
+    let threads = threads.min(dirs.len());
+    if threads <= 1 {
+        return dirs.iter().map(|d| list(d, ext)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut got: Vec<(usize, Listed)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(d) = dirs.get(i) else { break mine };
+                        mine.push((i, list(d, ext)));
                     }
-                    Err(e) => plan.warnings.push(Warning {
-                        kind: WarningKind::BrokenLink,
-                        path: entry.path(),
-                        reason: e.to_string(),
-                    }),
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a directory listing thread panicked"))
+            .collect()
+    });
+    got.sort_unstable_by_key(|(i, _)| *i);
+    got.into_iter().map(|(_, l)| l).collect()
+}
+
+/// Depth first through `dir` (relative path `rel`, without a trailing `/`),
+/// each directory's entries in [`Listing::key`] order, taking the listings
+/// from `listed`: the paths land in `found` in sorted order, the warnings in
+/// `plan` in walk order.
+fn walk(
+    dir: &Path,
+    rel: &mut String,
+    ext: &[String],
+    listed: &mut HashMap<PathBuf, Listed>,
+    found: &mut Found,
+    plan: &mut Plan,
+) {
+    let Some(Listed { listing, warnings }) = listed.remove(dir) else {
+        return;
+    };
+    plan.warnings.extend(warnings);
+    let Some(listing) = listing else {
+        return;
+    };
+    let base = rel.len();
+    for e in &listing.entries {
+        let name = listing.name(e);
+        rel.truncate(base);
+        if base > 0 {
+            rel.push('/');
+        }
+        rel.push_str(name);
+        match e.2 {
+            Kind::Dir => walk(&dir.join(name), rel, ext, listed, found, plan),
+            Kind::File | Kind::Link if has_extension(name, ext) => {
+                // Regular files, and symbolic links resolved here to what
+                // they point at (the reader opens with O_NOFOLLOW).
+                if e.2 == Kind::File {
+                    found.paths.push(rel);
+                } else {
+                    match std::fs::canonicalize(dir.join(name)) {
+                        Ok(target) => {
+                            let i = found.paths.push(rel);
+                            found.targets.insert(i, target);
+                        }
+                        Err(err) => plan.warnings.push(Warning {
+                            kind: WarningKind::BrokenLink,
+                            path: dir.join(name),
+                            reason: err.to_string(),
+                        }),
+                    }
                 }
             }
-        } else if file_type.is_file() {
-            plan.skipped_non_wav += 1;
+            Kind::File => plan.skipped_non_wav += 1,
+            Kind::Link | Kind::Other => {}
         }
     }
+    rel.truncate(base);
 }
 
 /// Walks `input` for the default input extensions (`input.extensions`
@@ -327,9 +505,18 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
         ..Plan::default()
     };
     let mut found = Found::default();
-    walk(input, "", extensions, &mut found, &mut plan);
-    let mut order: Vec<u32> = (0..found.paths.len() as u32).collect();
-    order.sort_unstable_by(|&a, &b| found.paths.get(a).cmp(found.paths.get(b)));
+    let mut listed = list_tree(input, extensions);
+    walk(
+        input,
+        &mut String::new(),
+        extensions,
+        &mut listed,
+        &mut found,
+        &mut plan,
+    );
+    debug_assert!(
+        (1..found.paths.len() as u32).all(|i| found.paths.get(i - 1) < found.paths.get(i))
+    );
 
     // Split and label names: sets of distinct names, borrowed from the table.
     let mut splits = BTreeSet::new();
@@ -345,8 +532,8 @@ pub fn scan_with(input: &Path, extensions: &[String]) -> std::io::Result<Plan> {
     // Jobs in sorted path order, pointing into the walk's table (kept in walk
     // order: no second copy of every path).
     let mut next_seq = vec![0usize; plan.splits.len()];
-    let mut jobs: Vec<Job> = Vec::with_capacity(order.len());
-    for path in order {
+    let mut jobs: Vec<Job> = Vec::with_capacity(found.paths.len());
+    for path in 0..found.paths.len() as u32 {
         let (split, label) = names_of(found.paths.get(path));
         let split = plan
             .splits
@@ -452,6 +639,68 @@ mod tests {
                 ("loose.wav", 2, 0, -1),
             ]
         );
+    }
+
+    /// The walk sorts each directory, not every path: its order must still be
+    /// the byte order of the whole relative paths, also where a name sorts
+    /// below `/` (`-`, `.`, space, `+`) and one name is a prefix of another.
+    #[test]
+    fn the_walk_order_is_the_byte_order_of_the_whole_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let files = [
+            "a/1.wav",
+            "a-b.wav",
+            "a-b/2.wav",
+            "a.b/3.wav",
+            "a b/4.wav",
+            "a+/5.wav",
+            "a/b/c/6.wav",
+            "a/b-c/7.wav",
+            "a/b.wav",
+            "A/8.wav",
+            "ab/9.wav",
+            "a/b/c.wav",
+            "a/b/c-d/10.wav",
+            "é/11.wav",
+            "z.wav",
+        ];
+        for p in files {
+            let f = d.path().join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, b"").unwrap();
+        }
+        let plan = scan(d.path()).unwrap();
+        let walked: Vec<&str> = (0..plan.paths.len() as u32)
+            .map(|i| plan.paths.get(i))
+            .collect();
+        let mut sorted = files.to_vec();
+        sorted.sort();
+        assert_eq!(walked, sorted);
+        // And each split's seq follows it.
+        for (i, split) in plan.splits.iter().enumerate() {
+            let rels: Vec<&str> = plan.split_jobs(i).map(|j| plan.rel_path(j)).collect();
+            let mut want: Vec<&str> = sorted
+                .iter()
+                .copied()
+                .filter(|p| names_of(p).0 == split)
+                .collect();
+            want.sort();
+            assert_eq!(rels, want, "split {split}");
+        }
+    }
+
+    #[test]
+    fn names_of_a_path_follow_the_rule_at_every_depth() {
+        for rel in [
+            "a.wav",
+            "leak/a.wav",
+            "TRAINING/leak/a.wav",
+            "TRAINING/site3/leak/a.wav",
+            "T/s/r/leak/a.wav",
+        ] {
+            let parts: Vec<&str> = rel.split('/').collect();
+            assert_eq!(names_of(rel), names(&parts), "{rel}");
+        }
     }
 
     #[test]
