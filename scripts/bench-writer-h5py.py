@@ -9,10 +9,15 @@ to close). Prints one line per dtype: best and median rows/s over --repeat
 runs, for docs/BENCHMARKS.md next to the criterion figures.
 
 Usage: scripts/bench-writer-h5py.py [--rows 4096] [--repeat 7] [--dir /dev/shm]
+                                   [--dtype float32|float16|both] [--fsync] [--json]
+--fsync syncs each file before its time is taken, as melforge's writer does
+at finish (a build's exit 0 means its output is durable); --json prints one
+JSON object per dtype instead (gpu-bench reads them).
 Needs python3, h5py and numpy.
 """
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -67,21 +72,33 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     default_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
     ap.add_argument("--dir", default=default_dir)
+    ap.add_argument("--dtype", choices=("float32", "float16", "both"), default="both")
+    ap.add_argument("--fsync", action="store_true")
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     labels = (np.arange(a.rows) % 2).astype(np.int32)
     paths = [f"train/{['leak', 'noleak'][i % 2]}/clip{i:06d}.wav" for i in range(a.rows)]
     base = rows(a.rows)
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
-        for dtype in ("float32", "float16"):
+        for dtype in ("float32", "float16") if a.dtype == "both" else (a.dtype,):
             mel = base.astype(dtype)
             times = []
             for k in range(a.repeat):
                 p = os.path.join(d, f"h5py-{dtype}-{k}.h5")
                 t = time.perf_counter()
                 write(p, mel, labels, paths)
+                if a.fsync:
+                    fd = os.open(p, os.O_RDONLY)
+                    os.fsync(fd)
+                    os.close(fd)
                 times.append(time.perf_counter() - t)
                 os.unlink(p)
             best, med = min(times), statistics.median(times)
+            if a.json:
+                print(json.dumps({"dtype": dtype, "rows": a.rows, "repeat": a.repeat, "fsync": a.fsync,
+                                  "best_rows_per_s": a.rows / best, "median_rows_per_s": a.rows / med,
+                                  "h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version}))
+                continue
             print(f"h5py write_direct_chunk {dtype}: {a.rows / best:,.0f} rows/s best, "
                   f"{a.rows / med:,.0f} rows/s median ({a.repeat} runs of {a.rows} rows, "
                   f"h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version})")

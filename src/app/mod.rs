@@ -9,7 +9,8 @@
 //!   (`build --shard K/N`) into one dataset per split.
 //! * [`control`]: the control socket, signals and `melforge ctl`.
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
-//! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`.
+//! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`;
+//!   [`bench_write`]: `melforge bench write`.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
@@ -17,6 +18,7 @@
 
 pub mod bench_io;
 pub mod bench_mel;
+pub mod bench_write;
 pub mod build;
 pub mod control;
 pub mod interrupt;

@@ -126,7 +126,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure the reader engines (and optionally fio) on a directory of WAVs.
+    /// Measure one stage alone: the readers (and optionally fio), the mel
+    /// transform, or the HDF5 writer.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
@@ -155,6 +156,10 @@ enum BenchCommand {
     /// Clips/s of the compute stage alone (WAV decode + log-mel on the CPU
     /// backend, in memory), in all and per thread: for sizing machines.
     Mel(crate::app::bench_mel::MelArgs),
+    /// Rows/s of the HDF5 writer alone (synthetic rows in memory, both chunk
+    /// paths) against a plain `pwrite` of the same bytes: the writer's figure
+    /// on any machine, beside h5py's (scripts/bench-writer-h5py.py).
+    Write(crate::app::bench_write::WriteArgs),
 }
 
 fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
@@ -188,6 +193,17 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             what: BenchCommand::Mel(args),
         } => {
             let report = crate::app::bench_mel::run(&args)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            what: BenchCommand::Write(args),
+        } => {
+            let report = crate::app::bench_write::run(&args)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
