@@ -162,6 +162,53 @@ enum BenchCommand {
     Write(crate::app::bench_write::WriteArgs),
 }
 
+/// `println!` for a command's results: see [`emit`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's results: see [`emit`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        emit(format_args!($($arg)*))
+    };
+}
+
+/// The exit status of a command whose reader went away (128 + SIGPIPE, what
+/// a shell reports for a filter the signal ended).
+const EXIT_BROKEN_PIPE: i32 = 141;
+
+/// Writes a command's results on stdout. A reader that went away
+/// (`melforge … | head`) ends the process quietly, as SIGPIPE ends a Unix
+/// filter, where `println!` would panic (Rust ignores SIGPIPE, so the write
+/// fails with EPIPE); results are printed after the work is done and
+/// durable, so nothing is lost. Any other write error is the command's.
+fn emit(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_fmt(args).and_then(|()| o.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(EXIT_BROKEN_PIPE)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("cannot write to standard output")),
+    }
+}
+
+/// Prints a bench report as pretty JSON, or as its text.
+fn print_report(
+    report: &(impl serde::Serialize + std::fmt::Display),
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(report)?)
+    } else {
+        out!("{report}")
+    }
+}
+
 fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Synth {
@@ -192,23 +239,13 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Bench {
             what: BenchCommand::Mel(args),
         } => {
-            let report = crate::app::bench_mel::run(&args)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{report}");
-            }
+            print_report(&crate::app::bench_mel::run(&args)?, args.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench {
             what: BenchCommand::Write(args),
         } => {
-            let report = crate::app::bench_write::run(&args)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{report}");
-            }
+            print_report(&crate::app::bench_write::run(&args)?, args.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config } => {
@@ -218,18 +255,18 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Merge { out, copy, json } => {
             let done = crate::app::merge::merge(&out, copy)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&done)?);
+                outln!("{}", serde_json::to_string_pretty(&done)?)?;
             } else {
                 for o in &done.outputs {
-                    println!("{}: {} rows → {}", o.split, o.rows, o.path.display());
+                    outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
                 }
-                println!(
+                outln!(
                     "{} shards merged ({}); {} rejection(s) in {}",
                     done.shards,
                     done.mode,
                     done.rejected,
                     done.rejected_log.display()
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -244,20 +281,20 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 crate::app::control::peer::resolve_group(group)
                     .with_context(|| file.display().to_string())?;
             }
-            println!("{} is valid. Resolved settings:", file.display());
-            println!(
+            outln!("{} is valid. Resolved settings:", file.display())?;
+            outln!(
                 "{}",
                 toml::to_string_pretty(&cfg).context("cannot print the config")?
-            );
+            )?;
             let s = &cfg.spec;
-            println!(
+            outln!(
                 "# per file: mel shape ({}, {}, {}, {}), {} segments",
                 s.n_long(),
                 s.n_short(),
                 s.n_mels,
                 s.n_frames(),
                 s.n_long() * s.n_short()
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Build {
@@ -303,18 +340,18 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&done)?);
+                outln!("{}", serde_json::to_string_pretty(&done)?)?;
             } else {
                 for o in &done.outputs {
-                    println!("{}: {} rows → {}", o.split, o.rows, o.path.display());
+                    outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
                 }
-                print!("{}{}", done.report, done.startup_s);
+                out!("{}{}", done.report, done.startup_s)?;
                 if !done.rejected.is_empty() {
-                    println!(
+                    outln!(
                         "{} file(s) rejected; reasons in {}",
                         done.rejected.len(),
                         done.rejected_log.display()
-                    );
+                    )?;
                 }
             }
             if strict && !done.rejected.is_empty() {
@@ -363,7 +400,7 @@ pub fn main() -> ExitCode {
             let line = e.to_string();
             if json_out {
                 let doc = serde_json::json!({ "ok": false, "error": line, "interrupted": true });
-                println!("{doc}");
+                let _ = outln!("{doc}");
             }
             if json_errors(format) {
                 tracing::error!(error = line, "The command was interrupted.");
@@ -375,7 +412,7 @@ pub fn main() -> ExitCode {
         Err(e) => {
             let error = describe(&e);
             if json_out {
-                println!("{}", serde_json::json!({ "ok": false, "error": error }));
+                let _ = outln!("{}", serde_json::json!({ "ok": false, "error": error }));
             }
             if json_errors(format) {
                 tracing::error!(error, "The command failed.");

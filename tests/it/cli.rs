@@ -25,6 +25,54 @@ fn built_json(input: &std::path::Path, out: &std::path::Path) -> serde_json::Val
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// A reader that went away (`melforge … | head`) ends the command quietly
+/// with 141, as SIGPIPE ends a Unix filter: no panic, and a build's files are
+/// complete (it prints after they are durable).
+#[test]
+fn a_closed_stdout_ends_the_command_quietly_with_141_after_its_work() {
+    let closed = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/config/melforge.toml");
+    let o = melforge()
+        .args(["check-config", cfg])
+        .stdout(closed())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let input = synth_corpus(12, 3);
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = melforge()
+        .args(["build", "--json", "--out"])
+        .arg(&out)
+        .arg(input.path())
+        .stdout(closed())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let rows: usize = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "h5"))
+        .map(|p| {
+            hdf5::File::open(p)
+                .unwrap()
+                .dataset("label")
+                .unwrap()
+                .shape()[0]
+        })
+        .sum();
+    assert_eq!(rows, 12);
+}
+
 #[test]
 fn check_config_names_the_bad_key_and_line() {
     let d = tempfile::tempdir().unwrap();
