@@ -219,6 +219,8 @@ impl Pipeline {
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
+        // hwloc's discovery beside the probe (0.5–1.5 s with a GPU).
+        crate::runtime::pin::discover_in_background();
         let probe = Probe::now(cfg.compute.backend);
         match Pipeline::start_on(cfg, probe, Arc::clone(&telemetry), queue_ahead) {
             Err(Error::Backend(compute::Error::Cuda(e)))
