@@ -233,7 +233,15 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Bench {
             what: BenchCommand::Io(args),
         } => {
-            crate::app::bench_io::main(&args)?;
+            match crate::app::bench_io::main(&args) {
+                // Its table went to a reader that left: as `emit` does.
+                Err(crate::app::bench_io::Error::Output(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    std::process::exit(EXIT_BROKEN_PIPE)
+                }
+                r => r?,
+            };
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench {

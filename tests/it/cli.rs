@@ -71,6 +71,19 @@ fn a_closed_stdout_ends_the_command_quietly_with_141_after_its_work() {
         })
         .sum();
     assert_eq!(rows, 12);
+
+    // bench io writes its table itself: the same ending.
+    let o = melforge()
+        .args([
+            "bench", "io", "--cache", "warm", "--engine", "psync", "--json",
+        ])
+        .arg(input.path())
+        .stdout(closed())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
 }
 
 #[test]
