@@ -213,8 +213,9 @@ mod tests {
             -80.0,
             -79.96,
             1.0009766,
-            1.00048828125,
-            1.00146484375,
+            // Ties between two float16 neighbours of 1 (round to even).
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
             f32::MAX,
             f32::MIN_POSITIVE,
         ];
