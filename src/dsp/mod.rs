@@ -11,11 +11,14 @@
 //!   ("vertical" SIMD), within a stated bound of realfft ([`Level`] picks the build).
 //! * [`plan`]: [`Plan`] (precomputed, shared by workers) and [`Scratch`] (per
 //!   worker); [`Plan::compute`] turns one clip into one output row.
+//! * [`f16`](mod@f16): float16 rows to and from f32, with `half`'s bits (the
+//!   writer's float16 output, the CUDA stage's float16 rows).
 //!
 //! The CPU path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
 //! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
 mod batch_fft;
+pub mod f16;
 pub mod filterbank;
 mod lanes;
 mod layout;

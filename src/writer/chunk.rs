@@ -8,7 +8,6 @@
 //! Storage is allocated on the first push and reused after every `clear`.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use hdf5::types::VarLenUnicode;
 
 use super::{Dtype, Error};
@@ -62,7 +61,7 @@ impl ChunkBuf {
                 buf.reserve_exact(total - buf.len());
                 let start = buf.len();
                 buf.resize(start + row.len(), f16::ZERO);
-                to_f16(&mut buf[start..], row);
+                crate::dsp::f16::narrow(&mut buf[start..], row);
             }
         }
         self.labels.push(label);
@@ -124,114 +123,5 @@ impl ChunkBuf {
     pub(super) fn shape(&self) -> (usize, usize, usize, usize, usize) {
         let [a, b, c, d] = self.row_shape;
         (self.rows(), a, b, c, d)
-    }
-}
-
-/// `src` as float16 into `dst` (same length), rounded to nearest even: the
-/// bits of `half::f16::from_f32` for every value. Where the CPU has F16C, one
-/// loop converts 8 values per instruction; `half`'s slice conversion calls its
-/// F16C kernel once per 8 values through a function that cannot be inlined
-/// into the loop (22 % of the float16 writer's time under `perf`).
-fn to_f16(dst: &mut [f16], src: &[f32]) {
-    assert_eq!(dst.len(), src.len());
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
-        // SAFETY: both features the function is compiled for were detected.
-        let done = unsafe { to_f16_f16c(dst, src) };
-        dst[done..].convert_from_f32_slice(&src[done..]);
-        return;
-    }
-    dst.convert_from_f32_slice(src);
-}
-
-/// Converts the whole groups of 8 of `src` into `dst` with F16C
-/// (`vcvtps2ph`, round to nearest even, not the MXCSR mode); returns how many
-/// values it converted.
-///
-/// # Safety
-/// The CPU must have AVX and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
-unsafe fn to_f16_f16c(dst: &mut [f16], src: &[f32]) -> usize {
-    use std::arch::x86_64::{
-        _MM_FROUND_TO_NEAREST_INT, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps,
-    };
-    let n = src.len().min(dst.len()) / 8 * 8;
-    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
-    for i in (0..n).step_by(8) {
-        // SAFETY: `i + 8 <= n`, within both slices; the load and the store
-        // are unaligned ones; `f16` is a transparent `u16`, so 8 of them are
-        // the 16 bytes the store writes.
-        unsafe {
-            let v = _mm256_loadu_ps(from.add(i));
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
-            _mm_storeu_si128(to.add(i).cast(), h);
-        }
-    }
-    n
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The bits `half` gives, value by value (NaNs: a NaN).
-    fn check(values: &[f32]) {
-        let mut got = vec![f16::ZERO; values.len()];
-        to_f16(&mut got, values);
-        for (g, v) in got.iter().zip(values) {
-            let want = f16::from_f32(*v);
-            if v.is_nan() {
-                assert!(g.is_nan(), "{v}");
-            } else {
-                assert_eq!(g.to_bits(), want.to_bits(), "{v:e} ({:#010x})", v.to_bits());
-            }
-        }
-    }
-
-    #[test]
-    fn edges_round_as_half_does() {
-        let mut v = vec![
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            65504.0,
-            65519.99,
-            65520.0,
-            -65520.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            6.1035156e-5,
-            6.097555e-5,
-            5.9604645e-8,
-            2.9802322e-8,
-            2.9802326e-8,
-            1.0e-9,
-            -80.0,
-            -79.96,
-            1.0009766,
-            // Ties between two float16 neighbours of 1 (round to even).
-            1.0 + 1.0 / 2048.0,
-            1.0 + 3.0 / 2048.0,
-            f32::MAX,
-            f32::MIN_POSITIVE,
-        ];
-        // Lengths that leave a remainder for `half` after the groups of 8.
-        for n in [0, 1, 7, 8, 9, 23, v.len()] {
-            check(&v[..n.min(v.len())]);
-        }
-        v.reverse();
-        check(&v);
-    }
-
-    proptest! {
-        #[test]
-        fn any_bits_round_as_half_does(bits in proptest::collection::vec(any::<u32>(), 0..200)) {
-            let values: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
-            check(&values);
-        }
     }
 }

@@ -155,11 +155,7 @@ impl Recipe for MelRecipe {
 
     fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
         if self.f16_rows {
-            out.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()),
-            );
+            crate::dsp::f16::widen_bytes(bytes, out);
         } else {
             out.extend(
                 bytes
