@@ -102,6 +102,32 @@ unsafe fn widen_f16c(dst: &mut [f32], bytes: &[u8]) -> usize {
     n
 }
 
+/// float32 values where the rounding to float16 is decided at an edge:
+/// zero, the largest finite value and the first that overflows, infinities,
+/// NaN, subnormals and ties (the tests of every float16 conversion use them).
+#[cfg(test)]
+pub(crate) const EDGES: [f32; 19] = [
+    0.0,
+    -0.0,
+    1.0,
+    65504.0,
+    65519.99,
+    65520.0,
+    -65520.0,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+    f32::MIN_POSITIVE,
+    5.960_464_5e-8, // 2^-24, smallest f16 subnormal
+    2.980_232_2e-8, // 2^-25: tie, rounds to even (0)
+    2.980_232_5e-8, // just above: rounds up to 2^-24
+    8.940_697e-8,   // 1.5 · 2^-24: tie, rounds to 2 · 2^-24
+    6.097_555e-5,   // largest f16 subnormal
+    6.103_515_6e-5, // smallest f16 normal
+    1.000_488_3,    // 1 + 2^-11: tie, to even (1.0)
+    1.001_464_8,    // 1 + 3·2^-11: tie, to even (1 + 2^-9)
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,33 +160,8 @@ mod tests {
 
     #[test]
     fn edges_convert_as_half_does() {
-        let mut v = vec![
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            65504.0,
-            65519.99,
-            65520.0,
-            -65520.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            6.1035156e-5,
-            6.097555e-5,
-            5.9604645e-8,
-            2.9802322e-8,
-            2.9802326e-8,
-            1.0e-9,
-            -80.0,
-            -79.96,
-            1.0009766,
-            // Ties between two float16 neighbours of 1 (round to even).
-            1.0 + 1.0 / 2048.0,
-            1.0 + 3.0 / 2048.0,
-            f32::MAX,
-            f32::MIN_POSITIVE,
-        ];
+        let mut v: Vec<f32> = EDGES.iter().flat_map(|&x| [x, -x]).collect();
+        v.extend([1.0e-9, -80.0, -79.96, 1.000_976_6, f32::MAX]);
         // Lengths that leave a remainder for `half` after the groups of 8.
         for n in [0, 1, 7, 8, 9, 23, v.len()] {
             check(&v[..n.min(v.len())]);

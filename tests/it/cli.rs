@@ -30,34 +30,28 @@ fn built_json(input: &std::path::Path, out: &std::path::Path) -> serde_json::Val
 /// complete (it prints after they are durable).
 #[test]
 fn a_closed_stdout_ends_the_command_quietly_with_141_after_its_work() {
-    let closed = || {
+    /// Runs `args` with its stdout a pipe nobody reads; it must end with 141
+    /// and no panic (nor an error line).
+    fn ends_quietly<I, S>(args: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        writer
-    };
+        let o = melforge().args(args).stdout(writer).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(141), "{err}");
+        assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+    }
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/config/melforge.toml");
-    let o = melforge()
-        .args(["check-config", cfg])
-        .stdout(closed())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(141), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    ends_quietly(["check-config", cfg]);
 
     let input = synth_corpus(12, 3);
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
-    let o = melforge()
-        .args(["build", "--json", "--out"])
-        .arg(&out)
-        .arg(input.path())
-        .stdout(closed())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(141), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    let (i, o) = (input.path().as_os_str(), out.as_os_str());
+    ends_quietly(["build".as_ref(), "--json".as_ref(), "--out".as_ref(), o, i]);
     let rows: usize = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -73,17 +67,17 @@ fn a_closed_stdout_ends_the_command_quietly_with_141_after_its_work() {
     assert_eq!(rows, 12);
 
     // bench io writes its table itself: the same ending.
-    let o = melforge()
-        .args([
-            "bench", "io", "--cache", "warm", "--engine", "psync", "--json",
-        ])
-        .arg(input.path())
-        .stdout(closed())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(141), "{err}");
-    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+    let bench: [&std::ffi::OsStr; 8] = [
+        "bench".as_ref(),
+        "io".as_ref(),
+        "--cache".as_ref(),
+        "warm".as_ref(),
+        "--engine".as_ref(),
+        "psync".as_ref(),
+        "--json".as_ref(),
+        i,
+    ];
+    ends_quietly(bench);
 }
 
 #[test]

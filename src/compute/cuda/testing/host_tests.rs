@@ -419,27 +419,7 @@ fn f16_conversion_rounds_like_the_half_crate() {
     let mut input: Vec<f32> = (0..=u32::MAX / 4099)
         .map(|k| f32::from_bits(k.wrapping_mul(4099)))
         .collect();
-    let specials = [
-        0.0,
-        -0.0,
-        1.0,
-        65504.0,
-        65519.99,
-        65520.0,
-        -65520.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        f32::MIN_POSITIVE,
-        5.960_464_5e-8, // 2^-24, smallest f16 subnormal
-        2.980_232_2e-8, // 2^-25: tie, rounds to even (0)
-        2.980_232_5e-8, // just above: rounds up to 2^-24
-        8.940_697e-8,   // 1.5 · 2^-24: tie, rounds to 2 · 2^-24
-        6.097_555e-5,   // largest f16 subnormal
-        6.103_515_6e-5, // smallest f16 normal
-        1.000_488_3,    // 1 + 2^-11: tie, to even (1.0)
-        1.001_464_8,    // 1 + 3·2^-11: tie, to even (1 + 2^-9)
-    ];
+    let specials = crate::dsp::f16::EDGES;
     input.extend_from_slice(&specials);
     input.extend(specials.iter().map(|v| -v));
     let mut out = vec![0u16; input.len()];
