@@ -210,15 +210,29 @@ impl AppendThread {
 
     /// Sends `cmd` and waits for its answer (keeping a started flush's
     /// answer, which comes first, for [`AppendThread::flushed`]).
+    ///
+    /// The thread answers a failure with its cause once, then with
+    /// [`Error::Failed`]. When the kept flush answer took the cause, this
+    /// call returns the cause and leaves `Failed` for the flush: the caller
+    /// acts on this call's error, and "failed earlier" would hide why (a
+    /// full disk seen by serve as a bare failure; `it::serve::faults` found
+    /// it in one CI run of several).
     fn call(&mut self, cmd: Cmd) -> Result<usize, Error> {
         self.send(cmd)?;
         if self.flush_pending {
             self.flush_answer = self.wait_flushed();
         }
-        match self.replies.recv() {
+        let r = match self.replies.recv() {
             Ok(r) => r,
             Err(_) => Err(self.stopped()),
+        };
+        if matches!(r, Err(Error::Failed))
+            && let Some(Err(cause)) = self.flush_answer.take_if(|a| a.is_err())
+        {
+            self.flush_answer = Some(Err(Error::Failed));
+            return Err(cause);
         }
+        r
     }
 
     /// The error for a thread that is gone (it panicked): joins it for the
@@ -516,6 +530,25 @@ mod tests {
         assert!(t.flushed().is_none(), "abandon_all forgets a started flush");
         t.open("TRAINING", 1).unwrap();
         assert_eq!(t.rows()["TRAINING"], 1);
+    }
+
+    /// A call that comes after a started flush took a failure's cause (the
+    /// flush is answered first) returns that cause, not "failed earlier":
+    /// serve degrades on the call's error and reports it.
+    #[test]
+    fn a_call_after_a_started_flush_returns_the_failures_cause() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut t = start(d.path(), &cfg);
+        t.open("TRAINING", 0).unwrap();
+        put(&mut t, &cfg, 0, "TRAINING/b\0.wav".into());
+        t.start_flush().unwrap();
+        let err = t.open("VALIDATION", 0).unwrap_err();
+        assert!(err.to_string().contains("NUL"), "{err}");
+        assert!(matches!(t.flushed(), Some(Err(Error::Failed))));
+        t.abandon_all();
+        t.open("TRAINING", 0).unwrap();
+        assert_eq!(t.rows()["TRAINING"], 0);
     }
 
     /// Closing a failed thread does not flush the rows after the failure; it
