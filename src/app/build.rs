@@ -445,8 +445,6 @@ fn shard_of(plan: Plan, shard: Option<Shard>) -> Plan {
     }
 }
 
-/// What the writer thread returns: the report and rejections, or `None`
-/// when a signal stopped it (its `.partial` files deleted).
 /// What the writer thread ends with: its report, why it stopped early, or
 /// the writer's error.
 type Written = Result<Result<(WriteReport, Vec<Rejection>), Halt>, writer::Error>;

@@ -565,11 +565,11 @@ impl Journal {
         next.apply(&commit)
             .expect("a commit of applied records is consistent");
         let cut = self.staged_ends[n - 1];
-        let mut text = self.staged[..cut].to_vec();
-        encode(&commit, &mut text);
         // The committed records leave the stage whether or not the write
         // works (after a failure the journal is re-read anyway).
-        self.staged.drain(..cut);
+        let rest = self.staged.split_off(cut);
+        let mut text = std::mem::replace(&mut self.staged, rest);
+        encode(&commit, &mut text);
         self.staged_records.drain(..n);
         self.staged_ends.drain(..n);
         for end in &mut self.staged_ends {

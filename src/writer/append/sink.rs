@@ -155,6 +155,13 @@ impl AppendSink {
     }
 }
 
+/// The error for a row whose split was not opened first.
+pub(super) fn not_opened(split: &str) -> writer::Error {
+    writer::Error::Plan(format!(
+        "split `{split}` was not opened before its first row"
+    ))
+}
+
 impl Sink for AppendSink {
     type File = Dest;
 
@@ -167,12 +174,10 @@ impl Sink for AppendSink {
         if let Some(l) = &file.label {
             self.add_label(l)?;
         }
-        let app = self.appenders.get_mut(&file.split).ok_or_else(|| {
-            writer::Error::Plan(format!(
-                "split `{}` was not opened before its first row",
-                file.split
-            ))
-        })?;
+        let app = self
+            .appenders
+            .get_mut(&file.split)
+            .ok_or_else(|| not_opened(&file.split))?;
         let label_id = match &file.label {
             Some(l) => app.label_id(l)?,
             None => -1,

@@ -274,10 +274,7 @@ impl Sink for AppendThread {
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error> {
         let Some(&index) = self.rows.get(&file.split) else {
-            return Err(Error::Plan(format!(
-                "split `{}` was not opened before its first row",
-                file.split
-            )));
+            return Err(super::sink::not_opened(&file.split));
         };
         if row.len() != self.row_len {
             return Err(Error::RowLength {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::{Error, Service};
 use crate::app::control::notify;
 use crate::runtime::sys;
-use crate::writer::append::{AppendThread, METADATA_HEADROOM};
+use crate::writer::append::METADATA_HEADROOM;
 
 /// First wait before a recovery is tried again after one failed.
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -165,13 +165,7 @@ impl Service {
     /// The journal as on disk and the split files as it confirms them.
     fn reopen_outputs(&mut self) -> Result<(), Error> {
         self.journal.reopen()?;
-        self.sink = AppendThread::new(
-            &self.serve.output_dir,
-            &self.cfg,
-            &self.serve.watch_dir,
-            std::sync::Arc::clone(&self.telemetry),
-        )?;
-        self.open_journal_splits()
+        self.fresh_sink()
     }
 
     /// A directory with less free space than ingest needs to resume: (dir,

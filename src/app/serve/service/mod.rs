@@ -178,6 +178,19 @@ pub struct Service {
 }
 
 impl Service {
+    /// A new append thread for the current config (the old one ends and is
+    /// joined as it is replaced), with every split the journal has rows in
+    /// opened.
+    fn fresh_sink(&mut self) -> Result<(), Error> {
+        self.sink = AppendThread::new(
+            &self.serve.output_dir,
+            &self.cfg,
+            &self.serve.watch_dir,
+            Arc::clone(&self.telemetry),
+        )?;
+        self.open_journal_splits()
+    }
+
     /// Opens every split the journal has rows in (cutting unconfirmed rows).
     fn open_journal_splits(&mut self) -> Result<(), Error> {
         let splits: Vec<(String, usize)> = self
@@ -626,13 +639,7 @@ impl Service {
         let new_cfg = done.cfg;
         self.cfg.spec = new_cfg.spec;
         self.cfg.output = new_cfg.output;
-        self.sink = AppendThread::new(
-            &self.serve.output_dir,
-            &self.cfg,
-            &self.serve.watch_dir,
-            Arc::clone(&self.telemetry),
-        )?;
-        self.open_journal_splits()?;
+        self.fresh_sink()?;
         // Requeue the backlog, and offer everything the rebuild did not cover.
         let backlog: Vec<PathBuf> = std::mem::take(&mut self.backlog)
             .into_iter()
