@@ -9,14 +9,15 @@
 //! [`BorrowedFd`] so they stay open for the call, and hands a descriptor it
 //! creates back as an [`OwnedFd`]. Callers build their RAII types on top (the
 //! read arena's mapping, the signal thread). Every function here is safe to
-//! call except [`unmap`] (and the test-only `fork`), whose contracts the
-//! compiler cannot check; each call of those carries its own `// SAFETY:`.
+//! call except [`unmap`], whose contract the compiler cannot check; each
+//! call of it carries its own `// SAFETY:`.
 //!
 //! Grouped by concept: signals; waiting on and locking descriptors; socket
 //! peers; identity (uid, groups, uname); memory (anonymous mappings, the
 //! memlock limit); the page cache; durability (fsync of a file or a
-//! directory); and, for tests only, thread affinity and
-//! forking a child.
+//! directory); and, for tests only, thread affinity. Nothing here forks:
+//! tests run a child through `std::process::Command` (docs/CONVENTIONS.md,
+//! "Tests").
 
 use std::ffi::CStr;
 use std::io;
@@ -513,48 +514,6 @@ pub fn kill_self(sig: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Forks the process: `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
-///
-/// # Safety
-///
-/// The child is a copy of the process with only the calling thread; a lock
-/// another thread held at the fork stays locked in the child for ever. The
-/// caller must keep the child to what is sound in that state (the signal test
-/// relies on glibc keeping malloc usable across fork and touches no other
-/// shared lock) and must end it with [`exit_now`], never letting it return
-/// into code that assumes the parent's threads (such as the test harness).
-#[cfg(test)]
-pub unsafe fn fork() -> io::Result<Option<libc::pid_t>> {
-    // SAFETY: the caller upholds the contract above for the child.
-    let pid = unsafe { libc::fork() };
-    match pid {
-        ..0 => Err(io::Error::last_os_error()),
-        0 => Ok(None),
-        pid => Ok(Some(pid)),
-    }
-}
-
-/// Ends the process at once with `code` (`_exit`): no destructors, no atexit
-/// handlers, no flushing of Rust's buffered stdout.
-#[cfg(test)]
-pub fn exit_now(code: i32) -> ! {
-    // SAFETY: _exit has no preconditions; skipping destructors is allowed.
-    unsafe { libc::_exit(code) }
-}
-
-/// Waits for the child `pid` to end and returns how it ended (`waitpid`).
-#[cfg(test)]
-pub fn wait_child(pid: libc::pid_t) -> io::Result<std::process::ExitStatus> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut status = 0;
-    // SAFETY: `status` is valid for writes for the call.
-    let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-    if rc != pid {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(std::process::ExitStatus::from_raw(status))
 }
 
 #[cfg(test)]

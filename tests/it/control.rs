@@ -1,12 +1,13 @@
 //! The control socket and `melforge ctl`, against a fake service loop that
 //! runs in this process: every command, malformed/huge/stalled/concurrent
 //! clients, the client cap, the socket file's lifecycle, SO_PEERCRED (as
-//! root, from a forked child that drops to `nobody`), and the `ctl` binary's
+//! root, through `melforge ctl` run as `nobody`), and the `ctl` binary's
 //! output and exit codes.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::sync::{Arc, Barrier};
@@ -455,10 +456,16 @@ fn a_dropped_request_is_an_error_not_a_hang() {
     );
 }
 
-/// Connects as uid/gid 65534 (`nobody`) from a forked child and returns the
-/// reply's error (empty when allowed), or None when not root.
+/// Sends `status` to `f` by running `melforge ctl --json` as uid/gid 65534
+/// (`nobody`; std drops the supplementary groups when root sets the uid) and
+/// returns the reply's error (empty when allowed), or None when not root.
+///
+/// A process of its own through `Command`, never a fork of this harness: a
+/// forked copy of the multi-threaded test binary would keep every descriptor
+/// the other tests hold open, a sibling's listening socket among them
+/// (docs/CONVENTIONS.md, "Tests").
 fn ask_as_nobody(f: &Fake) -> Option<String> {
-    // SAFETY: geteuid cannot fail.
+    // SAFETY: geteuid cannot fail and touches no memory of ours.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: needs root to drop to another uid");
         return None;
@@ -467,64 +474,64 @@ fn ask_as_nobody(f: &Fake) -> Option<String> {
     for p in [f.dir.path(), f.path.parent().unwrap()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let (mut rd, wr) = UnixStream::pair().unwrap();
-    // SAFETY: the child only drops privileges, talks to the socket, writes
-    // the result to `wr` and _exit()s; glibc keeps malloc usable after fork.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let code = (|| {
-            // SAFETY: plain credential calls in the single-threaded child.
-            unsafe {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(65534) != 0
-                    || libc::setuid(65534) != 0
-                {
-                    return 2;
-                }
+    let exe = exe_for_nobody(f.dir.path());
+    let run = || {
+        Process::new(&exe)
+            .args(["ctl", "--json", "--timeout", "10", "--socket"])
+            .arg(&f.path)
+            .arg("status")
+            .uid(65534)
+            .gid(65534)
+            .output()
+    };
+    // A fresh copy can be busy for a moment (ETXTBSY): another test's child,
+    // between its fork and its exec, may still hold the copy's write end.
+    let mut o = run();
+    for _ in 0..100 {
+        match &o {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(20));
+                o = run();
             }
-            let Ok(mut s) = UnixStream::connect(&f.path) else {
-                return 3;
-            };
-            // A refused peer is answered and closed at accept, so the
-            // request may meet a closed socket (EPIPE): the reply is still
-            // queued for reading. Nothing here may panic: a panic would
-            // unwind into the forked copy of the test harness.
-            let _ = s.write_all(b"status\n");
-            if s.set_read_timeout(Some(Duration::from_secs(10))).is_err() {
-                return 5;
-            }
-            let mut line = String::new();
-            if BufReader::new(s).read_line(&mut line).is_err() {
-                return 6;
-            }
-            let Ok(r) = serde_json::from_str::<Value>(&line) else {
-                return 7;
-            };
-            let msg = if r["ok"] == true {
-                String::new()
-            } else {
-                r["error"].as_str().unwrap_or("?").to_string()
-            };
-            if (&wr).write_all(msg.as_bytes()).is_err() {
-                return 4;
-            }
-            0
-        })();
-        // SAFETY: ends the child without returning into the test harness.
-        unsafe { libc::_exit(code) };
+            _ => break,
+        }
     }
-    drop(wr);
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child failed: status {status:#x}"
-    );
-    let mut msg = String::new();
-    rd.read_to_string(&mut msg).unwrap();
-    Some(msg)
+    let o = o.unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let reply: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "ctl as nobody printed no JSON reply ({e}): {}, stderr: {stderr}",
+            o.status
+        )
+    });
+    if reply["ok"] == true {
+        assert!(o.status.success(), "{}: {stderr}", o.status);
+        Some(String::new())
+    } else {
+        assert_eq!(o.status.code(), Some(1), "{stderr}");
+        Some(
+            reply["error"]
+                .as_str()
+                .expect("an error sentence")
+                .to_owned(),
+        )
+    }
+}
+
+/// The `melforge` binary where `nobody` may run it: cargo's own when every
+/// directory above it lets others through, else a copy in `dir` (a checkout
+/// under a private home, as CI's may be).
+fn exe_for_nobody(dir: &Path) -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_melforge"));
+    let others_may =
+        |p: &Path, bit: u32| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & bit != 0);
+    if others_may(exe, 0o001) && exe.ancestors().skip(1).all(|d| others_may(d, 0o001)) {
+        return exe.to_path_buf();
+    }
+    let copy = dir.join("melforge");
+    std::fs::copy(exe, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
 }
 
 #[test]

@@ -116,9 +116,13 @@ pub fn request(path: &Path, cmd: Command, timeout: Duration) -> Result<Value, Er
     };
     stream.set_read_timeout(Some(timeout)).map_err(lost)?;
     stream.set_write_timeout(Some(timeout)).map_err(lost)?;
-    (&stream)
-        .write_all(format!("{{\"cmd\":\"{}\"}}\n", cmd.name()).as_bytes())
-        .map_err(lost)?;
+    // A server that refuses a peer (SO_PEERCRED) answers and closes at
+    // accept, so the request may meet a closed socket: the answer is still
+    // queued for reading, and it says why.
+    match (&stream).write_all(format!("{{\"cmd\":\"{}\"}}\n", cmd.name()).as_bytes()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(lost(e)),
+        _ => {}
+    }
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line).map_err(lost)?;
     match serde_json::from_str::<Value>(line.trim_end()) {

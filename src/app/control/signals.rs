@@ -138,7 +138,6 @@ fn signal_loop(sfd: &OwnedFd, wake: &UnixStream, tx: &Sender) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::ExitStatusExt;
     use std::time::Duration;
 
     #[test]
@@ -149,51 +148,77 @@ mod tests {
         assert_eq!(command_for(libc::SIGUSR1), None);
     }
 
-    /// Exit code of the forked child for each failed step.
-    fn child(step: &mut i32) -> i32 {
+    /// Set in the copy of this test binary that
+    /// [`signals_arrive_as_requests`] runs.
+    const CHILD_ENV: &str = "MELFORGE_TEST_SIGNALS_CHILD";
+
+    /// In that copy, blocks the three signals in the main thread before the
+    /// test harness starts any thread (the C runtime runs `.init_array`
+    /// before `main`), so that every thread of the copy inherits the mask,
+    /// as every thread of `melforge serve` inherits it from `main`.
+    // SAFETY: a constructor runs before `main`, on the only thread; this one
+    // reads the environment and sets the signal mask, nothing that needs
+    // std's runtime, and cannot unwind (neither call panics).
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static BLOCK_IN_CHILD: extern "C" fn() = block_in_child;
+
+    extern "C" fn block_in_child() {
+        if std::env::var_os(CHILD_ENV).is_some() {
+            // A failure shows in the child: the first signal kills it.
+            let _ = sys::block_signals(&SIGNALS);
+        }
+    }
+
+    /// Signals sent to the process arrive as requests. That needs what
+    /// `main` sets up: the signals blocked before any other thread exists,
+    /// which this multi-threaded harness is not (one of its threads would
+    /// take SIGTERM's default action). So the test runs itself again in a
+    /// fresh process, this test binary with a filter naming this test and
+    /// [`CHILD_ENV`] set, where [`BLOCK_IN_CHILD`] has blocked the signals
+    /// from the start. A re-executed binary, never a fork of this one: see
+    /// docs/CONVENTIONS.md, "Tests".
+    #[test]
+    fn signals_arrive_as_requests() {
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return each_signal_arrives();
+        }
+        let full = concat!(module_path!(), "::signals_arrive_as_requests");
+        // The harness names tests without the crate's name.
+        let (_, name) = full.split_once("::").expect("a crate-qualified path");
+        let o = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args([name, "--exact", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .output()
+            .expect("run the test binary again");
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "the child failed ({}):\n{out}{err}",
+            o.status
+        );
+        assert!(out.contains(" 1 passed;"), "the filter ran no test:\n{out}");
+    }
+
+    /// The child's part: SIGHUP, SIGTERM and SIGINT, each sent to the whole
+    /// process, read from the signalfd and delivered as its command.
+    fn each_signal_arrives() {
         let (tx, rx) = super::super::channel();
-        let Ok(t) = block_and_spawn(tx) else { return 1 };
+        let t = block_and_spawn(tx).expect("block the signals, start the thread");
         for (sig, want) in [
             (libc::SIGHUP, Command::Reload),
             (libc::SIGTERM, Command::Shutdown),
             (libc::SIGINT, Command::Shutdown),
         ] {
-            *step += 1;
-            // The signal is blocked in every thread of this (forked, so
-            // single-threaded before block_and_spawn) process and read from
-            // the signalfd.
-            if sys::kill_self(sig).is_err() {
-                return 20 + *step;
-            }
-            match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(r) if r.cmd == want && r.origin == Origin::Signal(sig) && r.reply.is_none() => {}
-                _ => return 10 + *step,
-            }
+            sys::kill_self(sig).expect("kill");
+            let r = rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("signal {sig}: no request ({e})"));
+            assert!(r.cmd == want, "signal {sig}: {}", r.cmd);
+            assert!(r.origin == Origin::Signal(sig), "signal {sig}");
+            assert!(r.reply.is_none(), "signal {sig}: a signal has no replier");
         }
         t.stop();
-        0
-    }
-
-    /// Blocking signals must happen before other threads exist, which the
-    /// test harness violates; so the real thing runs in a forked child (one
-    /// thread), which reports by exit status.
-    #[test]
-    fn signals_arrive_as_requests_in_a_forked_child() {
-        // SAFETY: the child only runs `child` (signal mask, a thread, a
-        // channel: glibc keeps malloc usable after fork) and then exits with
-        // exit_now, never returning into the test harness.
-        let forked = unsafe { sys::fork() }.expect("fork");
-        let Some(pid) = forked else {
-            let mut step = 0;
-            let code = child(&mut step);
-            sys::exit_now(code);
-        };
-        let status = sys::wait_child(pid).expect("waitpid");
-        assert!(
-            status.code().is_some(),
-            "child died by signal {:?}",
-            status.signal()
-        );
-        assert_eq!(status.code(), Some(0), "child failed at a step");
     }
 }
