@@ -2,7 +2,8 @@
 //! `H5Dwrite_chunk`, which skips the hyperslab selection, the type path and
 //! the chunk cache, and writes the bytes at the chunk's address as they are.
 //!
-//! Layers (CONVENTIONS: raw call → thin `Result` wrapper → safe type):
+//! Layers (docs/CONVENTIONS.md, "Unsafe and FFI": raw call → thin `Result`
+//! wrapper → safe type):
 //! * [`raw`] holds the `unsafe` calls (`H5Dwrite_chunk`, and `H5Dread_chunk`
 //!   and `H5Dget_chunk_info_by_coord` for the appender's `vlen` module and
 //!   its page-cache drop), each

@@ -1,4 +1,5 @@
-//! The house rules of `src/`, checked on the source text (CONVENTIONS.md):
+//! The house rules of `src/`, checked on the source text (docs/CONVENTIONS.md,
+//! "The house test"):
 //!
 //! * **no import circles between files** — a loop of files that import each
 //!   other means a type sits in the wrong room;
@@ -45,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Longest file allowed under `src/` (CONVENTIONS.md: "Small files").
+/// Longest file allowed under `src/` (docs/CONVENTIONS.md, "The house test").
 const MAX_LINES: usize = 800;
 
 /// One source file of the library: where it is, which module it is, its

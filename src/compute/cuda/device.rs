@@ -200,7 +200,7 @@ pub trait Device {
     fn graph_launch(&mut self, g: GraphExec, stream: Stream) -> Result<()>;
 
     /// Where this device records what failed while it is dropped (Drop
-    /// never panics; see CONVENTIONS). The owner attaches its own sink and
+    /// never panics: docs/CONVENTIONS.md). The owner attaches its own sink and
     /// reads it after the device is gone, so the errors are this device's
     /// only — never an earlier device's, never lost to a read before Drop.
     fn attach_error_sink(&mut self, sink: std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
