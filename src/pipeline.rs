@@ -581,7 +581,7 @@ mod tests {
     #[test]
     fn reads_go_out_before_the_backend_is_chosen() {
         let dir = tempfile::tempdir().unwrap();
-        let files = crate::app::synth::generate(dir.path(), 6, 3).unwrap();
+        let files = crate::synth::generate(dir.path(), 6, 3).unwrap();
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let wait = Arc::new(Mutex::new(wait));
         let mut probe = Probe::spawn_with(move || {
