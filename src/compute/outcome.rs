@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compute::cuda::cause::Cause;
 use crate::decode::{clip, flac, wav};
 pub use crate::model::RejectKind;
 use crate::reader;
@@ -42,9 +43,9 @@ pub enum Reject {
     #[error("file needs {bytes} bytes of CUDA staging memory, more than one batch holds")]
     Staging { bytes: usize },
     /// The CUDA device failed while the file was in flight (shared by every
-    /// file of the failed batches).
+    /// file of the failed batches, hence the `Arc`).
     #[error("CUDA backend failed: {0}")]
-    Device(Arc<str>),
+    Device(Arc<Cause>),
 }
 
 impl Reject {
@@ -166,16 +167,21 @@ mod tests {
             r.to_string(),
             "file is 9 bytes, larger than io.max_file_bytes = 8"
         );
-        let r = Reject::Device("CUDA_ERROR_LAUNCH_FAILED".into());
+        let r = Reject::Device(Arc::new(Cause::Device(
+            crate::compute::cuda::device::DeviceError::new(
+                "cuLaunchKernel",
+                "CUDA_ERROR_LAUNCH_FAILED",
+            ),
+        )));
         assert_eq!(r.kind(), RejectKind::Device);
         assert_eq!(
             r.to_string(),
-            "CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"
+            "CUDA backend failed: cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED"
         );
         let line = serde_json::to_string(&Rejection::new("a/b.wav".into(), &r)).unwrap();
         assert_eq!(
             line,
-            r#"{"path":"a/b.wav","kind":"device","reason":"CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"}"#
+            r#"{"path":"a/b.wav","kind":"device","reason":"CUDA backend failed: cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED"}"#
         );
     }
 

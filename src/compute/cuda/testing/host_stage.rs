@@ -205,7 +205,7 @@ mod tests {
         let failed = collect(3);
         for o in &failed {
             assert!(
-                matches!(&o.row, Err(Reject::Device(why)) if why.contains("CUDA_ERROR_LAUNCH_FAILED")),
+                matches!(&o.row, Err(Reject::Device(why)) if why.to_string().contains("CUDA_ERROR_LAUNCH_FAILED")),
                 "job {}: {:?}",
                 o.job,
                 o.row.as_ref().map(|_| "a row")

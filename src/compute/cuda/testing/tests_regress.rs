@@ -42,7 +42,8 @@ fn teardown_errors_belong_to_their_own_run_and_never_poison_the_next() {
         .with_kernels(Box::new(MelHostKernels))
         .refusing("cuMemFree", "CUDA_ERROR_ILLEGAL_ADDRESS");
     match empty_run(failing) {
-        Err(crate::compute::cuda::Error::Teardown(e)) => {
+        Err(crate::compute::cuda::Error::Teardown { failures }) => {
+            let e = failures.join("; ");
             assert!(e.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}")
         }
         other => panic!("the run's own teardown failure was lost: {other:?}"),
@@ -283,9 +284,7 @@ fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
         BatchRunner::new(dev, recipe, cfg).unwrap();
     let rate = plan.spec().sample_rate;
     let mut wavs: Vec<Vec<u8>> = (0..n)
-        .map(|i| {
-            crate::synth::encode_wav_pcm16(&crate::synth::clip(i as u64 + 5, 1, 0), rate)
-        })
+        .map(|i| crate::synth::encode_wav_pcm16(&crate::synth::clip(i as u64 + 5, 1, 0), rate))
         .collect();
     let rows = std::cell::RefCell::new(vec![Vec::new(); n]);
     let mut sink = |id: usize, v: &[f32]| rows.borrow_mut()[id] = v.to_vec();
