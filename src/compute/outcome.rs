@@ -106,16 +106,29 @@ fn input_kind(e: &clip::Error) -> RejectKind {
     match e {
         clip::Error::Wav(w) => Reject::Wav(w.clone()).kind(),
         clip::Error::Flac(f) => match f {
-            F::UnsupportedBitDepth { .. } | F::Unsupported(_) => RejectKind::Unsupported,
+            F::UnsupportedBitDepth { .. } | F::Unsupported(_) | F::SampleFormat => {
+                RejectKind::Unsupported
+            }
             F::NotFlac { .. }
             | F::TruncatedHeader { .. }
             | F::NoStreamInfo { .. }
             | F::StreamInfoLength { .. }
-            | F::AbsurdHeader(_)
-            | F::Truncated(_)
+            | F::AbsurdRate { .. }
+            | F::AbsurdBlocks { .. }
+            | F::AbsurdLength { .. }
+            | F::Limit(_)
+            | F::CutInMetadata { .. }
+            | F::BlockPastEnd { .. }
+            | F::ShortStream { .. }
+            | F::EndsInside
             | F::BadCrc(_)
             | F::MissingFrames { .. }
             | F::Corrupt(_)
+            | F::DecoderPanicked
+            | F::NoTrack
+            | F::FrameChannels { .. }
+            | F::Read(_)
+            | F::ResetRequired
             | F::Empty => RejectKind::Malformed,
         },
         clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
