@@ -33,7 +33,7 @@ fn warm(dir: &Path) -> u64 {
 
 fn bench_build(c: &mut Criterion) {
     let corpus = tempfile::tempdir().expect("temp corpus");
-    melforge::app::synth::generate(corpus.path(), FILES, 1).expect("synth corpus");
+    melforge::synth::generate(corpus.path(), FILES, 1).expect("synth corpus");
     warm(corpus.path());
     let outputs = tempfile::tempdir().expect("temp outputs");
     let cfg = Config::default();

@@ -13,8 +13,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use melforge::app::synth;
 use melforge::dsp::{PadMode, Plan, Scratch, Spec};
+use melforge::synth;
 
 /// One synthetic clip (seed 1, index 0, label 0) as PCM16 samples.
 fn pcm() -> Vec<i16> {

@@ -32,9 +32,11 @@
 //! * [`model`]: the vocabulary two layers share (rejection kinds, dtype,
 //!   on-success policy), below both, so no file imports another in a loop
 //!   (`tests/it/house.rs` checks the file graph).
+//! * [`synth`]: the deterministic synthetic corpus (`melforge synth`), at
+//!   the bottom so that every layer's tests may use it.
 //! * [`config`]: TOML → validated [`config::Config`], one file per section.
 //! * [`app`]: the commands — build, serve (journal, status, reload, rebuild),
-//!   control socket and `ctl`, bench io, synth; [`cli`] parses the command
+//!   control socket and `ctl`, bench io; [`cli`] parses the command
 //!   line and the binary's `main` only calls [`cli::main`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -49,6 +51,7 @@ pub mod pipeline;
 pub mod reader;
 pub mod runtime;
 pub mod source;
+pub mod synth;
 pub mod writer;
 
 /// Version string recorded in every output file.

@@ -581,7 +581,7 @@ mod tests {
     #[test]
     fn reads_go_out_before_the_backend_is_chosen() {
         let dir = tempfile::tempdir().unwrap();
-        let files = crate::app::synth::generate(dir.path(), 6, 3).unwrap();
+        let files = crate::synth::generate(dir.path(), 6, 3).unwrap();
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let wait = Arc::new(Mutex::new(wait));
         let mut probe = Probe::spawn_with(move || {
@@ -643,13 +643,13 @@ mod tests {
         cfg.compute.workers = 1;
         let mut probe = Probe::spawn_with(|| {
             Err(compute::Error::CudaUnavailable(
-                "no GPU in this test".into(),
+                compute::cuda::Cause::NoDevice,
             ))
         });
         let p =
             Pipeline::start_reading(&cfg, &mut probe, Arc::new(Telemetry::default()), 0).unwrap();
         let e = p.start_compute(probe).unwrap_err();
-        assert!(e.to_string().contains("no GPU in this test"), "{e}");
+        assert!(e.to_string().contains("no CUDA device"), "{e}");
         p.abort();
         p.join().unwrap();
     }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::app::synth;
 use crate::config::Config;
 use crate::dsp::{Level, Plan, Scratch};
+use crate::synth;
 
 /// Arguments of `melforge bench mel`.
 #[derive(Clone, Debug, clap::Args)]

@@ -74,7 +74,7 @@ pub enum Error {
         "the GPU failed during the build ({0}); nothing was written. compute.backend = \"cuda\" \
          requires the GPU (\"auto\" builds again on the CPU)"
     )]
-    GpuFailed(String),
+    GpuFailed(cuda::Cause),
 }
 
 /// Run-time options that are not pipeline settings.
@@ -315,7 +315,7 @@ pub fn build_shard(
 /// not load) or during the run.
 fn gpu_failure(e: &Error) -> Option<String> {
     match e {
-        Error::GpuFailed(why) => Some(why.clone()),
+        Error::GpuFailed(why) => Some(why.to_string()),
         Error::Pipeline(pipeline::Error::Backend(compute::Error::Cuda(c))) => Some(c.to_string()),
         _ => None,
     }
@@ -455,7 +455,7 @@ enum Halt {
     /// A stopping signal.
     Signal,
     /// The CUDA stage answered that the device failed.
-    Gpu(Arc<str>),
+    Gpu(Arc<cuda::Cause>),
 }
 
 /// A build whose threads run.
@@ -673,7 +673,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
     let cuda_report = p.join();
     // Before the stage's own error: the same failure, said for a build.
     if let Ok(Err(Halt::Gpu(why))) = &written {
-        return Err(Error::GpuFailed(why.to_string()));
+        return Err(Error::GpuFailed(cuda::Cause::clone(why)));
     }
     let cuda_report = cuda_report?;
     // A stop: nothing stays, whether the writer finished or not.

@@ -11,7 +11,8 @@
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`;
 //!   [`bench_write`]: `melforge bench write`.
-//! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
+//! * `melforge synth` writes [`crate::synth`]'s corpus (it lives at the
+//!   bottom of the crate, where the stages' own tests use it too).
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
 //!   progress events.
@@ -26,4 +27,3 @@ pub mod merge;
 pub mod metrics;
 pub mod progress;
 pub mod serve;
-pub mod synth;

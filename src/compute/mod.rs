@@ -34,7 +34,7 @@ pub enum Error {
         "compute.backend = \"cuda\" was requested, but no CUDA GPU is usable: {0}; use \"cpu\" \
          or \"auto\""
     )]
-    CudaUnavailable(String),
+    CudaUnavailable(cuda::Cause),
     #[error(transparent)]
     Cuda(#[from] cuda::Error),
     #[error("cannot start the compute workers: {0}")]
@@ -142,7 +142,7 @@ pub fn select_with(
                 reason: format!("compute.backend = \"cuda\" was requested; found {gpu}"),
                 target: Target::Gpu(gpu),
             }),
-            Err(why) => Err(Error::CudaUnavailable(why.to_string())),
+            Err(why) => Err(Error::CudaUnavailable(why.0)),
         },
     }
 }
@@ -230,9 +230,9 @@ impl ComputeStage {
                 plan, opts, wiring,
             )?)),
             #[cfg(not(feature = "host-kernels"))]
-            Target::HostDouble => Err(Error::CudaUnavailable(format!(
-                "{HOST_DOUBLE_ENV} needs a build with the host-kernels feature"
-            ))),
+            Target::HostDouble => Err(Error::CudaUnavailable(cuda::Cause::NoHostDouble {
+                env: HOST_DOUBLE_ENV,
+            })),
         }
     }
 
@@ -264,17 +264,21 @@ mod tests {
             eprintln!("skipped the GPU-less half: this host has a usable CUDA GPU");
         }
         // Injected probes: each reason is passed through verbatim.
-        for why in [
-            "libcuda.so.1 not found (no NVIDIA driver)",
-            "cuInit failed: CUDA_ERROR_NO_DEVICE",
-            "no CUDA device",
+        for cause in [
+            cuda::Cause::NoDriver,
+            cuda::Cause::Device(cuda::device::DeviceError::new(
+                "cuInit",
+                "CUDA_ERROR_NO_DEVICE",
+            )),
+            cuda::Cause::NoDevice,
         ] {
-            let c = select_with(Backend::Auto, || Err(cuda::Unavailable(why.to_string()))).unwrap();
+            let why = cause.to_string();
+            let unavailable = || Err(cuda::Unavailable(cause.clone()));
+            let c = select_with(Backend::Auto, unavailable).unwrap();
             assert_eq!(c.backend, Backend::Cpu);
             assert_eq!(c.reason, format!("auto: {why}, so the CPU backend is used"));
-            let e =
-                select_with(Backend::Cuda, || Err(cuda::Unavailable(why.to_string()))).unwrap_err();
-            assert!(e.to_string().contains("CUDA") && e.to_string().contains(why));
+            let e = select_with(Backend::Cuda, unavailable).unwrap_err();
+            assert!(e.to_string().contains("CUDA") && e.to_string().contains(&why));
         }
         let gpu = cuda::Gpu {
             name: "Test GPU".into(),

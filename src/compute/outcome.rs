@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compute::cuda::cause::Cause;
 use crate::decode::{clip, flac, wav};
 pub use crate::model::RejectKind;
 use crate::reader;
@@ -42,9 +43,9 @@ pub enum Reject {
     #[error("file needs {bytes} bytes of CUDA staging memory, more than one batch holds")]
     Staging { bytes: usize },
     /// The CUDA device failed while the file was in flight (shared by every
-    /// file of the failed batches).
+    /// file of the failed batches, hence the `Arc`).
     #[error("CUDA backend failed: {0}")]
-    Device(Arc<str>),
+    Device(Arc<Cause>),
 }
 
 impl Reject {
@@ -105,16 +106,29 @@ fn input_kind(e: &clip::Error) -> RejectKind {
     match e {
         clip::Error::Wav(w) => Reject::Wav(w.clone()).kind(),
         clip::Error::Flac(f) => match f {
-            F::UnsupportedBitDepth { .. } | F::Unsupported(_) => RejectKind::Unsupported,
+            F::UnsupportedBitDepth { .. } | F::Unsupported(_) | F::SampleFormat => {
+                RejectKind::Unsupported
+            }
             F::NotFlac { .. }
             | F::TruncatedHeader { .. }
             | F::NoStreamInfo { .. }
             | F::StreamInfoLength { .. }
-            | F::AbsurdHeader(_)
-            | F::Truncated(_)
+            | F::AbsurdRate { .. }
+            | F::AbsurdBlocks { .. }
+            | F::AbsurdLength { .. }
+            | F::Limit(_)
+            | F::CutInMetadata { .. }
+            | F::BlockPastEnd { .. }
+            | F::ShortStream { .. }
+            | F::EndsInside
             | F::BadCrc(_)
             | F::MissingFrames { .. }
             | F::Corrupt(_)
+            | F::DecoderPanicked
+            | F::NoTrack
+            | F::FrameChannels { .. }
+            | F::Read(_)
+            | F::ResetRequired
             | F::Empty => RejectKind::Malformed,
         },
         clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
@@ -166,16 +180,21 @@ mod tests {
             r.to_string(),
             "file is 9 bytes, larger than io.max_file_bytes = 8"
         );
-        let r = Reject::Device("CUDA_ERROR_LAUNCH_FAILED".into());
+        let r = Reject::Device(Arc::new(Cause::Device(
+            crate::compute::cuda::device::DeviceError::new(
+                "cuLaunchKernel",
+                "CUDA_ERROR_LAUNCH_FAILED",
+            ),
+        )));
         assert_eq!(r.kind(), RejectKind::Device);
         assert_eq!(
             r.to_string(),
-            "CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"
+            "CUDA backend failed: cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED"
         );
         let line = serde_json::to_string(&Rejection::new("a/b.wav".into(), &r)).unwrap();
         assert_eq!(
             line,
-            r#"{"path":"a/b.wav","kind":"device","reason":"CUDA backend failed: CUDA_ERROR_LAUNCH_FAILED"}"#
+            r#"{"path":"a/b.wav","kind":"device","reason":"CUDA backend failed: cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED"}"#
         );
     }
 

@@ -68,23 +68,63 @@ pub enum Error {
     NoStreamInfo { block_type: u8 },
     #[error("FLAC STREAMINFO block is {len} bytes long, expected 34")]
     StreamInfoLength { len: u32 },
+    #[error("absurd FLAC header: sample rate {hz} Hz (expected 1..=655350 Hz)")]
+    AbsurdRate { hz: u32 },
+    #[error("absurd FLAC header: block sizes {min}..{max} (expected 16 ≤ minimum ≤ maximum)")]
+    AbsurdBlocks { min: u16, max: u16 },
+    #[error("absurd FLAC header: {samples} samples declared in a {bytes} byte file")]
+    AbsurdLength { samples: u64, bytes: usize },
+    /// A limit of the decoder (symphonia's words).
     #[error("absurd FLAC header: {0}")]
-    AbsurdHeader(String),
+    Limit(&'static str),
     #[error("FLAC bit depth {bits} is not supported (expected 8, 16 or 24 bits per sample)")]
     UnsupportedBitDepth { bits: u8 },
-    #[error("truncated FLAC stream: {0}")]
-    Truncated(String),
+    #[error("truncated FLAC stream: the file ends at byte {len} inside the metadata blocks")]
+    CutInMetadata { len: usize },
+    #[error(
+        "truncated FLAC stream: metadata block of type {block_type} at byte {at} declares \
+         {declared} bytes, {available} follow"
+    )]
+    BlockPastEnd {
+        block_type: u8,
+        at: usize,
+        declared: usize,
+        available: usize,
+    },
+    #[error(
+        "truncated FLAC stream: STREAMINFO declares {declared} samples, the frames hold {held} \
+         (the file is cut short or its last frame failed its CRC check)"
+    )]
+    ShortStream { declared: u64, held: u64 },
+    #[error("truncated FLAC stream: the file ends inside a metadata block or frame")]
+    EndsInside,
+    /// The decoder's words on the failed check.
     #[error("FLAC frame failed its CRC check: {0}")]
-    BadCrc(String),
+    BadCrc(&'static str),
     #[error(
         "FLAC frames missing at sample {at} (the next frame starts at sample {next}): a frame \
          failed its CRC check or was cut out"
     )]
     MissingFrames { at: u64, next: u64 },
+    /// The decoder's words on what is wrong.
     #[error("corrupt FLAC frame: {0}")]
-    Corrupt(String),
+    Corrupt(&'static str),
+    #[error("corrupt FLAC frame: the FLAC decoder failed on these bytes")]
+    DecoderPanicked,
+    #[error("corrupt FLAC frame: no audio track")]
+    NoTrack,
+    #[error("corrupt FLAC frame: a frame has {got} channels, STREAMINFO declares {declared}")]
+    FrameChannels { got: usize, declared: usize },
+    /// Reading the in-memory stream failed other than at its end.
+    #[error("corrupt FLAC frame: {0}")]
+    Read(std::io::ErrorKind),
+    #[error("corrupt FLAC frame: the stream needs a decoder reset")]
+    ResetRequired,
+    /// A FLAC feature the decoder does not support (its words).
     #[error("FLAC feature not supported: {0}")]
-    Unsupported(String),
+    Unsupported(&'static str),
+    #[error("FLAC feature not supported: a sample format other than integer")]
+    SampleFormat,
     #[error("FLAC stream holds no samples")]
     Empty,
 }
@@ -123,25 +163,23 @@ pub fn stream_info(bytes: &[u8]) -> Result<StreamInfo, Error> {
         min_block,
         max_block,
     };
-    let absurd = |m: String| Err(Error::AbsurdHeader(m));
     if sample_rate == 0 || sample_rate > 655_350 {
-        return absurd(format!(
-            "sample rate {sample_rate} Hz (expected 1..=655350 Hz)"
-        ));
+        return Err(Error::AbsurdRate { hz: sample_rate });
     }
     if min_block < 16 || max_block < min_block {
-        return absurd(format!(
-            "block sizes {min_block}..{max_block} (expected 16 ≤ minimum ≤ maximum)"
-        ));
+        return Err(Error::AbsurdBlocks {
+            min: min_block,
+            max: max_block,
+        });
     }
     if !BITS.contains(&bits) {
         return Err(Error::UnsupportedBitDepth { bits });
     }
     if total_samples > bytes.len() as u64 * MAX_SAMPLES_PER_BYTE {
-        return absurd(format!(
-            "{total_samples} samples declared in a {} byte file",
-            bytes.len()
-        ));
+        return Err(Error::AbsurdLength {
+            samples: total_samples,
+            bytes: bytes.len(),
+        });
     }
     Ok(info)
 }
@@ -168,9 +206,7 @@ pub fn decode(
         Ok(r) => r,
         Err(_) => {
             out.clear();
-            Err(Error::Corrupt(
-                "the FLAC decoder failed on these bytes".into(),
-            ))
+            Err(Error::DecoderPanicked)
         }
     }
 }
@@ -205,7 +241,7 @@ fn frames(
     let mut reader = FlacReader::try_new(src, &FormatOptions::default()).map_err(map_err)?;
     let params = reader
         .default_track()
-        .ok_or_else(|| Error::Corrupt("no audio track".into()))?
+        .ok_or(Error::NoTrack)?
         .codec_params
         .clone();
     let mut decoder =
@@ -231,17 +267,15 @@ fn frames(
         }
         let decoded = decoder.decode(&packet).map_err(map_err)?;
         let AudioBufferRef::S32(buf) = decoded else {
-            return Err(Error::Unsupported(
-                "a sample format other than integer".into(),
-            ));
+            return Err(Error::SampleFormat);
         };
         let frames = buf.frames();
         next_ts += frames as u64;
         if buf.spec().channels.count() != nch {
-            return Err(Error::Corrupt(format!(
-                "a frame has {} channels, STREAMINFO declares {nch}",
-                buf.spec().channels.count()
-            )));
+            return Err(Error::FrameChannels {
+                got: buf.spec().channels.count(),
+                declared: nch,
+            });
         }
         const S31: f32 = 1.0 / 2_147_483_648.0;
         let start = out.len();
@@ -260,11 +294,10 @@ fn frames(
         }
     }
     if complete && info.total_samples != 0 && next_ts < info.total_samples {
-        return Err(Error::Truncated(format!(
-            "STREAMINFO declares {} samples, the frames hold {next_ts} (the file is cut short \
-             or its last frame failed its CRC check)",
-            info.total_samples
-        )));
+        return Err(Error::ShortStream {
+            declared: info.total_samples,
+            held: next_ts,
+        });
     }
     if info.total_samples != 0 {
         out.truncate(info.total_samples as usize);
@@ -281,18 +314,17 @@ fn first_frame(bytes: &[u8]) -> Result<usize, Error> {
     let mut pos = 4;
     loop {
         let Some(h) = bytes.get(pos..pos + 4) else {
-            return Err(Error::Truncated(format!(
-                "the file ends at byte {} inside the metadata blocks",
-                bytes.len()
-            )));
+            return Err(Error::CutInMetadata { len: bytes.len() });
         };
         let len = u32::from_be_bytes([0, h[1], h[2], h[3]]) as usize;
         let available = bytes.len() - pos - 4;
         if len > available {
-            return Err(Error::Truncated(format!(
-                "metadata block of type {} at byte {pos} declares {len} bytes, {available} follow",
-                h[0] & 0x7F
-            )));
+            return Err(Error::BlockPastEnd {
+                block_type: h[0] & 0x7F,
+                at: pos,
+                declared: len,
+                available,
+            });
         }
         pos += 4 + len;
         if h[0] & 0x80 != 0 {
@@ -304,19 +336,15 @@ fn first_frame(bytes: &[u8]) -> Result<usize, Error> {
 /// A symphonia error as a specific [`Error`].
 fn map_err(e: SymError) -> Error {
     match e {
-        SymError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Error::Truncated("the file ends inside a metadata block or frame".into())
-        }
-        SymError::IoError(e) => Error::Corrupt(e.to_string()),
+        SymError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Error::EndsInside,
+        SymError::IoError(e) => Error::Read(e.kind()),
         SymError::DecodeError(m) if m.contains("CRC") => {
-            Error::BadCrc(m.trim_start_matches("flac: ").into())
+            Error::BadCrc(m.trim_start_matches("flac: "))
         }
-        SymError::DecodeError(m) => Error::Corrupt(m.trim_start_matches("flac: ").into()),
-        SymError::Unsupported(m) => Error::Unsupported(m.trim_start_matches("flac: ").into()),
-        SymError::LimitError(m) => Error::AbsurdHeader(m.into()),
-        SymError::SeekError(_) | SymError::ResetRequired => {
-            Error::Corrupt("the stream needs a decoder reset".into())
-        }
+        SymError::DecodeError(m) => Error::Corrupt(m.trim_start_matches("flac: ")),
+        SymError::Unsupported(m) => Error::Unsupported(m.trim_start_matches("flac: ")),
+        SymError::LimitError(m) => Error::Limit(m),
+        SymError::SeekError(_) | SymError::ResetRequired => Error::ResetRequired,
     }
 }
 

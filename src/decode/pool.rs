@@ -350,14 +350,14 @@ mod tests {
             channels: Channels::First,
         };
         let mut router = Router::new(rate, policy, Arc::clone(&staging));
-        let samples = crate::app::synth::clip(7, 1, 0);
-        let mono = crate::app::synth::encode_wav_pcm16(&samples, rate);
+        let samples = crate::synth::clip(7, 1, 0);
+        let mono = crate::synth::encode_wav_pcm16(&samples, rate);
         match router.route(&mono).unwrap().unwrap() {
             Route::Device(info) => assert_eq!((info.sample_rate, info.channels), (rate, 1)),
             Route::Pcm(_) => panic!("a mono PCM WAV at the rate is the device's"),
         }
         // Another rate: decoded here, equal to the CPU backend's clip.
-        let other = crate::app::synth::encode_wav_pcm16(&samples, 8000);
+        let other = crate::synth::encode_wav_pcm16(&samples, 8000);
         let Route::Pcm(clip) = router.route(&other).unwrap().unwrap() else {
             panic!("a resampled file is decoded on the host");
         };

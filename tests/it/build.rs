@@ -1,7 +1,7 @@
 //! End to end: synth → build → read the HDF5 back.
 
 use crate::common::*;
-use melforge::app::synth::{self, LABELS};
+use melforge::synth::{self, LABELS};
 
 #[test]
 fn synth_build_read_back_shape_labels_paths_values() {

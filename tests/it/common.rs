@@ -19,7 +19,7 @@ pub fn put(root: &Path, rel: &str, bytes: &[u8]) -> PathBuf {
 /// A synthetic corpus of `files` clips in a fresh temp dir.
 pub fn synth_corpus(files: u64, seed: u64) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    melforge::app::synth::generate(d.path(), files, seed).unwrap();
+    melforge::synth::generate(d.path(), files, seed).unwrap();
     d
 }
 

@@ -123,7 +123,7 @@ fn backend_choice_on_this_host_never_panics() {
             let Error::CudaUnavailable(w) = select(Backend::Cuda).unwrap_err() else {
                 panic!("compute.backend = \"cuda\" without a GPU must say the GPU is unavailable");
             };
-            assert_eq!(w, why.to_string());
+            assert_eq!(w.to_string(), why.to_string());
         }
         Ok(gpu) => eprintln!("this host has a GPU ({gpu}); the GPU-less checks do not apply"),
     }

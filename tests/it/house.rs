@@ -688,3 +688,407 @@ fn the_checker_sees_paths_through_comments_groups_and_inline_modules() {
         .is_empty()
     );
 }
+
+/// Files outside `app/` and `cli/` that name `crate::app`: a lower layer
+/// reaching up into the commands (its tests included — test support such
+/// as the synthetic corpus lives low, `crate::synth`).
+fn lower_layers_importing_app(files: &[SourceFile]) -> Vec<String> {
+    let mut found = Vec::new();
+    for f in files {
+        if f.rel.starts_with("app/") || f.rel.starts_with("cli/") {
+            continue;
+        }
+        let children: BTreeSet<String> = files
+            .iter()
+            .filter(|c| c.module.len() == f.module.len() + 1 && c.module.starts_with(&f.module))
+            .map(|c| c.module.last().expect("a child has a name").clone())
+            .collect();
+        if let Some(p) = paths_of(f, &children)
+            .into_iter()
+            .find(|p| p.first().is_some_and(|s| s == "app"))
+        {
+            found.push(format!("  {} → crate::{}", f.rel, p.join("::")));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_lower_layer_imports_app() {
+    let found = lower_layers_importing_app(&read_sources());
+    assert!(
+        found.is_empty(),
+        "files outside src/app and src/cli that import crate::app (move what they use \
+         down, e.g. next to crate::synth):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The index of the token closing the group opened at `toks[open]`
+/// (`(`, `[`, `{` or `<`), or the last index.
+fn closing(toks: &[Tok], open: usize) -> usize {
+    let Tok::Punct(o) = toks[open] else {
+        return open;
+    };
+    let c = match o {
+        b'(' => b')',
+        b'[' => b']',
+        b'{' => b'}',
+        _ => b'>',
+    };
+    let mut depth = 0usize;
+    for (i, t) in toks.iter().enumerate().skip(open) {
+        match t {
+            Tok::Punct(x) if *x == o => depth += 1,
+            Tok::Punct(x) if *x == c => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+    }
+    toks.len() - 1
+}
+
+/// Public error enums with a tuple variant holding a bare `String`:
+/// `(file, enum, variant)`. An error enum is a `pub enum` whose name ends
+/// in `Error` or that derives `Error` (thiserror).
+fn string_variants(code: &str) -> Vec<(String, String)> {
+    let toks = tokens(code);
+    let mut found = Vec::new();
+    for i in 0..toks.len() {
+        let (Tok::Ident(kw), Some(Tok::Ident(name))) = (&toks[i], toks.get(i + 1)) else {
+            continue;
+        };
+        if kw != "enum" {
+            continue;
+        }
+        // Visibility and attributes: back to the previous item's end.
+        let start = toks[..i]
+            .iter()
+            .rposition(|t| matches!(t, Tok::Punct(b';') | Tok::Punct(b'}')))
+            .map_or(0, |p| p + 1);
+        let head = &toks[start..i];
+        let public = head.contains(&Tok::Ident("pub".into()));
+        let derives_error = head.contains(&Tok::Ident("Error".into()));
+        if !public || !(name.ends_with("Error") || derives_error) {
+            continue;
+        }
+        let Some(open) = (i + 2..toks.len()).find(|&j| toks[j] == Tok::Punct(b'{')) else {
+            continue;
+        };
+        let close = closing(&toks, open);
+        let mut j = open + 1;
+        while j < close {
+            match (&toks[j], toks.get(j + 1)) {
+                (Tok::Punct(b'#'), _) => j = closing(&toks, j + 1) + 1,
+                (Tok::Ident(variant), Some(Tok::Punct(b'('))) => {
+                    let end = closing(&toks, j + 1);
+                    let fields = split_fields(&toks[j + 2..end]);
+                    if fields.iter().any(|f| is_string(f)) {
+                        found.push((name.clone(), variant.clone()));
+                    }
+                    j = end + 1;
+                }
+                (Tok::Ident(_), Some(Tok::Punct(b'{'))) => j = closing(&toks, j + 1) + 1,
+                _ => j += 1,
+            }
+        }
+    }
+    found
+}
+
+/// The fields of a tuple variant, attributes dropped.
+fn split_fields(toks: &[Tok]) -> Vec<Vec<Tok>> {
+    let mut fields = vec![Vec::new()];
+    let mut depth = 0i32;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Punct(b'#') if depth == 0 => {
+                i = closing(toks, i + 1) + 1;
+                continue;
+            }
+            Tok::Punct(b'<' | b'(' | b'[') => depth += 1,
+            Tok::Punct(b'>' | b')' | b']') => depth -= 1,
+            Tok::Punct(b',') if depth == 0 => {
+                fields.push(Vec::new());
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        fields
+            .last_mut()
+            .expect("one field at least")
+            .push(toks[i].clone());
+        i += 1;
+    }
+    fields
+}
+
+fn is_string(field: &[Tok]) -> bool {
+    let idents: Vec<&str> = field
+        .iter()
+        .filter_map(|t| match t {
+            Tok::Ident(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    let path_only = field.iter().all(|t| matches!(t, Tok::Ident(_) | Tok::Path));
+    path_only && idents.last() == Some(&"String")
+}
+
+/// `(String)` variants still allowed, each with why: (file, enum, variant).
+/// Empty is the goal; an entry here is debt with a reason.
+const STRING_VARIANT_DEBT: &[(&str, &str, &str, &str)] = &[(
+    "writer/mod.rs",
+    "Error",
+    "Plan",
+    "eight sentences across writer and the append thread/sink, which the serve \
+     restructure edits in parallel; to become typed variants after that merge",
+)];
+
+#[test]
+fn no_public_error_enum_has_a_string_variant() {
+    let mut found = Vec::new();
+    for f in read_sources() {
+        for (e, v) in string_variants(&f.code) {
+            let debt = STRING_VARIANT_DEBT
+                .iter()
+                .any(|d| d.0 == f.rel && d.1 == e && d.2 == v);
+            if !debt {
+                found.push(format!("  {}: {e}::{v}(String)", f.rel));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "public error enums with a (String) variant (give the variant typed fields — \
+         what was wrong, where, what was expected — or an enum of causes):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Longest function body allowed outside tests, in lines from `fn` to its
+/// closing brace (about a screen and a half: "Functions about a screen long").
+const MAX_FN_LINES: usize = 80;
+
+/// Functions allowed over [`MAX_FN_LINES`], at most five, each with why:
+/// (file, function, reason).
+const LONG_FNS: &[(&str, &str, &str)] = &[];
+
+/// Non-test functions of a file over `max` lines: (name, first line, lines).
+/// Test code is left out: `#[test]` functions and whatever a `#[cfg(test)]`
+/// item holds (a `mod tests { … }` block).
+fn long_functions(code: &str, max: usize) -> Vec<(String, usize, usize)> {
+    let toks = tokens(code);
+    // Token index → line, through the positions of identifiers and punctuation.
+    let lines = token_lines(code);
+    let mut skip_to = 0;
+    let mut found = Vec::new();
+    for i in 0..toks.len() {
+        if i < skip_to {
+            continue;
+        }
+        if toks[i] == Tok::Punct(b'#') && is_test_attr(&toks, i) {
+            // Skip the item the attribute is on: to its block's end, or `;`.
+            let mut j = closing(&toks, i + 1) + 1;
+            while j < toks.len() && !matches!(toks[j], Tok::Punct(b'{') | Tok::Punct(b';')) {
+                if toks[j] == Tok::Punct(b'#') {
+                    j = closing(&toks, j + 1);
+                }
+                j += 1;
+            }
+            skip_to = if toks.get(j) == Some(&Tok::Punct(b'{')) {
+                closing(&toks, j) + 1
+            } else {
+                j + 1
+            };
+            continue;
+        }
+        let (Tok::Ident(kw), Some(Tok::Ident(name))) = (&toks[i], toks.get(i + 1)) else {
+            continue;
+        };
+        if kw != "fn" {
+            continue;
+        }
+        // The body's `{`, or `;` for a declaration (brackets skipped: `[u8; 4]`).
+        let mut j = i + 2;
+        while j < toks.len() {
+            match toks[j] {
+                Tok::Punct(b'[') | Tok::Punct(b'(') => j = closing(&toks, j),
+                Tok::Punct(b'{') | Tok::Punct(b';') => break,
+                _ => {}
+            }
+            j += 1;
+        }
+        if toks.get(j) != Some(&Tok::Punct(b'{')) {
+            continue;
+        }
+        let n = lines[closing(&toks, j)] - lines[i] + 1;
+        if n > max {
+            found.push((name.clone(), lines[i], n));
+        }
+    }
+    found
+}
+
+/// Whether the attribute at `toks[i]` (`#`) is `#[test]` or `#[cfg(test)]`.
+fn is_test_attr(toks: &[Tok], i: usize) -> bool {
+    let body: Vec<&Tok> = toks[i + 1..=closing(toks, i + 1).min(toks.len() - 1)]
+        .iter()
+        .collect();
+    let word = |s: &str| Tok::Ident(s.into());
+    body == [&Tok::Punct(b'['), &word("test"), &Tok::Punct(b']')]
+        || body
+            == [
+                &Tok::Punct(b'['),
+                &word("cfg"),
+                &Tok::Punct(b'('),
+                &word("test"),
+                &Tok::Punct(b')'),
+                &Tok::Punct(b']'),
+            ]
+}
+
+/// The 1-based line of each token of [`tokens`]`(code)`.
+fn token_lines(code: &str) -> Vec<usize> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_ascii_whitespace() {
+            i += 1;
+        } else if is_ident(c) {
+            while i < b.len() && is_ident(b[i]) {
+                i += 1;
+            }
+            out.push(line);
+        } else if c == b':' && b.get(i + 1) == Some(&b':') {
+            out.push(line);
+            i += 2;
+        } else {
+            out.push(line);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Files that are test code as a whole: modules declared under
+/// `#[cfg(test)]` or the test harness's feature (`host-kernels`), and every
+/// file below them.
+fn test_modules(files: &[SourceFile]) -> BTreeSet<Vec<String>> {
+    let root = src_dir();
+    let mut out = BTreeSet::new();
+    for f in files {
+        let text = fs::read_to_string(root.join(&f.rel)).expect("read again");
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (n, line) in lines.iter().enumerate() {
+            if *line != "#[cfg(test)]" && *line != "#[cfg(feature = \"host-kernels\")]" {
+                continue;
+            }
+            let Some(decl) = lines[n + 1..].iter().find(|l| !l.starts_with("#[")) else {
+                continue;
+            };
+            let decl = decl
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ");
+            if let Some(name) = decl.strip_prefix("mod ").and_then(|d| d.strip_suffix(';')) {
+                let mut m = f.module.clone();
+                m.push(name.trim().to_owned());
+                out.insert(m);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn at_most_five_functions_outside_tests_are_over_80_lines() {
+    assert!(LONG_FNS.len() <= 5, "LONG_FNS holds more than five");
+    let files = read_sources();
+    let tests = test_modules(&files);
+    let mut found = Vec::new();
+    for f in &files {
+        if tests.iter().any(|t| f.module.starts_with(t)) {
+            continue;
+        }
+        for (name, line, n) in long_functions(&f.code, MAX_FN_LINES) {
+            if !LONG_FNS.iter().any(|l| l.0 == f.rel && l.1 == name) {
+                found.push(format!("  {}:{line}: fn {name} ({n} lines)", f.rel));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "functions over {MAX_FN_LINES} lines outside tests (split them into steps, or \
+         add at most five to LONG_FNS with the reason):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The three checkers on small inputs: each sees what it must and nothing
+/// in tests, comments or strings.
+#[test]
+fn the_checkers_see_app_imports_string_variants_and_long_functions() {
+    let file = |rel: &str, module: &[&str], text: &str| SourceFile {
+        rel: rel.into(),
+        module: module.iter().map(|s| (*s).to_owned()).collect(),
+        code: blank_non_code(text),
+        lines: text.lines().count(),
+    };
+    let files = [
+        file(
+            "dsp/x.rs",
+            &["dsp", "x"],
+            "// crate::app::no\nuse crate::app::synth::clip;\n",
+        ),
+        file("app/y.rs", &["app", "y"], "use crate::app::build;\n"),
+        file(
+            "cli/z.rs",
+            &["cli", "z"],
+            "fn f() { crate::app::serve::run(); }\n",
+        ),
+    ];
+    let up = lower_layers_importing_app(&files);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(up[0].contains("dsp/x.rs"), "{up:?}");
+
+    let code = blank_non_code(
+        "#[derive(Debug, thiserror::Error)]\n\
+         pub enum Error {\n\
+             #[error(\"{0}\")] Plan(String),\n\
+             Named { why: String },\n\
+             Typed(#[from] std::io::Error),\n\
+             Wrapped(#[source] std::string::String, usize),\n\
+             Static(&'static str),\n\
+         }\n\
+         pub enum Value { Str(String) }\n\
+         enum PrivateError { Text(String) }\n",
+    );
+    let got = string_variants(&code);
+    let want = [("Error", "Plan"), ("Error", "Wrapped")]
+        .map(|(e, v)| (e.to_owned(), v.to_owned()))
+        .to_vec();
+    assert_eq!(got, want);
+
+    let body = "    let x = 1;\n".repeat(80);
+    let code = blank_non_code(&format!(
+        "fn long() {{\n{body}}}\n\
+         fn short(a: [u8; 4]) -> u8 {{ a[0] }}\n\
+         trait T {{ fn decl(&self); }}\n\
+         #[test]\nfn a_long_test() {{\n{body}}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn helper() {{\n{body}    }}\n}}\n\
+         fn exactly_80() {{\n{}}}\n",
+        "    let x = 1;\n".repeat(78)
+    ));
+    assert_eq!(long_functions(&code, 80), vec![("long".to_owned(), 1, 82)]);
+}

@@ -29,7 +29,7 @@ fn percentile_nearest_rank() {
 
 fn corpus(n: u64) -> (tempfile::TempDir, Corpus) {
     let d = tempfile::tempdir().unwrap();
-    crate::app::synth::generate(d.path(), n, 1).unwrap();
+    crate::synth::generate(d.path(), n, 1).unwrap();
     let c = collect(d.path(), None).unwrap();
     (d, c)
 }

@@ -66,8 +66,8 @@ pub enum Error {
     #[error("{path} answered something that is not a JSON object: {line:?}")]
     BadReply { path: String, line: String },
     /// The service answered `"ok": false`.
-    #[error("{0}")]
-    Refused(String),
+    #[error("{reason}")]
+    Refused { reason: String },
     #[error(transparent)]
     Config(#[from] crate::config::Error),
     #[error("--format prometheus is only for `stats` (not `{0}`)")]
@@ -246,7 +246,9 @@ pub fn main(args: &CtlArgs) -> Result<(), Error> {
             .get("error")
             .and_then(Value::as_str)
             .unwrap_or("the service answered ok=false without an error message");
-        Err(Error::Refused(msg.to_string()))
+        Err(Error::Refused {
+            reason: msg.to_string(),
+        })
     }
 }
 

@@ -65,9 +65,9 @@ pub enum Error {
     )]
     NoShards(PathBuf),
     #[error(
-        "{0} looks like a shard file but is not named <split>.shard-K-of-N.h5 or rejected.shard-K-of-N.jsonl with 0 ≤ K < N and no leading zeros; rename or remove it"
+        "{name} looks like a shard file but is not named <split>.shard-K-of-N.h5 or rejected.shard-K-of-N.jsonl with 0 ≤ K < N and no leading zeros; rename or remove it"
     )]
-    BadName(String),
+    BadName { name: String },
     #[error(
         "the directory mixes shards of different builds: {a} is one of {n_a} shards, {b} one of {n_b}; remove the stale files"
     )]
@@ -219,7 +219,7 @@ fn find(dir: &Path) -> Result<Found, Error> {
         let parsed = shard::parse_file_name(&name);
         let shard = match &parsed {
             Some(ShardFile::Split { shard, .. } | ShardFile::Rejected(shard)) => *shard,
-            None if shard::looks_like_shard_file(&name) => return Err(Error::BadName(name)),
+            None if shard::looks_like_shard_file(&name) => return Err(Error::BadName { name }),
             None => continue,
         };
         match &count {

@@ -32,12 +32,13 @@ pub struct Shard {
 /// Why a `--shard` value is not usable.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    #[error("`{0}` is not of the form K/N (e.g. 0/4)")]
-    Form(String),
-    #[error("`{0}`: N must be at least 1")]
-    ZeroCount(String),
-    #[error("`{0}`: K must be below N (shards are numbered 0 to N-1)")]
-    OutOfRange(String),
+    /// `given` is the argument as written.
+    #[error("`{given}` is not of the form K/N (e.g. 0/4)")]
+    Form { given: String },
+    #[error("`{index}/0`: N must be at least 1")]
+    ZeroCount { index: usize },
+    #[error("`{index}/{count}`: K must be below N (shards are numbered 0 to N-1)")]
+    OutOfRange { index: usize, count: usize },
 }
 
 /// A decimal number without sign, spaces or leading zeros (so one shard has
@@ -51,15 +52,17 @@ fn canonical_number(s: &str) -> Option<usize> {
 impl FromStr for Shard {
     type Err = ParseError;
     fn from_str(s: &str) -> Result<Shard, ParseError> {
-        let form = || ParseError::Form(s.to_string());
+        let form = || ParseError::Form {
+            given: s.to_string(),
+        };
         let (k, n) = s.split_once('/').ok_or_else(form)?;
         let index = canonical_number(k).ok_or_else(form)?;
         let count = canonical_number(n).ok_or_else(form)?;
         if count == 0 {
-            return Err(ParseError::ZeroCount(s.to_string()));
+            return Err(ParseError::ZeroCount { index });
         }
         if index >= count {
-            return Err(ParseError::OutOfRange(s.to_string()));
+            return Err(ParseError::OutOfRange { index, count });
         }
         Ok(Shard { index, count })
     }
@@ -169,13 +172,13 @@ mod tests {
         assert_eq!("0/1".parse(), Ok(Shard { index: 0, count: 1 }));
         for bad in ["", "3", "a/4", "1/", "/4", "01/4", "1/04", "-1/4", "1 /4"] {
             assert!(
-                matches!(bad.parse::<Shard>(), Err(ParseError::Form(_))),
+                matches!(bad.parse::<Shard>(), Err(ParseError::Form { .. })),
                 "{bad}"
             );
         }
         assert_eq!(
             "0/0".parse::<Shard>(),
-            Err(ParseError::ZeroCount("0/0".into()))
+            Err(ParseError::ZeroCount { index: 0 })
         );
         assert_eq!(
             "4/4".parse::<Shard>().unwrap_err().to_string(),

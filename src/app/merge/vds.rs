@@ -25,8 +25,8 @@ pub enum Error {
     #[error("{0} failed")]
     Call(&'static str),
     /// A dataset or file name contains a NUL byte, which C strings cannot hold.
-    #[error("the name {0:?} contains a NUL byte")]
-    Nul(String),
+    #[error("the name {name:?} contains a NUL byte")]
+    Nul { name: String },
 }
 
 /// One source of a virtual dataset: all `rows` rows of dataset `dataset` in
@@ -86,7 +86,9 @@ pub fn create(
     total: usize,
     sources: &[Source<'_>],
 ) -> Result<(), Error> {
-    let c_name = CString::new(name).map_err(|_| Error::Nul(name.to_string()))?;
+    let c_name = CString::new(name).map_err(|_| Error::Nul {
+        name: name.to_string(),
+    })?;
     let dims: Vec<hsize_t> = std::iter::once(total)
         .chain(row_shape.iter().copied())
         .map(|d| d as hsize_t)
@@ -94,7 +96,9 @@ pub fn create(
     let rank = dims.len() as i32;
     let mut srcs = Vec::new();
     for s in sources.iter().filter(|s| s.rows > 0) {
-        let f = CString::new(s.file).map_err(|_| Error::Nul(s.file.to_string()))?;
+        let f = CString::new(s.file).map_err(|_| Error::Nul {
+            name: s.file.to_string(),
+        })?;
         srcs.push((f, s));
     }
     hdf5::sync::sync(|| {

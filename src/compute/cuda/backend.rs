@@ -34,7 +34,7 @@
 //! start-up, not mid-run. A device error mid-run rejects every file not yet
 //! finished with [`Reject::Device`], keeps taking the pool's files and
 //! rejecting them the same way (so the pipeline ends), and is returned by
-//! [`CudaWorkers::join`]. The output ring is fed through producer guards held
+//! [`CudaWorkers::join`] (as a [`Cause`]). The output ring is fed through producer guards held
 //! by the stage thread and each decode thread: it closes however they end.
 
 use std::sync::Arc;
@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
+use super::cause::Cause;
 use super::device::Device;
 use super::feed::{Fed, FedKind, Feed, FeedWiring};
 use super::gpu::Gpu;
@@ -57,7 +58,7 @@ use crate::decode::pool::{Clip, Staging};
 use crate::dsp::Plan;
 use crate::reader::FileBytes;
 use crate::runtime::ring::{Producer, Ring};
-use crate::runtime::telemetry::{Local, Stage};
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 
 /// Sizes of the CUDA stage.
 #[derive(Clone, Copy, Debug)]
@@ -220,7 +221,9 @@ pub fn start_cuda_workers(
 
 /// [`start_cuda_workers`] on any [`Device`]: `make` runs on the stage thread
 /// (a CUDA context is current on the thread that made it). Tests pass a
-/// `HostDouble`.
+/// `HostDouble`. In steps: the stage's parts (tables, decode staging, rings
+/// and every producer guard), the stage thread (it answers once its device
+/// opened), then the decode pool in front of it.
 pub fn start_workers_with<D, F>(
     plan: Arc<Plan>,
     make: F,
@@ -232,13 +235,13 @@ where
     D: Device,
     F: FnOnce() -> super::device::Result<D> + Send + 'static,
 {
-    let tables = Tables::new(&plan).map_err(|e| Error::Unavailable(e.to_string()))?;
+    let tables = Tables::new(&plan).map_err(Cause::from)?;
     let threads = opts.decode_threads.max(1);
     let batch = opts.batch_files.max(1);
     // Room for the open batch, one batch being copied and every decode
     // thread's clip in progress: the pool blocks (back-pressure) beyond.
     let staging = Staging::new(2 * batch + 2 * threads, tables.clip_samples)
-        .map_err(|e| Error::Unavailable(format!("cannot map the decode staging: {e}")))?;
+        .map_err(|e| Cause::host("map the decode staging", e))?;
     let fed: Arc<Ring<Fed>> = Arc::new(Ring::new(batch.max(threads * 2)));
     // Every guard exists before any thread can drop one.
     let output = wiring.output.producer();
@@ -253,107 +256,41 @@ where
         staging: Arc::clone(&staging),
     };
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
-    let thread_fed = Arc::clone(&fed);
+    let stage = StageThread {
+        plan,
+        opts,
+        tables,
+        wiring,
+        fed,
+        staging,
+        output,
+        ready: ready_tx,
+        report,
+    };
     let thread = std::thread::Builder::new()
         .name("cuda".into())
-        .spawn(move || {
-            let started = Instant::now();
-            // However this thread ends (a panic included), the pool stops:
-            // its pushes fail and its waits for a slot end.
-            let stop_pool = StopPool(Arc::clone(&thread_fed), Arc::clone(&staging));
-            let fed = thread_fed;
-            let cfg = RunnerConfig {
-                batch_files: batch,
-                slots: opts.slots.max(1),
-                // Room for B files of 4 bytes × clip samples (16-bit stereo,
-                // 32-bit mono or a staged f32 clip); larger files close the
-                // batch early.
-                input_bytes: batch * tables.clip_samples * 4 + (1 << 20),
-            };
-            let runner = make().and_then(|dev| {
-                BatchRunner::new(
-                    dev,
-                    MelRecipe::new(tables).with_f16_rows(opts.f16_rows),
-                    cfg,
-                )
-            });
-            let mut runner: BatchRunner<D, MelRecipe, usize, Held> = match runner {
-                Ok(r) => r,
-                Err(e) => {
-                    let _gone = ready_tx.send(Err(e.into()));
-                    return Err(Error::Unavailable("CUDA start-up failed".into()));
-                }
-            };
-            let mut pageable = false;
-            if let Some(a) = wiring.arena.as_ref() {
-                // SAFETY: the arena stays mapped while `wiring.arena` (an
-                // Arc) is held, i.e. until after `runner` (and its device,
-                // which unregisters) is dropped at the end of this closure.
-                pageable =
-                    !unsafe { register(runner.device(), a.as_ptr(), a.len(), "reader arena") };
-            }
-            // The staging is registered when the first clip arrives: a
-            // corpus the device decodes alone never pins it (nor touches
-            // its pages).
-            let mut staging_reg = LazyRegistration {
-                ptr: staging.as_ptr(),
-                len: staging.len(),
-                state: None,
-            };
-            let _gone = ready_tx.send(Ok(()));
-            let rate = plan.spec().sample_rate;
-            let r = run(
-                &mut runner,
-                &plan,
-                opts,
-                &wiring,
-                &fed,
-                &output,
-                &mut staging_reg,
-            );
-            pageable |= staging_reg.state == Some(false);
-            // The pool stops if it is still running (the output closed):
-            // pushes fail, waits for a slot end; leftovers are dropped.
-            drop(stop_pool);
-            while let Some(f) = fed.try_pop() {
-                drop(held(f.kind, rate, &wiring.free_bytes));
-            }
-            let (r, host_decoded) = r;
-            let stats = runner.stats();
-            let errors = runner.error_sink();
-            drop(runner);
-            let teardown = errors.lock().map(|e| e.clone()).unwrap_or_default();
-            let run_s = started.elapsed().as_secs_f64();
-            drop(output);
-            r.map_err(Error::Run)?;
-            if !teardown.is_empty() {
-                return Err(Error::Teardown(teardown.join("; ")));
-            }
-            Ok(CudaReport {
-                runner: stats,
-                pageable_copies: pageable || wiring.arena.is_none(),
-                run_s,
-                h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
-                f16_rows: opts.f16_rows,
-                decode_threads: threads,
-                host_decoded_files: host_decoded,
-                ..report
-            })
-        })
-        .map_err(|e| Error::Unavailable(format!("cannot start the CUDA thread: {e}")))?;
+        .spawn(move || stage.run(make))
+        .map_err(|e| Cause::host("start the CUDA thread", e))?;
     match ready_rx.recv() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             let _ = thread.join();
             return Err(e);
         }
-        Err(_) => {
-            return Err(Error::Unavailable(
-                "the CUDA thread died during start-up".into(),
-            ));
-        }
+        Err(_) => return Err(Cause::ThreadDied.into()),
     }
-    match Feed::start(feed_wiring, pool_fed, pool_out) {
+    start_pool(feed_wiring, pool_fed, pool_out, thread)
+}
+
+/// Starts the decode pool in front of the running stage thread.
+fn start_pool(
+    wiring: FeedWiring,
+    fed: Vec<Producer<Fed>>,
+    out: Vec<Producer<Outcome>>,
+    thread: JoinHandle<Result<CudaReport, Error>>,
+) -> Result<CudaWorkers, Error> {
+    let threads = fed.len();
+    match Feed::start(wiring, fed, out) {
         Ok(feed) => {
             if feed.len() < threads {
                 tracing::warn!(
@@ -368,11 +305,121 @@ where
             // Every fed guard is gone: the stage thread sees a closed,
             // empty input and ends without having taken a file.
             let _ = thread.join();
-            Err(Error::Unavailable(format!(
-                "cannot start the decode threads: {e}"
-            )))
+            Err(Cause::host("start the decode threads", e).into())
         }
     }
+}
+
+/// What the stage thread owns: the plan and its tables, the wiring, the fed
+/// ring from the pool, the decode staging and its output guard.
+struct StageThread {
+    plan: Arc<Plan>,
+    opts: CudaOptions,
+    tables: Tables,
+    wiring: Wiring,
+    fed: Arc<Ring<Fed>>,
+    staging: Arc<Staging>,
+    output: Producer<Outcome>,
+    /// Answered once: the device opened (or why not).
+    ready: mpsc::Sender<Result<(), Error>>,
+    report: CudaReport,
+}
+
+impl StageThread {
+    /// The stage thread's body: open the device, answer `ready`, run the
+    /// loop, release everything, and report.
+    fn run<D, F>(self, make: F) -> Result<CudaReport, Error>
+    where
+        D: Device,
+        F: FnOnce() -> super::device::Result<D>,
+    {
+        let started = Instant::now();
+        // However this thread ends (a panic included), the pool stops:
+        // its pushes fail and its waits for a slot end.
+        let stop_pool = StopPool(Arc::clone(&self.fed), Arc::clone(&self.staging));
+        let mut runner = match open_runner(make, self.tables, self.opts) {
+            Ok(r) => r,
+            Err(e) => {
+                let _gone = self.ready.send(Err(e.into()));
+                return Err(Cause::StartUpFailed.into());
+            }
+        };
+        let mut pageable = false;
+        if let Some(a) = self.wiring.arena.as_ref() {
+            // SAFETY: the arena stays mapped while `wiring.arena` (an
+            // Arc) is held, i.e. until after `runner` (and its device,
+            // which unregisters) is dropped at the end of this function.
+            pageable = !unsafe { register(runner.device(), a.as_ptr(), a.len(), "reader arena") };
+        }
+        // The staging is registered when the first clip arrives: a
+        // corpus the device decodes alone never pins it (nor touches
+        // its pages).
+        let mut staging_reg = LazyRegistration {
+            ptr: self.staging.as_ptr(),
+            len: self.staging.len(),
+            state: None,
+        };
+        let _gone = self.ready.send(Ok(()));
+        let (r, host_decoded) = run(
+            &mut runner,
+            &self.plan,
+            self.opts,
+            &self.wiring,
+            &self.fed,
+            &self.output,
+            &mut staging_reg,
+        );
+        pageable |= staging_reg.state == Some(false);
+        // The pool stops if it is still running (the output closed):
+        // pushes fail, waits for a slot end; leftovers are dropped.
+        drop(stop_pool);
+        let rate = self.plan.spec().sample_rate;
+        while let Some(f) = self.fed.try_pop() {
+            drop(held(f.kind, rate, &self.wiring.free_bytes));
+        }
+        let stats = runner.stats();
+        let errors = runner.error_sink();
+        drop(runner);
+        let failures = errors.lock().map(|e| e.clone()).unwrap_or_default();
+        let run_s = started.elapsed().as_secs_f64();
+        drop(self.output);
+        r.map_err(Error::Run)?;
+        if !failures.is_empty() {
+            return Err(Error::Teardown { failures });
+        }
+        Ok(CudaReport {
+            runner: stats,
+            pageable_copies: pageable || self.wiring.arena.is_none(),
+            run_s,
+            h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
+            f16_rows: self.opts.f16_rows,
+            decode_threads: self.opts.decode_threads.max(1),
+            host_decoded_files: host_decoded,
+            ..self.report
+        })
+    }
+}
+
+/// The device (`make`) and the batch runner over it, sized for `opts`.
+fn open_runner<D, F>(
+    make: F,
+    tables: Tables,
+    opts: CudaOptions,
+) -> super::device::Result<BatchRunner<D, MelRecipe, usize, Held>>
+where
+    D: Device,
+    F: FnOnce() -> super::device::Result<D>,
+{
+    let batch = opts.batch_files.max(1);
+    let cfg = RunnerConfig {
+        batch_files: batch,
+        slots: opts.slots.max(1),
+        // Room for B files of 4 bytes × clip samples (16-bit stereo, 32-bit
+        // mono or a staged f32 clip); larger files close the batch early.
+        input_bytes: batch * tables.clip_samples * 4 + (1 << 20),
+    };
+    let recipe = MelRecipe::new(tables).with_f16_rows(opts.f16_rows);
+    BatchRunner::new(make()?, recipe, cfg)
 }
 
 /// Registers `len` bytes at `ptr` for DMA; false (logged) when refused.
@@ -458,163 +505,242 @@ fn run<D: Device>(
     input: &Ring<Fed>,
     output: &Producer<Outcome>,
     staging_reg: &mut LazyRegistration,
-) -> (Result<(), Arc<str>>, u64) {
+) -> (Result<(), Cause>, u64) {
     let spec = plan.spec();
-    let rate = spec.sample_rate;
-    let row_len = spec.row_len();
-    let mut local = Local::default();
-    let mut host_decoded = 0u64;
-    let closed = std::cell::Cell::new(false);
-    let mut sink = |job: usize, vals: &[f32]| {
-        let mut row = w.free_rows.pop().unwrap_or_default();
-        row.clear();
-        row.extend_from_slice(vals);
-        debug_assert_eq!(row.len(), row_len);
-        if output.push(Outcome { job, row: Ok(row) }).is_err() {
-            closed.set(true);
-        }
+    let mut st = StageLoop {
+        runner,
+        opts,
+        rows: Rows {
+            free_rows: &w.free_rows,
+            output,
+            row_len: spec.row_len(),
+            closed: false,
+        },
+        local: Local::default(),
+        failure: None,
+        open_since: None,
+        host_decoded: 0,
     };
-    let reject = |job: usize, why: Reject| output.push(Outcome { job, row: Err(why) }).is_ok();
-    let mut failure: Option<Arc<str>> = None;
-    let fail = |e: &dyn std::fmt::Display| -> Arc<str> { e.to_string().into() };
-    // When the first file of the open batch arrived.
-    let mut open_since: Option<Instant> = None;
     loop {
-        let item = match input.try_pop() {
-            Some(i) => Some(i),
-            None if input.is_closed() => {
-                // Closed: drain what is left, then stop.
-                match input.pop() {
-                    Some(i) => Some(i),
-                    None => break,
+        let Fed { job, kind } = match st.next(input) {
+            Next::File(fed) => fed,
+            Next::Drained => break,
+            Next::Idle => {
+                // A batch flushed for its delay (no new file) may have
+                // failed: its files are answered now, not when the next
+                // file comes (serve may have none to send).
+                st.reject_unfinished();
+                if st.rows.closed {
+                    break;
                 }
-            }
-            None if runner.open_len() == 0 && failure.is_none() => {
-                // Nothing assembled: block for input, but keep completing
-                // batches in flight (poll) every few milliseconds.
-                let r = local.time(Stage::Mel, || runner.poll(&mut sink));
-                if let Err(e) = r {
-                    failure.get_or_insert(fail(&e));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-                None
-            }
-            None => {
-                let r = local.time(Stage::Mel, || {
-                    flush_if_due(runner, &mut open_since, opts.flush_after, &mut sink)
-                });
-                if let Err(e) = r {
-                    failure.get_or_insert(fail(&e));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-                None
+                continue;
             }
         };
-        let Some(Fed { job, kind }) = item else {
-            // A batch flushed for its delay (no new file) may have failed:
-            // its files are answered now, not when the next file comes
-            // (serve may have none to send).
-            if let Some(f) = &failure {
-                reject_unfinished(runner, f, &reject);
-            }
-            if closed.get() {
+        let (held, info) = held(kind, spec.sample_rate, &w.free_bytes);
+        // After a failure the file is rejected at once (and the loop goes
+        // on taking files, so the pipeline ends).
+        if st.take(job, held, info, staging_reg) {
+            st.reject_unfinished();
+            if st.rows.closed {
                 break;
             }
-            continue;
+        }
+    }
+    st.finish(&w.telemetry)
+}
+
+/// Where the stage's rows and rejections go: the output ring, with rows
+/// from the free list.
+struct Rows<'a> {
+    free_rows: &'a ArrayQueue<Vec<f32>>,
+    output: &'a Producer<Outcome>,
+    row_len: usize,
+    /// The output ring closed (the consumer is gone): the loop ends.
+    closed: bool,
+}
+
+impl Rows<'_> {
+    fn row(&mut self, job: usize, vals: &[f32]) {
+        let mut row = self.free_rows.pop().unwrap_or_default();
+        row.clear();
+        row.extend_from_slice(vals);
+        debug_assert_eq!(row.len(), self.row_len);
+        if self.output.push(Outcome { job, row: Ok(row) }).is_err() {
+            self.closed = true;
+        }
+    }
+
+    fn reject(&self, job: usize, why: Reject) -> bool {
+        self.output.push(Outcome { job, row: Err(why) }).is_ok()
+    }
+}
+
+/// What the stage loop takes next.
+enum Next {
+    File(Fed),
+    /// Nothing arrived (the loop polled or flushed a due batch meanwhile).
+    Idle,
+    /// The input closed and is empty.
+    Drained,
+}
+
+/// The stage loop's state: the runner, where rows go, the first device
+/// failure, and when the open batch's first file arrived.
+struct StageLoop<'a, D: Device> {
+    runner: &'a mut BatchRunner<D, MelRecipe, usize, Held>,
+    opts: CudaOptions,
+    rows: Rows<'a>,
+    local: Local,
+    failure: Option<Arc<Cause>>,
+    /// When the first file of the open batch arrived.
+    open_since: Option<Instant>,
+    host_decoded: u64,
+}
+
+impl<D: Device> StageLoop<'_, D> {
+    /// The next fed file; while none is there, completes batches in flight
+    /// (nothing assembled) or flushes the open batch once it is due.
+    fn next(&mut self, input: &Ring<Fed>) -> Next {
+        if let Some(fed) = input.try_pop() {
+            return Next::File(fed);
+        }
+        if input.is_closed() {
+            // Closed: drain what is left, then stop.
+            return input.pop().map_or(Next::Drained, Next::File);
+        }
+        let (runner, rows) = (&mut *self.runner, &mut self.rows);
+        let r = if runner.open_len() == 0 && self.failure.is_none() {
+            // Nothing assembled: block for input, but keep completing
+            // batches in flight (poll) every few milliseconds.
+            self.local
+                .time(Stage::Mel, || runner.poll(&mut |j, v| rows.row(j, v)))
+        } else {
+            let (open_since, delay) = (&mut self.open_since, self.opts.flush_after);
+            self.local.time(Stage::Mel, || {
+                flush_if_due(runner, open_since, delay, &mut |j, v| rows.row(j, v))
+            })
         };
-        let (held, info) = held(kind, rate, &w.free_bytes);
-        if let Held::Clip(_) = held {
-            host_decoded += 1;
-        }
-        if let Some(f) = &failure {
+        self.fail(r);
+        std::thread::sleep(Duration::from_micros(200));
+        Next::Idle
+    }
+
+    /// Adds one file to the open batch and flushes what is full or due;
+    /// false when a failure came first (the file was rejected instead).
+    fn take(
+        &mut self,
+        job: usize,
+        held: Held,
+        info: crate::decode::wav::WavInfo,
+        staging_reg: &mut LazyRegistration,
+    ) -> bool {
+        let is_clip = matches!(held, Held::Clip(_));
+        self.host_decoded += u64::from(is_clip);
+        if let Some(f) = &self.failure {
             drop(held);
-            let _ok = reject(job, Reject::Device(Arc::clone(f)));
-            continue;
+            let _ok = self.rows.reject(job, Reject::Device(Arc::clone(f)));
+            return false;
         }
-        if let Held::Clip(_) = held {
-            staging_reg.ensure(runner.device());
+        if is_clip {
+            staging_reg.ensure(self.runner.device());
         }
-        let mut staged = Staged {
+        let staged = Staged {
             tag: job,
             bytes: held,
             info,
         };
-        let r = local.time(Stage::Mel, || -> super::device::Result<()> {
-            for _attempt in 0..2 {
-                match runner.add(staged) {
-                    Ok(()) => return Ok(()),
-                    Err(back) if runner.open_len() == 0 => {
-                        staged = back;
-                        break;
-                    }
-                    Err(back) => {
-                        staged = back;
-                        runner.flush(&mut sink)?;
-                    }
-                }
-            }
-            // Too big for an empty batch: reject (its bytes are dropped here).
-            let bytes = staged.bytes.len();
-            let _ok = reject(staged.tag, Reject::Staging { bytes });
-            Ok(())
-        });
-        if runner.open_len() == 0 {
-            open_since = None;
+        let (runner, rows) = (&mut *self.runner, &mut self.rows);
+        let r = self.local.time(Stage::Mel, || add(runner, rows, staged));
+        if self.runner.open_len() == 0 {
+            self.open_since = None;
         } else {
-            open_since.get_or_insert_with(Instant::now);
+            self.open_since.get_or_insert_with(Instant::now);
         }
+        let (runner, rows) = (&mut *self.runner, &mut self.rows);
+        let sink = &mut |j, v: &[f32]| rows.row(j, v);
         let r = r.and_then(|()| {
-            if runner.open_len() >= opts.batch_files.max(1) {
-                open_since = None;
-                runner.flush(&mut sink)
+            if runner.open_len() >= self.opts.batch_files.max(1) {
+                self.open_since = None;
+                runner.flush(sink)
             } else {
-                flush_if_due(runner, &mut open_since, opts.flush_after, &mut sink)?;
-                runner.poll(&mut sink)
+                flush_if_due(runner, &mut self.open_since, self.opts.flush_after, sink)?;
+                runner.poll(sink)
             }
         });
+        self.fail(r);
+        true
+    }
+
+    /// Keeps the first device failure.
+    fn fail(&mut self, r: super::device::Result<()>) {
         if let Err(e) = r {
-            failure.get_or_insert(fail(&e));
-        }
-        if let Some(f) = &failure {
-            reject_unfinished(runner, f, &reject);
-        }
-        if closed.get() {
-            break;
+            self.failure
+                .get_or_insert_with(|| Arc::new(Cause::Device(e)));
         }
     }
-    if failure.is_none() {
-        let r = local.time(Stage::Mel, || runner.finish(&mut sink));
-        if let Err(e) = r {
-            failure = Some(fail(&e));
+
+    /// After a device failure: rejects every file the runner still holds
+    /// (the open batch and the batches whose submit or completion failed).
+    fn reject_unfinished(&mut self) {
+        let Some(why) = &self.failure else {
+            return;
+        };
+        for s in self.runner.take_open() {
+            let _ok = self.rows.reject(s.tag, Reject::Device(Arc::clone(why)));
+        }
+        for tag in self.runner.take_in_flight() {
+            let _ok = self.rows.reject(tag, Reject::Device(Arc::clone(why)));
         }
     }
-    if let Some(f) = &failure {
-        reject_unfinished(runner, f, &reject);
+
+    /// Completes what is in flight (unless the device failed), rejects what
+    /// is left, publishes the stage's telemetry.
+    fn finish(mut self, telemetry: &Telemetry) -> (Result<(), Cause>, u64) {
+        if self.failure.is_none() {
+            let (runner, rows) = (&mut *self.runner, &mut self.rows);
+            let r = self
+                .local
+                .time(Stage::Mel, || runner.finish(&mut |j, v| rows.row(j, v)));
+            if let Err(e) = r {
+                self.failure = Some(Arc::new(Cause::Device(e)));
+            }
+        }
+        self.reject_unfinished();
+        self.local.publish(telemetry);
+        let r = match self.failure {
+            Some(f) => Err(Arc::unwrap_or_clone(f)),
+            None => Ok(()),
+        };
+        (r, self.host_decoded)
     }
-    local.publish(&w.telemetry);
-    let r = match failure {
-        Some(f) => Err(f),
-        None => Ok(()),
-    };
-    (r, host_decoded)
+}
+
+/// Adds `staged` to the open batch, flushing a full batch once to make room;
+/// a file too big for an empty batch is rejected (its bytes dropped here).
+fn add<D: Device>(
+    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
+    rows: &mut Rows<'_>,
+    mut staged: Staged<usize, Held>,
+) -> super::device::Result<()> {
+    for _attempt in 0..2 {
+        match runner.add(staged) {
+            Ok(()) => return Ok(()),
+            Err(back) if runner.open_len() == 0 => {
+                staged = back;
+                break;
+            }
+            Err(back) => {
+                staged = back;
+                runner.flush(&mut |j, v| rows.row(j, v))?;
+            }
+        }
+    }
+    let bytes = staged.bytes.len();
+    let _ok = rows.reject(staged.tag, Reject::Staging { bytes });
+    Ok(())
 }
 
 /// Computes the open batch if its first file has waited `delay` or longer.
-/// After a device error: rejects every file the runner still holds (the
-/// open batch and the batches whose submit or completion failed).
-fn reject_unfinished<D: Device>(
-    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
-    why: &Arc<str>,
-    reject: &impl Fn(usize, Reject) -> bool,
-) {
-    for s in runner.take_open() {
-        let _ok = reject(s.tag, Reject::Device(Arc::clone(why)));
-    }
-    for tag in runner.take_in_flight() {
-        let _ok = reject(tag, Reject::Device(Arc::clone(why)));
-    }
-}
-
 fn flush_if_due<D: Device>(
     runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
     open_since: &mut Option<Instant>,

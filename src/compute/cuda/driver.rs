@@ -18,6 +18,8 @@ use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys};
 
+use super::cause::Cause;
+use super::device::DeviceError;
 use super::gpu::Gpu;
 use super::{kernels, libs, real};
 
@@ -68,45 +70,38 @@ pub const SYMBOLS: &[&str] = &[
 /// Oldest driver API the backend is written against (CUDA 12.0).
 pub const MIN_DRIVER: i32 = 12000;
 
-fn probe_uncached() -> Result<Gpu, String> {
-    let found = libs::ensure(&libs::CUDA)
-        .map_err(|_| "libcuda.so.1 not found (no NVIDIA driver)".to_string())?;
+fn probe_uncached() -> Result<Gpu, Cause> {
+    let found = libs::ensure(&libs::CUDA).map_err(|_| Cause::NoDriver)?;
     let missing: Vec<&str> = SYMBOLS
         .iter()
         .copied()
         .filter(|s| !libs::has_symbol(&found.loaded_as, s))
         .collect();
     if !missing.is_empty() {
-        return Err(format!(
-            "the NVIDIA driver ({}) is too old: it lacks {}",
-            found.loaded_as,
-            missing.join(", ")
-        ));
+        return Err(Cause::DriverLacks {
+            loaded_as: found.loaded_as,
+            missing,
+        });
     }
     // cudarc loads libcuda by its own list of names: make sure that is the
     // copy whose symbols were just checked (not a stub `libcuda.so`).
-    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))
-        .map_err(|e| e.to_string())?;
+    libs::same_as_loader_pick(&found.loaded_as, &cudarc::get_lib_name_candidates("cuda"))?;
     let mut version = 0;
     // SAFETY: libcuda is loaded and exports the symbol (checked above); the
     // out-pointer is valid.
     unsafe { sys::cuDriverGetVersion(&mut version) }
         .result()
-        .map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+        .map_err(|e| DeviceError::new("cuDriverGetVersion", e))?;
     if version < MIN_DRIVER {
-        return Err(format!(
-            "the NVIDIA driver supports CUDA {}.{}, older than the 12.0 melforge needs",
-            version / 1000,
-            version % 1000 / 10
-        ));
+        return Err(Cause::DriverTooOld { version });
     }
-    result::init().map_err(|e| format!("cuInit failed: {e}"))?;
+    result::init().map_err(|e| DeviceError::new("cuInit", e))?;
     let devices =
-        result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+        result::device::get_count().map_err(|e| DeviceError::new("cuDeviceGetCount", e))?;
     if devices < 1 {
-        return Err("no CUDA device".into());
+        return Err(Cause::NoDevice);
     }
-    let dev = result::device::get(0).map_err(|e| format!("cuDeviceGet(0) failed: {e}"))?;
+    let dev = result::device::get(0).map_err(|e| DeviceError::new("cuDeviceGet(0)", e))?;
     let name = result::device::get_name(dev).unwrap_or_else(|_| "CUDA device 0".into());
     let attr = |a| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet.
@@ -127,30 +122,29 @@ fn probe_uncached() -> Result<Gpu, String> {
     if let Err(e) = libs::ensure(jitlink_lib) {
         tracing::debug!(error = %e, "No libnvJitLink to preload before libcufft.");
     }
-    let wheel = |w: &str| {
-        if major >= 13 {
-            format!("`pip install {w}`")
+    let missing = |w: &str| {
+        let wheel = if major >= 13 {
+            w.to_owned()
         } else {
-            format!("`pip install {w}-cu12`")
-        }
+            format!("{w}-cu12")
+        };
+        move |error| Cause::MissingLibrary { error, wheel }
     };
-    libs::ensure(nvrtc_lib).map_err(|e| {
-        format!(
-            "{e}; install the CUDA toolkit or {}",
-            wheel("nvidia-cuda-nvrtc")
-        )
-    })?;
-    libs::ensure(cufft_lib)
-        .map_err(|e| format!("{e}; install the CUDA toolkit or {}", wheel("nvidia-cufft")))?;
+    libs::ensure(nvrtc_lib).map_err(missing("nvidia-cuda-nvrtc"))?;
+    libs::ensure(cufft_lib).map_err(missing("nvidia-cufft"))?;
     // Every NVRTC and cuFFT entry point, from the copies just found.
-    let sentence = |e: libs::LoadError| e.to_string();
-    let nvrtc = super::api::nvrtc().map_err(sentence)?;
-    super::api::cufft().map_err(sentence)?;
-    let nv = nvrtc.library_version().map_err(sentence)?;
-    super::nvrtc::check_versions(nv, version).map_err(sentence)?;
+    let nvrtc = super::api::nvrtc()?;
+    super::api::cufft()?;
+    let nv = nvrtc.library_version()?;
+    super::nvrtc::check_versions(nv, version)?;
     let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
-    super::nvrtc::pick_target(sm, &nvrtc.supported_archs().map_err(sentence)?)
-        .map_err(|e| format!("{e}; NVRTC {}.{} is too old for {name}", nv.0, nv.1))?;
+    super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?).map_err(|error| {
+        Cause::NvrtcTooOld {
+            error,
+            nvrtc: nv,
+            device: name.clone(),
+        }
+    })?;
     Ok(Gpu {
         name,
         cc,
@@ -167,11 +161,12 @@ pub fn driver_present() -> bool {
     libs::ensure(&libs::CUDA).is_ok()
 }
 
-/// Why no GPU is usable: a sentence such as "libcuda.so.1 not found (no
-/// NVIDIA driver)", shown to users as the reason the CPU backend runs.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unavailable(pub String);
+/// Why no GPU is usable ([`Cause`]); its sentence, such as "libcuda.so.1 not
+/// found (no NVIDIA driver)", is shown to users as the reason the CPU
+/// backend runs.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Unavailable(pub Cause);
 
 /// The usable GPU, or why there is none (cached per process). Beyond the
 /// libraries, the probe compiles the kernels (cached) and opens the device
@@ -184,9 +179,9 @@ pub fn probe() -> Result<Gpu, Unavailable> {
         .get_or_init(|| {
             probe_uncached()
                 .and_then(|gpu| {
-                    let image = kernels::compile_kernels(&gpu).map_err(|e| e.to_string())?.0;
-                    let dev = real::CudaDevice::open(gpu.clone(), &image)
-                        .map_err(|e| format!("CUDA device start-up failed: {e}"))?;
+                    let image = kernels::compile_kernels(&gpu)?.0;
+                    let dev =
+                        real::CudaDevice::open(gpu.clone(), &image).map_err(Cause::StartUp)?;
                     drop(dev);
                     Ok(gpu)
                 })

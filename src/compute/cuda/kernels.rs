@@ -7,28 +7,29 @@
 use std::time::Instant;
 
 use super::gpu::Gpu;
-use super::{Error, api, nvrtc};
+use std::sync::Arc;
+
+use super::cause::Cause;
+use super::{api, nvrtc};
 
 /// The kernels for `gpu`: CUBIN for its architecture, or PTX for the newest
 /// one NVRTC knows below it (`nvrtc::pick_target`); (image, seconds, whether
 /// every source came from the disk cache).
-pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Error> {
-    let n = api::nvrtc().map_err(|e| Error::Unavailable(e.to_string()))?;
+pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Cause> {
+    let n = api::nvrtc()?;
     let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
     let target = n
         .supported_archs()
-        .and_then(|a| nvrtc::pick_target(sm, &a))
-        .map_err(|e| Error::Unavailable(e.to_string()))?;
+        .and_then(|a| nvrtc::pick_target(sm, &a))?;
     let t = Instant::now();
     let mut images = Vec::new();
     for (file, src) in nvrtc::SOURCES {
-        images.push(nvrtc::compile_cached(file, src, target)?);
+        images.push(
+            nvrtc::compile_cached(file, src, target).map_err(|e| Cause::Kernels(Arc::new(e)))?,
+        );
     }
     let compile_s = t.elapsed().as_secs_f64();
     let from_cache = images.iter().all(|i| i.from_disk_cache);
-    let image = images
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Unavailable("no kernel sources".into()))?;
+    let image = images.into_iter().next().ok_or(Cause::NoKernelSources)?;
     Ok((image, compile_s, from_cache))
 }

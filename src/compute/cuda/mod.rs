@@ -22,6 +22,8 @@
 //!   `decode::pool`) and reject what the CPU backend rejects.
 //! * [`backend`] — [`backend::start_cuda_workers`]: the decode pool and the
 //!   stage thread on the same `compute::Wiring` as the CPU workers.
+//! * [`cause`] — [`Cause`], why the GPU is not usable or failed: one typed
+//!   value from the probe and the stage up to the commands.
 //! * [`tables`] — the tables the kernels read, built on the host and
 //!   uploaded once per plan (kernels/README.md).
 //!
@@ -40,6 +42,7 @@ pub mod tables;
 pub mod api;
 
 pub mod backend;
+pub mod cause;
 pub mod device;
 pub mod driver;
 pub mod feed;
@@ -58,6 +61,7 @@ pub use backend::{
     CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
     start_cuda_workers,
 };
+pub use cause::Cause;
 pub use driver::{Unavailable, driver_present, probe};
 pub use gpu::Gpu;
 #[cfg(feature = "host-kernels")]
@@ -66,18 +70,19 @@ pub use testing::start_host_double_workers;
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Unavailable(#[from] Cause),
     #[error(transparent)]
     Nvrtc(#[from] nvrtc::Error),
     #[error("CUDA: {0}")]
     Device(#[from] device::DeviceError),
     /// The device failed mid-run; the files it held were rejected.
     #[error("CUDA backend failed: {0}")]
-    Run(std::sync::Arc<str>),
-    /// Releasing device resources failed at the end of a run.
-    #[error("CUDA teardown failed: {0}")]
-    Teardown(String),
+    Run(Cause),
+    /// Releasing device resources failed at the end of a run: each failed
+    /// release as the device recorded it (`Device::attach_error_sink`).
+    #[error("CUDA teardown failed: {}", .failures.join("; "))]
+    Teardown { failures: Vec<String> },
     #[error("the CUDA compute thread panicked")]
     Panicked,
 }

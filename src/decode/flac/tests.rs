@@ -113,7 +113,7 @@ fn streaminfo_minimum_counting_the_short_last_block_decodes() {
     let samples: Vec<i16> = (0..80_000)
         .map(|i| ((i * 37) % 20_000 - 10_000) as i16)
         .collect();
-    let f = crate::app::synth::encode_flac_pcm16(&samples, 8000).unwrap();
+    let f = crate::synth::encode_flac_pcm16(&samples, 8000).unwrap();
     let (min, max) = (
         u16::from_be_bytes([f[8], f[9]]),
         u16::from_be_bytes([f[10], f[11]]),

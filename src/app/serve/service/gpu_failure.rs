@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Error, Service};
+use crate::compute::cuda::Cause;
 use crate::compute::{Choice, Probe};
 use crate::config::Backend;
 use crate::pipeline::Pipeline;
@@ -35,7 +36,7 @@ use crate::pipeline::Pipeline;
 impl Service {
     /// Notes the device's error `why`: nothing more is fed to the stage, and
     /// the file stays a job, to be queued again.
-    pub(super) fn device_failed(&mut self, why: &str) {
+    pub(super) fn device_failed(&mut self, why: &Arc<Cause>) {
         if self.compute_failed.is_some() {
             return;
         }
@@ -44,12 +45,12 @@ impl Service {
             _ => "ingest goes on on the CPU backend",
         };
         tracing::error!(
-            error = why,
+            error = %why,
             "The GPU failed. The files it had not finished stay in the drop directory and \
              are queued again; {then}."
         );
         self.last_error = Some(format!("the GPU failed: {why}"));
-        self.compute_failed = Some(why.to_string());
+        self.compute_failed = Some(Arc::clone(why));
     }
 
     /// After a GPU failure: stops the failed stage graph, keeps what it
@@ -80,7 +81,7 @@ impl Service {
             self.backlog.push_front(id);
         }
         if self.cfg.compute.backend == Backend::Cuda {
-            return Err(Error::Gpu(why));
+            return Err(Error::Gpu(Arc::unwrap_or_clone(why)));
         }
         let choice = Choice::cpu(format!(
             "auto: the GPU failed during this run ({why}), so the CPU backend is used until \

@@ -82,8 +82,11 @@ use crate::writer::append::{AppendThread, Dest};
 pub enum Error {
     #[error(transparent)]
     Config(#[from] crate::config::Error),
-    #[error("{0} has no [serve] section (watch_dir and output_dir are required for serve)")]
-    NoServe(String),
+    #[error(
+        "{} has no [serve] section (watch_dir and output_dir are required for serve)",
+        .config.display()
+    )]
+    NoServe { config: PathBuf },
     #[error("cannot prepare {path}: {source}")]
     Dir {
         path: PathBuf,
@@ -110,7 +113,7 @@ pub enum Error {
         "the GPU failed during the run ({0}) and compute.backend = \"cuda\" requires it; \
          files not committed stay in the drop directory and are ingested at the next start"
     )]
-    Gpu(String),
+    Gpu(crate::compute::cuda::Cause),
 }
 
 /// One file of the drop tree on its way through the pipeline.
@@ -174,7 +177,7 @@ pub struct Service {
     compact_after: Option<Instant>,
     /// The GPU's error, from the first file it failed until the loop
     /// replaces the stage graph (`gpu_failure`); nothing is fed meanwhile.
-    compute_failed: Option<String>,
+    compute_failed: Option<Arc<crate::compute::cuda::Cause>>,
 }
 
 impl Service {
@@ -318,8 +321,7 @@ impl Service {
     fn absorb(&mut self, o: Outcome) -> Result<(), Error> {
         if let Err(Reject::Device(why)) = &o.row {
             // Not the file's fault: it is queued again (`gpu_failure`).
-            let why = why.to_string();
-            self.device_failed(&why);
+            self.device_failed(why);
             return Ok(());
         }
         let Some(DropFile {

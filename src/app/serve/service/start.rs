@@ -129,10 +129,9 @@ fn dir(path: &Path) -> Result<(), Error> {
 
 impl Service {
     fn new(config_path: &Path, cfg: Config) -> Result<Service, Error> {
-        let serve = cfg
-            .serve
-            .clone()
-            .ok_or_else(|| Error::NoServe(config_path.display().to_string()))?;
+        let serve = cfg.serve.clone().ok_or_else(|| Error::NoServe {
+            config: config_path.to_path_buf(),
+        })?;
         if !serve.watch_dir.is_dir() {
             return Err(Error::Dir {
                 path: serve.watch_dir.clone(),

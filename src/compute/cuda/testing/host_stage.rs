@@ -87,7 +87,7 @@ mod tests {
 
         let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
         let rate = plan.spec().sample_rate;
-        let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+        let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
         let (wiring, input, output) = Wiring::standalone(256);
         let opts = CudaOptions {
             batch_files: 512,
@@ -148,7 +148,7 @@ mod tests {
         let trigger = dir.path().join("fail");
         let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
         let rate = plan.spec().sample_rate;
-        let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+        let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
         let (wiring, input, output) = Wiring::standalone(64);
         let opts = CudaOptions {
             batch_files: 64,
@@ -205,7 +205,7 @@ mod tests {
         let failed = collect(3);
         for o in &failed {
             assert!(
-                matches!(&o.row, Err(Reject::Device(why)) if why.contains("CUDA_ERROR_LAUNCH_FAILED")),
+                matches!(&o.row, Err(Reject::Device(why)) if why.to_string().contains("CUDA_ERROR_LAUNCH_FAILED")),
                 "job {}: {:?}",
                 o.job,
                 o.row.as_ref().map(|_| "a row")

@@ -647,20 +647,15 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
     let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
     let rate = plan.spec().sample_rate;
     let mut files: Vec<Vec<u8>> = (0..9)
-        .map(|i| {
-            crate::app::synth::encode_wav_pcm16(
-                &crate::app::synth::clip(7, i, (i % 3) as usize),
-                rate,
-            )
-        })
+        .map(|i| crate::synth::encode_wav_pcm16(&crate::synth::clip(7, i, (i % 3) as usize), rate))
         .collect();
     files[2] = b"RIFF....not a wav".to_vec();
-    files[5] = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(7, 5, 0), rate * 2);
+    files[5] = crate::synth::encode_wav_pcm16(&crate::synth::clip(7, 5, 0), rate * 2);
     // A short file (padding inside the clip) and a long one (trimmed copy).
-    files[6] = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(7, 6, 0)[..1000], rate);
-    let mut long = crate::app::synth::clip(7, 7, 1);
-    long.extend_from_slice(&crate::app::synth::clip(7, 8, 1));
-    files[7] = crate::app::synth::encode_wav_pcm16(&long, rate);
+    files[6] = crate::synth::encode_wav_pcm16(&crate::synth::clip(7, 6, 0)[..1000], rate);
+    let mut long = crate::synth::clip(7, 7, 1);
+    long.extend_from_slice(&crate::synth::clip(7, 8, 1));
+    files[7] = crate::synth::encode_wav_pcm16(&long, rate);
 
     let (wiring, input, output) = CudaWiring::standalone(64);
     let opts = CudaOptions {

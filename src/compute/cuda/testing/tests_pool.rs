@@ -214,8 +214,8 @@ fn a_pool_larger_than_the_batch_never_deadlocks_on_staging_and_loses_no_file() {
     // All resampled: every file needs a staging slot.
     let files: Vec<_> = (0..40)
         .map(|i| {
-            Ok(crate::app::synth::encode_wav_pcm16(
-                &crate::app::synth::clip(5, i, 0)[..2000],
+            Ok(crate::synth::encode_wav_pcm16(
+                &crate::synth::clip(5, i, 0)[..2000],
                 rate * 2,
             ))
         })
@@ -251,7 +251,7 @@ fn the_pool_stops_when_the_stage_thread_ends_first() {
         ..CudaOptions::default()
     };
     let workers = start_host_double_workers_with(plan, opts, wiring, Progress::Eager).unwrap();
-    let file = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(5, 1, 0), rate * 2);
+    let file = crate::synth::encode_wav_pcm16(&crate::synth::clip(5, 1, 0), rate * 2);
     let feeder_input = Arc::clone(&input);
     let feeder = std::thread::spawn(move || {
         let input = feeder_input;

@@ -42,7 +42,8 @@ fn teardown_errors_belong_to_their_own_run_and_never_poison_the_next() {
         .with_kernels(Box::new(MelHostKernels))
         .refusing("cuMemFree", "CUDA_ERROR_ILLEGAL_ADDRESS");
     match empty_run(failing) {
-        Err(crate::compute::cuda::Error::Teardown(e)) => {
+        Err(crate::compute::cuda::Error::Teardown { failures }) => {
+            let e = failures.join("; ");
             assert!(e.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}")
         }
         other => panic!("the run's own teardown failure was lost: {other:?}"),
@@ -181,7 +182,7 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
         )
         .unwrap();
     let rate = plan.spec().sample_rate;
-    let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+    let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
     let info = crate::decode::wav::parse(&wav).unwrap();
     let mut mem = wav.clone();
     let mut sink = |_: usize, _: &[f32]| {};
@@ -238,7 +239,7 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
 fn a_refused_arena_registration_falls_back_to_pageable_copies() {
     let plan = plan();
     let rate = plan.spec().sample_rate;
-    let wav = crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(3, 1, 0), rate);
+    let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
     let (mut wiring, input, output) = Wiring::standalone(16);
     wiring.arena = Some(crate::reader::arena::Arena::new(1 << 20, 1).unwrap());
     let dev = HostDouble::unlogged(Progress::Eager)
@@ -283,9 +284,7 @@ fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
         BatchRunner::new(dev, recipe, cfg).unwrap();
     let rate = plan.spec().sample_rate;
     let mut wavs: Vec<Vec<u8>> = (0..n)
-        .map(|i| {
-            crate::app::synth::encode_wav_pcm16(&crate::app::synth::clip(i as u64 + 5, 1, 0), rate)
-        })
+        .map(|i| crate::synth::encode_wav_pcm16(&crate::synth::clip(i as u64 + 5, 1, 0), rate))
         .collect();
     let rows = std::cell::RefCell::new(vec![Vec::new(); n]);
     let mut sink = |id: usize, v: &[f32]| rows.borrow_mut()[id] = v.to_vec();

@@ -1,4 +1,4 @@
-//! `melforge synth`: a deterministic synthetic corpus shaped like the reference
+//! The synthetic corpus (`melforge synth`): deterministic, shaped like the reference
 //! dataset, so demos, tests and benchmarks need no downloaded data.
 //!
 //! Layout: `<DIR>/{TRAINING,VALIDATION,TESTING}/<LABEL>/<LABEL>_<index>.wav`,
