@@ -1,6 +1,6 @@
 //! Flushes and journal commits from the serve loop, pipelined: on the flush
 //! timer the loop asks the append thread for a flush
-//! ([`crate::writer::append::AppendThread::start_flush`]) and *seals* what
+//! ([`crate::writer::append::AppendSink::start_flush`]) and *seals* what
 //! that flush covers (the journal records staged so far, their rows'
 //! post-commit actions, the rejections to log, the files they stand for);
 //! then it goes on taking outcomes, which stage for the next commit. When

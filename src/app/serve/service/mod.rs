@@ -8,7 +8,7 @@
 //! rescan ─────────▶ service loop ──ReadJob──▶ readers → compute (cpu | cuda)
 //! signals/socket ─▶ │   ▲                                         │
 //!                   │   └────────────── Outcome ──────────────────┘
-//!                   │   sink: AppendThread (one SWMR appender per split, on
+//!                   │   sink: AppendSink (one SWMR appender per split, on
 //!                   │         its own thread: `writer::append::thread`)
 //!                   │   flush timer: a sink flush is started; once it answers,
 //!                   │   the journal commit of what it covers, then post-commit
@@ -75,7 +75,7 @@ use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::ReadJob;
 use crate::runtime::telemetry::{Local, Telemetry};
 use crate::writer::Placed;
-use crate::writer::append::{AppendThread, Dest};
+use crate::writer::append::{AppendSink, Dest};
 
 /// A fatal service problem.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +137,7 @@ pub struct Service {
     cfg: Config,
     serve: ServeConfig,
     journal: Journal,
-    sink: AppendThread,
+    sink: AppendSink,
     pipeline: Pipeline,
     telemetry: Arc<Telemetry>,
     local: Local,
@@ -182,7 +182,7 @@ impl Service {
     /// joined as it is replaced), with every split the journal has rows in
     /// opened.
     fn fresh_sink(&mut self) -> Result<(), Error> {
-        self.sink = AppendThread::new(
+        self.sink = AppendSink::new(
             &self.serve.output_dir,
             &self.cfg,
             &self.serve.watch_dir,

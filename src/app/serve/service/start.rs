@@ -158,7 +158,7 @@ impl Service {
         }
         let telemetry = Arc::new(Telemetry::default());
         let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
-        let sink = AppendThread::new(
+        let sink = AppendSink::new(
             &serve.output_dir,
             &cfg,
             &serve.watch_dir,
