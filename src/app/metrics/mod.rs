@@ -185,6 +185,16 @@ pub struct JournalIndex {
     pub last_compaction_unix_s: f64,
 }
 
+/// serve's intake (`app::serve::service::intake`): files beyond the cap
+/// stay in the drop directory until a rescan finds room.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Intake {
+    /// The cap on queued files (`serve.max_queued_files`).
+    pub capacity: u64,
+    /// Sightings of files deferred because the queue was full.
+    pub deferred: u64,
+}
+
 /// Everything one scrape shows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -201,6 +211,8 @@ pub struct Snapshot {
     pub in_flight: u64,
     /// Offered, not yet handed to the readers (serve).
     pub queued: u64,
+    /// serve's intake: the cap on `queued` and the files it deferred.
+    pub intake: Option<Intake>,
     pub rows: BTreeMap<String, usize>,
     pub journal: Option<Journal>,
     /// Writes fail and ingest waits for them to work again (serve).
@@ -291,6 +303,9 @@ impl Snapshot {
         self.encode_files(&mut d)?;
         self.encode_stages(&mut d)?;
         self.encode_service(&mut d)?;
+        if let Some(i) = &self.intake {
+            encode_intake(&mut d, self.queued, i)?;
+        }
         if let Some(j) = &self.journal {
             encode_journal(&mut d, j)?;
             encode_index(&mut d, &j.index)?;
@@ -400,6 +415,25 @@ impl Snapshot {
             ("engine", self.engine.as_str()),
         ])
     }
+}
+
+/// serve's intake: queued files against the cap, deferred sightings.
+fn encode_intake(
+    d: &mut DescriptorEncoder,
+    queued: u64,
+    i: &Intake,
+) -> Result<(), std::fmt::Error> {
+    use MetricType::{Counter, Gauge};
+    let help = "Files serve's intake holds for the readers (at most its capacity).";
+    let v = one(Gauge, Num::Int(queued));
+    family(d, "melforge_intake_queued_files", help, None, &v)?;
+    let help = "The intake's cap on queued files (serve.max_queued_files).";
+    let v = one(Gauge, Num::Int(i.capacity));
+    family(d, "melforge_intake_capacity_files", help, None, &v)?;
+    let help = "Sightings of files left in the drop directory because the intake was full \
+                (a rescan offers them once it has room).";
+    let v = one(Counter, Num::Int(i.deferred));
+    family(d, "melforge_intake_deferred_files", help, None, &v)
 }
 
 /// serve's journal commits and the drop→commit histogram.

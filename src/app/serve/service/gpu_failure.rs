@@ -24,9 +24,9 @@
 //!
 //! [`Reject::Device`]: crate::compute::Reject::Device
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::health::Health;
 use super::{Error, Service};
 use crate::compute::{Choice, Probe};
 use crate::config::Backend;
@@ -36,7 +36,7 @@ impl Service {
     /// Notes the device's error `why`: nothing more is fed to the stage, and
     /// the file stays a job, to be queued again.
     pub(super) fn device_failed(&mut self, why: &str) {
-        if self.compute_failed.is_some() {
+        if matches!(self.health, Health::ComputeFailed { .. }) {
             return;
         }
         let then = match self.cfg.compute.backend {
@@ -49,16 +49,23 @@ impl Service {
              are queued again; {then}."
         );
         self.last_error = Some(format!("the GPU failed: {why}"));
-        self.compute_failed = Some(why.to_string());
+        let degraded = match std::mem::replace(&mut self.health, Health::Healthy) {
+            Health::Degraded(d) => Some(d),
+            _ => None,
+        };
+        self.health = Health::ComputeFailed {
+            cause: why.to_string(),
+            degraded,
+        };
     }
 
     /// After a GPU failure: stops the failed stage graph, keeps what it
     /// finished, queues the rest again, then moves to the CPU (`auto`) or
     /// stops serve (`cuda`: the error returned). See the module doc.
     pub(super) fn replace_failed_compute(&mut self) -> Result<(), Error> {
-        let Some(why) = self.compute_failed.clone() else {
+        if !matches!(self.health, Health::ComputeFailed { .. }) {
             return Ok(());
-        };
+        }
         self.pipeline.abort();
         // Rows and real rejections are taken; a device answer leaves its
         // file a job (`absorb`), queued again below.
@@ -67,18 +74,12 @@ impl Service {
                 self.on_write_error(e)?;
             }
         }
-        let queued: HashSet<usize> = self.backlog.iter().copied().collect();
-        let mut held: Vec<usize> = self
-            .jobs
-            .keys()
-            .copied()
-            .filter(|id| !queued.contains(id))
-            .collect();
-        held.sort_unstable();
-        let again = held.len();
-        for id in held.into_iter().rev() {
-            self.backlog.push_front(id);
-        }
+        // Taken only now: a device answer above finds the failure noted.
+        let why = self
+            .health
+            .take_compute_failure()
+            .expect("a failed write keeps the compute failure");
+        let again = self.intake.requeue_in_flight();
         if self.cfg.compute.backend == Backend::Cuda {
             return Err(Error::Gpu(why));
         }
@@ -103,7 +104,6 @@ impl Service {
         if let Err(e) = joined {
             tracing::warn!(error = %e, "Cannot join the failed GPU stage; it is left running.");
         }
-        self.compute_failed = None;
         tracing::warn!(
             queued_again = again,
             "Ingest goes on on the CPU backend. Restart serve to use the GPU again."
