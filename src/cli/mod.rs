@@ -79,11 +79,11 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// File container: 16-bit PCM WAV, or 16-bit FLAC.
-        #[arg(long, value_enum, default_value_t = crate::app::synth::Format::Wav)]
-        format: crate::app::synth::Format,
+        #[arg(long, value_enum, default_value_t = crate::synth::Format::Wav)]
+        format: crate::synth::Format,
         /// Sample rate in Hz (10 s per clip); other than 4096, a build needs
         /// `[input] resample = "soxr_hq"`.
-        #[arg(long, default_value_t = crate::app::synth::SAMPLE_RATE)]
+        #[arg(long, default_value_t = crate::synth::SAMPLE_RATE)]
         rate: u32,
     },
     /// Build one HDF5 file per split from a tree of WAV files.
@@ -219,8 +219,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             rate,
         } => {
             let t = std::time::Instant::now();
-            let enc = crate::app::synth::Encoding { format, rate };
-            let written = crate::app::synth::generate_as(&dir, files, seed, enc)
+            let enc = crate::synth::Encoding { format, rate };
+            let written = crate::synth::generate_as(&dir, files, seed, enc)
                 .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
             tracing::info!(
                 files = written.len(),

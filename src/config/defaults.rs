@@ -138,6 +138,12 @@ pub mod serve {
     pub const COMPACT_TAIL_ENTRIES: u64 = 65_536;
     /// `serve.compact_journal_bytes` (8 MiB).
     pub const COMPACT_JOURNAL_BYTES: u64 = 8 << 20;
+    /// `serve.max_queued_files`: at about 450 B per queued file (measured,
+    /// docs/BENCHMARKS.md "serve under bursts"), under 4 MiB of queue, and
+    /// 0.8 s of work at 10,000 files/s, so the rescan that refills it at
+    /// half (about 4,096 `stat`s and index lookups, ~20 ms) has 0.4 s; see
+    /// docs/OPERATIONS.md, "Sizing the intake".
+    pub const MAX_QUEUED_FILES: usize = 8_192;
 }
 
 /// `[input]`.

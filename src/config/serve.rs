@@ -46,6 +46,11 @@ pub struct RawServe {
     /// …or once the journal file is this large, in bytes (default
     /// [`defaults::serve::COMPACT_JOURNAL_BYTES`]).
     pub compact_journal_bytes: Option<u64>,
+    /// Most files seen and waiting for the readers at once; files beyond it
+    /// stay in the drop directory and are picked up by a rescan once the
+    /// queue has drained to half of it (default
+    /// [`defaults::serve::MAX_QUEUED_FILES`]; about 450 B of memory each).
+    pub max_queued_files: Option<usize>,
 }
 
 /// Validated `[serve]`.
@@ -62,6 +67,8 @@ pub struct ServeConfig {
     /// Journal compaction triggers (≥ 1 entry, ≥ 4096 bytes).
     pub compact_tail_entries: u64,
     pub compact_journal_bytes: u64,
+    /// The intake's cap on queued files (≥ 1).
+    pub max_queued_files: usize,
 }
 
 /// A `[serve]` problem: (key, message).
@@ -142,6 +149,11 @@ impl RawServe {
             Some(v) => v,
             None => defaults::serve::COMPACT_JOURNAL_BYTES,
         };
+        let max_queued_files = match self.max_queued_files {
+            Some(0) => return Err(("serve.max_queued_files", "0; expected ≥ 1".into())),
+            Some(v) => v,
+            None => defaults::serve::MAX_QUEUED_FILES,
+        };
         Ok(ServeConfig {
             watch_dir,
             output_dir,
@@ -158,6 +170,7 @@ impl RawServe {
             done_dir,
             compact_tail_entries,
             compact_journal_bytes,
+            max_queued_files,
         })
     }
 }
@@ -185,6 +198,23 @@ mod tests {
         assert_eq!(c.on_success, OnSuccess::Keep);
         assert_eq!(c.compact_tail_entries, 65_536);
         assert_eq!(c.compact_journal_bytes, 8 << 20);
+        assert_eq!(c.max_queued_files, 8_192);
+    }
+
+    #[test]
+    fn the_intake_cap_is_at_least_one() {
+        let raw = |v| RawServe {
+            watch_dir: Some("/d".into()),
+            output_dir: Some("/o".into()),
+            max_queued_files: Some(v),
+            ..RawServe::default()
+        };
+        let err = raw(0).validate(Path::new("/")).unwrap_err();
+        assert_eq!(
+            err,
+            ("serve.max_queued_files", "0; expected ≥ 1".to_string())
+        );
+        assert_eq!(raw(1).validate(Path::new("/")).unwrap().max_queued_files, 1);
     }
 
     #[test]

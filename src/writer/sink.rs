@@ -2,7 +2,9 @@
 //! graph's last step sees, implemented by the build writer
 //! ([`super::DatasetWriter`], rows in sorted path order, files renamed into
 //! place at the end) and by serve's SWMR appenders ([`super::append::AppendSink`], rows
-//! in arrival order, durable at each flush).
+//! in arrival order, durable at each flush). Each real sink implements it
+//! once: what stands behind a sink (the split table on serve's append
+//! thread) is not a sink of its own.
 //!
 //! A sink is driven from one thread (the build's writer thread, serve's loop)
 //! through `pipeline::deliver`, which also does the accounting every command

@@ -185,6 +185,16 @@ pub struct JournalIndex {
     pub last_compaction_unix_s: f64,
 }
 
+/// serve's intake (`app::serve::service::intake`): files beyond the cap
+/// stay in the drop directory until a rescan finds room.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Intake {
+    /// The cap on queued files (`serve.max_queued_files`).
+    pub capacity: u64,
+    /// Sightings of files deferred because the queue was full.
+    pub deferred: u64,
+}
+
 /// Everything one scrape shows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -201,6 +211,8 @@ pub struct Snapshot {
     pub in_flight: u64,
     /// Offered, not yet handed to the readers (serve).
     pub queued: u64,
+    /// serve's intake: the cap on `queued` and the files it deferred.
+    pub intake: Option<Intake>,
     pub rows: BTreeMap<String, usize>,
     pub journal: Option<Journal>,
     /// Writes fail and ingest waits for them to work again (serve).
@@ -286,9 +298,24 @@ fn labelled(
 }
 
 impl Snapshot {
+    /// Every family, one group of them at a time.
     fn encode(&self, mut d: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use MetricType::{Counter, Gauge};
-        let s = Some(&Unit::Seconds);
+        self.encode_files(&mut d)?;
+        self.encode_stages(&mut d)?;
+        self.encode_service(&mut d)?;
+        if let Some(i) = &self.intake {
+            encode_intake(&mut d, self.queued, i)?;
+        }
+        if let Some(j) = &self.journal {
+            encode_journal(&mut d, j)?;
+            encode_index(&mut d, &j.index)?;
+        }
+        Ok(())
+    }
+
+    /// Files by outcome, rejections by kind, bytes read.
+    fn encode_files(&self, d: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use MetricType::Counter;
         let files = labelled(
             Counter,
             "outcome",
@@ -297,34 +324,29 @@ impl Snapshot {
                 ("rejected".to_string(), Num::Int(self.files_rejected)),
             ],
         );
-        family(
-            &mut d,
-            "melforge_files",
-            "Files finished, by outcome.",
-            None,
-            &files,
-        )?;
+        let help = "Files finished, by outcome.";
+        family(d, "melforge_files", help, None, &files)?;
         // Every kind, zeros included, so rate() works from the first rejection.
         let kinds = RejectKind::ALL.iter().map(|k| {
             let n = self.rejected_by_kind.get(k).copied().unwrap_or(0);
             (k.to_string(), Num::Int(n))
         });
         let rejected = labelled(Counter, "kind", kinds);
-        family(
-            &mut d,
-            "melforge_rejected",
-            "Files rejected, by kind.",
-            None,
-            &rejected,
-        )?;
+        let help = "Files rejected, by kind.";
+        family(d, "melforge_rejected", help, None, &rejected)?;
         let bytes = one(Counter, Num::Int(self.bytes_read));
         family(
-            &mut d,
+            d,
             "melforge_bytes_read",
             "Bytes of audio read.",
             None,
             &bytes,
-        )?;
+        )
+    }
+
+    /// Busy seconds per stage, ring depths and capacities.
+    fn encode_stages(&self, d: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use MetricType::{Counter, Gauge};
         let b = &self.busy_s;
         let busy = labelled(
             Counter,
@@ -338,7 +360,7 @@ impl Snapshot {
             .map(|(n, v)| (n.to_string(), Num::Float(v))),
         );
         let help = "Seconds each stage was busy, summed over its threads.";
-        family(&mut d, "melforge_stage_busy", help, s, &busy)?;
+        family(d, "melforge_stage_busy", help, Some(&Unit::Seconds), &busy)?;
         let depth = |f: fn(&RingDepth) -> usize| {
             labelled(
                 Gauge,
@@ -349,30 +371,29 @@ impl Snapshot {
             )
         };
         let help = "Items waiting in each ring between stages.";
-        family(
-            &mut d,
-            "melforge_ring_depth",
-            help,
-            None,
-            &depth(|r| r.depth),
-        )?;
+        family(d, "melforge_ring_depth", help, None, &depth(|r| r.depth))?;
         let help = "Capacity of each ring between stages.";
         family(
-            &mut d,
+            d,
             "melforge_ring_capacity",
             help,
             None,
             &depth(|r| r.capacity),
-        )?;
+        )
+    }
+
+    /// Files in flight and queued, degraded, rows per split, the backend.
+    fn encode_service(&self, d: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use MetricType::Gauge;
         let help = "Files handed to the readers and not yet written or rejected.";
         let in_flight = one(Gauge, Num::Int(self.in_flight));
-        family(&mut d, "melforge_in_flight_files", help, None, &in_flight)?;
+        family(d, "melforge_in_flight_files", help, None, &in_flight)?;
         let help = "1 while writes fail (disk full, EIO) and serve waits to resume by itself.";
         let degraded = one(Gauge, Num::Int(u64::from(self.degraded)));
-        family(&mut d, "melforge_degraded", help, None, &degraded)?;
+        family(d, "melforge_degraded", help, None, &degraded)?;
         let help = "Files seen and waiting for room in the reader ring.";
         let queued = one(Gauge, Num::Int(self.queued));
-        family(&mut d, "melforge_queued_files", help, None, &queued)?;
+        family(d, "melforge_queued_files", help, None, &queued)?;
         let rows = labelled(
             Gauge,
             "split",
@@ -380,13 +401,8 @@ impl Snapshot {
                 .iter()
                 .map(|(k, &v)| (k.clone(), Num::Int(v as u64))),
         );
-        family(
-            &mut d,
-            "melforge_rows",
-            "Rows in each split's file.",
-            None,
-            &rows,
-        )?;
+        let help = "Rows in each split's file.";
+        family(d, "melforge_rows", help, None, &rows)?;
         let mut e = d.encode_descriptor(
             "melforge_backend",
             "The compute backend and reader engine that run, and why that backend.",
@@ -397,56 +413,71 @@ impl Snapshot {
             ("backend", self.backend.as_str()),
             ("reason", self.backend_reason.as_str()),
             ("engine", self.engine.as_str()),
-        ])?;
-        if let Some(j) = &self.journal {
-            let commits = one(Counter, Num::Int(j.commits));
-            let help = "Journal commits (each makes the rows flushed before it durable).";
-            family(&mut d, "melforge_journal_commits", help, None, &commits)?;
-            let help = "Files absorbed and waiting for the next journal commit.";
-            let staged = one(Gauge, Num::Int(j.staged as u64));
-            family(&mut d, "melforge_journal_staged_files", help, None, &staged)?;
-            let help = "Unix time of the last journal commit (the start before the first).";
-            let last = one(Gauge, Num::Float(j.last_commit_unix_s));
-            family(
-                &mut d,
-                "melforge_journal_last_commit_timestamp",
-                help,
-                s,
-                &last,
-            )?;
-            let x = &j.index;
-            let help = "Bytes of the serve journal file (bounded by compaction).";
-            let v = one(Gauge, Num::Int(x.journal_bytes));
-            family(&mut d, "melforge_journal_bytes", help, None, &v)?;
-            let help = "Files the exactly-once index confirms (on-disk snapshot + in-memory tail).";
-            let v = one(Gauge, Num::Int(x.entries));
-            family(&mut d, "melforge_index_entries", help, None, &v)?;
-            let help = "Index entries held in memory: committed since the last compaction.";
-            let v = one(Gauge, Num::Int(x.tail_entries));
-            family(&mut d, "melforge_index_tail_entries", help, None, &v)?;
-            let help = "Journal compactions (tail merged into a new index snapshot).";
-            let v = one(Counter, Num::Int(x.compactions));
-            family(&mut d, "melforge_journal_compactions", help, None, &v)?;
-            let help = "Unix time of the last journal compaction (0: none since the start).";
-            let v = one(Gauge, Num::Float(x.last_compaction_unix_s));
-            family(
-                &mut d,
-                "melforge_journal_last_compaction_timestamp",
-                help,
-                s,
-                &v,
-            )?;
-            let hist = Family {
-                kind: MetricType::Histogram,
-                values: Vec::new(),
-                hist: Some(&j.drop_to_commit),
-            };
-            let help = "Seconds from a file being seen in the drop directory to the journal \
-                        commit of its row.";
-            family(&mut d, "melforge_drop_to_commit", help, s, &hist)?;
-        }
-        Ok(())
+        ])
     }
+}
+
+/// serve's intake: queued files against the cap, deferred sightings.
+fn encode_intake(
+    d: &mut DescriptorEncoder,
+    queued: u64,
+    i: &Intake,
+) -> Result<(), std::fmt::Error> {
+    use MetricType::{Counter, Gauge};
+    let help = "Files serve's intake holds for the readers (at most its capacity).";
+    let v = one(Gauge, Num::Int(queued));
+    family(d, "melforge_intake_queued_files", help, None, &v)?;
+    let help = "The intake's cap on queued files (serve.max_queued_files).";
+    let v = one(Gauge, Num::Int(i.capacity));
+    family(d, "melforge_intake_capacity_files", help, None, &v)?;
+    let help = "Sightings of files left in the drop directory because the intake was full \
+                (a rescan offers them once it has room).";
+    let v = one(Counter, Num::Int(i.deferred));
+    family(d, "melforge_intake_deferred_files", help, None, &v)
+}
+
+/// serve's journal commits and the drop→commit histogram.
+fn encode_journal(d: &mut DescriptorEncoder, j: &Journal) -> Result<(), std::fmt::Error> {
+    use MetricType::{Counter, Gauge};
+    let s = Some(&Unit::Seconds);
+    let commits = one(Counter, Num::Int(j.commits));
+    let help = "Journal commits (each makes the rows flushed before it durable).";
+    family(d, "melforge_journal_commits", help, None, &commits)?;
+    let help = "Files absorbed and waiting for the next journal commit.";
+    let staged = one(Gauge, Num::Int(j.staged as u64));
+    family(d, "melforge_journal_staged_files", help, None, &staged)?;
+    let help = "Unix time of the last journal commit (the start before the first).";
+    let last = one(Gauge, Num::Float(j.last_commit_unix_s));
+    family(d, "melforge_journal_last_commit_timestamp", help, s, &last)?;
+    let hist = Family {
+        kind: MetricType::Histogram,
+        values: Vec::new(),
+        hist: Some(&j.drop_to_commit),
+    };
+    let help = "Seconds from a file being seen in the drop directory to the journal \
+                commit of its row.";
+    family(d, "melforge_drop_to_commit", help, s, &hist)
+}
+
+/// The journal file and its exactly-once index: sizes and compactions.
+fn encode_index(d: &mut DescriptorEncoder, x: &JournalIndex) -> Result<(), std::fmt::Error> {
+    use MetricType::{Counter, Gauge};
+    let help = "Bytes of the serve journal file (bounded by compaction).";
+    let v = one(Gauge, Num::Int(x.journal_bytes));
+    family(d, "melforge_journal_bytes", help, None, &v)?;
+    let help = "Files the exactly-once index confirms (on-disk snapshot + in-memory tail).";
+    let v = one(Gauge, Num::Int(x.entries));
+    family(d, "melforge_index_entries", help, None, &v)?;
+    let help = "Index entries held in memory: committed since the last compaction.";
+    let v = one(Gauge, Num::Int(x.tail_entries));
+    family(d, "melforge_index_tail_entries", help, None, &v)?;
+    let help = "Journal compactions (tail merged into a new index snapshot).";
+    let v = one(Counter, Num::Int(x.compactions));
+    family(d, "melforge_journal_compactions", help, None, &v)?;
+    let help = "Unix time of the last journal compaction (0: none since the start).";
+    let v = one(Gauge, Num::Float(x.last_compaction_unix_s));
+    let name = "melforge_journal_last_compaction_timestamp";
+    family(d, name, help, Some(&Unit::Seconds), &v)
 }
 
 /// The Prometheus text exposition (version 0.0.4 compatible; OpenMetrics

@@ -32,6 +32,7 @@ pub fn from_pipeline(p: Arc<Pipeline>, started: Instant) -> Source {
             rings: p.ring_depths(),
             in_flight: 0,
             queued: 0,
+            intake: None,
             rows: Default::default(),
             journal: None,
             degraded: false,

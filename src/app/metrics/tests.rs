@@ -31,6 +31,10 @@ fn snapshot() -> Snapshot {
         }],
         in_flight: 4,
         queued: 1,
+        intake: Some(Intake {
+            capacity: 16,
+            deferred: 3,
+        }),
         rows: [("TRAINING".to_string(), 7)].into_iter().collect(),
         journal: Some(clock.journal(5)),
         degraded: false,
@@ -79,6 +83,15 @@ fn every_contract_metric_is_rendered_with_its_labels() {
     );
     assert!(text.contains("melforge_in_flight_files 4\n"), "{text}");
     assert!(text.contains("melforge_queued_files 1\n"), "{text}");
+    assert!(text.contains("melforge_intake_queued_files 1\n"), "{text}");
+    assert!(
+        text.contains("melforge_intake_capacity_files 16\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("melforge_intake_deferred_files_total 3\n"),
+        "{text}"
+    );
     assert!(
         text.contains("melforge_rows{split=\"TRAINING\"} 7\n"),
         "{text}"

@@ -101,7 +101,10 @@ impl Rebuild {
             extensions: cfg.input.extensions.clone(),
         };
         let mut total = 0;
-        super::watch::scan_tree_each(&serve.watch_dir, &ignore, &mut |_| total += 1);
+        let _all = super::watch::scan_tree_each(&serve.watch_dir, &ignore, &mut |_| {
+            total += 1;
+            std::ops::ControlFlow::Continue(())
+        });
         let telemetry = Arc::new(Telemetry::default());
         let thread = {
             let (cfg, input, out, telemetry) = (

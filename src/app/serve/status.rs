@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::app::control::{self, Command, Origin, Replier, Request};
-use crate::app::metrics::{Journal, Snapshot, Source};
+use crate::app::metrics::{Intake as IntakeGauges, Journal, Snapshot, Source};
 use crate::compute::RejectKind;
 use crate::pipeline::RingDepth;
 use crate::runtime::telemetry::{BusySeconds, Report};
@@ -69,6 +69,13 @@ pub struct Status {
     pub files_per_s: f64,
     /// Offered, not yet handed to the readers.
     pub queued: usize,
+    /// The cap on `queued` (`serve.max_queued_files`).
+    #[serde(default)]
+    pub max_queued_files: usize,
+    /// Sightings of files left in the drop directory because the queue was
+    /// full, since the start (a later rescan offers them again).
+    #[serde(default)]
+    pub deferred_files: u64,
     /// Handed to the readers, not yet written or rejected.
     pub in_flight: usize,
     /// Rows per split file.
@@ -95,6 +102,13 @@ pub struct Stats {
     pub rows: BTreeMap<String, usize>,
     /// Offered, not yet handed to the readers.
     pub queued: usize,
+    /// The cap on `queued` (`serve.max_queued_files`).
+    #[serde(default)]
+    pub max_queued_files: usize,
+    /// Sightings of files left in the drop directory because the queue was
+    /// full, since the start.
+    #[serde(default)]
+    pub deferred_files: u64,
     /// Handed to the readers, not yet written or rejected.
     pub in_flight: usize,
     /// Depth of each ring now, in stage order.
@@ -121,6 +135,10 @@ impl Stats {
             rings: self.rings.clone(),
             in_flight: self.in_flight as u64,
             queued: self.queued as u64,
+            intake: Some(IntakeGauges {
+                capacity: self.max_queued_files as u64,
+                deferred: self.deferred_files,
+            }),
             rows: self.rows.clone(),
             journal: Some(self.journal.clone()),
             degraded: self.degraded.is_some(),

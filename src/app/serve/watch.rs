@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::ops::ControlFlow;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -128,17 +129,26 @@ impl Ignore {
 /// and the rescan after an overflow).
 pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    scan_tree_each(dir, ignore, &mut |p| out.push(p));
+    let _all = scan_tree_each(dir, ignore, &mut |p| {
+        out.push(p);
+        ControlFlow::Continue(())
+    });
     out
 }
 
 /// [`scan_tree`] without the list: calls `f` on each file, in the same order
 /// (each directory's entries sorted by name, depth first, which is `PathBuf`
-/// order). Holds one directory listing per level, not the tree: with
+/// order), until `f` breaks (serve's intake is full: the rest waits for the
+/// next rescan). Holds one directory listing per level, not the tree: with
 /// `on_success = "keep"` the drop tree holds every file ever ingested.
-pub fn scan_tree_each(dir: &Path, ignore: &Ignore, f: &mut dyn FnMut(PathBuf)) {
+/// Returns whether `f` broke the walk.
+pub fn scan_tree_each(
+    dir: &Path,
+    ignore: &Ignore,
+    f: &mut dyn FnMut(PathBuf) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return ControlFlow::Continue(());
     };
     let mut entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
@@ -154,12 +164,13 @@ pub fn scan_tree_each(dir: &Path, ignore: &Ignore, f: &mut dyn FnMut(PathBuf)) {
             }
         } else if t.is_dir() {
             if !ignore.ignores(name) {
-                scan_tree_each(&e.path(), ignore, f);
+                scan_tree_each(&e.path(), ignore, f)?;
             }
         } else if ignore.wants(name) {
-            f(e.path());
+            f(e.path())?;
         }
     }
+    ControlFlow::Continue(())
 }
 
 /// A running watcher thread.

@@ -36,7 +36,8 @@
 //!   of blocks past the end of the file stays allocated while it is open.
 //!
 //! Files: this one is the [`Appender`] API (create, append, flush, close);
-//! [`sink`] is the [`crate::writer::Sink`] over one appender per split;
+//! [`sink`] is serve's [`crate::writer::Sink`], [`AppendSink`]: a handle
+//! whose thread writes the split files ([`splits`], one appender per split);
 //! [`recover`] opens an existing file: it clears the SWMR status flags, moves
 //! a stale end of allocation up to the end of the file, checks the file
 //! matches this configuration and cuts rows back to the journal's count. The
@@ -44,21 +45,21 @@
 //! `H5Fincrement_filesize`, `H5garbage_collect`) and `writer::direct::raw`.
 
 mod recover;
-pub mod sink;
+mod sink;
+mod splits;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_crash;
 #[cfg(test)]
 mod tests_vlen;
-mod thread;
 mod undo;
 mod vfd;
 mod vlen;
 
 pub use recover::release_free_lists;
-pub use sink::{AppendSink, Dest};
-pub use thread::AppendThread;
+pub use sink::AppendSink;
+pub use splits::Dest;
 
 use std::path::{Path, PathBuf};
 

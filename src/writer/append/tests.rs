@@ -300,10 +300,8 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         spec: crate::writer::tests::tiny_spec(),
         ..crate::config::Config::default()
     };
-    use crate::writer::Sink as _;
-    let mut sink = sink::AppendSink::new(d.path(), &cfg, Path::new("/drop"));
-    let mut recycle = Vec::new();
-    let dest = |split: &str, label: &str| sink::Dest {
+    let mut sink = splits::Splits::new(d.path(), &cfg, Path::new("/drop"));
+    let dest = |split: &str, label: &str| splits::Dest {
         rel: format!("{split}/{label}/g.wav"),
         split: split.into(),
         label: Some(label.into()),
@@ -316,8 +314,7 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         ("TESTING", "L0"),
     ] {
         sink.open(split, 0).unwrap();
-        sink.write(&dest(split, label), row(0), &mut recycle)
-            .unwrap();
+        sink.append(&dest(split, label), &row(0)).unwrap();
     }
     sink.close_all().unwrap();
     let read = |split: &str| {

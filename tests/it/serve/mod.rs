@@ -31,6 +31,7 @@ mod compact;
 mod faults;
 mod harness;
 mod input;
+mod intake;
 mod metrics;
 use harness::*;
 

@@ -1,6 +1,6 @@
 //! Flushes and journal commits from the serve loop, pipelined: on the flush
 //! timer the loop asks the append thread for a flush
-//! ([`crate::writer::append::AppendThread::start_flush`]) and *seals* what
+//! ([`crate::writer::append::AppendSink::start_flush`]) and *seals* what
 //! that flush covers (the journal records staged so far, their rows'
 //! post-commit actions, the rejections to log, the files they stand for);
 //! then it goes on taking outcomes, which stage for the next commit. When
@@ -23,12 +23,64 @@
 //! forgets the sealed state along with everything since the last commit.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{After, Error, Service, degraded, rejected};
+use super::{Error, Service, rejected};
 use crate::app::serve::journal::FileStamp;
 use crate::compute::Rejection;
 use crate::runtime::telemetry::Stage;
+
+/// Something to do with a source file once the journal has confirmed it.
+pub(super) enum After {
+    Move(PathBuf, PathBuf),
+    Delete(PathBuf),
+}
+
+/// What the files absorbed since the last seal leave for their commit: the
+/// journal holds their records (staged), this the rest.
+#[derive(Default)]
+pub(super) struct Staged {
+    after: Vec<After>,
+    rejections: Vec<Rejection>,
+    /// The files themselves: the journal's committed state does not list
+    /// them yet, so `offer` checks here too.
+    files: HashMap<String, FileStamp>,
+    /// (ok, rejected) files among them.
+    counts: (u64, u64),
+}
+
+impl Staged {
+    /// A file's row was staged; `after` runs once it is committed.
+    pub(super) fn row(&mut self, rel: String, stamp: FileStamp, after: Option<After>) {
+        self.files.insert(rel, stamp);
+        self.after.extend(after);
+        self.counts.0 += 1;
+    }
+
+    /// A file's rejection was staged; `after` (a quarantine move) runs once
+    /// it is committed, after its line is in `rejected.jsonl`.
+    pub(super) fn rejected(&mut self, stamp: FileStamp, r: Rejection, after: Option<After>) {
+        self.files.insert(r.path.clone(), stamp);
+        self.rejections.push(r);
+        self.after.extend(after);
+        self.counts.1 += 1;
+    }
+
+    /// Whether `rel` at `stamp` is among them.
+    pub(super) fn has(&self, rel: &str, stamp: FileStamp) -> bool {
+        self.files.get(rel) == Some(&stamp)
+    }
+
+    /// (ok, rejected) files among them.
+    pub(super) fn counts(&self) -> (u64, u64) {
+        self.counts
+    }
+
+    fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.after.is_empty()
+    }
+}
 
 /// What one started flush covers, committed once it answers.
 pub(super) struct Sealed {
@@ -36,12 +88,8 @@ pub(super) struct Sealed {
     records: usize,
     /// Their rows, for the drop→commit clock.
     rows: usize,
-    after: Vec<After>,
-    rejections: Vec<Rejection>,
-    /// The files those records stand for (`offer` skips them meanwhile).
-    pub(super) files: HashMap<String, FileStamp>,
-    /// (ok, rejected) files among them.
-    counts: (u64, u64),
+    /// Everything else their files left for the commit.
+    pub(super) staged: Staged,
 }
 
 impl Service {
@@ -49,7 +97,7 @@ impl Service {
     /// one is still running (or nothing is new); a journal due for
     /// compaction gets a full [`Service::flush_commit`] instead.
     pub(super) fn tick_flush(&mut self) -> Result<(), Error> {
-        if self.sealed.is_some() || (self.journal.staged() == 0 && self.after.is_empty()) {
+        if self.sealed.is_some() || (self.journal.staged() == 0 && self.staged.is_empty()) {
             return Ok(());
         }
         if self.compaction_due() {
@@ -90,10 +138,7 @@ impl Service {
         self.sealed = Some(Sealed {
             records: self.journal.staged(),
             rows: self.commits.waiting(),
-            after: std::mem::take(&mut self.after),
-            rejections: std::mem::take(&mut self.rejections),
-            files: std::mem::take(&mut self.uncommitted),
-            counts: self.since_commit,
+            staged: std::mem::take(&mut self.staged),
         });
         Ok(())
     }
@@ -115,22 +160,20 @@ impl Service {
     fn commit_sealed(&mut self, s: Sealed) -> Result<(), Error> {
         let t = Instant::now();
         // Durable before the journal commits the rejections (`rejected`).
-        if !s.rejections.is_empty() {
+        if !s.staged.rejections.is_empty() {
             let path = self.serve.output_dir.join("rejected.jsonl");
-            if let Err(e) = rejected::append_durably(&path, &s.rejections) {
+            if let Err(e) = rejected::append_durably(&path, &s.staged.rejections) {
                 self.note_error(format!("cannot append to {}: {e}", path.display()));
             }
         }
         self.journal.commit_first(s.records)?;
         self.commits.committed_first(s.rows, s.records);
-        self.since_commit.0 -= s.counts.0;
-        self.since_commit.1 -= s.counts.1;
         if s.records > 0 {
-            self.backoff = degraded::FIRST_BACKOFF;
+            self.relax_backoff();
         }
         self.local.add_busy(Stage::Write, t.elapsed());
         self.local.publish(&self.telemetry);
-        self.run_after(s.after);
+        self.run_after(s.staged.after);
         Ok(())
     }
 

@@ -50,7 +50,7 @@ impl Service {
 
     /// `ctl compact` once what was staged is committed: compacts now.
     pub(super) fn compact_now(&mut self) -> Reply {
-        if let Some(d) = &self.degraded {
+        if let Some(d) = self.health.degraded() {
             return Reply::error(format!(
                 "cannot compact while writes fail (degraded: {})",
                 d.error

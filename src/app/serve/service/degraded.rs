@@ -25,6 +25,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::health::{Degraded, Health};
 use super::{Error, Service};
 use crate::app::control::notify;
 use crate::runtime::sys;
@@ -38,14 +39,6 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub(super) const SPACE_POLL: Duration = Duration::from_millis(500);
 /// Free space the state directory needs before ingest resumes.
 const STATE_DIR_NEED: u64 = 1 << 20;
-
-/// Why the service is degraded, and when it tries again.
-#[derive(Debug)]
-pub(super) struct Degraded {
-    pub(super) error: String,
-    pub(super) since: Instant,
-    next_try: Instant,
-}
 
 impl Service {
     /// Takes an error from ingest or a flush: a failed write degrades the
@@ -72,31 +65,45 @@ impl Service {
         self.sink.abandon_all();
         self.journal.discard_staged();
         self.commits.forget_staged();
-        self.uncommitted.clear();
         // A started flush is forgotten with it (`abandon_all` took its answer).
-        self.sealed = None;
-        self.after.clear();
-        self.rejections.clear();
-        let (ok, rejected) = std::mem::take(&mut self.since_commit);
-        self.files_ok -= ok;
-        self.files_rejected -= rejected;
+        let sealed = self.sealed.take().map(|s| s.staged.counts());
+        let staged = std::mem::take(&mut self.staged).counts();
+        for counts in sealed.into_iter().chain([staged]) {
+            self.counters.forget(counts);
+        }
         let now = Instant::now();
         let next_try = now + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-        let since = self.degraded.as_ref().map_or(now, |d| d.since);
-        self.degraded = Some(Degraded {
-            error: error.clone(),
-            since,
-            next_try,
-        });
+        match self.health.degraded_mut() {
+            Some(d) => {
+                d.error = error.clone();
+                d.next_try = next_try;
+            }
+            None => {
+                let d = Degraded {
+                    error: error.clone(),
+                    since: now,
+                    next_try,
+                };
+                match &mut self.health {
+                    Health::ComputeFailed { degraded, .. } => *degraded = Some(d),
+                    h => *h = Health::Degraded(d),
+                }
+            }
+        }
         notify::status(&format!("Degraded: {error}"));
+    }
+
+    /// A commit went through: the next failure waits [`FIRST_BACKOFF`] again.
+    pub(super) fn relax_backoff(&mut self) {
+        self.backoff = FIRST_BACKOFF;
     }
 
     /// Waits for the outcomes of every file the readers started; their rows
     /// go back to the compute stage unwritten.
     fn discard_in_flight(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.jobs.len() > self.backlog.len() && Instant::now() < deadline {
+        while self.intake.in_flight() > 0 && Instant::now() < deadline {
             let outcomes = self.pipeline.outcomes();
             let Some(o) = outcomes.pop_timeout(Duration::from_millis(50)) else {
                 // An aborted stage graph (a failed GPU) sends nothing more;
@@ -106,9 +113,7 @@ impl Service {
                 }
                 continue;
             };
-            if let Some(job) = self.jobs.remove(&o.job) {
-                self.in_flight.remove(&job.dest.rel);
-            }
+            let _discarded = self.intake.take(o.job);
             if let Ok(row) = o.row {
                 let _full = self.pipeline.free_rows().push(row);
             }
@@ -118,7 +123,7 @@ impl Service {
     /// While degraded: resumes once there is space and the files reopen.
     pub(super) fn try_recover(&mut self) {
         let now = Instant::now();
-        if self.degraded.as_ref().is_none_or(|d| now < d.next_try) {
+        if self.health.degraded().is_none_or(|d| now < d.next_try) {
             return;
         }
         if let Some((dir, free, need)) = self.space_shortfall() {
@@ -128,16 +133,17 @@ impl Service {
                 need,
                 "Still too little free space to resume."
             );
-            if let Some(d) = &mut self.degraded {
+            if let Some(d) = self.health.degraded_mut() {
                 d.next_try = now + SPACE_POLL;
             }
             return;
         }
         match self.reopen_outputs() {
             Ok(()) => {
-                let d = self.degraded.take().expect("checked above");
+                let since = self.health.degraded().expect("checked above").since;
+                self.health.recovered();
                 tracing::info!(
-                    degraded_s = d.since.elapsed().as_secs_f64(),
+                    degraded_s = since.elapsed().as_secs_f64(),
                     "Writes work again: ingest resumed; rescanning the drop directory."
                 );
                 self.rescan();
@@ -154,7 +160,7 @@ impl Service {
                     "Cannot resume ingest yet."
                 );
                 self.last_error = Some(error.clone());
-                if let Some(d) = &mut self.degraded {
+                if let Some(d) = self.health.degraded_mut() {
                     d.error = error;
                     d.next_try = now + wait;
                 }

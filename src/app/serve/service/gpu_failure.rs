@@ -24,9 +24,9 @@
 //!
 //! [`Reject::Device`]: crate::compute::Reject::Device
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::health::Health;
 use super::{Error, Service};
 use crate::compute::cuda::Cause;
 use crate::compute::{Choice, Probe};
@@ -37,7 +37,7 @@ impl Service {
     /// Notes the device's error `why`: nothing more is fed to the stage, and
     /// the file stays a job, to be queued again.
     pub(super) fn device_failed(&mut self, why: &Arc<Cause>) {
-        if self.compute_failed.is_some() {
+        if matches!(self.health, Health::ComputeFailed { .. }) {
             return;
         }
         let then = match self.cfg.compute.backend {
@@ -50,16 +50,23 @@ impl Service {
              are queued again; {then}."
         );
         self.last_error = Some(format!("the GPU failed: {why}"));
-        self.compute_failed = Some(Arc::clone(why));
+        let degraded = match std::mem::replace(&mut self.health, Health::Healthy) {
+            Health::Degraded(d) => Some(d),
+            _ => None,
+        };
+        self.health = Health::ComputeFailed {
+            cause: Arc::clone(why),
+            degraded,
+        };
     }
 
     /// After a GPU failure: stops the failed stage graph, keeps what it
     /// finished, queues the rest again, then moves to the CPU (`auto`) or
     /// stops serve (`cuda`: the error returned). See the module doc.
     pub(super) fn replace_failed_compute(&mut self) -> Result<(), Error> {
-        let Some(why) = self.compute_failed.clone() else {
+        if !matches!(self.health, Health::ComputeFailed { .. }) {
             return Ok(());
-        };
+        }
         self.pipeline.abort();
         // Rows and real rejections are taken; a device answer leaves its
         // file a job (`absorb`), queued again below.
@@ -68,18 +75,12 @@ impl Service {
                 self.on_write_error(e)?;
             }
         }
-        let queued: HashSet<usize> = self.backlog.iter().copied().collect();
-        let mut held: Vec<usize> = self
-            .jobs
-            .keys()
-            .copied()
-            .filter(|id| !queued.contains(id))
-            .collect();
-        held.sort_unstable();
-        let again = held.len();
-        for id in held.into_iter().rev() {
-            self.backlog.push_front(id);
-        }
+        // Taken only now: a device answer above finds the failure noted.
+        let why = self
+            .health
+            .take_compute_failure()
+            .expect("a failed write keeps the compute failure");
+        let again = self.intake.requeue_in_flight();
         if self.cfg.compute.backend == Backend::Cuda {
             return Err(Error::Gpu(Arc::unwrap_or_clone(why)));
         }
@@ -104,7 +105,6 @@ impl Service {
         if let Err(e) = joined {
             tracing::warn!(error = %e, "Cannot join the failed GPU stage; it is left running.");
         }
-        self.compute_failed = None;
         tracing::warn!(
             queued_again = again,
             "Ingest goes on on the CPU backend. Restart serve to use the GPU again."

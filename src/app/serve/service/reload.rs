@@ -68,6 +68,7 @@ impl Service {
                 if s != self.serve {
                     applied.push("serve");
                 }
+                self.intake.set_capacity(s.max_queued_files);
                 self.serve = s;
                 self.rescan();
             }

@@ -10,37 +10,28 @@ use crate::app::serve::status::{State, Stats, Status};
 
 impl Service {
     pub(super) fn status(&mut self) -> Reply {
-        let now = Instant::now();
-        let done = self.files_ok + self.files_rejected;
-        let (t0, d0, last) = self.rate;
-        let dt = now.duration_since(t0).as_secs_f64();
-        let rate = if dt >= 1.0 {
-            // Saturating: a failed write takes uncommitted files off the count.
-            let r = done.saturating_sub(d0) as f64 / dt;
-            self.rate = (now, done, r);
-            r
-        } else {
-            last
-        };
+        let rate = self.counters.rate(Instant::now());
         let shape = self.pipeline.shape();
-        let state = match (self.state, &self.degraded) {
+        let state = match (self.state, self.health.degraded()) {
             (State::Running | State::Paused, Some(_)) => State::Degraded,
             (s, _) => s,
         };
         Reply::ok_with(Status {
             state,
-            uptime_s: self.started.elapsed().as_secs_f64(),
+            uptime_s: self.counters.started().elapsed().as_secs_f64(),
             backend: shape.backend.clone(),
             backend_reason: shape.backend_reason.clone(),
             engine: shape.engine.clone(),
             watch_dir: self.serve.watch_dir.clone(),
             output_dir: self.serve.output_dir.clone(),
-            files_ok: self.files_ok,
-            files_rejected: self.files_rejected,
+            files_ok: self.counters.files_ok(),
+            files_rejected: self.counters.files_rejected(),
             rejected_by_kind: self.telemetry.rejected_by_kind(),
             files_per_s: rate,
-            queued: self.backlog.len(),
-            in_flight: self.in_flight.len() - self.backlog.len(),
+            queued: self.intake.queued(),
+            max_queued_files: self.intake.capacity(),
+            deferred_files: self.intake.deferred_total(),
+            in_flight: self.intake.in_flight(),
             rows: self.sink.rows(),
             rings: self.pipeline.ring_depths(),
             busy_s: self.telemetry.busy_seconds(),
@@ -74,13 +65,15 @@ impl Service {
             backend: shape.backend.clone(),
             backend_reason: shape.backend_reason.clone(),
             engine: shape.engine.clone(),
-            report: self.pipeline.report(self.started),
+            report: self.pipeline.report(self.counters.started()),
             rows: self.sink.rows(),
-            queued: self.backlog.len(),
-            in_flight: self.in_flight.len() - self.backlog.len(),
+            queued: self.intake.queued(),
+            max_queued_files: self.intake.capacity(),
+            deferred_files: self.intake.deferred_total(),
+            in_flight: self.intake.in_flight(),
             rings: self.pipeline.ring_depths(),
             journal: self.journal_metrics(),
-            degraded: self.degraded.as_ref().map(|d| d.error.clone()),
+            degraded: self.health.degraded().map(|d| d.error.clone()),
         })
     }
 }

@@ -8,8 +8,13 @@
 //! The bodies are the ones `service/mod.rs` held before they were split out
 //! (same order of every call, same drop order).
 
+use std::sync::mpsc;
+
 use super::*;
+use crate::app::control::notify;
 use crate::app::control::signals::SignalThread;
+use crate::app::metrics::Endpoint;
+use crate::app::serve::watch::{WatchEvent, Watcher};
 
 /// Runs the service until shutdown. Call from the main thread before any other
 /// thread exists (signals are blocked and routed first).
@@ -78,7 +83,8 @@ fn start(svc: &mut Service, tx: &control::Sender) -> Result<Started, Error> {
         reason = %shape.backend_reason,
         engine = %shape.engine,
         socket = %server.path().display(),
-        backlog = svc.backlog.len(),
+        queued = svc.intake.queued(),
+        max_queued_files = svc.intake.capacity(),
         "Serving."
     );
     notify::ready();
@@ -157,12 +163,13 @@ impl Service {
         }
         let telemetry = Arc::new(Telemetry::default());
         let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
-        let sink = AppendThread::new(
+        let sink = AppendSink::new(
             &serve.output_dir,
             &cfg,
             &serve.watch_dir,
             Arc::clone(&telemetry),
         )?;
+        let intake = Intake::new(serve.max_queued_files);
         let mut svc = Service {
             config_path: config_path.to_path_buf(),
             cfg,
@@ -172,32 +179,49 @@ impl Service {
             pipeline,
             telemetry,
             local: Local::default(),
-            jobs: HashMap::new(),
-            in_flight: HashSet::new(),
-            uncommitted: HashMap::new(),
-            backlog: VecDeque::new(),
-            next_id: 0,
-            after: Vec::new(),
-            rejections: Vec::new(),
-            state: State::Running,
-            started: Instant::now(),
-            files_ok: 0,
-            files_rejected: 0,
-            last_error: None,
-            rebuild: None,
-            rebuild_report: None,
-            rate: (Instant::now(), 0, 0.0),
-            since_commit: (0, 0),
+            intake,
+            staged: Staged::default(),
             sealed: None,
-            degraded: None,
+            counters: Counters::new(),
+            health: Health::Healthy,
             backoff: degraded::FIRST_BACKOFF,
+            state: State::Running,
             commits: CommitClock::default(),
             compact_after: None,
-            compute_failed: None,
+            rebuild: None,
+            rebuild_report: None,
+            last_error: None,
         };
         svc.open_journal_splits()?;
         svc.maybe_compact();
         Ok(svc)
+    }
+}
+
+impl Service {
+    /// Final drain after the loop: flush, commit, close every file, stop ingest.
+    pub(super) fn finish(mut self) -> Result<(), Error> {
+        if let Some(r) = self.rebuild.take() {
+            r.abandon();
+        }
+        let flushed = self.flush_commit();
+        let closed = self.sink.close_all().map_err(Error::Writer);
+        self.pipeline.close();
+        while self.pipeline.outcomes().pop().is_some() {}
+        let joined = self.pipeline.join().map(|_| ()).map_err(Error::Pipeline);
+        if flushed.is_ok() {
+            tracing::info!(
+                ingested = self.counters.files_ok(),
+                rejected = self.counters.files_rejected(),
+                "Stopped; every file ingested this run is committed."
+            );
+        } else {
+            tracing::error!(
+                "Stopped after a failed final flush: files since the last commit were not \
+                 committed and will be ingested again at the next start."
+            );
+        }
+        flushed.and(closed).and(joined)
     }
 }
 
