@@ -1,0 +1,128 @@
+"""The PEP 517 build backend of `pip install .`: maturin's, set up the way a
+wheel of melforge has to be built.
+
+* **Vendored libraries, manylinux tag.** maturin's own PEP 517 hook passes
+  `--compatibility off`, which tags the wheel `linux_x86_64` and skips the
+  auditwheel repair, so the wheel's binary needs the system's libhdf5,
+  libhwloc, libsoxr and libudev. This backend passes `--compatibility pypi`
+  (the manylinux tag of the newest glibc symbol any vendored library needs,
+  checked uploadable) and `--auditwheel repair` (those libraries copied into
+  `melforge.libs/` under hashed names), as `scripts/build-wheel` always has:
+  that script builds through this backend too, so there is one recipe.
+* **Never touches `target/`.** Cargo compiles into `build/wheel/`, a target
+  directory of its own (`MELFORGE_WHEEL_TARGET_DIR` overrides it). maturin
+  builds with its own flags (`-C strip=symbols` through `cargo rustc`), so in
+  `target/` it would rebuild and overwrite `target/release/melforge`; and the
+  repair rewrites the binary in place with patchelf, which reaches every hard
+  link of the file, cargo's own copy in `release/deps/` included.
+* **A patched binary is never reused.** After each build (or failed build)
+  the binary and its staged copy are deleted from that target directory, so
+  the next build links a fresh one instead of reusing (and re-patching) a
+  binary whose library names were already rewritten. Relinking costs seconds;
+  the dependencies stay built.
+
+An editable install (`pip install -e .`) goes the same way. Everything else
+(sdist, metadata) is maturin's, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+import maturin
+from maturin import (  # noqa: F401  (the hooks this backend passes through)
+    build_sdist,
+    get_requires_for_build_editable,
+    get_requires_for_build_sdist,
+    get_requires_for_build_wheel,
+    prepare_metadata_for_build_editable,
+    prepare_metadata_for_build_wheel,
+)
+
+# What every wheel of melforge is built with (scripts/build-wheel included).
+WHEEL_ARGS = ["--compatibility", "pypi", "--auditwheel", "repair"]
+
+# The binary's name (Cargo.toml's [[bin]]); the only artefact the repair patches.
+BINARY = "melforge"
+
+
+def _target_dir() -> Path:
+    """The wheel builds' own cargo target directory."""
+    given = os.environ.get("MELFORGE_WHEEL_TARGET_DIR")
+    # PEP 517 runs hooks in the source tree's root.
+    return Path(given).resolve() if given else Path.cwd() / "build" / "wheel"
+
+
+def _forget_patched_binary(target: Path) -> None:
+    """Deletes every copy of the binary the repair may have rewritten: cargo's
+    (`release/deps/melforge-<hash>` and its `release/melforge` link) and
+    maturin's staged one (`maturin/`)."""
+    release = target / "release"
+    doomed = [release / BINARY, target / "maturin" / BINARY]
+    deps = release / "deps"
+    if deps.is_dir():
+        prefix = BINARY + "-"
+        # The binary has no extension; `.d` files and the library's
+        # `libmelforge-*.rlib` stay.
+        doomed += [p for p in deps.iterdir() if p.name.startswith(prefix) and "." not in p.name]
+    for p in doomed:
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+
+
+def _build(
+    wheel_directory: str,
+    config_settings: Mapping[str, Any] | None,
+    metadata_directory: str | None,
+    editable: bool,
+) -> str:
+    settings = dict(config_settings or {})
+    extra = settings.pop("maturin.build-args", settings.pop("build-args", None))
+    if extra is None:
+        extra = os.environ.get("MATURIN_PEP517_ARGS", "")
+    args = list(WHEEL_ARGS)
+    args += shlex.split(extra) if isinstance(extra, str) else list(extra)
+    settings["maturin.build-args"] = args
+    target = _target_dir()
+    previous = os.environ.get("CARGO_TARGET_DIR")
+    os.environ["CARGO_TARGET_DIR"] = str(target)
+    hook = maturin.build_editable if editable else maturin.build_wheel
+    try:
+        return hook(wheel_directory, settings, metadata_directory)
+    finally:
+        _forget_patched_binary(target)
+        if previous is None:
+            del os.environ["CARGO_TARGET_DIR"]
+        else:
+            os.environ["CARGO_TARGET_DIR"] = previous
+
+
+def build_wheel(
+    wheel_directory: str,
+    config_settings: Mapping[str, Any] | None = None,
+    metadata_directory: str | None = None,
+) -> str:
+    return _build(wheel_directory, config_settings, metadata_directory, editable=False)
+
+
+def build_editable(
+    wheel_directory: str,
+    config_settings: Mapping[str, Any] | None = None,
+    metadata_directory: str | None = None,
+) -> str:
+    return _build(wheel_directory, config_settings, metadata_directory, editable=True)
+
+
+__all__ = [
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable",
+    "prepare_metadata_for_build_wheel",
+]
