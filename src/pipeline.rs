@@ -158,6 +158,78 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
     placement
 }
 
+/// The rings and free lists of a stage graph.
+struct Rings {
+    jobs: Arc<Ring<ReadJob>>,
+    loaded: Arc<Ring<Loaded>>,
+    outcomes: Arc<Ring<Outcome>>,
+    free_bytes: Arc<ArrayQueue<Vec<u8>>>,
+    free_rows: Arc<ArrayQueue<Vec<f32>>>,
+}
+
+impl Rings {
+    /// Sized by `cfg`; `queue_ahead` jobs may wait for a reader (0: a live
+    /// source).
+    fn new(cfg: &Config, queue_ahead: usize) -> Rings {
+        let ahead = queue_ahead.max(cfg.io.queue_depth * 4);
+        // A source that queues ahead is woken once a quarter of its queue is
+        // free, not per job; a live one (serve, `queue_ahead` 0) hands a lone
+        // file to an idle reader at once.
+        let batch = if queue_ahead > 0 { ahead / 4 } else { 1 };
+        // Wake batches: compute and the writer share cores with the readers,
+        // so hand-overs go in runs (see `runtime::ring`).
+        Rings {
+            jobs: Arc::new(Ring::with_wake_batch(ahead, batch)),
+            loaded: Arc::new(Ring::with_wake_batch(
+                cfg.io.queue_depth,
+                cfg.io.queue_depth / 4,
+            )),
+            outcomes: Arc::new(Ring::with_wake_batch(
+                cfg.compute.queue_depth,
+                cfg.output.chunk_files.min(cfg.compute.queue_depth / 4),
+            )),
+            free_bytes: Arc::new(ArrayQueue::new(
+                cfg.io.queue_depth + cfg.compute.workers + 1,
+            )),
+            free_rows: Arc::new(ArrayQueue::new(
+                cfg.compute.queue_depth + cfg.compute.workers + cfg.output.chunk_files,
+            )),
+        }
+    }
+}
+
+/// The readers' arena size and CPUs, from the backend choice when the probe
+/// already made it: an arena sized for what the backend holds in flight,
+/// readers placed beside the workers or near the GPU.
+fn reader_sizing(cfg: &Config, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
+    let cpu_only = || {
+        (
+            arena_bytes(cfg, &compute::Target::Cpu),
+            place_threads(cfg, 0, None).readers,
+        )
+    };
+    match probe.peek() {
+        Some(Ok(choice)) => {
+            let workers = match choice.target {
+                compute::Target::Cpu => cfg.compute.workers,
+                _ => 0,
+            };
+            let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
+            (arena_bytes(cfg, &choice.target), placement.readers)
+        }
+        // The error is start_compute's to report; the readers stop then.
+        Some(Err(_)) => cpu_only(),
+        // Still probing: without a driver library (found in
+        // milliseconds) the CPU runs; with one, either may.
+        None if !compute::host_double_requested() && !cuda::driver_present() => cpu_only(),
+        None => (
+            arena_bytes(cfg, &compute::Target::Cpu)
+                .max(arena_bytes(cfg, &compute::Target::HostDouble)),
+            place_threads(cfg, 0, None).readers,
+        ),
+    }
+}
+
 /// The read arena when `io.arena_bytes` is unset: room for every file that can
 /// be in flight at once, at the size of a typical input, plus a quarter (the
 /// circular allocator frees only in ring order). Resident memory is what the
@@ -267,55 +339,14 @@ impl Pipeline {
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         let t = Instant::now();
-        let cpu_only = || {
-            (
-                arena_bytes(cfg, &compute::Target::Cpu),
-                place_threads(cfg, 0, None).readers,
-            )
-        };
-        let (arena, readers_cpus) = match probe.peek() {
-            Some(Ok(choice)) => {
-                let workers = match choice.target {
-                    compute::Target::Cpu => cfg.compute.workers,
-                    _ => 0,
-                };
-                let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
-                (arena_bytes(cfg, &choice.target), placement.readers)
-            }
-            // The error is start_compute's to report; the readers stop then.
-            Some(Err(_)) => cpu_only(),
-            // Still probing: without a driver library (found in
-            // milliseconds) the CPU runs; with one, either may.
-            None if !compute::host_double_requested() && !cuda::driver_present() => cpu_only(),
-            None => (
-                arena_bytes(cfg, &compute::Target::Cpu)
-                    .max(arena_bytes(cfg, &compute::Target::HostDouble)),
-                place_threads(cfg, 0, None).readers,
-            ),
-        };
-
-        let ahead = queue_ahead.max(cfg.io.queue_depth * 4);
-        // A source that queues ahead is woken once a quarter of its queue is
-        // free, not per job; a live one (serve, `queue_ahead` 0) hands a lone
-        // file to an idle reader at once.
-        let batch = if queue_ahead > 0 { ahead / 4 } else { 1 };
-        let jobs = Arc::new(Ring::with_wake_batch(ahead, batch));
-        // Wake batches: compute and the writer share cores with the readers,
-        // so hand-overs go in runs (see `runtime::ring`).
-        let loaded = Arc::new(Ring::with_wake_batch(
-            cfg.io.queue_depth,
-            cfg.io.queue_depth / 4,
-        ));
-        let outcomes = Arc::new(Ring::with_wake_batch(
-            cfg.compute.queue_depth,
-            cfg.output.chunk_files.min(cfg.compute.queue_depth / 4),
-        ));
-        let free_bytes = Arc::new(ArrayQueue::new(
-            cfg.io.queue_depth + cfg.compute.workers + 1,
-        ));
-        let free_rows = Arc::new(ArrayQueue::new(
-            cfg.compute.queue_depth + cfg.compute.workers + cfg.output.chunk_files,
-        ));
+        let (arena, readers_cpus) = reader_sizing(cfg, probe);
+        let Rings {
+            jobs,
+            loaded,
+            outcomes,
+            free_bytes,
+            free_rows,
+        } = Rings::new(cfg, queue_ahead);
         let readers = ReaderStage::start(
             &cfg.io,
             cfg.io.arena_bytes.unwrap_or(arena),

@@ -209,6 +209,7 @@ fn print_report(
     }
 }
 
+/// The command table: each command's steps are a function of their own.
 fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Synth {
@@ -217,94 +218,12 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             seed,
             format,
             rate,
-        } => {
-            let t = std::time::Instant::now();
-            let enc = crate::synth::Encoding { format, rate };
-            let written = crate::synth::generate_as(&dir, files, seed, enc)
-                .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
-            tracing::info!(
-                files = written.len(),
-                dir = %dir.display(),
-                elapsed_ms = t.elapsed().as_millis() as u64,
-                "Wrote the synthetic corpus."
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            what: BenchCommand::Io(args),
-        } => {
-            match crate::app::bench_io::main(&args) {
-                // Its table went to a reader that left: as `emit` does.
-                Err(crate::app::bench_io::Error::Output(e))
-                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
-                {
-                    std::process::exit(EXIT_BROKEN_PIPE)
-                }
-                r => r?,
-            };
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            what: BenchCommand::Mel(args),
-        } => {
-            print_report(&crate::app::bench_mel::run(&args)?, args.json)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            what: BenchCommand::Write(args),
-        } => {
-            print_report(&crate::app::bench_write::run(&args)?, args.json)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Serve { config } => {
-            crate::app::serve::run(&config)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Merge { out, copy, json } => {
-            let done = crate::app::merge::merge(&out, copy)?;
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&done)?)?;
-            } else {
-                for o in &done.outputs {
-                    outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
-                }
-                outln!(
-                    "{} shards merged ({}); {} rejection(s) in {}",
-                    done.shards,
-                    done.mode,
-                    done.rejected,
-                    done.rejected_log.display()
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Ctl(args) => {
-            crate::app::control::client::main(&args)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::CheckConfig { file } => {
-            let cfg = Config::load(&file)?;
-            // The group must exist on this host, as serve will need it.
-            if let Some(group) = &cfg.control.group {
-                crate::app::control::peer::resolve_group(group)
-                    .with_context(|| file.display().to_string())?;
-            }
-            outln!("{} is valid. Resolved settings:", file.display())?;
-            outln!(
-                "{}",
-                toml::to_string_pretty(&cfg).context("cannot print the config")?
-            )?;
-            let s = &cfg.spec;
-            outln!(
-                "# per file: mel shape ({}, {}, {}, {}), {} segments",
-                s.n_long(),
-                s.n_short(),
-                s.n_mels,
-                s.n_frames(),
-                s.n_long() * s.n_short()
-            )?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => synth(&dir, files, seed, crate::synth::Encoding { format, rate })?,
+        Command::Bench { what } => bench(what)?,
+        Command::Serve { config } => crate::app::serve::run(&config)?,
+        Command::Merge { out, copy, json } => merge(&out, copy, json)?,
+        Command::Ctl(args) => crate::app::control::client::main(&args)?,
+        Command::CheckConfig { file } => check_config(&file)?,
         Command::Build {
             input,
             out,
@@ -315,74 +234,178 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             shard,
             progress,
         } => {
-            let mut cfg = match &config {
-                Some(f) => Config::load(f)?,
-                None => Config::default(),
-            };
-            if let Some(b) = backend {
-                cfg.compute.backend = match b {
-                    BackendArg::Auto => Backend::Auto,
-                    BackendArg::Cpu => Backend::Cpu,
-                    BackendArg::Cuda => Backend::Cuda,
-                };
-            }
+            let cfg = build_config(config.as_deref(), backend)?;
             let opts = build::Options {
-                progress: match progress {
-                    ProgressArg::Json => Progress::Json,
-                    ProgressArg::Bar => Progress::Bar,
-                    ProgressArg::None => Progress::None,
-                    // The bar would break JSON lines on stderr.
-                    ProgressArg::Auto
-                        if !json
-                            && format == LogFormat::Text
-                            && std::io::stderr().is_terminal() =>
-                    {
-                        Progress::Bar
-                    }
-                    ProgressArg::Auto => Progress::None,
-                },
+                progress: progress_for(progress, json, format),
                 telemetry: None,
             };
             let done = build::build_shard(&input, &out, &cfg, &opts, shard)?;
-            for r in &done.rejected {
-                tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
-            }
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&done)?)?;
-            } else {
-                for o in &done.outputs {
-                    outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
-                }
-                out!("{}{}", done.report, done.startup_s)?;
-                if !done.rejected.is_empty() {
-                    outln!(
-                        "{} file(s) rejected; reasons in {}",
-                        done.rejected.len(),
-                        done.rejected_log.display()
-                    )?;
-                }
-            }
+            print_build(&done, json)?;
             if strict && !done.rejected.is_empty() {
-                let first = &done.rejected[0];
-                if json_errors(format) {
-                    tracing::error!(
-                        files = done.rejected.len(),
-                        path = %first.path,
-                        reason = %first.reason,
-                        "Files were rejected and --strict was given."
-                    );
-                } else {
-                    eprintln!(
-                        "error: {} file(s) rejected and --strict was given (first: {}: {})",
-                        done.rejected.len(),
-                        first.path,
-                        first.reason
-                    );
-                }
+                strict_failure(&done, format);
                 return Ok(ExitCode::FAILURE);
             }
-            Ok(ExitCode::SUCCESS)
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `melforge synth`.
+fn synth(
+    dir: &std::path::Path,
+    files: u64,
+    seed: u64,
+    enc: crate::synth::Encoding,
+) -> anyhow::Result<()> {
+    let t = std::time::Instant::now();
+    let written = crate::synth::generate_as(dir, files, seed, enc)
+        .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
+    tracing::info!(
+        files = written.len(),
+        dir = %dir.display(),
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "Wrote the synthetic corpus."
+    );
+    Ok(())
+}
+
+/// `melforge bench io|mel|write`.
+fn bench(what: BenchCommand) -> anyhow::Result<()> {
+    match what {
+        BenchCommand::Io(args) => match crate::app::bench_io::main(&args) {
+            // Its table went to a reader that left: as `emit` does.
+            Err(crate::app::bench_io::Error::Output(e))
+                if e.kind() == std::io::ErrorKind::BrokenPipe =>
+            {
+                std::process::exit(EXIT_BROKEN_PIPE)
+            }
+            r => {
+                r?;
+                Ok(())
+            }
+        },
+        BenchCommand::Mel(args) => print_report(&crate::app::bench_mel::run(&args)?, args.json),
+        BenchCommand::Write(args) => print_report(&crate::app::bench_write::run(&args)?, args.json),
+    }
+}
+
+/// `melforge merge`: joins the shards and prints what it wrote.
+fn merge(out: &std::path::Path, copy: bool, json: bool) -> anyhow::Result<()> {
+    let done = crate::app::merge::merge(out, copy)?;
+    if json {
+        return outln!("{}", serde_json::to_string_pretty(&done)?);
+    }
+    for o in &done.outputs {
+        outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
+    }
+    outln!(
+        "{} shards merged ({}); {} rejection(s) in {}",
+        done.shards,
+        done.mode,
+        done.rejected,
+        done.rejected_log.display()
+    )
+}
+
+/// `melforge check-config`: validates the file and prints the resolved
+/// settings and the shape of a file's mel.
+fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = Config::load(file)?;
+    // The group must exist on this host, as serve will need it.
+    if let Some(group) = &cfg.control.group {
+        crate::app::control::peer::resolve_group(group)
+            .with_context(|| file.display().to_string())?;
+    }
+    outln!("{} is valid. Resolved settings:", file.display())?;
+    outln!(
+        "{}",
+        toml::to_string_pretty(&cfg).context("cannot print the config")?
+    )?;
+    let s = &cfg.spec;
+    outln!(
+        "# per file: mel shape ({}, {}, {}, {}), {} segments",
+        s.n_long(),
+        s.n_short(),
+        s.n_mels,
+        s.n_frames(),
+        s.n_long() * s.n_short()
+    )
+}
+
+/// `build`'s settings: the config file (or the defaults) and `--backend`.
+fn build_config(
+    config: Option<&std::path::Path>,
+    backend: Option<BackendArg>,
+) -> anyhow::Result<Config> {
+    let mut cfg = match config {
+        Some(f) => Config::load(f)?,
+        None => Config::default(),
+    };
+    if let Some(b) = backend {
+        cfg.compute.backend = match b {
+            BackendArg::Auto => Backend::Auto,
+            BackendArg::Cpu => Backend::Cpu,
+            BackendArg::Cuda => Backend::Cuda,
+        };
+    }
+    Ok(cfg)
+}
+
+/// `build --progress`, `auto` resolved.
+fn progress_for(arg: ProgressArg, json: bool, format: LogFormat) -> Progress {
+    match arg {
+        ProgressArg::Json => Progress::Json,
+        ProgressArg::Bar => Progress::Bar,
+        ProgressArg::None => Progress::None,
+        // The bar would break JSON lines on stderr.
+        ProgressArg::Auto
+            if !json && format == LogFormat::Text && std::io::stderr().is_terminal() =>
+        {
+            Progress::Bar
+        }
+        ProgressArg::Auto => Progress::None,
+    }
+}
+
+/// A build's rejections in the log, and its results on stdout.
+fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
+    for r in &done.rejected {
+        tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
+    }
+    if json {
+        return outln!("{}", serde_json::to_string_pretty(done)?);
+    }
+    for o in &done.outputs {
+        outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
+    }
+    out!("{}{}", done.report, done.startup_s)?;
+    if !done.rejected.is_empty() {
+        outln!(
+            "{} file(s) rejected; reasons in {}",
+            done.rejected.len(),
+            done.rejected_log.display()
+        )?;
+    }
+    Ok(())
+}
+
+/// `build --strict` with rejections: says so (the exit status is 1).
+fn strict_failure(done: &build::Outcomes, format: LogFormat) {
+    let first = &done.rejected[0];
+    if json_errors(format) {
+        tracing::error!(
+            files = done.rejected.len(),
+            path = %first.path,
+            reason = %first.reason,
+            "Files were rejected and --strict was given."
+        );
+    } else {
+        eprintln!(
+            "error: {} file(s) rejected and --strict was given (first: {}: {})",
+            done.rejected.len(),
+            first.path,
+            first.reason
+        );
     }
 }
 

@@ -219,24 +219,7 @@ fn frames(
     max_frames: usize,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
-    // symphonia sees STREAMINFO and the frames only: the other metadata
-    // blocks (tags, pictures, cue sheets, seek tables) do not change the
-    // audio, and its tag reader allocates whatever length a corrupt comment
-    // declares (4 GiB found by fuzzing) before reading it.
-    let audio = first_frame(bytes)?;
-    let mut stream = Vec::with_capacity(42 + bytes.len() - audio);
-    stream.extend_from_slice(&bytes[..42]);
-    stream[4] |= 0x80; // STREAMINFO is now the last metadata block
-    // A fixed-blocksize stream (first frame header 0xFFF8) whose encoder
-    // counted the short last block in STREAMINFO's minimum block size
-    // (flacenc does; libFLAC decodes it; the format says the minimum
-    // excludes the last block): symphonia takes min ≠ max for a
-    // variable-blocksize stream and loses the frames' places, so the minimum
-    // is set to the maximum, as the format means it.
-    if bytes.get(audio..audio + 2) == Some(&[0xFF, 0xF8]) && stream[8..10] != stream[10..12] {
-        stream.copy_within(10..12, 8);
-    }
-    stream.extend_from_slice(&bytes[audio..]);
+    let stream = frames_only(bytes)?;
     let src = MediaSourceStream::new(Box::new(Cursor::new(stream)), Default::default());
     let mut reader = FlacReader::try_new(src, &FormatOptions::default()).map_err(map_err)?;
     let params = reader
@@ -277,21 +260,7 @@ fn frames(
                 declared: nch,
             });
         }
-        const S31: f32 = 1.0 / 2_147_483_648.0;
-        let start = out.len();
-        out.extend(buf.chan(0).iter().map(|&v| v as f32 * S31));
-        if nch > 1 && channels != Channels::First {
-            let mono = &mut out[start..];
-            for c in 1..nch {
-                for (o, &v) in mono.iter_mut().zip(buf.chan(c)) {
-                    *o += v as f32 * S31;
-                }
-            }
-            let divisor = nch as f32;
-            for o in mono {
-                *o /= divisor;
-            }
-        }
+        append_mono(&buf, channels, out);
     }
     if complete && info.total_samples != 0 && next_ts < info.total_samples {
         return Err(Error::ShortStream {
@@ -306,6 +275,53 @@ fn frames(
         return Err(Error::Empty);
     }
     Ok(info)
+}
+
+/// The stream symphonia decodes: STREAMINFO and the frames only. The other
+/// metadata blocks (tags, pictures, cue sheets, seek tables) do not change
+/// the audio, and its tag reader allocates whatever length a corrupt comment
+/// declares (4 GiB found by fuzzing) before reading it.
+fn frames_only(bytes: &[u8]) -> Result<Vec<u8>, Error> {
+    let audio = first_frame(bytes)?;
+    let mut stream = Vec::with_capacity(42 + bytes.len() - audio);
+    stream.extend_from_slice(&bytes[..42]);
+    stream[4] |= 0x80; // STREAMINFO is now the last metadata block
+    // A fixed-blocksize stream (first frame header 0xFFF8) whose encoder
+    // counted the short last block in STREAMINFO's minimum block size
+    // (flacenc does; libFLAC decodes it; the format says the minimum
+    // excludes the last block): symphonia takes min ≠ max for a
+    // variable-blocksize stream and loses the frames' places, so the minimum
+    // is set to the maximum, as the format means it.
+    if bytes.get(audio..audio + 2) == Some(&[0xFF, 0xF8]) && stream[8..10] != stream[10..12] {
+        stream.copy_within(10..12, 8);
+    }
+    stream.extend_from_slice(&bytes[audio..]);
+    Ok(stream)
+}
+
+/// Appends one decoded frame to `out` as mono floats: the first channel, or
+/// the mean of all (`channels`).
+fn append_mono(
+    buf: &symphonia::core::audio::AudioBuffer<i32>,
+    channels: Channels,
+    out: &mut Vec<f32>,
+) {
+    const S31: f32 = 1.0 / 2_147_483_648.0;
+    let nch = buf.spec().channels.count();
+    let start = out.len();
+    out.extend(buf.chan(0).iter().map(|&v| v as f32 * S31));
+    if nch > 1 && channels != Channels::First {
+        let mono = &mut out[start..];
+        for c in 1..nch {
+            for (o, &v) in mono.iter_mut().zip(buf.chan(c)) {
+                *o += v as f32 * S31;
+            }
+        }
+        let divisor = nch as f32;
+        for o in mono {
+            *o /= divisor;
+        }
+    }
 }
 
 /// Offset of the first frame: after the metadata block whose header has the

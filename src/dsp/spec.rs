@@ -219,8 +219,15 @@ impl Spec {
         }
     }
 
-    /// Checks every invariant documented on the fields.
+    /// Checks every invariant documented on the fields, in order: the clip
+    /// and its segments, the frames, the mel bands and dB scale.
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.validate_clip()?;
+        self.validate_frames()?;
+        self.validate_mel()
+    }
+
+    fn validate_clip(&self) -> Result<(), SpecError> {
         if self.sample_rate == 0 {
             return Err(bad("mel.sample_rate", "must be > 0"));
         }
@@ -252,6 +259,10 @@ impl Spec {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn validate_frames(&self) -> Result<(), SpecError> {
         if self.n_fft < 2 {
             return Err(bad("mel.n_fft", "must be ≥ 2"));
         }
@@ -283,6 +294,10 @@ impl Spec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn validate_mel(&self) -> Result<(), SpecError> {
         if !(self.power.is_finite() && self.power > 0.0) {
             return Err(bad("mel.power", "must be > 0"));
         }

@@ -210,6 +210,7 @@ impl Circular {
             (Some(head), Some(tail)) => self.place(tail.end, head.start, len, align),
             _ => self.place(0, self.size, len, align),
         }?;
+        self.check_placed(start, len, align);
         let seq = self.first_seq + self.live.len() as u64;
         self.live.push_back(Rec {
             start,
@@ -217,6 +218,44 @@ impl Circular {
             released: false,
         });
         Some((start, seq))
+    }
+
+    /// The allocator's invariants for a new extent at `start..start + len`,
+    /// before it is handed out (the module doc's list): inside the
+    /// partition, aligned as asked, within one segment, and in the free gap
+    /// — after the tail or, once the ring wrapped, before the head — so it
+    /// overlaps no live extent. O(1) per file. The other side of the
+    /// boundary is [`Circular::release`] (only a live, unreleased sequence
+    /// number frees space). Tests: `tests::allocator_model` (proptest, every
+    /// allocation of random runs) and
+    /// `tests::an_extent_over_a_live_one_is_a_bug` (it fires).
+    fn check_placed(&self, start: usize, len: usize, align: usize) {
+        assert!(
+            start + len <= self.size,
+            "arena extent {start}+{len} ends past the partition ({})",
+            self.size
+        );
+        assert!(
+            (self.base_addr + start).is_multiple_of(align),
+            "arena extent at {start} is not aligned to {align}"
+        );
+        assert_eq!(
+            start / self.segment,
+            (start + len - 1) / self.segment,
+            "arena extent {start}+{len} straddles a segment boundary"
+        );
+        if let (Some(head), Some(tail)) = (self.live.front(), self.live.back()) {
+            let in_gap = if tail.end > head.start {
+                start >= tail.end || start + len <= head.start
+            } else {
+                start >= tail.end && start + len <= head.start
+            };
+            assert!(
+                in_gap,
+                "arena extent {start}+{len} overlaps the live ones ({}..{})",
+                head.start, tail.end
+            );
+        }
     }
 
     /// Marks `seq` free; the head advances over the released run at the front.

@@ -125,3 +125,70 @@ impl ChunkBuf {
         (self.rows(), a, b, c, d)
     }
 }
+
+/// The order chunks reach a split's file in: each starts where the previous
+/// one ended, and only the split's last may be short.
+///
+/// The writer's side of this boundary is `SplitWriter::consume`, which fills
+/// the chunk buffer in seq order and hands it over when full (and
+/// `DatasetWriter::finish` the last, short one); the file's side
+/// (`SplitFile::append`) asserts it here before anything is written, since
+/// a chunk out of order would put rows at the wrong index of every dataset.
+/// One comparison per chunk. Tests: `writer::tests::chunk_boundaries`,
+/// `out_of_order_submission_lands_in_seq_order`, and
+/// `tests::a_chunk_after_the_short_last_one_is_a_bug` below (it fires).
+#[derive(Debug, Default)]
+pub(super) struct ChunkOrder {
+    /// Rows written so far: where the next chunk starts.
+    next_start: usize,
+    /// A short chunk was written: it was the split's last.
+    ended: bool,
+}
+
+impl ChunkOrder {
+    /// Takes a chunk of `rows` rows (`full`: as many as a chunk holds)
+    /// starting at row `start`.
+    pub(super) fn take(&mut self, start: usize, rows: usize, full: bool) {
+        assert!(
+            !self.ended,
+            "a chunk at row {start} after the split's last, short chunk"
+        );
+        assert_eq!(
+            start, self.next_start,
+            "chunks out of order: one at row {start}, expected row {}",
+            self.next_start
+        );
+        assert!(rows > 0, "an empty chunk at row {start}");
+        self.next_start = start + rows;
+        self.ended = !full;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkOrder;
+
+    #[test]
+    fn whole_chunks_then_one_short_one() {
+        let mut o = ChunkOrder::default();
+        o.take(0, 4, true);
+        o.take(4, 4, true);
+        o.take(8, 1, false);
+    }
+
+    #[test]
+    #[should_panic(expected = "after the split's last, short chunk")]
+    fn a_chunk_after_the_short_last_one_is_a_bug() {
+        let mut o = ChunkOrder::default();
+        o.take(0, 3, false);
+        o.take(3, 4, true);
+    }
+
+    #[test]
+    #[should_panic(expected = "chunks out of order")]
+    fn a_chunk_that_skips_rows_is_a_bug() {
+        let mut o = ChunkOrder::default();
+        o.take(0, 4, true);
+        o.take(8, 4, true);
+    }
+}

@@ -208,7 +208,13 @@ impl MelChunks {
     /// dataset's last rows, which are padded with zeros here. The dataset must
     /// already extend over the rows.
     pub(super) fn put(&mut self, ds: &Dataset, start: usize, mut mel: MelBuf) -> hdf5::Result<()> {
-        debug_assert!(start.is_multiple_of(self.chunk_rows));
+        // Chunk order is checked by the caller (`chunk::ChunkOrder`); a start
+        // off the chunk grid would write rows to the wrong chunk.
+        assert!(
+            start.is_multiple_of(self.chunk_rows),
+            "direct chunk write at row {start}, not a multiple of {}",
+            self.chunk_rows
+        );
         let full = self.chunk_rows * self.row_len;
         match &mut mel {
             MelBuf::F32(b) => b.resize(full, 0.0),

@@ -21,7 +21,7 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, Extents, File, H5Type, SimpleExtents};
 use ndarray::ArrayView5;
 
-use super::chunk::{ChunkBuf, MelBuf};
+use super::chunk::{ChunkBuf, ChunkOrder, MelBuf};
 use super::direct::MelChunks;
 use super::{ChunkWrite, Dtype, Error};
 use crate::dsp::{MelNorm, MelScale, PadMode, Segmentation, Spec};
@@ -44,6 +44,8 @@ pub(super) struct SplitFile {
     ds: Datasets,
     /// Rows written so far (the current N of every dataset).
     rows: usize,
+    /// Checks the chunks come in row order, short only at the end.
+    order: ChunkOrder,
     /// Direct writes of `mel` (None: `write_slice`, the reference path).
     mel_chunks: Option<MelChunks>,
     /// Keeps the file's written pages out of the page cache (see [`Drain`]).
@@ -139,6 +141,7 @@ impl SplitFile {
             file,
             ds,
             rows: 0,
+            order: ChunkOrder::default(),
         })
     }
 
@@ -150,6 +153,7 @@ impl SplitFile {
     /// (a whole chunk, or the file's last rows). Leaves `chunk` to be cleared.
     pub(super) fn append(&mut self, chunk: &mut ChunkBuf) -> Result<(), Error> {
         let bytes = chunk.bytes() as u64;
+        self.order.take(self.rows, chunk.rows(), chunk.is_full());
         self.ds
             .write_rows(&self.partial, self.rows, chunk, self.mel_chunks.as_mut())?;
         self.rows += chunk.rows();
@@ -168,6 +172,7 @@ impl SplitFile {
             rows,
             mel_chunks,
             drain,
+            order: _,
         } = self;
         drop(drain);
         // What closing `mel` would flush from its chunk cache, first.
@@ -388,14 +393,26 @@ pub(super) fn write_label_names_attr(file: &File, names: &[String]) -> hdf5::Res
     Ok(())
 }
 
-/// Writes every root attribute. The destructuring is exhaustive on purpose: a new
-/// [`Spec`] field does not compile until it is recorded here (and in FORMAT.md).
+/// Writes every root attribute: the file's own, the spec's
+/// ([`write_spec_attrs`]: its destructuring is exhaustive on purpose, so a
+/// new [`Spec`] field does not compile until it is recorded there and in
+/// FORMAT.md), then the output's.
 pub(super) fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
     write_label_names_attr(file, h.label_names)?;
     attr_str(file, "melforge_version", crate::VERSION)?;
     attr_str(file, "split", h.split)?;
 
-    let spec = h.spec;
+    write_spec_attrs(file, h.spec)?;
+    attr_str(file, "dtype", h.dtype.name())?;
+    attr_int(file, "chunk_files", h.chunk_files)?;
+    for (key, value) in h.extra_attrs {
+        attr_str(file, key, value)?;
+    }
+    Ok(())
+}
+
+/// The [`Spec`]'s attributes, in the order files have always had them.
+fn write_spec_attrs(file: &File, spec: &Spec) -> hdf5::Result<()> {
     let Spec {
         sample_rate,
         clip_seconds,
@@ -464,11 +481,6 @@ pub(super) fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
     attr_int(file, "n_long", n_long)?;
     attr_int(file, "n_short", n_short)?;
     attr_int(file, "n_frames", n_frames)?;
-    attr_str(file, "dtype", h.dtype.name())?;
-    attr_int(file, "chunk_files", h.chunk_files)?;
-    for (key, value) in h.extra_attrs {
-        attr_str(file, key, value)?;
-    }
     Ok(())
 }
 

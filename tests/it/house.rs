@@ -4,8 +4,14 @@
 //! * **no import circles between files** — a loop of files that import each
 //!   other means a type sits in the wrong room;
 //! * **no file over 800 lines**;
-//! * **no public function returning `Result<_, String>`** — an error crossing
-//!   a boundary is a `thiserror` enum, so it can be matched and counted.
+//! * **no public function returning `Result<_, String>`**, and **no public
+//!   error enum with a `(String)` variant** — an error crossing a boundary is
+//!   a `thiserror` enum whose variants say what was wrong, so it can be
+//!   matched and counted;
+//! * **no file outside `app/` and `cli/` imports `crate::app`** — lower
+//!   layers (and their tests) never reach up into the commands;
+//! * **at most five non-test functions over 80 lines**, each listed in
+//!   `LONG_FNS` with its reason — a function is a screen of steps.
 //!
 //! How the file graph is built (a pragmatic reading of Rust, not a compiler;
 //! std only, so it runs everywhere the tests run):
@@ -877,8 +883,43 @@ fn no_public_error_enum_has_a_string_variant() {
 const MAX_FN_LINES: usize = 80;
 
 /// Functions allowed over [`MAX_FN_LINES`], at most five, each with why:
-/// (file, function, reason).
-const LONG_FNS: &[(&str, &str, &str)] = &[];
+/// (file, function, reason). Each is in code being restructured beside the
+/// change that set this limit; splitting it here as well would only make
+/// two versions of the same function to merge.
+const LONG_FNS: &[(&str, &str, &str)] = &[
+    (
+        "app/metrics/mod.rs",
+        "encode",
+        "the metrics exposition is being split into one function per family \
+         with serve's restructure; drop this entry when that lands",
+    ),
+    (
+        "app/serve/service/mod.rs",
+        "absorb",
+        "serve's Service is being cut into intake, counters and health; absorb \
+         moves with it",
+    ),
+    (
+        "app/serve/journal/compact.rs",
+        "compact_with",
+        "crash-safe compaction: one sequence of write, fsync and rename steps \
+         whose order is the invariant (compaction_survives_a_crash_at_every_step \
+         crashes at each); owned by serve's restructure",
+    ),
+    (
+        "writer/append/mod.rs",
+        "open",
+        "recovery, label table and SWMR start in the order the undo log arms \
+         and commits them; the append path is being unified under one Sink \
+         beside this change",
+    ),
+    (
+        "config/serve.rs",
+        "validate",
+        "a flat list of independent [serve] checks, each one error; it gains \
+         serve.max_queued_files beside this change",
+    ),
+];
 
 /// Non-test functions of a file over `max` lines: (name, first line, lines).
 /// Test code is left out: `#[test]` functions and whatever a `#[cfg(test)]`

@@ -345,24 +345,8 @@ pub fn run(corpus: &Corpus, opts: &Options) -> Report {
     let mut warnings = Vec::new();
     let mut passes = Vec::new();
     let mut comparisons = Vec::new();
-    let mut engines = opts.engines.clone();
-    if engines.contains(&Engine::Uring)
-        && let Err(why) = uring::available()
-    {
-        warnings.push(format!("Skipped the uring engine: {why}."));
-        engines.retain(|e| *e != Engine::Uring);
-    }
-    let fio = if opts.compare_fio {
-        match fio::Fio::find() {
-            Ok(f) => Some(f),
-            Err(why) => {
-                warnings.push(format!("Skipped the fio comparison: {why}."));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let engines = usable_engines(opts, &mut warnings);
+    let fio = find_fio(opts, &mut warnings);
     let mut cache = cache::CacheControl::new(opts.drop_caches);
     for &direct in &opts.direct {
         for &state in &opts.caches {
@@ -393,22 +377,7 @@ pub fn run(corpus: &Corpus, opts: &Options) -> Report {
                 prepare(&mut cache);
                 match fio.run(corpus, state, direct, opts.queue_depth) {
                     Ok(f) => {
-                        for p in passes.iter().filter(|p| {
-                            p.cache == state && p.direct == direct && p.engine != Engine::Fio
-                        }) {
-                            comparisons.push(Comparison {
-                                engine: p.engine,
-                                cache: state,
-                                direct,
-                                files_per_s: p.files_per_s,
-                                fio_files_per_s: f.files_per_s,
-                                ratio: if f.files_per_s > 0.0 {
-                                    p.files_per_s / f.files_per_s
-                                } else {
-                                    f64::NAN
-                                },
-                            });
-                        }
+                        comparisons.extend(against_fio(&passes, &f, state, direct));
                         passes.push(f);
                     }
                     Err(why) => warnings.push(format!(
@@ -433,6 +402,59 @@ pub fn run(corpus: &Corpus, opts: &Options) -> Report {
         comparisons,
         warnings,
     }
+}
+
+/// The engines asked for, less uring where the kernel lacks it (a warning).
+fn usable_engines(opts: &Options, warnings: &mut Vec<String>) -> Vec<Engine> {
+    let mut engines = opts.engines.clone();
+    if engines.contains(&Engine::Uring)
+        && let Err(why) = uring::available()
+    {
+        warnings.push(format!("Skipped the uring engine: {why}."));
+        engines.retain(|e| *e != Engine::Uring);
+    }
+    engines
+}
+
+/// fio, when the comparison is asked for and fio is installed (else a
+/// warning).
+fn find_fio(opts: &Options, warnings: &mut Vec<String>) -> Option<fio::Fio> {
+    if !opts.compare_fio {
+        return None;
+    }
+    match fio::Fio::find() {
+        Ok(f) => Some(f),
+        Err(why) => {
+            warnings.push(format!("Skipped the fio comparison: {why}."));
+            None
+        }
+    }
+}
+
+/// Each engine's pass of cache state `cache` and mode `direct` against
+/// fio's pass `f` of the same.
+fn against_fio(
+    passes: &[PassResult],
+    f: &PassResult,
+    cache: Cache,
+    direct: bool,
+) -> Vec<Comparison> {
+    passes
+        .iter()
+        .filter(|p| p.cache == cache && p.direct == direct && p.engine != Engine::Fio)
+        .map(|p| Comparison {
+            engine: p.engine,
+            cache,
+            direct,
+            files_per_s: p.files_per_s,
+            fio_files_per_s: f.files_per_s,
+            ratio: if f.files_per_s > 0.0 {
+                p.files_per_s / f.files_per_s
+            } else {
+                f64::NAN
+            },
+        })
+        .collect()
 }
 
 pub(crate) fn mode_name(direct: bool) -> &'static str {

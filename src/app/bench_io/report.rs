@@ -70,6 +70,39 @@ impl Report {
             self.machine.cores,
             self.machine.kernel
         )?;
+        self.write_passes(w)?;
+        self.write_notes(w)?;
+        if let Some(v) = &self.fio_version {
+            let fio_note = self
+                .passes
+                .iter()
+                .find_map(|p| p.note.as_deref().filter(|_| p.command.is_some()));
+            writeln!(
+                w,
+                "fio: {v}{}",
+                fio_note.map_or(String::new(), |n| format!("; {n}"))
+            )?;
+        }
+        for c in &self.comparisons {
+            writeln!(
+                w,
+                "{} vs fio, {} {}: {:.0} vs {:.0} files/s, ratio {:.2}",
+                c.engine.name(),
+                c.cache.name(),
+                mode_name(c.direct),
+                c.files_per_s,
+                c.fio_files_per_s,
+                c.ratio
+            )?;
+        }
+        for warning in &self.warnings {
+            writeln!(w, "warning: {warning}")?;
+        }
+        Ok(())
+    }
+
+    /// One aligned line per pass (text columns left, numbers right).
+    fn write_passes(&self, w: &mut impl Write) -> std::io::Result<()> {
         let header = [
             "cache",
             "mode",
@@ -123,6 +156,12 @@ impl Report {
             }
             writeln!(w, "{}", line.trim_end())?;
         }
+        Ok(())
+    }
+
+    /// Per pass: files read buffered after O_DIRECT was refused, and the
+    /// first error.
+    fn write_notes(&self, w: &mut impl Write) -> std::io::Result<()> {
         for p in &self.passes {
             if p.buffered_fallbacks > 0 {
                 writeln!(
@@ -144,32 +183,6 @@ impl Report {
                     p.errors
                 )?;
             }
-        }
-        if let Some(v) = &self.fio_version {
-            let fio_note = self
-                .passes
-                .iter()
-                .find_map(|p| p.note.as_deref().filter(|_| p.command.is_some()));
-            writeln!(
-                w,
-                "fio: {v}{}",
-                fio_note.map_or(String::new(), |n| format!("; {n}"))
-            )?;
-        }
-        for c in &self.comparisons {
-            writeln!(
-                w,
-                "{} vs fio, {} {}: {:.0} vs {:.0} files/s, ratio {:.2}",
-                c.engine.name(),
-                c.cache.name(),
-                mode_name(c.direct),
-                c.files_per_s,
-                c.fio_files_per_s,
-                c.ratio
-            )?;
-        }
-        for warning in &self.warnings {
-            writeln!(w, "warning: {warning}")?;
         }
         Ok(())
     }

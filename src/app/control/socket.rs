@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::peer::{PeerPolicy, peer_cred, resolve_group, supplementary_groups};
+use super::peer::{PeerCred, PeerPolicy, peer_cred, resolve_group, supplementary_groups};
 use super::{Command, Error, Origin, Replier, Reply, Request, Sender};
 use crate::config::ControlConfig;
 
@@ -400,7 +400,9 @@ fn write_reply(mut stream: &UnixStream, reply: &Reply) -> io::Result<()> {
     stream.write_all(line.as_bytes())
 }
 
-fn serve_client(stream: &UnixStream, shared: &Shared) {
+/// The peer of `stream` when the policy lets it in; otherwise it is told why
+/// (and a refusal is logged).
+fn admitted_peer(stream: &UnixStream, shared: &Shared) -> Option<PeerCred> {
     let peer = match peer_cred(stream) {
         Ok(p) => p,
         Err(e) => {
@@ -408,15 +410,43 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
                 stream,
                 &Reply::error(format!("cannot identify the peer: {e}")),
             );
-            return;
+            return None;
         }
     };
     if let Err(denied) = shared.policy.check(peer, supplementary_groups) {
         let msg = denied.to_string();
         shared.log_refusal(Refusal::Denied, Some(peer.pid), Some(peer.uid), &msg);
         let _ = write_reply(stream, &Reply::error(msg));
-        return;
+        return None;
     }
+    Some(peer)
+}
+
+/// The reply to one complete request line; `None` for a blank line.
+fn answer(line: &[u8], peer: PeerCred, origin: Origin, shared: &Shared) -> Option<Reply> {
+    match parse_request(line) {
+        Ok(None) => None,
+        Ok(Some((cmd, id))) => {
+            tracing::debug!(
+                pid = peer.pid,
+                uid = peer.uid,
+                command = %cmd,
+                "A control client sent a command."
+            );
+            let reply = dispatch(cmd, origin, shared);
+            Some(match id {
+                Some(id) => reply.with("id", id),
+                None => reply,
+            })
+        }
+        Err(msg) => Some(Reply::error(msg)),
+    }
+}
+
+fn serve_client(stream: &UnixStream, shared: &Shared) {
+    let Some(peer) = admitted_peer(stream, shared) else {
+        return;
+    };
     let timeout = shared.limits.client_timeout;
     if stream.set_write_timeout(Some(timeout)).is_err() {
         return;
@@ -444,22 +474,9 @@ fn serve_client(stream: &UnixStream, shared: &Shared) {
                 let _ = write_reply(stream, &Reply::error(msg));
                 return;
             }
-            Ok(Line::Complete) => match parse_request(&line) {
-                Ok(None) => continue,
-                Ok(Some((cmd, id))) => {
-                    tracing::debug!(
-                        pid = peer.pid,
-                        uid = peer.uid,
-                        command = %cmd,
-                        "A control client sent a command."
-                    );
-                    let reply = dispatch(cmd, origin, shared);
-                    match id {
-                        Some(id) => reply.with("id", id),
-                        None => reply,
-                    }
-                }
-                Err(msg) => Reply::error(msg),
+            Ok(Line::Complete) => match answer(&line, peer, origin, shared) {
+                Some(reply) => reply,
+                None => continue,
             },
             Err(e)
                 if matches!(

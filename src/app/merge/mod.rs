@@ -589,11 +589,13 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
     r
 }
 
-/// [`merge`], recording each file it finishes in `written`.
-fn merge_into(dir: &Path, copy: bool, written: &mut Vec<PathBuf>) -> Result<Report, Error> {
-    let found = find(dir)?;
-    let n_files = found.splits.len() as u64 + 1;
-    let stopped = |done: usize| Stopped::check(done as u64, n_files, "files");
+/// Each split's name and its opened shard files, in shard order.
+type Splits = Vec<(String, Vec<Part>)>;
+
+/// Opens every shard file of every split, each checked against the first
+/// one opened; with the attributes the merged files carry (that first
+/// file's, less the shard's own).
+fn open_splits(dir: &Path, found: &Found) -> Result<(Splits, Vec<(String, Value)>), Error> {
     let mut reference = None;
     let mut splits = Vec::new();
     for (split, names) in &found.splits {
@@ -605,12 +607,21 @@ fn merge_into(dir: &Path, copy: bool, written: &mut Vec<PathBuf>) -> Result<Repo
         splits.push((split.clone(), parts));
     }
     let reference = reference.expect("at least one shard file was opened");
-    let attrs: Vec<(String, Value)> = reference
+    let attrs = reference
         .attrs
         .iter()
         .filter(|(n, _)| n != SHARD_ATTR)
         .cloned()
         .collect();
+    Ok((splits, attrs))
+}
+
+/// [`merge`], recording each file it finishes in `written`.
+fn merge_into(dir: &Path, copy: bool, written: &mut Vec<PathBuf>) -> Result<Report, Error> {
+    let found = find(dir)?;
+    let n_files = found.splits.len() as u64 + 1;
+    let stopped = |done: usize| Stopped::check(done as u64, n_files, "files");
+    let (splits, attrs) = open_splits(dir, &found)?;
     let mut outputs = Vec::new();
     for (split, parts) in &splits {
         let mut split_attrs = attrs.clone();

@@ -6,7 +6,7 @@
 //! every id opened here is closed here (an [`Ids`] guard), and the dataset is
 //! then reopened through the safe crate by the caller.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 
 use hdf5_sys::h5::hsize_t;
 use hdf5_sys::h5d::{H5D_layout_t, H5Dclose, H5Dcreate2, H5Dget_type};
@@ -74,6 +74,65 @@ fn check(what: &'static str, status: i32) -> Result<(), Error> {
     }
 }
 
+/// Where a source is mapped: the virtual dataset's creation properties, its
+/// space, extent and name.
+struct Mapping<'a> {
+    dcpl: hid_t,
+    vspace: hid_t,
+    dims: &'a [hsize_t],
+    dataset: &'a CStr,
+}
+
+/// Maps all rows of `s` (dataset `at.dataset` in file `file`) onto rows
+/// `s.offset..` of the virtual space.
+///
+/// # Safety
+/// `at.dcpl` and `at.vspace` are open ids for the call; the global HDF5 lock
+/// is held.
+unsafe fn map_source(
+    ids: &mut Ids,
+    at: &Mapping<'_>,
+    file: &CStr,
+    s: &Source<'_>,
+) -> Result<(), Error> {
+    let rank = at.dims.len() as i32;
+    let mut src_dims = at.dims.to_vec();
+    src_dims[0] = s.rows as hsize_t;
+    let mut start = vec![0 as hsize_t; at.dims.len()];
+    start[0] = s.offset as hsize_t;
+    // SAFETY: the pointers point into live locals (`src_dims`, `start`) or
+    // the caller's CStrs, each `rank` long where a length applies; the ids
+    // are open (the caller's contract, or just checked by `ids.keep`).
+    unsafe {
+        let src_space = ids.keep(
+            "H5Screate_simple",
+            H5Screate_simple(rank, src_dims.as_ptr(), std::ptr::null()),
+            H5Sclose,
+        )?;
+        check(
+            "H5Sselect_hyperslab",
+            H5Sselect_hyperslab(
+                at.vspace,
+                H5S_seloper_t::H5S_SELECT_SET,
+                start.as_ptr(),
+                std::ptr::null(),
+                src_dims.as_ptr(),
+                std::ptr::null(),
+            ),
+        )?;
+        check(
+            "H5Pset_virtual",
+            H5Pset_virtual(
+                at.dcpl,
+                at.vspace,
+                file.as_ptr(),
+                at.dataset.as_ptr(),
+                src_space,
+            ),
+        )
+    }
+}
+
 /// Creates dataset `name` in the open file `file_id` as a virtual dataset of
 /// shape `(total, row_shape…)` whose element type is that of `like` (an open
 /// dataset of the first source), mapping each source's rows in order.
@@ -121,30 +180,15 @@ pub fn create(
                 H5Sclose,
             )?;
             for (file, s) in &srcs {
-                let mut src_dims = dims.clone();
-                src_dims[0] = s.rows as hsize_t;
-                let src_space = ids.keep(
-                    "H5Screate_simple",
-                    H5Screate_simple(rank, src_dims.as_ptr(), std::ptr::null()),
-                    H5Sclose,
-                )?;
-                let mut start = vec![0 as hsize_t; dims.len()];
-                start[0] = s.offset as hsize_t;
-                check(
-                    "H5Sselect_hyperslab",
-                    H5Sselect_hyperslab(
-                        vspace,
-                        H5S_seloper_t::H5S_SELECT_SET,
-                        start.as_ptr(),
-                        std::ptr::null(),
-                        src_dims.as_ptr(),
-                        std::ptr::null(),
-                    ),
-                )?;
-                check(
-                    "H5Pset_virtual",
-                    H5Pset_virtual(dcpl, vspace, file.as_ptr(), c_name.as_ptr(), src_space),
-                )?;
+                let at = Mapping {
+                    dcpl,
+                    vspace,
+                    dims: &dims,
+                    dataset: &c_name,
+                };
+                // SAFETY: as above; `dcpl` and `vspace` are open ids kept by
+                // `ids` until after the call.
+                map_source(&mut ids, &at, file, s)?;
             }
             // The mapping selections changed vspace's selection; the dataset
             // itself is created over the whole extent.

@@ -651,14 +651,31 @@ fn lock_exclusive(lock: &File, path: &Path) -> Result<(), Error> {
 }
 
 /// Appends one encoded line for `rec`.
+///
+/// Write side of the record check [`decode`] makes on read: one record is
+/// one line (serde_json escapes every control character inside strings, so
+/// the JSON holds no newline — a record that spanned lines would read back
+/// as two damaged ones and refuse the journal), and the line decodes back to
+/// `rec` (checked in debug builds: it costs a parse). Tests:
+/// `tests::a_record_with_newlines_and_quotes_is_one_line_and_reads_back`,
+/// `tests::commit_and_reopen`, `tests::torn_last_batch_at_every_offset`.
 fn encode(rec: &Record, out: &mut Vec<u8>) {
     let json = serde_json::to_vec(rec).expect("records serialise");
+    assert!(
+        !json.contains(&b'\n'),
+        "a journal record would span two lines"
+    );
+    let start = out.len();
     write!(out, "{:08x} ", crc32(&json)).expect("writing to a Vec");
     out.extend_from_slice(&json);
+    debug_assert_eq!(decode(&out[start..]).as_ref(), Some(rec));
     out.push(b'\n');
 }
 
-/// Decodes one line (without its newline); `None` if torn or damaged.
+/// Decodes one line (without its newline); `None` if torn or damaged. The
+/// bytes come from disk, so nothing here is asserted: a bad line is data
+/// ([`replay`] tells a torn tail from corruption); [`encode`] asserts the
+/// write side of the same format.
 fn decode(line: &[u8]) -> Option<Record> {
     let (crc, json) = (line.get(..8)?, line.get(9..)?);
     // Exactly as written: lowercase hex, one space.
@@ -748,6 +765,15 @@ fn replay(path: &Path, bytes: &[u8]) -> Result<Replayed, Error> {
             good = end;
         }
     }
+    // What replay keeps: a prefix of whole lines ending with a commit (or
+    // the header/checkpoint), and only entries that prefix committed. The
+    // cut `Journal::load` makes at `good` relies on both. Tests:
+    // `tests::torn_last_batch_at_every_offset` (every cut point).
+    assert!(
+        good == 0 || bytes[good - 1] == b'\n',
+        "journal replay kept a prefix ending inside a line ({good})"
+    );
+    assert!(committed <= entries.len());
     entries.truncate(committed);
     Ok(Replayed {
         state,

@@ -30,7 +30,7 @@ pub enum Cause {
     #[error("the NVIDIA driver ({loaded_as}) is too old: it lacks {}", .missing.join(", "))]
     DriverLacks {
         loaded_as: String,
-        missing: Vec<&'static str>,
+        missing: Box<[&'static str]>,
     },
     /// The driver's CUDA version (e.g. 11080) is below 12.0.
     #[error(
@@ -45,15 +45,18 @@ pub enum Cause {
     /// A CUDA library (NVRTC, cuFFT) is missing; `wheel` is the pip package
     /// that provides it.
     #[error("{error}; install the CUDA toolkit or `pip install {wheel}`")]
-    MissingLibrary { error: libs::Error, wheel: String },
+    MissingLibrary {
+        error: Box<libs::Error>,
+        wheel: String,
+    },
     /// A library was found but a check on it failed (entry points, versions,
     /// the copy the loader would pick).
     #[error(transparent)]
-    Library(#[from] LoadError),
+    Library(Box<LoadError>),
     /// NVRTC knows no architecture at or below the device's.
     #[error("{error}; NVRTC {}.{} is too old for {device}", .nvrtc.0, .nvrtc.1)]
     NvrtcTooOld {
-        error: LoadError,
+        error: Box<LoadError>,
         nvrtc: (i32, i32),
         device: String,
     },
@@ -90,6 +93,17 @@ pub enum Cause {
     /// `MELFORGE_HOST_DOUBLE=1` in a build without the host double.
     #[error("{env} needs a build with the host-kernels feature")]
     NoHostDouble { env: &'static str },
+}
+
+// The heavy payloads are boxed: a `Cause` travels inside every error type
+// up to the commands' (`result_large_err`), so it stays the size of a
+// `DeviceError`.
+const _: () = assert!(std::mem::size_of::<Cause>() <= 56);
+
+impl From<LoadError> for Cause {
+    fn from(e: LoadError) -> Cause {
+        Cause::Library(Box::new(e))
+    }
 }
 
 impl Cause {
@@ -129,7 +143,7 @@ mod tests {
         assert_eq!(
             Cause::DriverLacks {
                 loaded_as: "libcuda.so.1".into(),
-                missing: vec!["cuGraphLaunch", "cuGraphDestroy"],
+                missing: Box::new(["cuGraphLaunch", "cuGraphDestroy"]),
             }
             .to_string(),
             "the NVIDIA driver (libcuda.so.1) is too old: it lacks cuGraphLaunch, cuGraphDestroy"

@@ -70,7 +70,18 @@ pub const SYMBOLS: &[&str] = &[
 /// Oldest driver API the backend is written against (CUDA 12.0).
 pub const MIN_DRIVER: i32 = 12000;
 
+/// The probe in steps: the driver (library, entry points, version), device
+/// 0, then the libraries the kernels need (NVRTC, cuFFT) for that device.
 fn probe_uncached() -> Result<Gpu, Cause> {
+    let version = driver_version()?;
+    let gpu = first_device(version)?;
+    kernel_libraries(&gpu)?;
+    Ok(gpu)
+}
+
+/// Loads libcuda, checks its entry points and that cudarc loads the same
+/// copy, and returns its CUDA version (e.g. 12040) once it is new enough.
+fn driver_version() -> Result<i32, Cause> {
     let found = libs::ensure(&libs::CUDA).map_err(|_| Cause::NoDriver)?;
     let missing: Vec<&str> = SYMBOLS
         .iter()
@@ -80,7 +91,7 @@ fn probe_uncached() -> Result<Gpu, Cause> {
     if !missing.is_empty() {
         return Err(Cause::DriverLacks {
             loaded_as: found.loaded_as,
-            missing,
+            missing: missing.into_boxed_slice(),
         });
     }
     // cudarc loads libcuda by its own list of names: make sure that is the
@@ -95,6 +106,11 @@ fn probe_uncached() -> Result<Gpu, Cause> {
     if version < MIN_DRIVER {
         return Err(Cause::DriverTooOld { version });
     }
+    Ok(version)
+}
+
+/// `cuInit`, then device 0: its name, compute capability and PCI address.
+fn first_device(version: i32) -> Result<Gpu, Cause> {
     result::init().map_err(|e| DeviceError::new("cuInit", e))?;
     let devices =
         result::device::get_count().map_err(|e| DeviceError::new("cuDeviceGetCount", e))?;
@@ -117,6 +133,20 @@ fn probe_uncached() -> Result<Gpu, Cause> {
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
     );
+    Ok(Gpu {
+        name,
+        cc,
+        devices,
+        driver_version: version,
+        pci_bus_id,
+    })
+}
+
+/// NVRTC and cuFFT for the driver's CUDA major (preloaded, every entry
+/// point checked), NVRTC's version against the driver's, and a target
+/// NVRTC can compile for `gpu`.
+fn kernel_libraries(gpu: &Gpu) -> Result<(), Cause> {
+    let version = gpu.driver_version;
     let major = version / 1000;
     let [nvrtc_lib, cufft_lib, jitlink_lib] = libs::for_driver(major);
     if let Err(e) = libs::ensure(jitlink_lib) {
@@ -128,7 +158,10 @@ fn probe_uncached() -> Result<Gpu, Cause> {
         } else {
             format!("{w}-cu12")
         };
-        move |error| Cause::MissingLibrary { error, wheel }
+        move |error| Cause::MissingLibrary {
+            error: Box::new(error),
+            wheel,
+        }
     };
     libs::ensure(nvrtc_lib).map_err(missing("nvidia-cuda-nvrtc"))?;
     libs::ensure(cufft_lib).map_err(missing("nvidia-cufft"))?;
@@ -137,21 +170,15 @@ fn probe_uncached() -> Result<Gpu, Cause> {
     super::api::cufft()?;
     let nv = nvrtc.library_version()?;
     super::nvrtc::check_versions(nv, version)?;
-    let sm = u32::try_from(cc.0 * 10 + cc.1).unwrap_or(0);
+    let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
     super::nvrtc::pick_target(sm, &nvrtc.supported_archs()?).map_err(|error| {
         Cause::NvrtcTooOld {
-            error,
+            error: Box::new(error),
             nvrtc: nv,
-            device: name.clone(),
+            device: gpu.name.clone(),
         }
     })?;
-    Ok(Gpu {
-        name,
-        cc,
-        devices,
-        driver_version: version,
-        pci_bus_id,
-    })
+    Ok(())
 }
 
 /// Whether the NVIDIA driver library can be loaded at all: the cheap first

@@ -256,6 +256,9 @@ impl Recipe for MelRecipe {
         dev.fft_exec(s, plan, w.frames, w.spectrum)
     }
 
+    /// The batch's kernel sequence on stream `s`, in steps: frames of every
+    /// clip, their FFT, power → mel → dB, the per-file `top_db` floor, rows
+    /// in output order, and the copy of the rows to `out`.
     fn issue<D: Device>(
         &mut self,
         dev: &mut D,
@@ -266,18 +269,40 @@ impl Recipe for MelRecipe {
         out: Pinned,
         n: usize,
     ) -> Result<()> {
-        let t = &self.t;
-        let c = self
-            .consts
-            .as_ref()
-            .ok_or_else(|| DeviceError::new("issue", "recipe not initialised"))?;
+        self.consts()?;
         let plan = *self
             .plans
             .get(&n)
             .ok_or_else(|| DeviceError::new("issue", "no FFT plan for this shape"))?;
-        let b = Arg::buf;
-        let n_rows = n * t.n_distinct;
-        let per_file = t.n_distinct * t.n_mels;
+        self.frames(dev, s, w, (input, descs), n)?;
+        dev.fft_exec(s, plan, w.frames, w.spectrum)?;
+        self.mel_db(dev, s, w, n)?;
+        if let Some(top) = self.t.top_db {
+            self.top_db(dev, s, w, n, top)?;
+        }
+        self.scatter(dev, s, w, n)?;
+        self.copy_out(dev, s, w, out, n)
+    }
+}
+
+impl MelRecipe {
+    fn consts(&self) -> Result<&Consts> {
+        self.consts
+            .as_ref()
+            .ok_or_else(|| DeviceError::new("issue", "recipe not initialised"))
+    }
+
+    /// Decodes the batch's files (`input` by `descs`) into clips and cuts
+    /// them into windowed frames.
+    fn frames<D: Device>(
+        &self,
+        dev: &mut D,
+        s: Stream,
+        w: &MelWork,
+        (input, descs): (DevBuf, DevBuf),
+        n: usize,
+    ) -> Result<()> {
+        let (t, c, b) = (&self.t, self.consts()?, Arg::buf);
         dev.launch(
             s,
             self.k("mf_decode")?,
@@ -293,7 +318,7 @@ impl Recipe for MelRecipe {
         dev.launch(
             s,
             self.k("mf_frame")?,
-            dims(n_rows * t.n_fft),
+            dims(n * t.n_distinct * t.n_fft),
             &[
                 b(w.clips),
                 i32a(n),
@@ -306,8 +331,13 @@ impl Recipe for MelRecipe {
                 b(c.window),
                 b(w.frames),
             ],
-        )?;
-        dev.fft_exec(s, plan, w.frames, w.spectrum)?;
+        )
+    }
+
+    /// Power spectrum → mel bands → dB.
+    fn mel_db<D: Device>(&self, dev: &mut D, s: Stream, w: &MelWork, n: usize) -> Result<()> {
+        let (t, c, b) = (&self.t, self.consts()?, Arg::buf);
+        let n_rows = n * t.n_distinct;
         dev.launch(
             s,
             self.k("mf_power_mel_db")?,
@@ -326,44 +356,62 @@ impl Recipe for MelRecipe {
                 Arg::F64(t.ref_db),
                 b(w.db),
             ],
+        )
+    }
+
+    /// The `top_db` floor: each file's maximum (in parts, then whole), and
+    /// every value raised to `max - top` at least.
+    fn top_db<D: Device>(
+        &self,
+        dev: &mut D,
+        s: Stream,
+        w: &MelWork,
+        n: usize,
+        top: f32,
+    ) -> Result<()> {
+        let b = Arg::buf;
+        let per_file = self.t.n_distinct * self.t.n_mels;
+        dev.launch(
+            s,
+            self.k("mf_clip_max_part")?,
+            dims(n * CLIP_MAX_PARTS),
+            &[
+                b(w.db),
+                i32a(n),
+                i32a(per_file),
+                i32a(CLIP_MAX_PARTS),
+                b(w.clip_max_part),
+            ],
         )?;
-        if let Some(top) = t.top_db {
-            dev.launch(
-                s,
-                self.k("mf_clip_max_part")?,
-                dims(n * CLIP_MAX_PARTS),
-                &[
-                    b(w.db),
-                    i32a(n),
-                    i32a(per_file),
-                    i32a(CLIP_MAX_PARTS),
-                    b(w.clip_max_part),
-                ],
-            )?;
-            dev.launch(
-                s,
-                self.k("mf_clip_max")?,
-                dims(n),
-                &[
-                    b(w.clip_max_part),
-                    i32a(n),
-                    i32a(CLIP_MAX_PARTS),
-                    b(w.clip_max),
-                ],
-            )?;
-            dev.launch(
-                s,
-                self.k("mf_top_db")?,
-                dims(n * per_file),
-                &[
-                    b(w.db),
-                    i32a(n),
-                    i32a(per_file),
-                    b(w.clip_max),
-                    Arg::F32(top),
-                ],
-            )?;
-        }
+        dev.launch(
+            s,
+            self.k("mf_clip_max")?,
+            dims(n),
+            &[
+                b(w.clip_max_part),
+                i32a(n),
+                i32a(CLIP_MAX_PARTS),
+                b(w.clip_max),
+            ],
+        )?;
+        dev.launch(
+            s,
+            self.k("mf_top_db")?,
+            dims(n * per_file),
+            &[
+                b(w.db),
+                i32a(n),
+                i32a(per_file),
+                b(w.clip_max),
+                Arg::F32(top),
+            ],
+        )
+    }
+
+    /// The dB values of each file's distinct frames into its row, in output
+    /// order.
+    fn scatter<D: Device>(&self, dev: &mut D, s: Stream, w: &MelWork, n: usize) -> Result<()> {
+        let (t, c, b) = (&self.t, self.consts()?, Arg::buf);
         dev.launch(
             s,
             self.k("mf_scatter")?,
@@ -378,7 +426,19 @@ impl Recipe for MelRecipe {
                 b(c.column),
                 b(w.rows),
             ],
-        )?;
+        )
+    }
+
+    /// The rows to the host (`out`), as binary16 when the recipe converts.
+    fn copy_out<D: Device>(
+        &self,
+        dev: &mut D,
+        s: Stream,
+        w: &MelWork,
+        out: Pinned,
+        n: usize,
+    ) -> Result<()> {
+        let t = &self.t;
         match w.rows16 {
             Some(r16) => {
                 let total = n * t.row_len;
@@ -386,7 +446,7 @@ impl Recipe for MelRecipe {
                     s,
                     self.k("mf_to_f16")?,
                     dims(total),
-                    &[b(w.rows), Arg::I64(total as i64), b(r16)],
+                    &[Arg::buf(w.rows), Arg::I64(total as i64), Arg::buf(r16)],
                 )?;
                 dev.memcpy_dtoh_async(s, out, 0, r16, 0, total * 2)
             }

@@ -498,19 +498,7 @@ fn parse_fmt(chunk: &[u8]) -> Result<Fmt, Error> {
         }
     }
     let (base, extensible) = if tag == TAG_EXTENSIBLE {
-        if chunk.len() < 40 {
-            return Err(Error::FmtTooSmall { size, needed: 40 });
-        }
-        let valid = u16_at(18);
-        if valid > bits {
-            return Err(Error::ValidBits { valid, bits });
-        }
-        let mut guid = [0u8; 16];
-        guid.copy_from_slice(&chunk[24..40]);
-        if guid[2..] != KSDATAFORMAT_SUFFIX {
-            return Err(Error::UnknownSubFormat { guid });
-        }
-        (u16::from_le_bytes([guid[0], guid[1]]), true)
+        (extensible_tag(chunk, bits)?, true)
     } else {
         (tag, false)
     };
@@ -554,6 +542,28 @@ fn parse_fmt(chunk: &[u8]) -> Result<Fmt, Error> {
         sample_rate,
         block_align,
     })
+}
+
+/// The codec tag inside a WAVE_FORMAT_EXTENSIBLE `fmt ` chunk (its
+/// sub-format GUID), after checking the extension is there and its valid
+/// bits fit the container's `bits`.
+fn extensible_tag(chunk: &[u8], bits: u16) -> Result<u16, Error> {
+    if chunk.len() < 40 {
+        return Err(Error::FmtTooSmall {
+            size: chunk.len() as u32,
+            needed: 40,
+        });
+    }
+    let valid = u16::from_le_bytes([chunk[18], chunk[19]]);
+    if valid > bits {
+        return Err(Error::ValidBits { valid, bits });
+    }
+    let mut guid = [0u8; 16];
+    guid.copy_from_slice(&chunk[24..40]);
+    if guid[2..] != KSDATAFORMAT_SUFFIX {
+        return Err(Error::UnknownSubFormat { guid });
+    }
+    Ok(u16::from_le_bytes([guid[0], guid[1]]))
 }
 
 /// Position of the chunk header after a chunk whose body ends at `end` (unpadded)

@@ -47,70 +47,13 @@ use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
 
+use super::slot::{CLOSE, OPEN, Phase, READ, STATX, Slot, Then, push_free, slot_of, user_data};
 use super::{RunStats, SetupError, UringOptions};
-use crate::reader::arena::{ArenaPart, Extent};
+use crate::reader::arena::ArenaPart;
 use crate::reader::{Error, FileBytes};
-
-const OPEN: u64 = 1;
-const STATX: u64 = 2;
-const READ: u64 = 3;
-const CLOSE: u64 = 4;
-
-fn user_data(slot: usize, epoch: u32, kind: u64) -> u64 {
-    (u64::from(epoch) << 32) | ((slot as u64) << 8) | kind
-}
 
 const STATX_DIOALIGN: u32 = 0x2000;
 const STATX_DIO_READ_ALIGN: u32 = 0x2_0000;
-
-/// Where a slot is in a file's life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-enum Phase {
-    #[default]
-    Free,
-    Opening,
-    WaitArena,
-    Reading,
-    Closing,
-}
-
-/// What a slot does once its in-flight requests have all completed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-enum Then {
-    #[default]
-    Free,
-    Reopen,
-}
-
-#[derive(Default)]
-struct Slot {
-    phase: Phase,
-    then: Then,
-    epoch: u32,
-    job: usize,
-    started: Option<Instant>,
-    flags: i32,
-    /// CQEs still to come for this slot.
-    pending: u8,
-    open_res: i32,
-    statx_res: i32,
-    /// Size at the first open (bytes to deliver).
-    size: Option<u64>,
-    /// Read offset/length granularity (1 when buffered).
-    align: u64,
-    /// Address alignment and length of the extent to allocate (WaitArena),
-    /// and whether it is a spill ([`ArenaPart::alloc_spill`]).
-    want: (usize, usize, bool),
-    /// Bytes known to be in the extent (short-read resume point).
-    got: u64,
-    /// File offset of the read in flight.
-    read_off: u64,
-    extent: Option<Extent>,
-    /// O_DIRECT was dropped for this file.
-    buffered: bool,
-    /// `done` has been called for this file.
-    delivered: bool,
-}
 
 /// What `run` calls per finished file.
 /// What a job stream has for [`UringEngine::run_stream`].
@@ -488,19 +431,8 @@ impl UringEngine {
     }
 
     fn on_cqe(&mut self, ud: u64, res: i32, done: &mut Done<'_>) -> io::Result<()> {
-        let (i, epoch, kind) = (
-            (ud >> 8) as u32 as usize & 0xff_ffff,
-            (ud >> 32) as u32,
-            ud & 0xff,
-        );
-        let Some(s) = self
-            .slots
-            .get_mut(i)
-            .filter(|s| s.epoch == epoch && s.pending > 0)
-        else {
-            self.stats.stray_cqes += 1;
-            return Ok(());
-        };
+        let (i, kind) = slot_of(&self.slots, ud);
+        let s = &mut self.slots[i];
         s.pending -= 1;
         match kind {
             OPEN => s.open_res = res,
@@ -551,7 +483,30 @@ impl UringEngine {
         }
         let st = self.statx[i];
         let size = st.stx_size;
-        let refused = if s.statx_res < 0 {
+        if let Some(e) = self.refusal(i, &st) {
+            self.deliver(i, Err(e), done);
+            return self.submit_close(i);
+        }
+        let s = &mut self.slots[i];
+        s.size = Some(size);
+        if size == 0 {
+            let empty = FileBytes::Arena(self.part.empty());
+            self.deliver(i, Ok(empty), done);
+            return self.submit_close(i);
+        }
+        if s.extent.is_some() {
+            return self.submit_read(i); // resuming after a short read
+        }
+        self.plan_extent(i, &st, done)
+    }
+
+    /// Why the file just opened in slot `i` (its statx `st`) is not read:
+    /// statx failed, not a regular file, too large, or its size changed
+    /// since the first open (a reopen).
+    fn refusal(&self, i: usize, st: &libc::statx) -> Option<Error> {
+        let s = &self.slots[i];
+        let size = st.stx_size;
+        if s.statx_res < 0 {
             Some(Error::Stat(io::Error::from_raw_os_error(-s.statx_res)))
         } else if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             Some(Error::NotAFile)
@@ -568,23 +523,17 @@ impl UringEngine {
                 }),
                 _ => None,
             }
-        };
-        if let Some(e) = refused {
-            self.deliver(i, Err(e), done);
-            return self.submit_close(i);
         }
-        let s = &mut self.slots[i];
-        s.size = Some(size);
-        if size == 0 {
-            let empty = FileBytes::Arena(self.part.empty());
-            self.deliver(i, Ok(empty), done);
-            return self.submit_close(i);
-        }
-        if s.extent.is_some() {
-            return self.submit_read(i); // resuming after a short read
-        }
-        let (mem_align, off_align) = if s.flags & libc::O_DIRECT != 0 {
-            match self.dio_align(&st) {
+    }
+
+    /// The extent slot `i`'s file needs (its alignment for O_DIRECT, a spill
+    /// for a big file): the slot waits for arena space, or the file is
+    /// refused when no extent can ever hold it. A filesystem that opened
+    /// O_DIRECT but cannot do it for this file is reopened buffered.
+    fn plan_extent(&mut self, i: usize, st: &libc::statx, done: &mut Done<'_>) -> io::Result<()> {
+        let size = st.stx_size;
+        let (mem_align, off_align) = if self.slots[i].flags & libc::O_DIRECT != 0 {
+            match self.dio_align(st) {
                 Some(a) => a,
                 None => {
                     // The filesystem opened O_DIRECT but cannot do it here.
@@ -746,7 +695,7 @@ impl UringEngine {
         let s = &mut self.slots[i];
         s.phase = Phase::Free;
         s.extent = None;
-        self.free.push(i);
+        push_free(&mut self.free, &self.slots, i);
     }
 
     /// After a fatal ring error: every admitted file is reported failed. The

@@ -14,6 +14,7 @@
 
 mod engine;
 mod probe;
+mod slot;
 #[cfg(test)]
 mod tests;
 
@@ -71,8 +72,6 @@ pub struct RunStats {
     /// the rest went plain: spills, and the reads of the partition's first
     /// lap, before it was registered.
     pub fixed_reads: u64,
-    /// CQEs that matched no busy slot (should stay 0).
-    pub stray_cqes: u64,
     /// Wall time of the run.
     pub wall: Duration,
     /// Time spent inside the `done` callback (e.g. blocked on a full ring).

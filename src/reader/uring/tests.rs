@@ -413,7 +413,6 @@ fn read_all(engine: &mut UringEngine, paths: &[PathBuf]) -> (Outcomes, RunStats)
             },
         )
         .unwrap();
-    assert_eq!(stats.stray_cqes, 0);
     (got, stats)
 }
 

@@ -78,6 +78,28 @@ fn commit_first_commits_a_prefix_and_keeps_the_rest_staged() {
     assert!(j.lookup("train/a/x3.wav", stamp(4)).unwrap().is_some());
 }
 
+/// The write side of the record format: a reason with newlines, quotes and
+/// non-ASCII stays one line whose checksum and JSON read back to the same
+/// record (`encode` asserts it; this drives that boundary with hostile text).
+#[test]
+fn a_record_with_newlines_and_quotes_is_one_line_and_reads_back() {
+    let rec = Record::Reject {
+        path: "train/a/\"odd\"\nname ü.wav".into(),
+        size: 7,
+        mtime_ns: -1,
+        reason: "line one\nline two\r\t\u{0}end".into(),
+    };
+    let mut out = Vec::new();
+    encode(&rec, &mut out);
+    assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert_eq!(out.last(), Some(&b'\n'));
+    assert_eq!(decode(&out[..out.len() - 1]), Some(rec));
+    // One flipped byte in the JSON: the read side's check refuses it.
+    let mut bad = out.clone();
+    bad[20] ^= 1;
+    assert_eq!(decode(&bad[..bad.len() - 1]), None);
+}
+
 #[test]
 fn commit_and_reopen() {
     let d = tempfile::tempdir().unwrap();
