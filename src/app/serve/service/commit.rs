@@ -107,7 +107,8 @@ impl Service {
     }
 
     /// Each loop turn: commits the sealed flush once the thread answered.
-    /// An error leaves it sealed, for `degrade` to forget.
+    /// An error (the flush's or the commit's) leaves it sealed, for
+    /// `degrade` to forget, counts included.
     pub(super) fn poll_flush(&mut self) -> Result<(), Error> {
         match self.sink.flushed() {
             None => Ok(()),
@@ -166,7 +167,11 @@ impl Service {
                 self.note_error(format!("cannot append to {}: {e}", path.display()));
             }
         }
-        self.journal.commit_first(s.records)?;
+        if let Err(e) = self.journal.commit_first(s.records) {
+            // Sealed again, for `degrade` to forget with its files' counts.
+            self.sealed = Some(s);
+            return Err(e.into());
+        }
         self.commits.committed_first(s.rows, s.records);
         if s.records > 0 {
             self.relax_backoff();
