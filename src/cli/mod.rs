@@ -11,6 +11,7 @@
 //! binary's `main` only calls [`main`]. `anyhow` is used here and nowhere else
 //! in the library.
 
+mod features;
 pub mod logging;
 
 use logging::LogFormat;
@@ -141,6 +142,9 @@ enum Command {
     },
     /// Send a command to a running `melforge serve` over its control socket.
     Ctl(crate::app::control::client::CtlArgs),
+    /// Compute one file's features under a config's recipe and write them as
+    /// a float32 .npy (the reference's shape): what a build stores for it.
+    Features(features::FeaturesArgs),
     /// Validate a config file and print the resolved settings.
     CheckConfig {
         /// The TOML file to check.
@@ -223,6 +227,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Serve { config } => crate::app::serve::run(&config)?,
         Command::Merge { out, copy, json } => merge(&out, copy, json)?,
         Command::Ctl(args) => crate::app::control::client::main(&args)?,
+        Command::Features(args) => features::run(&args)?,
         Command::CheckConfig { file } => check_config(&file)?,
         Command::Build {
             input,

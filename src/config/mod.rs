@@ -11,12 +11,14 @@
 //! and the step between them: `mel` (`[mel]` + `[segmentation]` → [`Spec`]),
 //! `output`, `io`, `compute`, `control`, `metrics` and [`serve`]. This file owns the top
 //! level (`RawConfig` → `Config`), the error type and the helpers every section
-//! validates with (`Ctx`); the section types are re-exported here, so callers
-//! name them `config::X` whichever file they live in.
+//! validates with (`Ctx`); `features` holds `[features]` (the recipe). The
+//! section types are re-exported here, so callers name them `config::X`
+//! whichever file they live in.
 
 mod compute;
 mod control;
 pub mod defaults;
+mod features;
 mod input;
 mod io;
 mod mel;
@@ -33,6 +35,7 @@ use crate::dsp::Spec;
 pub use compute::{Backend, ComputeConfig, RawCompute};
 pub use control::{ControlConfig, RawControl};
 pub use defaults::control::SOCKET as DEFAULT_CONTROL_SOCKET;
+pub use features::{FeaturesConfig, RawFeatures, Recipe};
 pub use input::{InputConfig, RawInput};
 pub use io::{Direct, Engine, IoConfig, RawDirect, RawIo};
 pub use mel::{RawMel, RawSegmentation};
@@ -90,6 +93,9 @@ pub struct RawConfig {
     /// `[input]`: which files are inputs and how they become clips.
     #[serde(default)]
     pub input: RawInput,
+    /// `[features]`: the recipe (librosa, kaldi-fbank, kaldi-mfcc, whisper).
+    #[serde(default)]
+    pub features: RawFeatures,
 }
 
 /// A complete, validated configuration.
@@ -104,6 +110,8 @@ pub struct Config {
     /// Present when the file has a `[serve]` section.
     pub serve: Option<serve::ServeConfig>,
     pub input: InputConfig,
+    /// The recipe; `Recipe::Librosa` (the default) computes `spec`.
+    pub features: FeaturesConfig,
 }
 
 impl Default for Config {
@@ -241,8 +249,10 @@ impl Config {
             .map(|s| s.validate(base))
             .transpose()
             .map_err(|(key, message)| cx.invalid(key, message))?;
+        let spec = mel::spec(&raw.mel, &raw.segmentation, &cx)?;
         Ok(Config {
-            spec: mel::spec(&raw.mel, &raw.segmentation, &cx)?,
+            features: FeaturesConfig::from_raw(&raw.features, spec != Spec::default(), &cx)?,
+            spec,
             output: OutputConfig::from_raw(&raw.output, &cx)?,
             io: IoConfig::from_raw(&raw.io, &cx)?,
             compute: ComputeConfig::from_raw(&raw.compute, &cx, serve.as_ref())?,
