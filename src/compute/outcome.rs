@@ -45,6 +45,9 @@ pub enum Reject {
     /// file of the failed batches).
     #[error("CUDA backend failed: {0}")]
     Device(Arc<str>),
+    /// A variable-length recipe has no row for it (shorter than one frame).
+    #[error(transparent)]
+    Frames(#[from] crate::frames::FrameError),
 }
 
 impl Reject {
@@ -84,6 +87,7 @@ impl Reject {
             Reject::Input(e) => input_kind(e),
             Reject::Staging { .. } => RejectKind::TooLarge,
             Reject::Device(_) => RejectKind::Device,
+            Reject::Frames(crate::frames::FrameError::TooShort { .. }) => RejectKind::TooShort,
         }
     }
 }

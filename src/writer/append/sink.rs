@@ -59,6 +59,7 @@ impl AppendSink {
                         cfg.input.policy.channels.name().into(),
                     ),
                 ],
+                frames: crate::recipes::frame_layout(cfg),
             },
             appenders: HashMap::new(),
             labels: Vec::new(),
