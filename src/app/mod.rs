@@ -11,7 +11,10 @@
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`;
 //!   [`bench_write`]: `melforge bench write`.
-//! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
+//! * [`inspect`]: `melforge inspect`, what a split file holds (recipe,
+//!   frames per row, values, rejections) and a picture of one row.
+//! * [`synth`]: `melforge synth`, a deterministic synthetic corpus;
+//!   [`synth_speech`]: its `--kind speech` (2–20 s speech-like utterances).
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
 //!   progress events.
@@ -21,9 +24,11 @@ pub mod bench_mel;
 pub mod bench_write;
 pub mod build;
 pub mod control;
+pub mod inspect;
 pub mod interrupt;
 pub mod merge;
 pub mod metrics;
 pub mod progress;
 pub mod serve;
 pub mod synth;
+pub mod synth_speech;

@@ -65,6 +65,12 @@ enum BackendArg {
     Cuda,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum SynthKind {
+    Machine,
+    Speech,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Write a deterministic synthetic corpus (10 s, 4096 Hz int16 mono clips in
@@ -82,9 +88,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = crate::app::synth::Format::Wav)]
         format: crate::app::synth::Format,
         /// Sample rate in Hz (10 s per clip); other than 4096, a build needs
-        /// `[input] resample = "soxr_hq"`.
-        #[arg(long, default_value_t = crate::app::synth::SAMPLE_RATE)]
-        rate: u32,
+        /// `[input] resample = "soxr_hq"`. Speech: 16000 unless given.
+        #[arg(long)]
+        rate: Option<u32>,
+        /// What the corpus sounds like: machine sounds (10 s clips in
+        /// TRAINING|VALIDATION|TESTING/<LABEL>/), or speech-like utterances
+        /// of 2 to 20 s (train|dev|test/<speaker>/, WAV only).
+        #[arg(long, value_enum, default_value_t = SynthKind::Machine)]
+        kind: SynthKind,
     },
     /// Build one HDF5 file per split from a tree of WAV files.
     Build {
@@ -122,6 +133,22 @@ enum Command {
         /// Write standalone files with the rows copied instead of virtual datasets.
         #[arg(long)]
         copy: bool,
+        /// Print the report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a split file holds: recipe and parameters, rows and frames
+    /// per row, the value range, rejections by kind; `--row I --png FILE`
+    /// draws a row.
+    Inspect {
+        /// A split file, e.g. OUT/TRAINING.h5.
+        file: PathBuf,
+        /// The row to draw (with --png).
+        #[arg(long, requires = "png")]
+        row: Option<usize>,
+        /// Write row --row (default 0) as a PNG image here.
+        #[arg(long)]
+        png: Option<PathBuf>,
         /// Print the report as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -217,11 +244,25 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             seed,
             format,
             rate,
+            kind,
         } => {
             let t = std::time::Instant::now();
-            let enc = crate::app::synth::Encoding { format, rate };
-            let written = crate::app::synth::generate_as(&dir, files, seed, enc)
-                .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
+            let written = match kind {
+                SynthKind::Machine => {
+                    let rate = rate.unwrap_or(crate::app::synth::SAMPLE_RATE);
+                    let enc = crate::app::synth::Encoding { format, rate };
+                    crate::app::synth::generate_as(&dir, files, seed, enc)
+                }
+                SynthKind::Speech => {
+                    anyhow::ensure!(
+                        format == crate::app::synth::Format::Wav,
+                        "synth --kind speech writes WAV files only"
+                    );
+                    let rate = rate.unwrap_or(crate::app::synth_speech::SPEECH_RATE);
+                    crate::app::synth_speech::generate(&dir, files, seed, rate)
+                }
+            }
+            .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
             tracing::info!(
                 files = written.len(),
                 dir = %dir.display(),
@@ -275,6 +316,21 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                     done.rejected,
                     done.rejected_log.display()
                 )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect {
+            file,
+            row,
+            png,
+            json,
+        } => {
+            let report = crate::app::inspect::inspect(&file)?;
+            print_report(&report, json)?;
+            if let Some(png) = png {
+                let row = row.unwrap_or(0);
+                let (w, h) = crate::app::inspect::draw_row(&file, row, &png)?;
+                tracing::info!(row, width = w, height = h, png = %png.display(), "Drew the row.");
             }
             Ok(ExitCode::SUCCESS)
         }
