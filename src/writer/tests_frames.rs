@@ -148,3 +148,76 @@ fn rows_off_the_protocol_and_clashing_parameters_are_refused() {
     }
     assert!(DatasetWriter::create(p).is_err());
 }
+
+/// Whisper rows of 2–20 s utterances: the covering frames and the pad value,
+/// written and compared with the padded layout's bytes (docs/FORMAT.md).
+#[test]
+fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes() {
+    use crate::compute::cpu::HostFrames;
+    use crate::dsp::whisper::WhisperPlan;
+    use crate::recipes::tests::{decoded, signal, wav16};
+    let recipe = crate::recipes::whisper(80).unwrap();
+    let l = recipe.layout().clone();
+    assert_eq!(
+        (l.max_samples, l.padded_frames, l.trailer()),
+        (Some(480_000), Some(3000), 1)
+    );
+    let plan = WhisperPlan::new(80).unwrap();
+    let mut host = HostFrames::new(recipe.as_ref(), crate::decode::clip::Policy::default());
+    let mut local = crate::runtime::telemetry::Local::default();
+    let n_files = 24;
+    let mut paths = crate::source::PathTable::default();
+    let files = (0..n_files)
+        .map(|i| PlannedFile {
+            path: paths.push(&format!("train/u{i:02}.wav")),
+            label: -1,
+        })
+        .collect();
+    let d = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(OutputPlan {
+        out_dir: d.path().to_path_buf(),
+        paths: std::sync::Arc::new(paths),
+        splits: vec![SplitPlan {
+            name: "train".into(),
+            files,
+        }],
+        label_names: vec![],
+        spec: crate::dsp::Spec::default(),
+        dtype: Dtype::Float32,
+        chunk_files: 64,
+        extra_attrs: vec![],
+        frames: Some(l.clone()),
+    })
+    .unwrap();
+    let mut stored_frames = 0;
+    for i in 0..n_files {
+        // 2 to 20 s, evenly spread (plus one past 30 s: truncated).
+        let n = if i == 0 {
+            33 * 16_000
+        } else {
+            32_000 + (i - 1) * 288_000 / (n_files - 2)
+        };
+        let s = signal(n, i);
+        let mut row = Vec::new();
+        host.row(&wav16(&s), i as u64, &mut row, &mut local)
+            .unwrap();
+        let mut want = Vec::new();
+        let r = plan.compute(&decoded(&s), &mut plan.scratch(), &mut want);
+        assert_eq!(row.len(), want.len() + 1);
+        assert_eq!(row[..want.len()], want[..]);
+        assert_eq!(row[want.len()], r.pad_value);
+        assert_eq!(r.frames, plan.num_frames_covering(n.min(480_000)));
+        stored_frames += r.frames;
+        w.submit(0, i, Some(row)).unwrap();
+    }
+    let report = w.finish().unwrap();
+    let padded = (n_files * 80 * 3000 * 4) as u64;
+    let ratio = report.bytes_written as f64 / padded as f64;
+    eprintln!(
+        "whisper, {n_files} utterances (one of 33 s, the rest 2-20 s): {} bytes stored, \
+         {padded} padded ({ratio:.3}); {stored_frames} of {} frames",
+        report.bytes_written,
+        n_files * 3000
+    );
+    assert!(ratio < 0.5, "{ratio}");
+}
