@@ -56,6 +56,8 @@ def check_file(path, expect_rows):
     # A shard of a sharded build (`build --shard K/N`) holds split <split>.
     split = re.sub(r"\.shard-\d+-of-\d+$", "", path.name[: -len(".h5")])
     with h5py.File(path, "r") as f:
+        if as_str(f.attrs.get("layout")) == "frames":
+            return check_frames(path, f, split, expect_rows)
         a = f.attrs
         # --- attributes ---
         for k in INT_ATTRS:
@@ -184,6 +186,58 @@ def check_file(path, expect_rows):
             f"unlabelled={int((labels == -1).sum())} version={as_str(a['melforge_version'])}"
         )
         return summary, problems
+
+
+def check_frames(path, f, split, expect_rows):
+    """A file of variable-length rows (FORMAT.md "Variable-length rows")."""
+    problems = []
+    bad = problems.append
+    a = f.attrs
+    for k in ("layout_version", "sample_rate", "n_bins", "chunk_frames", "chunk_files"):
+        if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.integer):
+            bad(f"attribute {k} missing or not an integer")
+    for k in ("recipe", "dtype", "split", "melforge_version"):
+        if not isinstance(as_str(a.get(k)), str):
+            bad(f"attribute {k} missing or not a string")
+    if "frame_step_seconds" not in a:
+        bad("attribute frame_step_seconds missing")
+    if as_str(a.get("split")) != split:
+        bad(f"attribute split = {as_str(a.get('split'))!r}, file name says {split!r}")
+    padded = "padded_frames" in a
+    names = ["features", "offsets", "lengths", "label", "path"] + (["pad_value"] if padded else [])
+    for name in names:
+        if name not in f:
+            bad(f"dataset {name} missing")
+    if problems:
+        return f"{path}: bad variable-length file", problems
+    bins, chunk_frames = int(a["n_bins"]), int(a["chunk_frames"])
+    feats, offsets, lengths = f["features"], f["offsets"][:], f["lengths"][:]
+    if feats.dtype != MEL_DTYPES.get(as_str(a["dtype"])):
+        bad(f"features is {feats.dtype}, attribute dtype says {as_str(a['dtype'])}")
+    if feats.ndim != 2 or feats.shape[1] != bins:
+        bad(f"features shape {feats.shape}, expected (frames, {bins})")
+    if feats.chunks != (chunk_frames, bins):
+        bad(f"features chunks {feats.chunks}, expected {(chunk_frames, bins)}")
+    n = len(offsets)
+    for name in names[1:]:
+        if f[name].shape != (n,):
+            bad(f"{name} has shape {f[name].shape}, offsets has {n} rows")
+    if offsets.dtype != np.int64 or lengths.dtype != np.int32:
+        bad(f"offsets/lengths are {offsets.dtype}/{lengths.dtype}, expected int64/int32")
+    ends = np.cumsum(lengths.astype(np.int64))
+    if n and (offsets[0] != 0 or (offsets[1:] != ends[:-1]).any()):
+        bad("rows are not back to back: offsets[i+1] != offsets[i] + lengths[i]")
+    if n and ends[-1] != feats.shape[0]:
+        bad(f"rows cover {ends[-1]} frames, features has {feats.shape[0]}")
+    if n and not np.isfinite(feats[: min(feats.shape[0], 4096)]).all():
+        bad("features has non-finite values")
+    if split in expect_rows and expect_rows[split] != n:
+        bad(f"{n} rows, expected {expect_rows[split]}")
+    summary = (
+        f"{path.name}: split={split} N={n} recipe={as_str(a.get('recipe'))} "
+        f"features={feats.dtype}{tuple(feats.shape)} version={as_str(a.get('melforge_version'))}"
+    )
+    return summary, problems
 
 
 def main():

@@ -29,6 +29,8 @@
 //!   SWMR appends behind [`writer::Sink`]).
 //! * [`runtime`]: rings with producer guards, thread placement, telemetry,
 //!   raw syscalls ([`runtime::sys`]).
+//! * [`frames`]: variable-length rows (recipes other than librosa): the
+//!   row protocol between compute and the sinks, the layout the writers record.
 //! * [`model`]: the vocabulary two layers share (rejection kinds, dtype,
 //!   on-success policy), below both, so no file imports another in a loop
 //!   (`tests/it/house.rs` checks the file graph).
@@ -46,9 +48,11 @@ pub mod compute;
 pub mod config;
 pub mod decode;
 pub mod dsp;
+pub mod frames;
 pub mod model;
 pub mod pipeline;
 pub mod reader;
+pub mod recipes;
 pub mod runtime;
 pub mod source;
 pub mod synth;

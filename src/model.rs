@@ -34,11 +34,13 @@ pub enum RejectKind {
     Device,
     /// A path that cannot be a row's `path`: a name that is not valid UTF-8.
     BadPath,
+    /// Shorter than one frame of a variable-length recipe (Kaldi: 0 frames).
+    TooShort,
 }
 
 impl RejectKind {
     /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 9] = [
+    pub const ALL: [RejectKind; 10] = [
         RejectKind::Unreadable,
         RejectKind::NotAFile,
         RejectKind::TooLarge,
@@ -48,6 +50,7 @@ impl RejectKind {
         RejectKind::SampleRate,
         RejectKind::Device,
         RejectKind::BadPath,
+        RejectKind::TooShort,
     ];
 
     /// The snake_case name used in JSON, logs and metrics labels.
@@ -62,6 +65,7 @@ impl RejectKind {
             RejectKind::SampleRate => "sample_rate",
             RejectKind::Device => "device",
             RejectKind::BadPath => "bad_path",
+            RejectKind::TooShort => "too_short",
         }
     }
 

@@ -365,6 +365,7 @@ impl Pipeline {
             telemetry: Arc::clone(&telemetry),
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
+            frames: crate::recipes::frame_recipe(cfg),
         };
         let engine = match readers.engine() {
             Engine::Uring => "uring",
@@ -416,8 +417,9 @@ impl Pipeline {
         };
         let (choice, device) = probe.wait();
         lock(&self.startup).device = device.as_secs_f64();
-        let choice = choice?;
         let PendingCompute { cfg, plan, wiring } = pending;
+        let recipe = wiring.frames.as_ref().map(|r| r.layout().recipe.clone());
+        let choice = compute::for_recipe(choice?, cfg.compute.backend, recipe.as_deref())?;
         let workers = match choice.target {
             compute::Target::Cpu => cfg.compute.workers,
             _ => 0,

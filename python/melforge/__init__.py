@@ -12,15 +12,20 @@ Build (runs the `melforge` executable installed with this package):
 
 Read (numpy and h5py only, no torch needed):
 
-* `MelDataset(path)` reads one split file (`ds[i] -> (mel ndarray, label
-  int)`), lazily opened per process so it can go straight into PyTorch
-  `DataLoader` workers (fork or spawn); `refresh()` follows a running
-  `melforge serve`. `ConcatMelDataset` reads several split files or shards
-  as one.
+* `MelDataset(path)` reads one split file (`ds[i] -> (features ndarray,
+  label int)`: librosa's fixed rows, Kaldi `(num_frames, num_bins)`, Whisper
+  `(n_mels, 3000)`), lazily opened per process so it can go straight into
+  PyTorch `DataLoader` workers (fork or spawn); `ds.lengths`, `ds.meta(i)`;
+  `refresh()` follows a running `melforge serve`. `ConcatMelDataset` reads
+  several split files or shards as one.
+* `collate` / `collate_torch` pad a batch of variable-length rows and return
+  the lengths; `LengthBatchSampler` groups rows of similar length, at most
+  N frames per batch (no torch import at module load).
 
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
 
+from ._batching import Batch, LengthBatchSampler, collate, collate_torch
 from ._binary import BinaryNotFound, find_binary
 from ._build import build, merge, serve_status
 from ._concat import ConcatMelDataset
@@ -55,6 +60,7 @@ __version__ = _version()
 """The distribution's version: Cargo.toml's, through the wheel's metadata."""
 
 __all__ = [
+    "Batch",
     "BinaryNotFound",
     "BuildError",
     "BuildReport",
@@ -63,6 +69,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DEFAULT_CHUNK_CACHE_BYTES",
+    "LengthBatchSampler",
     "MelDataset",
     "MergeReport",
     "OutputFile",
@@ -72,6 +79,8 @@ __all__ = [
     "Startup",
     "Stats",
     "build",
+    "collate",
+    "collate_torch",
     "find_binary",
     "merge",
     "serve_status",

@@ -17,6 +17,14 @@ Invariants:
   selection work; anything else goes through h5py.
 * `label`s and `path`s are read once, at open and at `refresh()`, and held in
   memory; `ds[i]` reads only `mel[i]`.
+* Two layouts (docs/FORMAT.md): librosa's fixed rows (`mel`, one row per
+  index) and variable-length rows (`features` (total_frames, n_bins) with
+  per-row `offsets` and `lengths`; attribute `layout = "frames"`). For the
+  latter `ds[i]` is what the recipe's reference returns for the file: Kaldi
+  fbank/MFCC as `(num_frames, num_bins)` float32 (torchaudio's orientation),
+  Whisper as `(n_mels, 3000)` (`WhisperFeatureExtractor`'s `input_features[0]`):
+  the stored frames, transposed, padded to `padded_frames` with the row's
+  `pad_value`. `lengths` (frames per row) is read once like the labels.
 * `refresh()` follows a running `melforge serve` (SWMR): it reopens the file
   (variable-length strings, `path` and `label_names`, are not covered by SWMR,
   so a long-open handle can fail to read new ones) and picks up the new rows,
@@ -156,6 +164,11 @@ class MelDataset:
         self._direct: Optional[_DirectRows] = None
         self._file: Optional[h5py.File] = None
         self._mel: Optional[h5py.Dataset] = None
+        self.frames_layout = False
+        self._offsets = np.zeros(0, dtype=np.int64)
+        self._lengths = np.zeros(0, dtype=np.int32)
+        self._pads = np.zeros(0, dtype=np.float32)
+        self.padded_frames: Optional[int] = None
         self._mel_rows = 0
         self._pid = -1
         self._labels = np.zeros(0, dtype=np.int32)
@@ -172,8 +185,13 @@ class MelDataset:
         self._close()
         f, swmr = _open(self.path, self._swmr_request, self._rdcc_nbytes)
         self.swmr = swmr
-        mel, label, path = f["mel"], f["label"], f["path"]
-        n = min(mel.shape[0], label.shape[0], path.shape[0])
+        self.frames_layout = "features" in f and "mel" not in f
+        mel = f["features"] if self.frames_layout else f["mel"]
+        label, path = f["label"], f["path"]
+        per_row = [label, path] + ([f["offsets"], f["lengths"]] if self.frames_layout else [mel])
+        if self.frames_layout and "pad_value" in f:
+            per_row.append(f["pad_value"])
+        n = min(d.shape[0] for d in per_row)
         if n < have:
             # The file shrank (a serve restarted after a crash and cut
             # unconfirmed rows): start over.
@@ -183,6 +201,8 @@ class MelDataset:
         if n > have:
             self._labels = np.concatenate([self._labels[:have], label[have:n]])
             self._paths = self._paths[:have] + _decode(path[have:n])
+        if self.frames_layout:
+            self._load_frames(f, have, n)
         if "label_names" in f:
             self.label_names = _decode(f["label_names"][:])
         else:
@@ -193,11 +213,21 @@ class MelDataset:
         self._n: int = int(n)
         self._adopt(f)
 
+    def _load_frames(self, f: h5py.File, have: int, n: int) -> None:
+        """Reads rows `have..n` of `offsets`, `lengths` and `pad_value`."""
+        self._offsets = np.concatenate([self._offsets[:have], f["offsets"][have:n]])
+        self._lengths = np.concatenate([self._lengths[:have], f["lengths"][have:n]])
+        if "pad_value" in f:
+            self._pads = np.concatenate([self._pads[:have], f["pad_value"][have:n]])
+        padded = f.attrs.get("padded_frames")
+        self.padded_frames = None if padded is None else int(padded)
+
     def _adopt(self, f: h5py.File) -> None:
-        self._file, self._mel = f, f["mel"]
+        self._file, self._mel = f, f["features" if self.frames_layout else "mel"]
         self._mel_rows = self._mel.shape[0]
         self._pid = os.getpid()
-        self._direct = _DirectRows.of(self.path, self._mel) if self._fast else None
+        direct = self._fast and not self.frames_layout
+        self._direct = _DirectRows.of(self.path, self._mel) if direct else None
 
     def _close(self) -> None:
         if self._pid == os.getpid():
@@ -231,10 +261,33 @@ class MelDataset:
         """Label id of each row (int32; -1 for none)."""
         return self._labels[: self._n]
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames of each row as stored (int32): a variable-length file's
+        `lengths`; for librosa's fixed rows, every row's `n_frames`."""
+        if self.frames_layout:
+            return self._lengths[: self._n]
+        frames = int(self.attrs.get("n_frames", self.row_shape[-1] if self.row_shape else 0))
+        return np.full(self._n, frames, dtype=np.int32)
+
+    def meta(self, i: Index) -> Dict[str, Any]:
+        """What is known of row `i`'s file: `path` (relative to the build's
+        input), `label` (id, -1 for none), `label_name` (None for none) and
+        `num_frames` (frames stored)."""
+        j = self._index(i)
+        label = int(self._labels[j])
+        return {
+            "path": self._paths[j],
+            "label": label,
+            "label_name": self.label_names[label] if 0 <= label < len(self.label_names) else None,
+            "num_frames": int(self.lengths[j]),
+        }
+
     # -- rows -------------------------------------------------------------
 
     def _dataset(self, need: int) -> h5py.Dataset:
-        """This process's `mel` dataset, holding at least `need` rows."""
+        """This process's `mel` dataset, holding at least `need` rows (for a
+        variable-length file: `features`, holding at least `need` frames)."""
         if self._pid != os.getpid() or self._mel is None:
             f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
             self._adopt(f)
@@ -258,6 +311,8 @@ class MelDataset:
 
     def __getitem__(self, i: Index) -> Tuple[np.ndarray, int]:
         j = self._index(i)
+        if self.frames_layout:
+            return self._frames_row(j), int(self._labels[j])
         d = self._dataset(j + 1)
         direct = self._direct
         if direct is not None and j < direct.rows:
@@ -266,10 +321,31 @@ class MelDataset:
             return out, int(self._labels[j])
         return d[j], int(self._labels[j])
 
+    def _frames_row(self, j: int) -> np.ndarray:
+        """Row `j` of a variable-length file as its recipe's reference
+        returns it (see the module doc)."""
+        start, n = int(self._offsets[j]), int(self._lengths[j])
+        d = self._dataset(start + n)
+        x = np.asarray(d[start : start + n], dtype=np.float32)
+        padded = self.padded_frames
+        if padded is None:
+            return x
+        out = np.empty((x.shape[1], padded), dtype=np.float32)
+        n = min(n, padded)
+        out[:, :n] = x[:n].T
+        out[:, n:] = self._pads[j]
+        return out
+
     def batch(self, rows: Sequence[Index]) -> Tuple[np.ndarray, np.ndarray]:
         """Many rows at once: `(mel[len(rows), ...], labels[len(rows)])`, in
         the order given (one HDF5 read per row, without per-call overhead
-        beyond that)."""
+        beyond that). Variable-length rows are padded with zeros at the end of
+        their time axis, as `collate` does (their lengths: `ds.lengths[rows]`)."""
+        if self.frames_layout:
+            from ._batching import collate
+
+            got = collate([self[i] for i in rows], time_axis=0 if self.padded_frames is None else -1)
+            return got.features, got.labels
         idx = [self._index(i) for i in rows]
         out = np.empty((len(idx),) + self.row_shape, dtype=self.dtype)
         if idx:

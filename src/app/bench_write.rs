@@ -141,6 +141,7 @@ pub fn plan(out_dir: &Path, dtype: Dtype, rows: usize, chunk_files: usize) -> Ou
         dtype,
         chunk_files,
         extra_attrs: vec![],
+        frames: None,
     }
 }
 

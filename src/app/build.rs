@@ -165,6 +165,7 @@ fn output_plan(
         dtype: cfg.output.dtype,
         chunk_files: cfg.output.chunk_files,
         extra_attrs,
+        frames: crate::recipes::frame_layout(cfg),
     }
 }
 

@@ -13,6 +13,10 @@
 //!   [`bench_write`]: `melforge bench write`.
 //! * `melforge synth` writes [`crate::synth`]'s corpus (it lives at the
 //!   bottom of the crate, where the stages' own tests use it too).
+//! * [`inspect`]: `melforge inspect`, what a split file holds (recipe,
+//!   frames per row, values, rejections) and a picture of one row.
+//! * [`synth_speech`]: `melforge synth --kind speech` (2–20 s speech-like
+//!   utterances; the machine sounds are [`crate::synth`]).
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
 //!   progress events.
@@ -22,8 +26,10 @@ pub mod bench_mel;
 pub mod bench_write;
 pub mod build;
 pub mod control;
+pub mod inspect;
 pub mod interrupt;
 pub mod merge;
 pub mod metrics;
 pub mod progress;
 pub mod serve;
+pub mod synth_speech;

@@ -66,6 +66,12 @@ enum BackendArg {
     Cuda,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum SynthKind {
+    Machine,
+    Speech,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Write a deterministic synthetic corpus (10 s, 4096 Hz int16 mono clips in
@@ -83,9 +89,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = crate::synth::Format::Wav)]
         format: crate::synth::Format,
         /// Sample rate in Hz (10 s per clip); other than 4096, a build needs
-        /// `[input] resample = "soxr_hq"`.
-        #[arg(long, default_value_t = crate::synth::SAMPLE_RATE)]
-        rate: u32,
+        /// `[input] resample = "soxr_hq"`. Speech: 16000 unless given.
+        #[arg(long)]
+        rate: Option<u32>,
+        /// What the corpus sounds like: machine sounds (10 s clips in
+        /// TRAINING|VALIDATION|TESTING/<LABEL>/), or speech-like utterances
+        /// of 2 to 20 s (train|dev|test/<speaker>/, WAV only).
+        #[arg(long, value_enum, default_value_t = SynthKind::Machine)]
+        kind: SynthKind,
     },
     /// Build one HDF5 file per split from a tree of WAV files.
     Build {
@@ -123,6 +134,22 @@ enum Command {
         /// Write standalone files with the rows copied instead of virtual datasets.
         #[arg(long)]
         copy: bool,
+        /// Print the report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a split file holds: recipe and parameters, rows and frames
+    /// per row, the value range, rejections by kind; `--row I --png FILE`
+    /// draws a row.
+    Inspect {
+        /// A split file, e.g. OUT/TRAINING.h5.
+        file: PathBuf,
+        /// The row to draw (with --png).
+        #[arg(long, requires = "png")]
+        row: Option<usize>,
+        /// Write row --row (default 0) as a PNG image here.
+        #[arg(long)]
+        png: Option<PathBuf>,
         /// Print the report as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -222,12 +249,19 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             seed,
             format,
             rate,
-        } => synth(&dir, files, seed, crate::synth::Encoding { format, rate })?,
+            kind,
+        } => synth(&dir, files, seed, format, rate, kind)?,
         Command::Bench { what } => bench(what)?,
         Command::Serve { config } => crate::app::serve::run(&config)?,
         Command::Merge { out, copy, json } => merge(&out, copy, json)?,
         Command::Ctl(args) => crate::app::control::client::main(&args)?,
         Command::Features(args) => features::run(&args)?,
+        Command::Inspect {
+            file,
+            row,
+            png,
+            json,
+        } => inspect(&file, row, png.as_deref(), json)?,
         Command::CheckConfig { file } => check_config(&file)?,
         Command::Build {
             input,
@@ -260,17 +294,49 @@ fn synth(
     dir: &std::path::Path,
     files: u64,
     seed: u64,
-    enc: crate::synth::Encoding,
+    format: crate::synth::Format,
+    rate: Option<u32>,
+    kind: SynthKind,
 ) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
-    let written = crate::synth::generate_as(dir, files, seed, enc)
-        .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
+    let written = match kind {
+        SynthKind::Machine => {
+            let rate = rate.unwrap_or(crate::synth::SAMPLE_RATE);
+            crate::synth::generate_as(dir, files, seed, crate::synth::Encoding { format, rate })
+        }
+        SynthKind::Speech => {
+            anyhow::ensure!(
+                format == crate::synth::Format::Wav,
+                "synth --kind speech writes WAV files only"
+            );
+            let rate = rate.unwrap_or(crate::app::synth_speech::SPEECH_RATE);
+            crate::app::synth_speech::generate(dir, files, seed, rate)
+        }
+    }
+    .with_context(|| format!("cannot write the corpus into {}", dir.display()))?;
     tracing::info!(
         files = written.len(),
         dir = %dir.display(),
         elapsed_ms = t.elapsed().as_millis() as u64,
         "Wrote the synthetic corpus."
     );
+    Ok(())
+}
+
+/// `melforge inspect FILE [--row I --png F]`.
+fn inspect(
+    file: &std::path::Path,
+    row: Option<usize>,
+    png: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let report = crate::app::inspect::inspect(file)?;
+    print_report(&report, json)?;
+    if let Some(png) = png {
+        let row = row.unwrap_or(0);
+        let (w, h) = crate::app::inspect::draw_row(file, row, png)?;
+        tracing::info!(row, width = w, height = h, png = %png.display(), "Drew the row.");
+    }
     Ok(())
 }
 

@@ -5,6 +5,12 @@
 //! buffers come from `free_rows`, which the writer refills). The mel plan
 //! (window, FFT plan, sparse filterbank) is built once and shared.
 //!
+//! Under a variable-length recipe (`Wiring::frames`) a worker owns a
+//! [`HostFrames`] instead: the file decoded at its natural length (up to the
+//! recipe's cap) and the recipe's own worker state; its row is
+//! `crate::frames`' row protocol (frames × bins, then the trailer). The
+//! librosa path is unchanged.
+//!
 //! Each worker holds a producer guard of the output ring: when the input ring
 //! is closed and drained (or a worker dies), the last guard to drop closes the
 //! output ring, which ends the sink's stream.
@@ -15,6 +21,7 @@ use std::thread::JoinHandle;
 use super::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
 use crate::dsp::{Plan, Scratch};
+use crate::frames::{FrameRecipe, FrameWorker};
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::ring::Producer;
 use crate::runtime::telemetry::{Local, Stage};
@@ -60,6 +67,76 @@ impl HostMel {
     }
 }
 
+/// One thread's path for a variable-length recipe: the decoder at the
+/// recipe's rate, the natural-length samples and the recipe's worker.
+pub struct HostFrames {
+    decoder: ClipDecoder,
+    samples: Vec<f32>,
+    max_samples: Option<usize>,
+    worker: Box<dyn FrameWorker>,
+}
+
+impl HostFrames {
+    pub fn new(recipe: &dyn FrameRecipe, policy: Policy) -> HostFrames {
+        let layout = recipe.layout();
+        HostFrames {
+            decoder: ClipDecoder::new(layout.sample_rate, policy),
+            samples: Vec::new(),
+            max_samples: layout.max_samples,
+            worker: recipe.worker(),
+        }
+    }
+
+    /// Decodes and computes one file into `row` (resized to the row's
+    /// length); `seed` is the file's (its job id).
+    pub fn row(
+        &mut self,
+        bytes: &[u8],
+        seed: u64,
+        row: &mut Vec<f32>,
+        local: &mut Local,
+    ) -> Result<(), Reject> {
+        local.time(Stage::Decode, || {
+            self.decoder
+                .decode_natural(bytes, self.max_samples, &mut self.samples)
+        })?;
+        local.time(Stage::Mel, || self.worker.compute(&self.samples, seed, row))?;
+        Ok(())
+    }
+}
+
+/// A worker's compute path.
+enum Host {
+    Mel(HostMel, usize),
+    Frames(HostFrames),
+}
+
+impl Host {
+    fn new(plan: &Plan, frames: Option<&dyn FrameRecipe>, policy: Policy) -> Host {
+        match frames {
+            Some(r) => Host::Frames(HostFrames::new(r, policy)),
+            None => Host::Mel(HostMel::new(plan, policy), plan.spec().row_len()),
+        }
+    }
+
+    fn row(
+        &mut self,
+        plan: &Plan,
+        bytes: &[u8],
+        job: usize,
+        row: &mut Vec<f32>,
+        local: &mut Local,
+    ) -> Result<(), Reject> {
+        match self {
+            Host::Mel(host, row_len) => {
+                row.resize(*row_len, 0.0);
+                host.row(plan, bytes, row, local)
+            }
+            Host::Frames(host) => host.row(bytes, job as u64, row, local),
+        }
+    }
+}
+
 impl Workers {
     /// Starts one worker per entry of `cpus`, each pinned to its CPU when one
     /// is given (a failed pin is logged; the worker runs unpinned).
@@ -79,16 +156,14 @@ impl Workers {
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
-                    let row_len = plan.spec().row_len();
-                    let mut host = HostMel::new(&plan, w.policy);
+                    let mut host = Host::new(&plan, w.frames.as_deref(), w.policy);
                     let mut local = Local::default();
                     while let Some(Loaded { job, bytes }) = w.input.pop() {
                         let row = match bytes {
                             Err(e) => Err(Reject::Read(e)),
                             Ok(bytes) => {
                                 let mut row = w.free_rows.pop().unwrap_or_default();
-                                row.resize(row_len, 0.0);
-                                let r = host.row(&plan, &bytes, &mut row, &mut local);
+                                let r = host.row(&plan, &bytes, job, &mut row, &mut local);
                                 // Heap buffers go back to the reader; other kinds
                                 // release their storage when dropped.
                                 match bytes {
@@ -118,5 +193,70 @@ impl Workers {
             ok &= t.join().is_ok();
         }
         ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frames::testing::{Blocks, Shared};
+
+    /// A 16 kHz mono 16-bit PCM WAV of `s`.
+    fn wav16(s: &[i16]) -> Vec<u8> {
+        let data: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut b = b"RIFF".to_vec();
+        b.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+        b.extend_from_slice(b"WAVEfmt \x10\0\0\0\x01\0\x01\0");
+        b.extend_from_slice(&16_000u32.to_le_bytes());
+        b.extend_from_slice(&32_000u32.to_le_bytes());
+        b.extend_from_slice(b"\x02\0\x10\0data");
+        b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        b.extend_from_slice(&data);
+        b
+    }
+
+    /// A variable-length recipe through the workers: each file keeps its own
+    /// length, a file shorter than one frame is a `too_short` rejection, and
+    /// the librosa plan is not used.
+    #[test]
+    fn variable_rows_keep_each_file_s_length() {
+        let recipe = Arc::new(Blocks::new(3, 100, None));
+        let (mut wiring, input, output) = Wiring::standalone(16);
+        wiring.frames = Some(Arc::new(Shared(Arc::clone(&recipe))));
+        let plan = Arc::new(Plan::new(&crate::dsp::Spec::default()));
+        let workers = Workers::start(plan, &[None, None], wiring).unwrap();
+        let lens = [1234usize, 50, 16_000, 0, 777];
+        let wavs: Vec<Vec<u8>> = lens
+            .iter()
+            .map(|&n| {
+                let s: Vec<i16> = (0..n).map(|i| ((i * 37) % 2000) as i16 - 1000).collect();
+                wav16(&s)
+            })
+            .collect();
+        for (job, w) in wavs.iter().enumerate() {
+            let bytes = Ok(FileBytes::Heap(w.clone()));
+            input.push(Loaded { job, bytes }).unwrap();
+        }
+        input.close();
+        let mut got: Vec<Outcome> = std::iter::from_fn(|| output.pop()).collect();
+        assert!(workers.join());
+        got.sort_by_key(|o| o.job);
+        for (o, &n) in got.iter().zip(&lens) {
+            let samples: Vec<f32> = (0..n)
+                .map(|i| (((i * 37) % 2000) as i16 - 1000) as f32 / 32768.0)
+                .collect();
+            match &o.row {
+                Ok(row) => assert_eq!(row, &recipe.row(&samples), "file {}", o.job),
+                Err(e) => {
+                    assert!(n < 100, "file {} rejected: {e}", o.job);
+                    if n > 0 {
+                        // (An empty WAV is the decoder's rejection.)
+                        assert_eq!(e.kind(), crate::compute::RejectKind::TooShort);
+                        assert!(e.to_string().contains("shorter than one frame"), "{e}");
+                    }
+                }
+            }
+        }
+        assert_eq!(got.len(), lens.len());
     }
 }

@@ -41,6 +41,11 @@ pub enum Error {
     Spawn(std::io::Error),
     #[error("a compute thread panicked")]
     Panicked,
+    #[error(
+        "compute.backend = \"cuda\" was requested, but the CUDA backend has no kernels for \
+         features.recipe = \"{recipe}\" yet; use \"cpu\" or \"auto\""
+    )]
+    NoKernels { recipe: String },
 }
 
 /// What runs the compute stage.
@@ -147,6 +152,31 @@ pub fn select_with(
     }
 }
 
+/// The choice for `recipe` (None: librosa, which every backend computes):
+/// the CUDA backend has kernels for librosa only, so another recipe runs on
+/// the CPU under `auto` (the reason says why) and fails clearly under `cuda`.
+pub fn for_recipe(
+    choice: Choice,
+    requested: Backend,
+    recipe: Option<&str>,
+) -> Result<Choice, Error> {
+    let Some(recipe) = recipe else {
+        return Ok(choice);
+    };
+    if choice.target == Target::Cpu {
+        return Ok(choice);
+    }
+    match requested {
+        Backend::Cuda => Err(Error::NoKernels {
+            recipe: recipe.to_string(),
+        }),
+        _ => Ok(Choice::cpu(format!(
+            "auto: features.recipe = \"{recipe}\" has no CUDA kernels yet, so the CPU backend \
+             is used"
+        ))),
+    }
+}
+
 /// The queues every compute stage is wired to. The stage takes producer
 /// guards of `output` itself, so the ring closes when its last thread ends.
 pub struct Wiring {
@@ -162,6 +192,9 @@ pub struct Wiring {
     pub arena: Option<Arc<Arena>>,
     /// How files become clips (`[input]` resample and channels).
     pub policy: crate::decode::clip::Policy,
+    /// A variable-length recipe (rows of their own length, computed on the
+    /// CPU); None: the librosa `Plan`.
+    pub frames: Option<Arc<dyn crate::frames::FrameRecipe>>,
 }
 
 #[cfg(test)]
@@ -179,6 +212,7 @@ impl Wiring {
             telemetry: Arc::new(Telemetry::default()),
             arena: None,
             policy: crate::decode::clip::Policy::default(),
+            frames: None,
         };
         (wiring, input, output)
     }
@@ -295,6 +329,35 @@ mod tests {
                 .unwrap()
                 .backend,
             Backend::Cpu
+        );
+    }
+
+    #[test]
+    fn recipes_without_kernels_run_on_the_cpu_under_auto_and_fail_under_cuda() {
+        let gpu = Choice {
+            backend: Backend::Cuda,
+            reason: "auto: found a GPU".into(),
+            target: Target::HostDouble,
+        };
+        let kept = for_recipe(gpu.clone(), Backend::Auto, None).unwrap();
+        assert_eq!(kept, gpu, "librosa keeps the GPU");
+        let c = for_recipe(gpu.clone(), Backend::Auto, Some("kaldi-fbank")).unwrap();
+        assert_eq!(c.target, Target::Cpu);
+        assert!(
+            c.reason.contains("\"kaldi-fbank\" has no CUDA kernels"),
+            "{}",
+            c.reason
+        );
+        let e = for_recipe(gpu, Backend::Cuda, Some("whisper")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no kernels for features.recipe = \"whisper\""),
+            "{e}"
+        );
+        let cpu = Choice::cpu("asked".into());
+        assert_eq!(
+            for_recipe(cpu.clone(), Backend::Cuda, Some("whisper")).unwrap(),
+            cpu
         );
     }
 }

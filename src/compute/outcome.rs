@@ -46,6 +46,9 @@ pub enum Reject {
     /// file of the failed batches, hence the `Arc`).
     #[error("CUDA backend failed: {0}")]
     Device(Arc<Cause>),
+    /// A variable-length recipe has no row for it (shorter than one frame).
+    #[error(transparent)]
+    Frames(#[from] crate::frames::FrameError),
 }
 
 impl Reject {
@@ -85,6 +88,7 @@ impl Reject {
             Reject::Input(e) => input_kind(e),
             Reject::Staging { .. } => RejectKind::TooLarge,
             Reject::Device(_) => RejectKind::Device,
+            Reject::Frames(crate::frames::FrameError::TooShort { .. }) => RejectKind::TooShort,
         }
     }
 }

@@ -14,6 +14,12 @@
 //! input past it when resampling (far more than libsoxr's filter reaches), so
 //! decoding stops there and the result equals converting the whole file.
 //!
+//! Variable-length recipes take a file at its natural length instead
+//! ([`ClipDecoder::decode_natural`]): every sample, or the first
+//! `max_samples` (Whisper's 30 s), nothing padded; the same container,
+//! channel and resampling steps (a resampled file is converted whole, or up
+//! to the cap plus one second of input).
+//!
 //! The reference path — PCM WAV already at the target rate, mono or averaged —
 //! is `wav::parse` + `wav::decode_mono_into` straight into the clip, as
 //! before; [`device_wav`] tells the CUDA stage which files take that path
@@ -138,7 +144,7 @@ impl ClipDecoder {
 
     /// Frames of input at `from` Hz needed for `clip` output samples.
     fn needed(&self, clip: usize, from: u32) -> usize {
-        if from == self.rate {
+        if from == self.rate || clip == usize::MAX {
             clip
         } else {
             resample::output_len(clip, self.rate, from).saturating_add(from as usize)
@@ -148,13 +154,29 @@ impl ClipDecoder {
     /// Writes the clip (`out.len()` samples at the target rate, zero padded or
     /// trimmed) of the file in `bytes`.
     pub fn decode(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+        self.decode_to(bytes, Out::Clip(out))
+    }
+
+    /// Replaces `out` with the file's samples at the target rate at their
+    /// natural length, or its first `max_samples` (None: all of them).
+    pub fn decode_natural(
+        &mut self,
+        bytes: &[u8],
+        max_samples: Option<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<Decoded, Error> {
+        let max = max_samples.unwrap_or(usize::MAX);
+        self.decode_to(bytes, Out::Natural { out, max })
+    }
+
+    fn decode_to(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
         match container(bytes)? {
             Container::Wav => self.wav(bytes, out),
             Container::Flac => self.flac(bytes, out),
         }
     }
 
-    fn wav(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+    fn wav(&mut self, bytes: &[u8], mut out: Out<'_>) -> Result<Decoded, Error> {
         let info = wav::parse(bytes)?;
         check_channels(info.channels, self.policy)?;
         let first = info.channels > 1 && self.policy.channels == Channels::First;
@@ -172,7 +194,7 @@ impl ClipDecoder {
             }
         };
         if info.sample_rate == self.rate {
-            decode(out);
+            decode(out.direct(info.frames));
             return Ok(decoded);
         }
         if self.policy.resample == Resample::Off {
@@ -182,7 +204,7 @@ impl ClipDecoder {
             }
             .into());
         }
-        let n = info.frames.min(self.needed(out.len(), info.sample_rate));
+        let n = info.frames.min(self.needed(out.want(), info.sample_rate));
         self.native.clear();
         self.native.resize(n, 0.0);
         decode(&mut self.native);
@@ -191,7 +213,7 @@ impl ClipDecoder {
         Ok(decoded)
     }
 
-    fn flac(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+    fn flac(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
         let head = flac::stream_info(bytes)?;
         check_channels(head.channels, self.policy)?;
         if head.sample_rate != self.rate && self.policy.resample == Resample::Off {
@@ -200,7 +222,7 @@ impl ClipDecoder {
                 expected: self.rate,
             });
         }
-        let need = self.needed(out.len(), head.sample_rate);
+        let need = self.needed(out.want(), head.sample_rate);
         let info = flac::decode(bytes, self.policy.channels, need, &mut self.native)?;
         let mut decoded = Decoded {
             container: Container::Flac,
@@ -209,7 +231,7 @@ impl ClipDecoder {
             resampled: false,
         };
         if info.sample_rate == self.rate {
-            fit(&self.native, out);
+            out.fill(&self.native);
         } else {
             self.convert(info.sample_rate, out)?;
             decoded.resampled = true;
@@ -218,11 +240,52 @@ impl ClipDecoder {
     }
 
     /// Resamples `self.native` (at `from` Hz) and fits it into `out`.
-    fn convert(&mut self, from: u32, out: &mut [f32]) -> Result<(), Error> {
+    fn convert(&mut self, from: u32, out: Out<'_>) -> Result<(), Error> {
         self.resampler
             .run(&self.native, from, &mut self.converted)?;
-        fit(&self.converted, out);
+        out.fill(&self.converted);
         Ok(())
+    }
+}
+
+/// Where decoded samples go: a fixed-length clip (librosa), or a vector
+/// that takes the file's own length up to a cap.
+enum Out<'a> {
+    Clip(&'a mut [f32]),
+    Natural { out: &'a mut Vec<f32>, max: usize },
+}
+
+impl Out<'_> {
+    /// Samples wanted at most.
+    fn want(&self) -> usize {
+        match self {
+            Out::Clip(c) => c.len(),
+            Out::Natural { max, .. } => *max,
+        }
+    }
+
+    /// The slice a decoder of `frames` samples writes into directly (the
+    /// clip, which it pads; or the vector cut to the samples kept).
+    fn direct(&mut self, frames: usize) -> &mut [f32] {
+        match self {
+            Out::Clip(c) => c,
+            Out::Natural { out, max } => {
+                out.clear();
+                out.resize(frames.min(*max), 0.0);
+                out
+            }
+        }
+    }
+
+    /// Takes `src`: fitted into the clip, or its first `max` samples.
+    fn fill(self, src: &[f32]) {
+        match self {
+            Out::Clip(c) => fit(src, c),
+            Out::Natural { out, max } => {
+                out.clear();
+                out.extend_from_slice(&src[..src.len().min(max)]);
+            }
+        }
     }
 }
 

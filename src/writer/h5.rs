@@ -34,6 +34,9 @@ pub(super) struct Header<'a> {
     pub dtype: Dtype,
     pub chunk_files: usize,
     pub extra_attrs: &'a [(String, String)],
+    /// Variable-length rows (a recipe other than librosa): the file gets the
+    /// `features` layout and the recipe's attributes instead of `spec`'s.
+    pub frames: Option<&'a crate::frames::FrameLayout>,
 }
 
 /// An open `<split>.h5.partial` with its three datasets.
@@ -183,26 +186,31 @@ impl SplitFile {
         // Every object must be closed for H5Fclose to really close the file.
         drop(ds);
         file.close().ctx(&partial, || "close the file".into())?;
-        // Durable before it gets its final name (power loss: docs/OPERATIONS.md).
-        crate::runtime::durable::sync_file(&partial).map_err(|source| Error::Io {
-            path: partial.clone(),
-            action: "sync the finished file",
-            source,
-        })?;
-        std::fs::rename(&partial, &final_path).map_err(|source| Error::Io {
-            path: partial.clone(),
-            action: "rename the finished file",
-            source,
-        })?;
-        let bytes = std::fs::metadata(&final_path)
-            .map_err(|source| Error::Io {
-                path: final_path.clone(),
-                action: "stat the finished file",
-                source,
-            })?
-            .len();
+        let bytes = finish_file(&partial, &final_path)?;
         Ok((final_path, rows, bytes))
     }
+}
+
+/// Syncs the closed `partial` and renames it to `final_path`; its size.
+pub(super) fn finish_file(partial: &Path, final_path: &Path) -> Result<u64, Error> {
+    // Durable before it gets its final name (power loss: docs/OPERATIONS.md).
+    crate::runtime::durable::sync_file(partial).map_err(|source| Error::Io {
+        path: partial.to_path_buf(),
+        action: "sync the finished file",
+        source,
+    })?;
+    std::fs::rename(partial, final_path).map_err(|source| Error::Io {
+        path: partial.to_path_buf(),
+        action: "rename the finished file",
+        source,
+    })?;
+    Ok(std::fs::metadata(final_path)
+        .map_err(|source| Error::Io {
+            path: final_path.to_path_buf(),
+            action: "stat the finished file",
+            source,
+        })?
+        .len())
 }
 
 /// A metadata cache capped at `max_bytes` for one output file. HDF5's
@@ -401,6 +409,9 @@ pub(super) fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
     write_label_names_attr(file, h.label_names)?;
     attr_str(file, "melforge_version", crate::VERSION)?;
     attr_str(file, "split", h.split)?;
+    if let Some(l) = h.frames {
+        return write_frame_attrs(file, h, l);
+    }
 
     write_spec_attrs(file, h.spec)?;
     attr_str(file, "dtype", h.dtype.name())?;
@@ -481,6 +492,43 @@ fn write_spec_attrs(file: &File, spec: &Spec) -> hdf5::Result<()> {
     attr_int(file, "n_long", n_long)?;
     attr_int(file, "n_short", n_short)?;
     attr_int(file, "n_frames", n_frames)?;
+    Ok(())
+}
+
+/// The root attributes of a variable-length file after the common three:
+/// the layout, the recipe and its parameters, the row shape, the storage.
+fn write_frame_attrs(
+    file: &File,
+    h: &Header<'_>,
+    l: &crate::frames::FrameLayout,
+) -> hdf5::Result<()> {
+    use crate::frames::Param;
+    attr_str(file, "layout", crate::frames::LAYOUT_NAME)?;
+    attr(file, "layout_version", crate::frames::LAYOUT_VERSION)?;
+    attr_str(file, "recipe", &l.recipe)?;
+    attr(file, "sample_rate", i64::from(l.sample_rate))?;
+    attr_int(file, "n_bins", l.bins)?;
+    attr(file, "frame_step_seconds", l.frame_step_seconds)?;
+    if let Some(n) = l.max_samples {
+        attr_int(file, "max_samples", n)?;
+    }
+    if let Some(n) = l.padded_frames {
+        attr_int(file, "padded_frames", n)?;
+    }
+    for (name, value) in &l.params {
+        match value {
+            Param::Int(v) => attr(file, name, *v)?,
+            Param::Float(v) => attr(file, name, *v)?,
+            Param::Bool(v) => attr(file, name, *v)?,
+            Param::Str(v) => attr_str(file, name, v)?,
+        }
+    }
+    attr_str(file, "dtype", h.dtype.name())?;
+    attr_int(file, "chunk_frames", l.chunk_frames(h.dtype.size()))?;
+    attr_int(file, "chunk_files", h.chunk_files)?;
+    for (key, value) in h.extra_attrs {
+        attr_str(file, key, value)?;
+    }
     Ok(())
 }
 

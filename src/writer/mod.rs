@@ -59,10 +59,13 @@
 pub mod append;
 mod chunk;
 mod direct;
+pub mod frames;
 pub(crate) mod h5;
 pub mod sink;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_frames;
 #[cfg(test)]
 mod tests_identity;
 
@@ -70,8 +73,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::dsp::Spec;
+use crate::frames::FrameLayout;
 pub use crate::model::Dtype;
 use chunk::ChunkBuf;
+use frames::FrameSplit;
 use h5::{Header, SplitFile};
 pub use sink::{Placed, Sink};
 
@@ -121,6 +126,9 @@ pub struct OutputPlan {
     pub chunk_files: usize,
     /// Extra root attributes, stored as UTF-8 strings (e.g. `("input", "/abs/path")`).
     pub extra_attrs: Vec<(String, String)>,
+    /// Variable-length rows (`crate::frames`' row protocol) in the
+    /// `features` layout; None: librosa's fixed rows of `spec` in `mel`.
+    pub frames: Option<FrameLayout>,
 }
 
 /// What [`DatasetWriter::finish`] produced.
@@ -159,6 +167,17 @@ pub enum Error {
     },
     #[error("split `{split}`: seq {seq} was submitted twice")]
     DuplicateSeq { split: String, seq: usize },
+    #[error(
+        "split `{split}`: seq {seq} has a row of {got} values, not frames of {bins} values \
+         plus {trailer}"
+    )]
+    FrameRowLength {
+        split: String,
+        seq: usize,
+        got: usize,
+        bins: usize,
+        trailer: usize,
+    },
     #[error("split `{split}`: seq {seq} has a row of {got} values, expected {expected}")]
     RowLength {
         split: String,
@@ -207,8 +226,54 @@ pub enum Error {
 /// Writes every split of one build; see the module documentation.
 pub struct DatasetWriter {
     splits: Vec<SplitWriter>,
-    row_len: usize,
+    rows: RowRule,
     failed: bool,
+}
+
+/// What a submitted row must look like.
+#[derive(Clone, Debug)]
+pub(crate) enum RowRule {
+    /// librosa: exactly this many values.
+    Fixed(usize),
+    /// Variable-length: the row protocol of this layout.
+    Frames(FrameLayout),
+}
+
+impl RowRule {
+    /// `Err` naming what is wrong when `row` breaks the rule.
+    fn check(&self, split: &str, seq: usize, row: &[f32]) -> Result<(), Error> {
+        match self {
+            RowRule::Fixed(n) if row.len() != *n => Err(Error::RowLength {
+                split: split.to_string(),
+                seq,
+                got: row.len(),
+                expected: *n,
+            }),
+            RowRule::Frames(l) if l.frames_of(row.len()).is_none() => Err(Error::FrameRowLength {
+                split: split.to_string(),
+                seq,
+                got: row.len(),
+                bins: l.bins,
+                trailer: l.trailer(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where a split's rows go: librosa's chunk buffer and `mel`, or `features`.
+enum SplitOut {
+    Mel { chunk: ChunkBuf, out: SplitFile },
+    Frames(FrameSplit),
+}
+
+impl SplitOut {
+    fn partial_path(&self) -> &std::path::Path {
+        match self {
+            SplitOut::Mel { out, .. } => out.partial_path(),
+            SplitOut::Frames(f) => f.partial_path(),
+        }
+    }
 }
 
 /// One split's reorder state, chunk buffer and open file.
@@ -220,8 +285,7 @@ struct SplitWriter {
     next_seq: usize,
     /// Early arrivals (seq > next_seq), held until their turn.
     pending: BTreeMap<usize, Option<Vec<f32>>>,
-    chunk: ChunkBuf,
-    out: SplitFile,
+    out: SplitOut,
 }
 
 impl DatasetWriter {
@@ -254,7 +318,10 @@ impl DatasetWriter {
             source,
         })?;
         let row_shape = plan.spec.row_shape();
-        let row_len = plan.spec.row_len();
+        let rows = match &plan.frames {
+            Some(l) => RowRule::Frames(l.clone()),
+            None => RowRule::Fixed(plan.spec.row_len()),
+        };
         let mut splits = Vec::with_capacity(plan.splits.len());
         for split in plan.splits {
             let header = Header {
@@ -264,10 +331,17 @@ impl DatasetWriter {
                 dtype: plan.dtype,
                 chunk_files: plan.chunk_files,
                 extra_attrs: &plan.extra_attrs,
+                frames: plan.frames.as_ref(),
             };
             let final_path = plan.out_dir.join(file_name(&split.name));
-            let out = SplitFile::create(final_path, &header, how)?;
             let chunk_rows = plan.chunk_files.min(split.files.len());
+            let out = match &plan.frames {
+                Some(l) => SplitOut::Frames(FrameSplit::create(final_path, &header, l)?),
+                None => SplitOut::Mel {
+                    out: SplitFile::create(final_path, &header, how)?,
+                    chunk: ChunkBuf::new(plan.dtype, row_shape, chunk_rows),
+                },
+            };
             tracing::debug!(
                 split = %split.name,
                 path = %out.partial_path().display(),
@@ -280,19 +354,19 @@ impl DatasetWriter {
                 paths: std::sync::Arc::clone(&plan.paths),
                 next_seq: 0,
                 pending: BTreeMap::new(),
-                chunk: ChunkBuf::new(plan.dtype, row_shape, chunk_rows),
                 out,
             });
         }
         Ok(DatasetWriter {
             splits,
-            row_len,
+            rows,
             failed: false,
         })
     }
 
     /// Hands over the outcome of file `seq` of split `split`: `Some(row)`
-    /// (`spec.row_len()` f32 values in dB, layout `[n_long][n_short][n_mels][n_frames]`)
+    /// (`spec.row_len()` f32 values in dB, layout `[n_long][n_short][n_mels][n_frames]`;
+    /// with [`OutputPlan::frames`], `crate::frames`' row protocol)
     /// or `None` when the file was rejected.
     ///
     /// Outcomes may arrive in any order; rows land in seq order. Returns the row
@@ -311,7 +385,7 @@ impl DatasetWriter {
             .splits
             .get_mut(split)
             .ok_or(Error::UnknownSplit { split, n_splits })?;
-        s.check(seq, row.as_deref(), self.row_len)?;
+        s.check(seq, row.as_deref(), &self.rows)?;
         let mut recycled = Vec::new();
         if seq != s.next_seq {
             s.pending.insert(seq, row);
@@ -361,13 +435,18 @@ impl DatasetWriter {
         // Splits not yet renamed stay in `self.splits`, so a failure here
         // leaves their `.partial` files to `Drop`.
         while !self.splits.is_empty() {
-            let s = &mut self.splits[0];
-            if s.chunk.rows() > 0 {
-                s.out.append(&mut s.chunk)?;
+            if let SplitOut::Mel { chunk, out } = &mut self.splits[0].out
+                && chunk.rows() > 0
+            {
+                out.append(chunk)?;
             }
             let s = self.splits.remove(0);
             let partial = s.out.partial_path().to_path_buf();
-            let (path, rows, bytes) = s.out.close().inspect_err(|_| remove_partial(&partial))?;
+            let closed = match s.out {
+                SplitOut::Mel { out, .. } => out.close(),
+                SplitOut::Frames(f) => f.close(),
+            };
+            let (path, rows, bytes) = closed.inspect_err(|_| remove_partial(&partial))?;
             tracing::debug!(
                 split = %s.name,
                 path = %path.display(),
@@ -409,7 +488,7 @@ fn remove_partial(p: &std::path::Path) {
 
 impl SplitWriter {
     /// Rejects a submission that would break the protocol, changing nothing.
-    fn check(&self, seq: usize, row: Option<&[f32]>, row_len: usize) -> Result<(), Error> {
+    fn check(&self, seq: usize, row: Option<&[f32]>, rule: &RowRule) -> Result<(), Error> {
         if seq >= self.files.len() {
             return Err(Error::SeqOutOfRange {
                 split: self.name.clone(),
@@ -423,17 +502,10 @@ impl SplitWriter {
                 seq,
             });
         }
-        if let Some(row) = row
-            && row.len() != row_len
-        {
-            return Err(Error::RowLength {
-                split: self.name.clone(),
-                seq,
-                got: row.len(),
-                expected: row_len,
-            });
+        match row {
+            Some(row) => rule.check(&self.name, seq, row),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Consumes the outcome of `next_seq`, writing the chunk when it fills up.
@@ -444,15 +516,19 @@ impl SplitWriter {
     ) -> Result<(), Error> {
         let file = self.files[self.next_seq];
         self.next_seq += 1;
-        if let Some(row) = row {
-            self.chunk
-                .push(&row, file.label, self.paths.get(file.path))?;
-            recycled.push(row);
-            if self.chunk.is_full() {
-                self.out.append(&mut self.chunk)?;
-                self.chunk.clear();
+        let Some(row) = row else { return Ok(()) };
+        let path = self.paths.get(file.path);
+        match &mut self.out {
+            SplitOut::Mel { chunk, out } => {
+                chunk.push(&row, file.label, path)?;
+                if chunk.is_full() {
+                    out.append(chunk)?;
+                    chunk.clear();
+                }
             }
+            SplitOut::Frames(f) => f.push(&row, file.label, path)?,
         }
+        recycled.push(row);
         Ok(())
     }
 }
@@ -490,6 +566,33 @@ const RESERVED_ATTRS: &[&str] = &[
     "n_frames",
     "dtype",
     "chunk_files",
+    "layout",
+    "layout_version",
+    "recipe",
+    "n_bins",
+    "frame_step_seconds",
+    "max_samples",
+    "padded_frames",
+    "chunk_frames",
+];
+
+/// Attribute names a variable-length file's writer sets itself; recipe
+/// parameters may not reuse them.
+const FRAME_ATTRS: &[&str] = &[
+    "label_names",
+    "melforge_version",
+    "split",
+    "layout",
+    "layout_version",
+    "recipe",
+    "sample_rate",
+    "n_bins",
+    "frame_step_seconds",
+    "max_samples",
+    "padded_frames",
+    "dtype",
+    "chunk_frames",
+    "chunk_files",
 ];
 
 fn validate(plan: &OutputPlan) -> Result<(), Error> {
@@ -499,6 +602,9 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
     }
     if let Err(e) = plan.spec.validate() {
         return bad(format!("feature spec: {e}"));
+    }
+    if let Some(l) = &plan.frames {
+        validate_layout(l).map_err(Error::Plan)?;
     }
     for w in plan.label_names.windows(2) {
         if w[0] >= w[1] {
@@ -547,6 +653,17 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
             return bad(format!("string {name:?} contains a NUL byte"));
         }
     }
+    let params = plan
+        .frames
+        .iter()
+        .flat_map(|l| l.params.iter().map(|(k, _)| k));
+    for key in params {
+        if plan.extra_attrs.iter().any(|(k, _)| k == key) {
+            return bad(format!(
+                "extra attribute `{key}` is a parameter of the recipe"
+            ));
+        }
+    }
     for (i, (key, _)) in plan.extra_attrs.iter().enumerate() {
         if key.is_empty() || key.contains('\0') || key == "." {
             return bad(format!("`{key}` is not a usable attribute name"));
@@ -555,6 +672,23 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
             || plan.extra_attrs[..i].iter().any(|(k, _)| k == key)
         {
             return bad(format!("extra attribute `{key}` is set twice"));
+        }
+    }
+    Ok(())
+}
+
+/// A variable-length layout the writer can store: bins ≥ 1, parameter names
+/// usable as attributes and not the writer's own.
+pub(crate) fn validate_layout(l: &FrameLayout) -> Result<(), String> {
+    if l.bins == 0 {
+        return Err(format!("recipe `{}` has rows of 0 bins", l.recipe));
+    }
+    for (i, (key, _)) in l.params.iter().enumerate() {
+        if key.is_empty() || key.contains('\0') || key == "." {
+            return Err(format!("`{key}` is not a usable attribute name"));
+        }
+        if FRAME_ATTRS.contains(&key.as_str()) || l.params[..i].iter().any(|(k, _)| k == key) {
+            return Err(format!("recipe parameter `{key}` is set twice"));
         }
     }
     Ok(())

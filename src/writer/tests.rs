@@ -52,6 +52,7 @@ fn plan(out_dir: &Path, n_files: usize, chunk_files: usize, dtype: Dtype) -> Out
         dtype,
         chunk_files,
         extra_attrs: vec![("input".into(), "/data/in".into())],
+        frames: None,
     }
 }
 

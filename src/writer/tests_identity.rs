@@ -51,6 +51,7 @@ fn plan(
         dtype,
         chunk_files,
         extra_attrs: vec![("input".into(), "/data/in".into())],
+        frames: None,
     }
 }
 

@@ -50,6 +50,7 @@ fn spec(split: &str) -> AppendSpec {
         dtype: Dtype::Float32,
         chunk_files: 4,
         extra_attrs: vec![],
+        frames: None,
     }
 }
 

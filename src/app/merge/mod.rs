@@ -23,7 +23,9 @@
 //! sentence ([`Error`]): no shards, a misnamed shard file, mixed N, a missing
 //! shard of some split or rejection log, a file whose `shard` attribute
 //! disagrees with its name, shards whose rows overlap or are out of order,
-//! differing attributes (parameters, label table, input) or dataset types.
+//! differing attributes (parameters, label table, input) or dataset types,
+//! and shards of variable-length rows (`features`, docs/FORMAT.md), which it
+//! does not join yet.
 
 pub mod attrs;
 mod copy;
@@ -131,6 +133,12 @@ pub enum Error {
     },
     #[error("{file}: {reason}")]
     BadShard { file: String, reason: String },
+    #[error(
+        "{file} holds variable-length rows (recipe {recipe:?}): merge does not join shards of \
+         that layout yet; read the shard files together with melforge.ConcatMelDataset, or \
+         build without --shard"
+    )]
+    FrameRows { file: String, recipe: String },
     #[error("{file} line {line}: {reason}")]
     BadRejection {
         file: String,
@@ -342,6 +350,16 @@ fn open_part(
     }
     if attrs::get(&attrs, "split") != Some(&Value::Str(split.to_string())) {
         return Err(bad(format!("its `split` attribute is not {split:?}")));
+    }
+    if file.link_exists("features") {
+        let recipe = match attrs::get(&attrs, "recipe") {
+            Some(v) => v.to_string(),
+            None => "unknown".into(),
+        };
+        return Err(Error::FrameRows {
+            file: name.to_string(),
+            recipe,
+        });
     }
     let mut rows = None;
     let mut layouts: [String; 3] = Default::default();

@@ -92,3 +92,29 @@ fn resampled_length_is_ceil_of_n_times_the_ratio_then_padded_to_the_clip() {
     assert!(clip[..400].iter().any(|&x| x != 0.0));
     assert!(clip[410..].iter().all(|&x| x == 0.0));
 }
+
+#[test]
+fn natural_length_keeps_every_sample_or_the_first_max_and_resamples_whole() {
+    let bytes = wav(4096, 2, 300);
+    let mut dec = ClipDecoder::new(4096, Policy::default());
+    let mut clip = vec![0f32; 512];
+    dec.decode(&bytes, &mut clip).unwrap();
+    let mut natural = vec![7f32; 3];
+    dec.decode_natural(&bytes, None, &mut natural).unwrap();
+    assert_eq!(natural, clip[..300]);
+    dec.decode_natural(&bytes, Some(100), &mut natural).unwrap();
+    assert_eq!(natural, clip[..100]);
+    // Resampled: librosa's length, ceil(n · to / from), the same samples as a
+    // clip long enough to hold them.
+    let soxr = policy(Resample::SoxrHq, Channels::Mean);
+    let mut dec = ClipDecoder::new(4096, soxr);
+    let bytes = wav(8000, 1, 1001);
+    let want_len = (1001usize * 4096).div_ceil(8000);
+    let mut clip = vec![0f32; 4096];
+    assert!(dec.decode(&bytes, &mut clip).unwrap().resampled);
+    dec.decode_natural(&bytes, None, &mut natural).unwrap();
+    assert_eq!(natural.len(), want_len);
+    assert_eq!(natural, clip[..want_len]);
+    dec.decode_natural(&bytes, Some(200), &mut natural).unwrap();
+    assert_eq!(natural, clip[..200]);
+}

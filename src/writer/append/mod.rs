@@ -47,10 +47,13 @@
 mod recover;
 mod sink;
 mod splits;
+mod store;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_crash;
+#[cfg(test)]
+mod tests_frames;
 #[cfg(test)]
 mod tests_vlen;
 mod undo;
@@ -66,14 +69,12 @@ use std::path::{Path, PathBuf};
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, SimpleExtents};
 
-use super::chunk::ChunkBuf;
-use super::h5::{
-    Context, Datasets, Header, create_file, vlen_strings, write_attrs, write_label_names_attr,
-};
+use super::h5::{Context, Header, create_file, vlen_strings, write_attrs, write_label_names_attr};
 use super::{Dtype, Error};
 use crate::dsp::Spec;
 use crate::runtime::sys;
 use recover::{open_existing, open_rw};
+use store::{Sets, Store};
 use vlen::StaleRefs;
 
 /// Rows per chunk of the `label_names` dataset.
@@ -94,6 +95,8 @@ pub struct AppendSpec {
     pub chunk_files: usize,
     /// Extra root attributes (UTF-8 strings), written when the file is created.
     pub extra_attrs: Vec<(String, String)>,
+    /// Variable-length rows (`crate::frames`); None: librosa's `mel` rows.
+    pub frames: Option<crate::frames::FrameLayout>,
 }
 
 /// What [`Appender::open`] found.
@@ -115,7 +118,8 @@ pub struct OpenReport {
 pub struct Appender {
     path: PathBuf,
     file: File,
-    ds: Datasets,
+    /// The row datasets and the rows not yet written to them.
+    store: Store,
     names_ds: Dataset,
     label_names: Vec<String>,
     /// Names in `names_ds` (the rest are pending).
@@ -126,19 +130,17 @@ pub struct Appender {
     rows_written: usize,
     /// Rows flushed and synced.
     rows_flushed: usize,
-    chunk: ChunkBuf,
     /// Rows per HDF5 chunk of the datasets.
     chunk_files: usize,
     /// Keeps the chunks `path` and `label_names` grow into free of a killed
     /// writer's heap references (see [`vlen`]).
     path_refs: StaleRefs,
     names_refs: StaleRefs,
-    row_len: usize,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
     sync: std::fs::File,
-    /// Bytes of one row of `mel` as stored.
-    row_bytes: u64,
+    /// Bytes of one stored value.
+    value_bytes: usize,
     /// Chunks of `mel` below this one have left the page cache
     /// ([`Appender::drop_synced_chunks`]).
     chunks_dropped: usize,
@@ -175,6 +177,7 @@ impl Appender {
             dtype: spec.dtype,
             chunk_files: spec.chunk_files,
             extra_attrs: &spec.extra_attrs,
+            frames: spec.frames.as_ref(),
         };
         let exists = path.try_exists().map_err(|source| Error::Io {
             path: path.clone(),
@@ -202,11 +205,11 @@ impl Appender {
         // Recovery, the label list and starting SWMR write in place outside
         // SWMR's ordering: armed until the file is synced in SWMR mode.
         let armed = arm(&path)?;
-        let (file, ds, names_ds, mut names, mut report) =
+        let (file, sets, names_ds, mut names, mut report) =
             open_existing(&path, &header, confirmed_rows)?;
         report.created = !exists;
         let rows = report.rows_found - report.rows_dropped;
-        let path_refs = StaleRefs::new(&ds.path, rows)
+        let path_refs = StaleRefs::new(sets.path(), rows)
             .ctx(&path, || "read the chunking of dataset `path`".into())?;
         let mut names_refs = StaleRefs::new(&names_ds, names.len()).ctx(&path, || {
             "read the chunking of dataset `label_names`".into()
@@ -231,14 +234,12 @@ impl Appender {
             })?;
         let names_in_attr = names.len();
         let mut app = Appender {
-            chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
+            store: Store::new(sets, spec)?,
             chunk_files: spec.chunk_files,
             path_refs,
             names_refs,
-            row_len: spec.spec.row_len(),
             path,
             file,
-            ds,
             names_ds,
             names_written: names.len(),
             names_in_attr,
@@ -246,7 +247,7 @@ impl Appender {
             rows_written: rows,
             rows_flushed: rows,
             sync,
-            row_bytes: (spec.spec.row_len() * spec.dtype.size()) as u64,
+            value_bytes: spec.dtype.size(),
             chunks_dropped: rows / spec.chunk_files,
             failed: false,
         };
@@ -291,7 +292,8 @@ impl Appender {
     }
 
     /// Appends one row (`spec.row_len()` values, layout as in
-    /// [`super::DatasetWriter::submit`]) for the file at `rel_path` with label id
+    /// [`super::DatasetWriter::submit`]; with [`AppendSpec::frames`],
+    /// `crate::frames`' row protocol) for the file at `rel_path` with label id
     /// `label` (-1 for none). Returns its row index. The row is visible to readers
     /// and durable after the next [`Appender::flush`].
     pub fn append(&mut self, rel_path: &str, label: i32, row: &[f32]) -> Result<usize, Error> {
@@ -307,14 +309,7 @@ impl Appender {
             });
         }
         let index = self.rows();
-        if row.len() != self.row_len {
-            return Err(Error::RowLength {
-                split: self.path.display().to_string(),
-                seq: index,
-                got: row.len(),
-                expected: self.row_len,
-            });
-        }
+        self.store.check(&self.path, index, row)?;
         if rel_path.contains('\0') {
             return Err(Error::Plan(format!(
                 "path {rel_path:?} contains a NUL byte"
@@ -322,11 +317,11 @@ impl Appender {
         }
         // A full chunk is written before the row is taken, so a refusal for
         // lack of space leaves the row with the caller and nothing changed.
-        if self.chunk.is_full() {
-            self.reserve(self.chunk.rows(), rel_path.len())?;
+        if self.store.is_full(self.chunk_files) {
+            self.reserve(self.store.rows(), rel_path.len())?;
             self.guard(|a| a.write_pending())?;
         }
-        self.chunk.push(row, label, rel_path)?;
+        self.store.push(row, label, rel_path)?;
         Ok(index)
     }
 
@@ -334,11 +329,8 @@ impl Appender {
     /// `more_path` bytes of path), pending names and a flush can take;
     /// [`Error::NoSpace`] when it is not there.
     fn reserve(&self, rows: usize, more_path: usize) -> Result<(), Error> {
-        let chunk_rows = self.chunk_files;
-        // A write may start a new chunk at each end of its rows.
-        let chunks = (rows.div_ceil(chunk_rows) + 1) as u64;
         let strings: usize = self
-            .chunk
+            .store
             .paths()
             .iter()
             .map(|p| p.as_str().len() + 32)
@@ -349,8 +341,10 @@ impl Appender {
             )
             .sum::<usize>()
             + more_path;
-        let needed =
-            chunks * chunk_rows as u64 * (self.row_bytes + 4) + strings as u64 + METADATA_HEADROOM;
+        let rows_bytes = self
+            .store
+            .bytes_to_write(rows, self.chunk_files, self.value_bytes);
+        let needed = rows_bytes + strings as u64 + METADATA_HEADROOM;
         let size = self.sync.metadata().map_err(|source| Error::Io {
             path: self.path.clone(),
             action: "stat the output file",
@@ -391,7 +385,7 @@ impl Appender {
 
     /// Rows appended so far (written, buffered or flushed).
     pub fn rows(&self) -> usize {
-        self.rows_written + self.chunk.rows()
+        self.rows_written + self.store.rows()
     }
 
     /// Rows that readers see and that survive a crash.
@@ -413,7 +407,7 @@ impl Appender {
         if self.pending_rows() == 0 && self.names_written == self.label_names.len() {
             return Ok(self.rows_flushed);
         }
-        self.reserve(self.chunk.rows(), 0)?;
+        self.reserve(self.store.rows(), 0)?;
         self.guard(|a| {
             a.write_names()?;
             a.write_pending()?;
@@ -438,9 +432,12 @@ impl Appender {
     /// all metadata, stay. Best effort: a failure is logged and skipped.
     fn drop_synced_chunks(&mut self, below: usize) {
         use std::os::fd::AsFd;
+        let Some(mel) = self.store.mel() else {
+            return;
+        };
         for k in self.chunks_dropped..below {
             let offset = [(k * self.chunk_files) as u64, 0, 0, 0, 0];
-            let dropped = super::direct::raw::chunk_extent_at(&self.ds.mel, &offset)
+            let dropped = super::direct::raw::chunk_extent_at(mel, &offset)
                 .map_err(|e| e.to_string())
                 .and_then(|extent| match extent {
                     Some((addr, size)) => {
@@ -472,13 +469,13 @@ impl Appender {
         let Appender {
             path,
             file,
-            ds,
+            store,
             names_ds,
             label_names,
             names_in_attr,
             ..
         } = self;
-        drop((ds, names_ds));
+        drop((store, names_ds));
         file.close().ctx(&path, || "close the file".into())?;
         if names_in_attr != label_names.len() {
             let file = open_rw(&path, false).ctx(&path, || "reopen the file".into())?;
@@ -499,7 +496,7 @@ impl Appender {
         let Appender {
             path,
             file,
-            ds,
+            store,
             names_ds,
             sync,
             ..
@@ -508,7 +505,7 @@ impl Appender {
             tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
             None
         });
-        drop((ds, names_ds));
+        drop((store, names_ds));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
         }
@@ -528,15 +525,14 @@ impl Appender {
     }
 
     fn write_pending(&mut self) -> Result<(), Error> {
-        if self.chunk.rows() > 0 {
-            let end = self.rows_written + self.chunk.rows();
+        let rows = self.store.rows();
+        if rows > 0 {
+            let end = self.rows_written + rows;
             self.path_refs
-                .grow(&self.ds.path, end)
+                .grow(self.store.path(), end)
                 .ctx(&self.path, || format!("grow dataset `path` to {end} rows"))?;
-            self.ds
-                .write_rows(&self.path, self.rows_written, &mut self.chunk, None)?;
-            self.rows_written += self.chunk.rows();
-            self.chunk.clear();
+            self.store.write(&self.path, self.rows_written)?;
+            self.rows_written += rows;
         }
         Ok(())
     }
@@ -599,7 +595,7 @@ fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-type Opened = (File, Datasets, Dataset, Vec<String>, OpenReport);
+type Opened = (File, Sets, Dataset, Vec<String>, OpenReport);
 
 /// Creates `p` atomically: the file is made complete (datasets, attributes)
 /// under a temporary name, synced, renamed into place (the caller then opens
@@ -619,7 +615,7 @@ fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<(), Error
     let made = (|| {
         let file = create_file(&tmp)?;
         write_attrs(&file, header).ctx(&tmp, || "write the root attributes".into())?;
-        drop(Datasets::create(&file, &tmp, header)?);
+        Sets::create(&file, &tmp, header)?;
         drop(create_names_ds(&file, &[]).ctx(&tmp, || "create dataset `label_names`".into())?);
         file.close().ctx(&tmp, || "close the new file".into())?;
         std::fs::File::open(&tmp)

@@ -30,9 +30,10 @@ use std::path::Path;
 use hdf5::File;
 use hdf5::types::VarLenUnicode;
 
+use super::store::Sets;
 use super::{OpenReport, Opened, create_names_ds};
-use crate::writer::h5::{self, Context, Datasets, Header};
-use crate::writer::{Dtype, Error};
+use crate::writer::Error;
+use crate::writer::h5::{self, Context, Header};
 
 /// Opens the existing file at `p`, clearing a killed writer's status flags,
 /// checks it against `header`, and cuts it to the `confirmed` rows.
@@ -50,23 +51,23 @@ pub(super) fn open_existing(
     hdf5::sync::sync(|| raw::eoa_to_end_of_file(file.id())).ctx(p, || {
         "move the end of allocation to the end of the file".into()
     })?;
-    let ds = Datasets::open(&file, p)?;
+    let ds = Sets::open(&file, p, header)?;
     check_compatible(&file, &ds, p, header)?;
-    let lens = [ds.mel.shape()[0], ds.label.size(), ds.path.size()];
-    let found = lens.into_iter().max().unwrap_or(0);
-    let shortest = lens.into_iter().min().unwrap_or(0);
+    let lens = ds.row_lens();
+    let found = lens.iter().copied().max().unwrap_or(0);
+    let shortest = lens.iter().copied().min().unwrap_or(0);
     if shortest < confirmed {
         return Err(Error::Recovery {
             file: p.to_path_buf(),
             reason: format!(
                 "the journal confirms {confirmed} rows but the file has only {shortest} \
-                 (mel, label, path: {lens:?})"
+                 (rows per dataset: {lens:?})"
             ),
         });
     }
     // Before the cut: the references a killed writer left from the first row
     // not kept on must not be freed by the next write there (`super::vlen`).
-    super::vlen::clear_past(&ds.path, confirmed)
+    super::vlen::clear_past(ds.path(), confirmed)
         .ctx(p, || "clear dataset `path` past the confirmed rows".into())?;
     if found != confirmed {
         tracing::warn!(
@@ -75,7 +76,7 @@ pub(super) fn open_existing(
             confirmed,
             "Cutting the rows past the journal: they were never confirmed."
         );
-        ds.resize(p, confirmed)?;
+        ds.cut(p, confirmed)?;
     }
     let (names_ds, names) = if file.link_exists("label_names") {
         let d = file
@@ -112,12 +113,12 @@ pub(super) fn open_existing(
 /// How many of the file's `n_names` label names its first `rows` rows use:
 /// one past the highest label id among them (all names when an id is out of
 /// range: such a file is left as it is).
-fn labels_in_use(ds: &Datasets, p: &Path, rows: usize, n_names: usize) -> Result<usize, Error> {
+fn labels_in_use(ds: &Sets, p: &Path, rows: usize, n_names: usize) -> Result<usize, Error> {
     if rows == 0 {
         return Ok(0);
     }
     let ids = ds
-        .label
+        .label()
         .read_slice_1d::<i32, _>(0..rows)
         .ctx(p, || "read dataset `label`".into())?;
     let top = ids.iter().copied().max().unwrap_or(-1);
@@ -125,32 +126,26 @@ fn labels_in_use(ds: &Datasets, p: &Path, rows: usize, n_names: usize) -> Result
 }
 
 /// Refuses a file whose rows were computed with other parameters.
-fn check_compatible(file: &File, ds: &Datasets, p: &Path, h: &Header<'_>) -> Result<(), Error> {
+fn check_compatible(file: &File, ds: &Sets, p: &Path, h: &Header<'_>) -> Result<(), Error> {
     let bad = |reason: String| {
         Err(Error::Incompatible {
             file: p.to_path_buf(),
             reason,
         })
     };
-    let row_shape = h.spec.row_shape();
-    let shape = ds.mel.shape();
-    if shape.len() != 5 || shape[1..] != row_shape {
-        return bad(format!(
-            "mel has shape {shape:?}, this configuration makes rows of {row_shape:?}"
-        ));
-    }
-    let dtype_ok = match h.dtype {
-        Dtype::Float32 => ds.mel.dtype().is_ok_and(|t| t.is::<f32>()),
-        Dtype::Float16 => ds.mel.dtype().is_ok_and(|t| t.is::<half::f16>()),
-    };
-    if !dtype_ok {
-        return bad(format!("mel is not {}", h.dtype.name()));
+    if let Err(reason) = ds.check_shape(h) {
+        return bad(reason);
     }
     // Compare every root attribute a fresh file would get (parameters and split),
     // by writing them into an in-memory file and reading both back as text.
     let expected = h5::attrs_as_text(h).ctx(p, || "render the expected attributes".into())?;
     for (name, want) in expected {
-        let informational = ["label_names", "melforge_version", "chunk_files"];
+        let informational = [
+            "label_names",
+            "melforge_version",
+            "chunk_files",
+            "chunk_frames",
+        ];
         if informational.contains(&name.as_str()) || h.extra_attrs.iter().any(|(k, _)| *k == name) {
             continue;
         }

@@ -72,7 +72,9 @@ pub struct AppendSink {
     thread: Option<JoinHandle<()>>,
     /// Rows per open split, as the loop has sent them (written or not).
     rows: HashMap<String, usize>,
-    row_len: usize,
+    /// The fixed row length of the librosa layout; `None` under a frame
+    /// recipe, whose rows keep their own length (the store checks them).
+    row_len: Option<usize>,
     /// A [`AppendSink::start_flush`] not yet answered.
     flush_pending: bool,
     /// Its answer, when a later call had to take it off the reply channel.
@@ -107,7 +109,9 @@ impl AppendSink {
             back,
             thread: Some(thread),
             rows: HashMap::new(),
-            row_len: cfg.spec.row_len(),
+            row_len: crate::recipes::frame_layout(cfg)
+                .is_none()
+                .then(|| cfg.spec.row_len()),
             flush_pending: false,
             flush_answer: None,
         })
@@ -279,12 +283,14 @@ impl Sink for AppendSink {
         let Some(&index) = self.rows.get(&file.split) else {
             return Err(super::splits::not_opened(&file.split));
         };
-        if row.len() != self.row_len {
+        if let Some(expected) = self.row_len
+            && row.len() != expected
+        {
             return Err(Error::RowLength {
                 split: file.split.clone(),
                 seq: index,
                 got: row.len(),
-                expected: self.row_len,
+                expected,
             });
         }
         self.send(Cmd::Append {

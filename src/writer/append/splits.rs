@@ -61,6 +61,7 @@ impl Splits {
                         cfg.input.policy.channels.name().into(),
                     ),
                 ],
+                frames: crate::recipes::frame_layout(cfg),
             },
             appenders: HashMap::new(),
             labels: Vec::new(),

@@ -13,6 +13,7 @@ pub(super) fn spec() -> AppendSpec {
         dtype: Dtype::Float32,
         chunk_files: 4,
         extra_attrs: vec![("watch_dir".into(), "/drop".into())],
+        frames: None,
     }
 }
 
@@ -195,6 +196,7 @@ fn appends_to_a_build_file() {
         dtype: s.dtype,
         chunk_files: s.chunk_files,
         extra_attrs: vec![],
+        frames: None,
     };
     let mut w = super::super::DatasetWriter::create(plan).unwrap();
     for i in 0..3 {
@@ -417,7 +419,10 @@ fn split_files_are_open_with_bounded_caches() {
     a.flush().unwrap();
     let mdc = a.file.access_plist().unwrap().mdc_config();
     assert_eq!(mdc.max_size, 1 << 20);
-    for ds in [&a.ds.mel, &a.ds.label, &a.ds.path, &a.names_ds] {
+    let store::Store::Mel { ds, .. } = &a.store else {
+        panic!("a librosa spec makes a mel store")
+    };
+    for ds in [&ds.mel, &ds.label, &ds.path, &a.names_ds] {
         let c = ds.access_plist().unwrap().chunk_cache();
         assert_eq!((c.nslots, c.nbytes), recover::CHUNK_CACHE, "{}", ds.name());
     }

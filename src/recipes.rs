@@ -1,0 +1,211 @@
+//! The configured recipe as the stages take it: `None` for librosa (the
+//! `dsp::Plan` path, fixed rows), or the shared [`FrameRecipe`] of a
+//! variable-length recipe, whose [`FrameLayout`] the writers record.
+//!
+//! This is the one place that maps a recipe onto the row
+//! protocol of `crate::frames`: Kaldi fbank/MFCC ([`KaldiPlan`]: the whole
+//! file, rows of `num_bins` values; a file shorter than one frame is
+//! rejected with the reason) and Whisper ([`WhisperPlan`]: the first 30 s,
+//! the covering frames and the pad value as the row's trailer). The pipeline
+//! hands the recipe to the compute stage (`compute::Wiring::frames`);
+//! `build` and serve's sink hand its layout to the writers.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::dsp::ParamValue;
+use crate::dsp::kaldi::{KaldiError, KaldiOptions, KaldiPlan, KaldiScratch, Kind};
+use crate::dsp::whisper::{self, WhisperError, WhisperPlan, WhisperScratch};
+use crate::frames::{FrameError, FrameLayout, FrameRecipe, FrameWorker, Param};
+
+/// The variable-length recipe `cfg` asks for; None for librosa.
+///
+/// `Config` has no recipe selection yet (the `[features]` section comes
+/// with the recipes' configuration), so every configuration is librosa's
+/// here; [`kaldi`] and [`whisper`] build the recipes that section will
+/// select.
+pub fn frame_recipe(cfg: &Config) -> Option<Arc<dyn FrameRecipe>> {
+    let _ = cfg;
+    None
+}
+
+/// Kaldi fbank or MFCC (`kind`) with `opts`, as the stages take it.
+pub fn kaldi(opts: &KaldiOptions, kind: Kind) -> Result<Arc<dyn FrameRecipe>, KaldiError> {
+    let plan = KaldiPlan::new(opts, kind)?;
+    let params = params(opts.params(kind));
+    Ok(Arc::new(Kaldi::new(plan, params)))
+}
+
+/// Whisper's log-mel with `n_mels` (80 or 128), as the stages take it.
+pub fn whisper(n_mels: usize) -> Result<Arc<dyn FrameRecipe>, WhisperError> {
+    let plan = WhisperPlan::new(n_mels)?;
+    let params = params(vec![("n_mels", ParamValue::Int(n_mels as i64))]);
+    Ok(Arc::new(Whisper::new(plan, params)))
+}
+
+/// Parameters under `features.<name>` (the configuration's keys, which
+/// are the reference's keyword names), typed for the attributes.
+fn params(list: Vec<(&'static str, ParamValue)>) -> Vec<(String, Param)> {
+    list.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                ParamValue::Int(i) => Param::Int(i),
+                ParamValue::Real(r) => Param::Float(r),
+                ParamValue::Bool(b) => Param::Bool(b),
+                ParamValue::Text(t) => Param::Str(t.to_string()),
+            };
+            (format!("features.{k}"), v)
+        })
+        .collect()
+}
+
+/// The layout of [`frame_recipe`]'s rows; None for librosa.
+pub fn frame_layout(cfg: &Config) -> Option<FrameLayout> {
+    frame_recipe(cfg).map(|r| r.layout().clone())
+}
+
+/// Kaldi fbank or MFCC over a shared plan.
+struct Kaldi {
+    plan: Arc<KaldiPlan>,
+    layout: FrameLayout,
+}
+
+impl std::fmt::Debug for Kaldi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kaldi")
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kaldi {
+    fn new(plan: KaldiPlan, params: Vec<(String, Param)>) -> Kaldi {
+        let rate = plan.options().sample_frequency;
+        let layout = FrameLayout {
+            recipe: match plan.kind() {
+                Kind::Fbank => "kaldi-fbank",
+                Kind::Mfcc => "kaldi-mfcc",
+            }
+            .into(),
+            bins: plan.num_bins(),
+            sample_rate: rate.round() as u32,
+            frame_step_seconds: plan.window_shift() as f64 / rate,
+            max_samples: None,
+            padded_frames: None,
+            params,
+        };
+        Kaldi {
+            plan: Arc::new(plan),
+            layout,
+        }
+    }
+}
+
+struct KaldiWorker {
+    plan: Arc<KaldiPlan>,
+    scratch: KaldiScratch,
+    recipe: String,
+}
+
+impl FrameRecipe for Kaldi {
+    fn layout(&self) -> &FrameLayout {
+        &self.layout
+    }
+    fn worker(&self) -> Box<dyn FrameWorker> {
+        Box::new(KaldiWorker {
+            scratch: self.plan.scratch(),
+            plan: Arc::clone(&self.plan),
+            recipe: self.layout.recipe.clone(),
+        })
+    }
+}
+
+impl FrameWorker for KaldiWorker {
+    fn compute(
+        &mut self,
+        samples: &[f32],
+        seed: u64,
+        row: &mut Vec<f32>,
+    ) -> Result<(), FrameError> {
+        if let Err(e) = self.plan.check_length(samples.len()) {
+            return Err(FrameError::TooShort {
+                recipe: self.recipe.clone(),
+                samples: e.samples,
+                min_samples: e.min_samples,
+            });
+        }
+        self.scratch.seed(seed);
+        self.plan.compute(samples, &mut self.scratch, row);
+        Ok(())
+    }
+}
+
+/// Whisper's log-mel over a shared plan.
+struct Whisper {
+    plan: Arc<WhisperPlan>,
+    layout: FrameLayout,
+}
+
+impl std::fmt::Debug for Whisper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Whisper")
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Whisper {
+    fn new(plan: WhisperPlan, mut params: Vec<(String, Param)>) -> Whisper {
+        let i = |k: &str, v: usize| (k.to_string(), Param::Int(v as i64));
+        params.extend([
+            i("features.n_fft", whisper::N_FFT),
+            i("features.hop_length", whisper::HOP_LENGTH),
+        ]);
+        let layout = FrameLayout {
+            recipe: "whisper".into(),
+            bins: plan.n_mels(),
+            sample_rate: whisper::SAMPLE_RATE,
+            frame_step_seconds: whisper::HOP_LENGTH as f64 / f64::from(whisper::SAMPLE_RATE),
+            max_samples: Some(whisper::N_SAMPLES),
+            padded_frames: Some(whisper::N_FRAMES),
+            params,
+        };
+        Whisper {
+            plan: Arc::new(plan),
+            layout,
+        }
+    }
+}
+
+struct WhisperWorker {
+    plan: Arc<WhisperPlan>,
+    scratch: WhisperScratch,
+}
+
+impl FrameRecipe for Whisper {
+    fn layout(&self) -> &FrameLayout {
+        &self.layout
+    }
+    fn worker(&self) -> Box<dyn FrameWorker> {
+        Box::new(WhisperWorker {
+            scratch: self.plan.scratch(),
+            plan: Arc::clone(&self.plan),
+        })
+    }
+}
+
+impl FrameWorker for WhisperWorker {
+    fn compute(
+        &mut self,
+        samples: &[f32],
+        _seed: u64,
+        row: &mut Vec<f32>,
+    ) -> Result<(), FrameError> {
+        let r = self.plan.compute(samples, &mut self.scratch, row);
+        row.push(r.pad_value);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,287 @@
+//! What an appender's rows go into: librosa's fixed rows (`mel` and the
+//! chunk buffer) or variable-length rows (`features`, `offsets`, `lengths`,
+//! `pad_value` and the frame buffer of `writer::frames`), behind one type so
+//! that the appender's journal-facing logic (label names, space
+//! reservations, flush, recovery, undo) is the same for both.
+//!
+//! Recovery cuts both layouts to the journal's rows: the per-row datasets
+//! to the confirmed count, `features` to the end of the last confirmed row
+//! (read from that row's `offsets` and `lengths`, which the confirmed flush
+//! made durable). Frames a killed writer left past that end are garbage no
+//! row names; the next rows overwrite them.
+
+use std::path::Path;
+
+use hdf5::Dataset;
+use hdf5::types::VarLenUnicode;
+
+use crate::frames::FrameLayout;
+use crate::writer::chunk::ChunkBuf;
+use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
+use crate::writer::h5::{Datasets, Header};
+use crate::writer::{Dtype, Error};
+
+/// The datasets of an open split file, either layout.
+pub(super) enum Sets {
+    Mel(Datasets),
+    Frames(FrameSets),
+}
+
+impl Sets {
+    /// Opens the datasets of the layout `h` describes.
+    pub(super) fn open(file: &hdf5::File, p: &Path, h: &Header<'_>) -> Result<Sets, Error> {
+        match h.frames {
+            None if !file.link_exists("mel") && file.link_exists("features") => {
+                Err(Error::Incompatible {
+                    file: p.to_path_buf(),
+                    reason: "the file has variable-length `features` rows, this configuration \
+                             makes librosa's `mel` rows"
+                        .into(),
+                })
+            }
+            None => Datasets::open(file, p).map(Sets::Mel),
+            Some(l) => {
+                if !file.link_exists("features") {
+                    return Err(Error::Incompatible {
+                        file: p.to_path_buf(),
+                        reason: format!(
+                            "the file has librosa's `mel` rows, this configuration makes \
+                             `{}` rows of variable length",
+                            l.recipe
+                        ),
+                    });
+                }
+                FrameSets::open(file, p, l.padded_frames.is_some()).map(Sets::Frames)
+            }
+        }
+    }
+
+    /// Creates the datasets of a new file.
+    pub(super) fn create(file: &hdf5::File, p: &Path, h: &Header<'_>) -> Result<(), Error> {
+        match h.frames {
+            None => Datasets::create(file, p, h).map(drop),
+            Some(l) => FrameSets::create(file, p, h, l).map(drop),
+        }
+    }
+
+    pub(super) fn label(&self) -> &Dataset {
+        match self {
+            Sets::Mel(d) => &d.label,
+            Sets::Frames(d) => &d.label,
+        }
+    }
+
+    pub(super) fn path(&self) -> &Dataset {
+        match self {
+            Sets::Mel(d) => &d.path,
+            Sets::Frames(d) => &d.path,
+        }
+    }
+
+    /// Rows in each per-row dataset (`mel`'s first for librosa).
+    pub(super) fn row_lens(&self) -> Vec<usize> {
+        match self {
+            Sets::Mel(d) => vec![d.mel.shape()[0], d.label.size(), d.path.size()],
+            Sets::Frames(d) => d.row_lens(),
+        }
+    }
+
+    /// Cuts every dataset to `rows` rows (and their frames).
+    pub(super) fn cut(&self, p: &Path, rows: usize) -> Result<(), Error> {
+        match self {
+            Sets::Mel(d) => d.resize(p, rows),
+            Sets::Frames(d) => d.resize(p, rows, d.frames_of_rows(p, rows)?),
+        }
+    }
+
+    /// Refuses stored rows whose shape or element type differ from `h`'s.
+    pub(super) fn check_shape(&self, h: &Header<'_>) -> Result<(), String> {
+        let (ds, what, shape, want) = match (self, h.frames) {
+            (Sets::Mel(d), _) => {
+                let row = h.spec.row_shape();
+                let shape = d.mel.shape();
+                if shape.len() != 5 || shape[1..] != row {
+                    return Err(format!(
+                        "mel has shape {shape:?}, this configuration makes rows of {row:?}"
+                    ));
+                }
+                (&d.mel, "mel", shape, vec![])
+            }
+            (Sets::Frames(d), Some(l)) => {
+                (&d.features, "features", d.features.shape(), vec![l.bins])
+            }
+            (Sets::Frames(_), None) => return Err("the file has variable-length rows".into()),
+        };
+        if !want.is_empty() && (shape.len() != 2 || shape[1..] != want) {
+            return Err(format!(
+                "{what} has shape {shape:?}, this configuration makes frames of {} values",
+                want[0]
+            ));
+        }
+        let dtype_ok = match h.dtype {
+            Dtype::Float32 => ds.dtype().is_ok_and(|t| t.is::<f32>()),
+            Dtype::Float16 => ds.dtype().is_ok_and(|t| t.is::<half::f16>()),
+        };
+        if !dtype_ok {
+            return Err(format!("{what} is not {}", h.dtype.name()));
+        }
+        Ok(())
+    }
+}
+
+/// An appender's datasets with the rows not yet written to them.
+pub(super) enum Store {
+    Mel {
+        ds: Datasets,
+        chunk: ChunkBuf,
+        row_len: usize,
+    },
+    Frames {
+        ds: FrameSets,
+        buf: FrameBuf,
+        layout: FrameLayout,
+        /// Frames in `features` (written rows).
+        frames: usize,
+        /// Frames per `features` chunk: a buffer this long is written.
+        chunk_frames: usize,
+    },
+}
+
+impl Store {
+    /// The store over `sets` for rows of `spec`'s layout (which
+    /// [`Sets::open`] followed).
+    pub(super) fn new(sets: Sets, spec: &super::AppendSpec) -> Result<Store, Error> {
+        match (sets, &spec.frames) {
+            (Sets::Frames(ds), Some(l)) => Ok(Store::Frames {
+                frames: ds.features.shape()[0],
+                buf: FrameBuf::new(spec.dtype, l),
+                chunk_frames: chunk_frames(l, spec.dtype),
+                layout: l.clone(),
+                ds,
+            }),
+            (Sets::Mel(ds), None) => Ok(Store::Mel {
+                ds,
+                chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
+                row_len: spec.spec.row_len(),
+            }),
+            _ => Err(Error::Plan(
+                "the split file's layout is not the configuration's".into(),
+            )),
+        }
+    }
+
+    pub(super) fn path(&self) -> &Dataset {
+        match self {
+            Store::Mel { ds, .. } => &ds.path,
+            Store::Frames { ds, .. } => &ds.path,
+        }
+    }
+
+    /// `mel`, whose synced chunks leave the page cache (librosa only).
+    pub(super) fn mel(&self) -> Option<&Dataset> {
+        match self {
+            Store::Mel { ds, .. } => Some(&ds.mel),
+            Store::Frames { .. } => None,
+        }
+    }
+
+    /// Rows buffered.
+    pub(super) fn rows(&self) -> usize {
+        match self {
+            Store::Mel { chunk, .. } => chunk.rows(),
+            Store::Frames { buf, .. } => buf.rows(),
+        }
+    }
+
+    /// Paths of the buffered rows.
+    pub(super) fn paths(&self) -> &[VarLenUnicode] {
+        match self {
+            Store::Mel { chunk, .. } => chunk.paths(),
+            Store::Frames { buf, .. } => buf.paths(),
+        }
+    }
+
+    /// Whether the buffer is due to be written before the next row.
+    pub(super) fn is_full(&self, chunk_files: usize) -> bool {
+        match self {
+            Store::Mel { chunk, .. } => chunk.is_full(),
+            Store::Frames {
+                buf, chunk_frames, ..
+            } => buf.rows() >= chunk_files || buf.buffered_frames() >= *chunk_frames,
+        }
+    }
+
+    /// `Err` when `row` (for row `index` of `file`) breaks the layout.
+    pub(super) fn check(&self, file: &Path, index: usize, row: &[f32]) -> Result<(), Error> {
+        let split = file.display().to_string();
+        match self {
+            Store::Mel { row_len, .. } if row.len() != *row_len => Err(Error::RowLength {
+                split,
+                seq: index,
+                got: row.len(),
+                expected: *row_len,
+            }),
+            Store::Frames { layout, .. } if layout.frames_of(row.len()).is_none() => {
+                Err(Error::FrameRowLength {
+                    split,
+                    seq: index,
+                    got: row.len(),
+                    bins: layout.bins,
+                    trailer: layout.trailer(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn push(&mut self, row: &[f32], label: i32, path: &str) -> Result<(), Error> {
+        match self {
+            Store::Mel { chunk, .. } => chunk.push(row, label, path),
+            Store::Frames { buf, frames, .. } => {
+                let at = *frames + buf.buffered_frames();
+                buf.push(row, at, label, path)
+            }
+        }
+    }
+
+    /// Most bytes writing the buffered rows (`rows` of them, chunks of
+    /// `chunk_rows`) can add to the file, strings aside.
+    pub(super) fn bytes_to_write(&self, rows: usize, chunk_rows: usize, dtype_size: usize) -> u64 {
+        // A write may start a new chunk at each end of its rows.
+        let chunks = (rows.div_ceil(chunk_rows) + 1) as u64;
+        match self {
+            Store::Mel { row_len, .. } => {
+                chunks * chunk_rows as u64 * ((row_len * dtype_size) as u64 + 4)
+            }
+            Store::Frames {
+                buf,
+                chunk_frames,
+                layout,
+                ..
+            } => {
+                let frames = (buf.buffered_frames() + 2 * chunk_frames) as u64;
+                frames * (layout.bins * dtype_size) as u64 + chunks * chunk_rows as u64 * 24
+            }
+        }
+    }
+
+    /// Writes the buffered rows at row `rows` (resizing every dataset) and
+    /// empties the buffer.
+    pub(super) fn write(&mut self, p: &Path, rows: usize) -> Result<(), Error> {
+        match self {
+            Store::Mel { ds, chunk, .. } => {
+                ds.write_rows(p, rows, chunk, None)?;
+                chunk.clear();
+            }
+            Store::Frames {
+                ds, buf, frames, ..
+            } => {
+                ds.write(p, rows, *frames, buf)?;
+                *frames += buf.buffered_frames();
+                buf.clear_rows();
+                buf.clear_frames();
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,481 @@
+//! Variable-length rows in a split file (recipes other than librosa;
+//! `crate::frames` has the row protocol, docs/FORMAT.md "Variable-length
+//! rows" the layout users read).
+//!
+//! Datasets: `features` (total_frames, bins) in the output dtype, chunked by
+//! [`chunk_frames`] frames (about [`CHUNK_TARGET_BYTES`], a long utterance:
+//! one row touches one chunk, two where it straddles a boundary); per row
+//! `offsets` (int64, first frame), `lengths` (int32, frames), `label`,
+//! `path`, and `pad_value` (float32) when readers pad rows
+//! ([`FrameLayout::padded_frames`]). Rows are `features[offsets[i] :
+//! offsets[i] + lengths[i]]`, back to back in row order.
+//!
+//! [`FrameBuf`] holds the rows not yet written, already in the stored
+//! element type. The build ([`FrameSplit`]) writes whole `features` chunks
+//! directly (`H5Dwrite_chunk`, as `mel`'s) as soon as they fill, the per-row
+//! datasets every `chunk_files` rows, and the last partial chunk (zero
+//! padded, HDF5's fill value) at the close: the calls depend only on the row
+//! contents, so the bytes do not depend on thread counts. serve's appender
+//! writes the same buffer with `write_slice` at each flush
+//! ([`FrameSets::write`]).
+
+use std::path::{Path, PathBuf};
+
+use half::f16;
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, Extent, File, SimpleExtents};
+
+use super::chunk::MelBuf;
+use super::direct::raw;
+use super::h5::{Context, Header, create_1d, create_file, finish_file, write_attrs};
+use super::{Dtype, Error};
+use crate::frames::FrameLayout;
+
+/// Frames per `features` chunk for rows of `layout` stored as `dtype`.
+pub fn chunk_frames(layout: &FrameLayout, dtype: Dtype) -> usize {
+    layout.chunk_frames(dtype.size())
+}
+
+/// The datasets of a variable-length split file.
+pub(super) struct FrameSets {
+    pub features: Dataset,
+    pub offsets: Dataset,
+    pub lengths: Dataset,
+    pub label: Dataset,
+    pub path: Dataset,
+    pub pad: Option<Dataset>,
+}
+
+impl FrameSets {
+    /// Creates every dataset empty (N = 0, no frames).
+    pub(super) fn create(
+        file: &File,
+        p: &Path,
+        h: &Header<'_>,
+        l: &FrameLayout,
+    ) -> Result<Self, Error> {
+        let builder = match h.dtype {
+            Dtype::Float32 => file.new_dataset::<f32>(),
+            Dtype::Float16 => file.new_dataset::<f16>(),
+        };
+        let features = builder
+            .shape(SimpleExtents::from_vec(vec![
+                Extent::resizable(0),
+                Extent::fixed(l.bins),
+            ]))
+            .chunk(vec![chunk_frames(l, h.dtype), l.bins])
+            .obj_track_times(false)
+            .create("features")
+            .ctx(p, || "create dataset `features`".into())?;
+        let c = h.chunk_files;
+        let one = |name: &'static str, r: hdf5::Result<Dataset>| {
+            r.ctx(p, || format!("create dataset `{name}`"))
+        };
+        let pad = match l.padded_frames {
+            Some(_) => Some(one("pad_value", create_1d::<f32>(file, "pad_value", c))?),
+            None => None,
+        };
+        Ok(FrameSets {
+            features,
+            offsets: one("offsets", create_1d::<i64>(file, "offsets", c))?,
+            lengths: one("lengths", create_1d::<i32>(file, "lengths", c))?,
+            label: one("label", create_1d::<i32>(file, "label", c))?,
+            path: one("path", create_1d::<VarLenUnicode>(file, "path", c))?,
+            pad,
+        })
+    }
+
+    /// Opens the datasets of an existing file.
+    pub(super) fn open(file: &File, p: &Path, padded: bool) -> Result<Self, Error> {
+        let open = |name: &'static str| {
+            file.dataset(name)
+                .ctx(p, || format!("open dataset `{name}`"))
+        };
+        Ok(FrameSets {
+            features: open("features")?,
+            offsets: open("offsets")?,
+            lengths: open("lengths")?,
+            label: open("label")?,
+            path: open("path")?,
+            pad: if padded {
+                Some(open("pad_value")?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The per-row datasets, for length checks.
+    pub(super) fn row_lens(&self) -> Vec<usize> {
+        let mut v = vec![
+            self.offsets.size(),
+            self.lengths.size(),
+            self.label.size(),
+            self.path.size(),
+        ];
+        v.extend(self.pad.as_ref().map(|d| d.size()));
+        v
+    }
+
+    /// Cuts (or grows) the per-row datasets to `rows` and `features` to `frames`.
+    pub(super) fn resize(&self, p: &Path, rows: usize, frames: usize) -> Result<(), Error> {
+        let bins = self.features.shape().get(1).copied().unwrap_or(0);
+        self.features.resize((frames, bins)).ctx(p, || {
+            format!("resize dataset `features` to {frames} frames")
+        })?;
+        for (name, d) in self.per_row() {
+            d.resize(rows)
+                .ctx(p, || format!("resize dataset `{name}` to {rows} rows"))?;
+        }
+        Ok(())
+    }
+
+    fn per_row(&self) -> Vec<(&'static str, &Dataset)> {
+        let mut v = vec![
+            ("offsets", &self.offsets),
+            ("lengths", &self.lengths),
+            ("label", &self.label),
+            ("path", &self.path),
+        ];
+        v.extend(self.pad.as_ref().map(|d| ("pad_value", d)));
+        v
+    }
+
+    /// Frames the first `rows` rows cover: the end of row `rows − 1`.
+    pub(super) fn frames_of_rows(&self, p: &Path, rows: usize) -> Result<usize, Error> {
+        if rows == 0 {
+            return Ok(0);
+        }
+        let at = rows - 1;
+        let what = |name: &'static str| move || format!("read row {at} of dataset `{name}`");
+        let start = self
+            .offsets
+            .read_slice_1d::<i64, _>(at..rows)
+            .ctx(p, what("offsets"))?[0];
+        let len = i64::from(
+            self.lengths
+                .read_slice_1d::<i32, _>(at..rows)
+                .ctx(p, what("lengths"))?[0],
+        );
+        usize::try_from(start + len).map_err(|_| Error::Recovery {
+            file: p.to_path_buf(),
+            reason: format!("row {at} has offset {start} and length {len}"),
+        })
+    }
+
+    /// Writes the buffered rows at row `rows` and frame `frames` with
+    /// `write_slice` (serve's appender: partly filled chunks included).
+    pub(super) fn write(
+        &self,
+        p: &Path,
+        rows: usize,
+        frames: usize,
+        buf: &FrameBuf,
+    ) -> Result<(), Error> {
+        let end = frames + buf.buffered_frames();
+        let bins = buf.bins;
+        self.features
+            .resize((end, bins))
+            .ctx(p, || format!("grow dataset `features` to {end} frames"))?;
+        if end > frames {
+            let what = || format!("write frames {frames}..{end} of dataset `features`");
+            let shape = (end - frames, bins);
+            match &buf.values {
+                MelBuf::F32(v) => self.features.write_slice(
+                    ndarray::ArrayView2::from_shape(shape, v).expect("buffer shape"),
+                    (frames..end, ..),
+                ),
+                MelBuf::F16(v) => self.features.write_slice(
+                    ndarray::ArrayView2::from_shape(shape, v).expect("buffer shape"),
+                    (frames..end, ..),
+                ),
+            }
+            .ctx(p, what)?;
+        }
+        self.write_rows(p, rows, buf)
+    }
+
+    /// Grows the per-row datasets and writes the buffered rows' values at `rows`.
+    pub(super) fn write_rows(&self, p: &Path, rows: usize, buf: &FrameBuf) -> Result<(), Error> {
+        let end = rows + buf.rows();
+        if end == rows {
+            return Ok(());
+        }
+        let what =
+            |name: &'static str| move || format!("write rows {rows}..{end} of dataset `{name}`");
+        for (name, d) in self.per_row() {
+            d.resize(end)
+                .ctx(p, || format!("grow dataset `{name}` to {end} rows"))?;
+        }
+        self.offsets
+            .write_slice(&buf.offsets, rows..end)
+            .ctx(p, what("offsets"))?;
+        self.lengths
+            .write_slice(&buf.lengths, rows..end)
+            .ctx(p, what("lengths"))?;
+        self.label
+            .write_slice(&buf.labels, rows..end)
+            .ctx(p, what("label"))?;
+        if let Some(d) = &self.pad {
+            d.write_slice(&buf.pads, rows..end)
+                .ctx(p, what("pad_value"))?;
+        }
+        self.path
+            .write_slice(&buf.paths, rows..end)
+            .ctx(p, what("path"))
+    }
+}
+
+/// Rows not yet written: frames in the stored type and per-row values.
+pub(super) struct FrameBuf {
+    values: MelBuf,
+    offsets: Vec<i64>,
+    lengths: Vec<i32>,
+    pads: Vec<f32>,
+    labels: Vec<i32>,
+    paths: Vec<VarLenUnicode>,
+    bins: usize,
+    trailer: usize,
+}
+
+impl FrameBuf {
+    pub(super) fn new(dtype: Dtype, layout: &FrameLayout) -> FrameBuf {
+        FrameBuf {
+            values: match dtype {
+                Dtype::Float32 => MelBuf::F32(Vec::new()),
+                Dtype::Float16 => MelBuf::F16(Vec::new()),
+            },
+            offsets: Vec::new(),
+            lengths: Vec::new(),
+            pads: Vec::new(),
+            labels: Vec::new(),
+            paths: Vec::new(),
+            bins: layout.bins,
+            trailer: layout.trailer(),
+        }
+    }
+
+    /// Appends a row (checked by the caller against the row protocol) whose
+    /// first frame is frame `offset` of the file.
+    pub(super) fn push(
+        &mut self,
+        row: &[f32],
+        offset: usize,
+        label: i32,
+        path: &str,
+    ) -> Result<(), Error> {
+        let path: VarLenUnicode = path
+            .parse()
+            .map_err(|e| Error::Plan(format!("path {path:?} cannot be stored: {e}")))?;
+        let (frames, trailer) = row.split_at(row.len() - self.trailer);
+        let n = frames.len() / self.bins;
+        let length = i32::try_from(n).map_err(|_| Error::Plan(format!("a row of {n} frames")))?;
+        match &mut self.values {
+            MelBuf::F32(buf) => buf.extend_from_slice(frames),
+            MelBuf::F16(buf) => {
+                let start = buf.len();
+                buf.resize(start + frames.len(), f16::ZERO);
+                crate::dsp::f16::narrow(&mut buf[start..], frames);
+            }
+        }
+        self.offsets.push(offset as i64);
+        self.lengths.push(length);
+        self.pads.extend(trailer.first());
+        self.labels.push(label);
+        self.paths.push(path);
+        Ok(())
+    }
+
+    pub(super) fn rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub(super) fn buffered_frames(&self) -> usize {
+        let values = match &self.values {
+            MelBuf::F32(b) => b.len(),
+            MelBuf::F16(b) => b.len(),
+        };
+        values / self.bins
+    }
+
+    /// Paths of the buffered rows (space reservations).
+    pub(super) fn paths(&self) -> &[VarLenUnicode] {
+        &self.paths
+    }
+
+    /// Forgets the per-row values (written).
+    pub(super) fn clear_rows(&mut self) {
+        self.offsets.clear();
+        self.lengths.clear();
+        self.pads.clear();
+        self.labels.clear();
+        self.paths.clear();
+    }
+
+    /// Forgets every buffered frame (written).
+    pub(super) fn clear_frames(&mut self) {
+        match &mut self.values {
+            MelBuf::F32(b) => b.clear(),
+            MelBuf::F16(b) => b.clear(),
+        }
+    }
+
+    /// Direct writes of the buffered frames at file frame `at` (a chunk
+    /// boundary) as whole chunks of `chunk` frames, keeping the rest; with
+    /// `last`, the rest too, zero padded. Returns the frames written.
+    fn write_chunks(
+        &mut self,
+        ds: &Dataset,
+        at: usize,
+        chunk: usize,
+        last: bool,
+    ) -> hdf5::Result<usize> {
+        let bins = self.bins;
+        match &mut self.values {
+            MelBuf::F32(v) => drain_chunks(ds, at, chunk * bins, last, v, 0.0),
+            MelBuf::F16(v) => drain_chunks(ds, at, chunk * bins, last, v, f16::ZERO),
+        }
+        .map(|values| values / bins)
+    }
+}
+
+/// Writes the whole chunks of `len` values at the front of `v` as chunks
+/// from frame `at` on (and, with `last`, the rest, zero padded), removing
+/// them; returns the values written (not counting the padding).
+fn drain_chunks<T: Copy>(
+    ds: &Dataset,
+    at: usize,
+    len: usize,
+    last: bool,
+    v: &mut Vec<T>,
+    zero: T,
+) -> hdf5::Result<usize> {
+    let bins = ds.shape().get(1).copied().unwrap_or(1).max(1);
+    let mut i = 0;
+    while v.len() - i >= len {
+        raw::write_chunk(ds, &[(at + i / bins) as u64, 0], &v[i..i + len])?;
+        i += len;
+    }
+    if last && i < v.len() {
+        let mut tail = v[i..].to_vec();
+        tail.resize(len, zero);
+        raw::write_chunk(ds, &[(at + i / bins) as u64, 0], &tail)?;
+        i = v.len();
+    }
+    v.drain(..i);
+    Ok(i)
+}
+
+/// A variable-length `<split>.h5.partial` being built.
+pub(super) struct FrameSplit {
+    partial: PathBuf,
+    final_path: PathBuf,
+    file: File,
+    ds: FrameSets,
+    buf: FrameBuf,
+    chunk_frames: usize,
+    chunk_files: usize,
+    /// Rows in the per-row datasets.
+    rows_written: usize,
+    /// Frames in `features` chunks already written.
+    frames_written: usize,
+    /// Frames appended so far (written or buffered).
+    frames: usize,
+    big_endian: bool,
+}
+
+impl FrameSplit {
+    pub(super) fn create(
+        final_path: PathBuf,
+        h: &Header<'_>,
+        l: &FrameLayout,
+    ) -> Result<Self, Error> {
+        let mut partial = final_path.clone().into_os_string();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let p = partial.as_path();
+        let file = create_file(p)?;
+        write_attrs(&file, h).ctx(p, || "write the root attributes".into())?;
+        let ds = FrameSets::create(&file, p, h, l)?;
+        Ok(FrameSplit {
+            buf: FrameBuf::new(h.dtype, l),
+            chunk_frames: chunk_frames(l, h.dtype),
+            chunk_files: h.chunk_files,
+            rows_written: 0,
+            frames_written: 0,
+            frames: 0,
+            big_endian: cfg!(target_endian = "big"),
+            partial,
+            final_path,
+            file,
+            ds,
+        })
+    }
+
+    pub(super) fn partial_path(&self) -> &Path {
+        &self.partial
+    }
+
+    /// Appends one row (checked against the row protocol by the caller).
+    pub(super) fn push(&mut self, row: &[f32], label: i32, path: &str) -> Result<(), Error> {
+        self.buf.push(row, self.frames, label, path)?;
+        self.frames = self.frames_written + self.buf.buffered_frames();
+        if self.frames - self.frames_written >= self.chunk_frames {
+            self.write_frames(false)?;
+        }
+        if self.buf.rows() >= self.chunk_files {
+            self.ds
+                .write_rows(&self.partial, self.rows_written, &self.buf)?;
+            self.rows_written += self.buf.rows();
+            self.buf.clear_rows();
+        }
+        Ok(())
+    }
+
+    fn write_frames(&mut self, last: bool) -> Result<(), Error> {
+        let p = &self.partial;
+        let bins = self.buf.bins;
+        self.ds.features.resize((self.frames, bins)).ctx(p, || {
+            format!("grow dataset `features` to {} frames", self.frames)
+        })?;
+        let at = self.frames_written;
+        if self.big_endian {
+            // Direct writes store the buffer's bytes as they are: only where
+            // they are the file's little-endian values.
+            if last {
+                self.ds.write(p, self.rows_written, at, &self.buf)?;
+                self.rows_written += self.buf.rows();
+                self.buf.clear_rows();
+                self.buf.clear_frames();
+                self.frames_written = self.frames;
+            }
+            return Ok(());
+        }
+        let done = self
+            .buf
+            .write_chunks(&self.ds.features, at, self.chunk_frames, last)
+            .ctx(p, || format!("write the `features` chunks from frame {at}"))?;
+        self.frames_written += done;
+        Ok(())
+    }
+
+    /// Writes what is buffered, closes the file and renames it.
+    /// Returns (final path, rows, size in bytes).
+    pub(super) fn close(mut self) -> Result<(PathBuf, usize, u64), Error> {
+        self.write_frames(true)?;
+        let rows = self.rows_written + self.buf.rows();
+        self.ds
+            .write_rows(&self.partial, self.rows_written, &self.buf)?;
+        let FrameSplit {
+            partial,
+            final_path,
+            file,
+            ds,
+            ..
+        } = self;
+        drop(ds);
+        file.close().ctx(&partial, || "close the file".into())?;
+        let bytes = finish_file(&partial, &final_path)?;
+        Ok((final_path, rows, bytes))
+    }
+}
