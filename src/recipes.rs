@@ -12,21 +12,27 @@
 
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::config::{Config, Recipe};
 use crate::dsp::ParamValue;
 use crate::dsp::kaldi::{KaldiError, KaldiOptions, KaldiPlan, KaldiScratch, Kind};
 use crate::dsp::whisper::{self, WhisperError, WhisperPlan, WhisperScratch};
 use crate::frames::{FrameError, FrameLayout, FrameRecipe, FrameWorker, Param};
 
-/// The variable-length recipe `cfg` asks for; None for librosa.
-///
-/// `Config` has no recipe selection yet (the `[features]` section comes
-/// with the recipes' configuration), so every configuration is librosa's
-/// here; [`kaldi`] and [`whisper`] build the recipes that section will
-/// select.
+/// The variable-length recipe `cfg` asks for (`[features] recipe`); None
+/// for librosa. The options were validated with the configuration
+/// (`config::features`), so the plans build: a failure here is a gap in that
+/// validation, not a user error.
 pub fn frame_recipe(cfg: &Config) -> Option<Arc<dyn FrameRecipe>> {
-    let _ = cfg;
-    None
+    let built = match &cfg.features.recipe {
+        Recipe::Librosa => return None,
+        Recipe::KaldiFbank(o) => kaldi(o, Kind::Fbank).map_err(|e| e.to_string()),
+        Recipe::KaldiMfcc(o) => kaldi(o, Kind::Mfcc).map_err(|e| e.to_string()),
+        Recipe::Whisper { n_mels } => whisper(*n_mels).map_err(|e| e.to_string()),
+    };
+    match built {
+        Ok(r) => Some(r),
+        Err(e) => unreachable!("[features] was validated but its plan fails: {e}"),
+    }
 }
 
 /// Kaldi fbank or MFCC (`kind`) with `opts`, as the stages take it.
