@@ -10,17 +10,21 @@
 //! * [`control`]: the control socket, signals and `melforge ctl`.
 //! * [`metrics`]: the Prometheus exposition and its `/metrics` endpoint.
 //! * [`bench_io`]: `melforge bench io`; [`bench_mel`]: `melforge bench mel`;
-//!   [`bench_write`]: `melforge bench write`.
+//!   [`bench_write`]: `melforge bench write`; [`bench_decode`]: `melforge
+//!   bench decode`.
+//! * [`decode`]: `melforge decode`, one file's decoded samples as float32.
 //! * [`synth`]: `melforge synth`, a deterministic synthetic corpus.
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
 //!   progress events.
 
+pub mod bench_decode;
 pub mod bench_io;
 pub mod bench_mel;
 pub mod bench_write;
 pub mod build;
 pub mod control;
+pub mod decode;
 pub mod interrupt;
 pub mod merge;
 pub mod metrics;

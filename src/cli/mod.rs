@@ -141,6 +141,11 @@ enum Command {
     },
     /// Send a command to a running `melforge serve` over its control socket.
     Ctl(crate::app::control::client::CtlArgs),
+    /// Decode one audio file to raw mono float32 at its own rate (what the
+    /// mel transform starts from before resampling), for checks against
+    /// other decoders; prints the rate and length as JSON.
+    #[command(hide = true)]
+    Decode(crate::app::decode::DecodeArgs),
     /// Validate a config file and print the resolved settings.
     CheckConfig {
         /// The TOML file to check.
@@ -160,6 +165,9 @@ enum BenchCommand {
     /// paths) against a plain `pwrite` of the same bytes: the writer's figure
     /// on any machine, beside h5py's (scripts/bench-writer-h5py.py).
     Write(crate::app::bench_write::WriteArgs),
+    /// Decode speed per core of each container (MP3, Vorbis, Opus, AAC,
+    /// FLAC, WAV) over the files of a folder, in memory, one thread.
+    Decode(crate::app::bench_decode::DecodeBenchArgs),
 }
 
 /// `println!` for a command's results: see [`emit`].
@@ -254,6 +262,17 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             what: BenchCommand::Write(args),
         } => {
             print_report(&crate::app::bench_write::run(&args)?, args.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            what: BenchCommand::Decode(args),
+        } => {
+            print_report(&crate::app::bench_decode::run(&args)?, args.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Decode(args) => {
+            let done = crate::app::decode::run(&args)?;
+            outln!("{}", serde_json::to_string(&done)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config } => {
