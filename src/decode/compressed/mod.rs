@@ -227,7 +227,7 @@ pub fn open(bytes: &[u8]) -> Result<Stream, Error> {
 
 fn open_unguarded(bytes: &[u8]) -> Result<Stream, Error> {
     if bytes.starts_with(b"OggS") {
-        check_ogg_pages(bytes)?;
+        let last_granule = check_ogg_pages(bytes)?;
         let first = first_ogg_packet(bytes).unwrap_or_default();
         return match ogg_codec(bytes) {
             Some(Codec::Opus) => {
@@ -237,7 +237,7 @@ fn open_unguarded(bytes: &[u8]) -> Result<Stream, Error> {
                     inner: Inner::Opus(Box::new(s)),
                 })
             }
-            Some(codec) => symphonia(bytes, codec),
+            Some(codec) => symphonia(bytes, codec, Some(last_granule)),
             None => Err(Error::Unsupported {
                 format: "Ogg",
                 what: ogg_other_codec(first),
@@ -246,7 +246,7 @@ fn open_unguarded(bytes: &[u8]) -> Result<Stream, Error> {
         };
     }
     match sniff(bytes) {
-        Some(codec) => symphonia(bytes, codec),
+        Some(codec) => symphonia(bytes, codec, None),
         None => Err(Error::malformed(
             "audio",
             "neither MP3, Ogg nor MP4 (the caller sniffs first)",
@@ -254,8 +254,10 @@ fn open_unguarded(bytes: &[u8]) -> Result<Stream, Error> {
     }
 }
 
-fn symphonia(bytes: &[u8], codec: Codec) -> Result<Stream, Error> {
-    let (s, head) = symph::Stream::open(bytes, codec)?;
+/// `cap`: the most samples the stream holds (an Ogg Vorbis stream's last
+/// granule position, which libvorbis ends it at).
+fn symphonia(bytes: &[u8], codec: Codec, cap: Option<u64>) -> Result<Stream, Error> {
+    let (s, head) = symph::Stream::open(bytes, codec, cap)?;
     Ok(Stream {
         head,
         inner: Inner::Symphonia(Box::new(s)),
@@ -382,12 +384,14 @@ impl Sink<'_> {
 /// logical stream must end with its end-of-stream page (a file cut short
 /// lacks it). Bytes after the end-of-stream page that are no Ogg page (a
 /// tag appended by some tool) are ignored, as libsndfile ignores them.
-fn check_ogg_pages(bytes: &[u8]) -> Result<(), Error> {
+/// Returns the granule position of the first stream's last page.
+fn check_ogg_pages(bytes: &[u8]) -> Result<u64, Error> {
     const F: &str = "Ogg";
     let mut pos = 0usize;
     let mut page = 0u64;
     let mut serial = None;
     let mut ended = false;
+    let mut granule = 0u64;
     while pos < bytes.len() {
         let Some(h) = bytes.get(pos..pos + 27) else {
             if ended {
@@ -428,8 +432,12 @@ fn check_ogg_pages(bytes: &[u8]) -> Result<(), Error> {
             ));
         };
         let this = u32::from_le_bytes([h[14], h[15], h[16], h[17]]);
-        if *serial.get_or_insert(this) == this && h[5] & 0x04 != 0 {
-            ended = true;
+        if *serial.get_or_insert(this) == this && !ended {
+            let g = u64::from_le_bytes([h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]]);
+            if g != u64::MAX {
+                granule = g;
+            }
+            ended = h[5] & 0x04 != 0;
         }
         pos = end;
         page += 1;
@@ -443,7 +451,7 @@ fn check_ogg_pages(bytes: &[u8]) -> Result<(), Error> {
             ),
         ));
     }
-    Ok(())
+    Ok(granule)
 }
 
 #[cfg(test)]

@@ -27,10 +27,17 @@ pub(super) struct Stream {
     /// The stream's exact length after trimming, where the container
     /// declares it (LAME tag, MP4 sample table).
     expected: Option<u64>,
+    /// The most samples the stream holds (Ogg Vorbis: the last granule
+    /// position; symphonia's own end trim misses it on short streams).
+    cap: Option<u64>,
 }
 
 impl Stream {
-    pub(super) fn open(bytes: &[u8], codec: Codec) -> Result<(Stream, Head), Error> {
+    pub(super) fn open(
+        bytes: &[u8],
+        codec: Codec,
+        cap: Option<u64>,
+    ) -> Result<(Stream, Head), Error> {
         let f = codec.stream();
         let track_info = match codec {
             Codec::Aac => Some(mp4::audio_track(bytes)?),
@@ -89,6 +96,7 @@ impl Stream {
             track: track_id,
             skip,
             expected,
+            cap,
         };
         Ok((stream, head))
     }
@@ -144,6 +152,9 @@ impl Stream {
                 ));
             }
             sink.truncate(n);
+        }
+        if let Some(n) = self.cap {
+            sink.truncate(usize::try_from(n).unwrap_or(usize::MAX));
         }
         Ok(())
     }
