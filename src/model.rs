@@ -24,9 +24,9 @@ pub enum RejectKind {
     TooLarge,
     /// Changed size while it was read.
     Changed,
-    /// Not a well-formed WAV file (truncated, inconsistent or missing chunks).
+    /// Not a well-formed audio file (truncated, inconsistent or missing parts).
     Malformed,
-    /// A WAV file in a format melforge does not decode (codec, depth, RF64).
+    /// An audio file in a format melforge does not decode (codec, depth, RF64).
     Unsupported,
     /// A sample rate other than `mel.sample_rate`.
     SampleRate,

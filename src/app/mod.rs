@@ -17,16 +17,21 @@
 //!   frames per row, values, rejections) and a picture of one row.
 //! * [`synth_speech`]: `melforge synth --kind speech` (2–20 s speech-like
 //!   utterances; the machine sounds are [`crate::synth`]).
+//!   [`bench_write`]: `melforge bench write`; [`bench_decode`]: `melforge
+//!   bench decode`.
+//! * [`decode`]: `melforge decode`, one file's decoded samples as float32.
 //! * [`interrupt`]: Ctrl-C / SIGTERM for `build` and `merge` (stop, delete
 //!   partial output, exit 130); [`progress`]: a build's progress bar or JSON
 //!   progress events.
 
+pub mod bench_decode;
 pub mod bench_io;
 pub mod bench_mel;
 pub mod bench_write;
 pub mod build;
 pub mod control;
 pub mod inspect;
+pub mod decode;
 pub mod interrupt;
 pub mod merge;
 pub mod metrics;

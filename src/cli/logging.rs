@@ -1,6 +1,8 @@
 //! The tracing subscriber every command logs through, on stderr.
 //!
-//! * Level: `RUST_LOG` when set (an `EnvFilter` directive), else `--log-level`.
+//! * Level: `RUST_LOG` when set (an `EnvFilter` directive), else `--log-level`
+//!   with symphonia's own logging at `error` (its per-file stream notes
+//!   would flood a build; melforge logs each rejection with its reason).
 //! * Format: `--log-format`, else `$MELFORGE_LOG_FORMAT`, else text.
 //!   [`LogFormat::Text`] is for people (tracing-subscriber's default lines,
 //!   without targets); [`LogFormat::Json`] writes one JSON object per line for
@@ -81,7 +83,7 @@ pub fn ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>, journal: Option<
 pub fn init(level: &str, format: LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},symphonia=error")));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

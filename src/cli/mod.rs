@@ -172,6 +172,11 @@ enum Command {
     /// Compute one file's features under a config's recipe and write them as
     /// a float32 .npy (the reference's shape): what a build stores for it.
     Features(features::FeaturesArgs),
+    /// Decode one audio file to raw mono float32 at its own rate (what the
+    /// mel transform starts from before resampling), for checks against
+    /// other decoders; prints the rate and length as JSON.
+    #[command(hide = true)]
+    Decode(crate::app::decode::DecodeArgs),
     /// Validate a config file and print the resolved settings.
     CheckConfig {
         /// The TOML file to check.
@@ -191,6 +196,9 @@ enum BenchCommand {
     /// paths) against a plain `pwrite` of the same bytes: the writer's figure
     /// on any machine, beside h5py's (scripts/bench-writer-h5py.py).
     Write(crate::app::bench_write::WriteArgs),
+    /// Decode speed per core of each container (MP3, Vorbis, Opus, AAC,
+    /// FLAC, WAV) over the files of a folder, in memory, one thread.
+    Decode(crate::app::bench_decode::DecodeBenchArgs),
 }
 
 /// `println!` for a command's results: see [`emit`].
@@ -256,6 +264,7 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Merge { out, copy, json } => merge(&out, copy, json)?,
         Command::Ctl(args) => crate::app::control::client::main(&args)?,
         Command::Features(args) => features::run(&args)?,
+        Command::Decode(args) => outln!("{}", serde_json::to_string(&crate::app::decode::run(&args)?)?)?,
         Command::Inspect {
             file,
             row,
@@ -357,6 +366,7 @@ fn bench(what: BenchCommand) -> anyhow::Result<()> {
         },
         BenchCommand::Mel(args) => print_report(&crate::app::bench_mel::run(&args)?, args.json),
         BenchCommand::Write(args) => print_report(&crate::app::bench_write::run(&args)?, args.json),
+        BenchCommand::Decode(args) => print_report(&crate::app::bench_decode::run(&args)?, args.json),
     }
 }
 

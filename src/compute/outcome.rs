@@ -135,6 +135,8 @@ fn input_kind(e: &clip::Error) -> RejectKind {
             | F::ResetRequired
             | F::Empty => RejectKind::Malformed,
         },
+        clip::Error::Compressed(c) if c.is_unsupported() => RejectKind::Unsupported,
+        clip::Error::Compressed(_) => RejectKind::Malformed,
         clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
         clip::Error::Channels { .. } | clip::Error::Resample(_) => RejectKind::Unsupported,
         clip::Error::SampleRate { .. } => RejectKind::SampleRate,

@@ -151,7 +151,7 @@ pub mod input {
     use crate::decode::policy::{Channels, Resample};
 
     /// `input.extensions` (matched case-insensitively).
-    pub const EXTENSIONS: &[&str] = &["wav", "flac"];
+    pub const EXTENSIONS: &[&str] = &["wav", "flac", "mp3", "ogg", "opus", "oga", "m4a", "mp4"];
     /// `input.resample`: a file at another rate is rejected.
     pub const RESAMPLE: Resample = Resample::Off;
     /// `input.channels`: librosa's mono.

@@ -106,12 +106,16 @@ mod tests {
     use crate::config::Config;
 
     #[test]
-    fn defaults_take_wav_and_flac_reject_other_rates_and_average_channels() {
+    fn defaults_take_every_container_reject_other_rates_and_average_channels() {
         let c = Config::parse("", "t").unwrap();
-        assert_eq!(c.input.extensions, ["wav", "flac"]);
+        assert_eq!(
+            c.input.extensions,
+            ["wav", "flac", "mp3", "ogg", "opus", "oga", "m4a", "mp4"]
+        );
         assert_eq!(c.input.policy, Policy::default());
         assert!(c.input.wants("a.WAV") && c.input.wants("b.Flac"));
-        assert!(!c.input.wants("c.mp3") && !c.input.wants("flac") && !c.input.wants("d.wav.part"));
+        assert!(c.input.wants("c.mp3") && c.input.wants("d.Opus") && c.input.wants("e.m4a"));
+        assert!(!c.input.wants("c.aac") && !c.input.wants("flac") && !c.input.wants("d.wav.part"));
     }
 
     #[test]

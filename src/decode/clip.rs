@@ -2,7 +2,8 @@
 //! definition starts from, under the `[input]` policy.
 //!
 //! The container is recognised by its first bytes (`RIFF`/`RF64`/`BW64` →
-//! [`wav`], `fLaC` → [`flac`]; anything else is [`Error::UnknownContainer`]).
+//! [`wav`], `fLaC` → [`flac`], MP3/Ogg/MP4 → [`compressed`]; anything else
+//! is [`Error::UnknownContainer`]).
 //! Channels follow [`Channels`] (`mean` is librosa's mono and today's WAV
 //! behaviour). A file at another rate is rejected naming both rates when
 //! [`Resample::Off`]; with [`Resample::SoxrHq`] it is decoded to float, made
@@ -25,6 +26,7 @@
 //! before; [`device_wav`] tells the CUDA stage which files take that path
 //! (it decodes them on the device) and which it must decode here.
 
+use super::compressed::{self, Codec};
 use super::flac;
 pub use super::policy::{Channels, Policy, Resample};
 use super::resample::{self, Resampler};
@@ -38,9 +40,12 @@ pub enum Error {
     #[error(transparent)]
     Flac(#[from] flac::Error),
     #[error(transparent)]
+    Compressed(#[from] compressed::Error),
+    #[error(transparent)]
     Resample(#[from] resample::Error),
     #[error(
-        "neither a WAV nor a FLAC file (starts with {}, expected b\"RIFF\" or b\"fLaC\")",
+        "not an audio file melforge reads (starts with {}, expected WAV, FLAC, MP3, Ogg \
+         Vorbis/Opus or MP4/M4A)",
         ByteStr(.magic)
     )]
     UnknownContainer { magic: [u8; 4] },
@@ -55,6 +60,8 @@ pub enum Error {
 pub enum Container {
     Wav,
     Flac,
+    /// MP3, Ogg Vorbis, Ogg Opus or MP4 AAC ([`compressed`]).
+    Compressed(Codec),
 }
 
 /// What [`ClipDecoder::decode`] read.
@@ -74,7 +81,10 @@ fn is_riff(bytes: &[u8]) -> bool {
 
 /// The container by magic; too short to tell goes to the WAV parser (which
 /// names the truncation).
-fn container(bytes: &[u8]) -> Result<Container, Error> {
+pub(crate) fn container(bytes: &[u8]) -> Result<Container, Error> {
+    if let Some(codec) = compressed::sniff(bytes) {
+        return Ok(Container::Compressed(codec));
+    }
     match bytes.first_chunk::<4>() {
         Some(m) if m == flac::MAGIC => Ok(Container::Flac),
         Some(m) if !is_riff(bytes) => Err(Error::UnknownContainer { magic: *m }),
@@ -173,6 +183,7 @@ impl ClipDecoder {
         match container(bytes)? {
             Container::Wav => self.wav(bytes, out),
             Container::Flac => self.flac(bytes, out),
+            Container::Compressed(_) => self.compressed(bytes, out),
         }
     }
 
@@ -234,6 +245,33 @@ impl ClipDecoder {
             out.fill(&self.native);
         } else {
             self.convert(info.sample_rate, out)?;
+            decoded.resampled = true;
+        }
+        Ok(decoded)
+    }
+
+    fn compressed(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+        let stream = compressed::open(bytes)?;
+        let head = stream.head();
+        check_channels(head.channels, self.policy)?;
+        if head.sample_rate != self.rate && self.policy.resample == Resample::Off {
+            return Err(Error::SampleRate {
+                found: head.sample_rate,
+                expected: self.rate,
+            });
+        }
+        let need = self.needed(out.len(), head.sample_rate);
+        stream.decode(self.policy.channels, need, &mut self.native)?;
+        let mut decoded = Decoded {
+            container: Container::Compressed(head.codec),
+            sample_rate: head.sample_rate,
+            channels: head.channels,
+            resampled: false,
+        };
+        if head.sample_rate == self.rate {
+            fit(&self.native, out);
+        } else {
+            self.convert(head.sample_rate, out)?;
             decoded.resampled = true;
         }
         Ok(decoded)

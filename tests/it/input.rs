@@ -323,7 +323,7 @@ fn malformed_flac_corpus_is_rejected_with_specific_reasons_and_good_files_are_wr
             "wrong_magic.flac",
             patched(3, b'X'),
             RejectKind::Malformed,
-            "neither a WAV nor a FLAC file",
+            "not an audio file melforge reads",
         ),
         (
             "empty.flac",
@@ -561,4 +561,72 @@ fn predictor_overflow_inside_the_flac_decoder_is_a_rejection_not_a_crash() {
     let rows = rows_by_path(out.path(), cfg.spec.row_len());
     assert!(rows.iter().any(|(p, _)| p == "b/good.flac"));
     assert_eq!(rows.len() + done.rejected.len(), 2);
+}
+
+/// The row `build` computes for `bytes` under `cfg` (the library path).
+fn row_of(bytes: &[u8], cfg: &Config) -> Vec<f32> {
+    let plan = Plan::new(&cfg.spec);
+    let mut scratch = Scratch::new(&plan);
+    let mut clip = vec![0f32; cfg.spec.clip_samples()];
+    ClipDecoder::new(cfg.spec.sample_rate, cfg.input.policy)
+        .decode(bytes, &mut clip)
+        .unwrap();
+    let mut row = vec![0f32; cfg.spec.row_len()];
+    plan.compute(&clip, &mut scratch, &mut row);
+    row
+}
+
+/// One file of each container in one folder under the default
+/// `input.extensions` — WAV, FLAC, MP3, Ogg Vorbis, Ogg Opus (one named
+/// `.ogg`: recognised by content), M4A — builds one row each, equal to the
+/// library's row for the file; an MP3 cut short is rejected as malformed
+/// with the truncation named, and the build goes on.
+#[test]
+fn a_build_over_one_file_of_each_container_writes_a_row_for_each() {
+    let m = manifest();
+    let (_, mut cfg, _) = configs(&m)
+        .into_iter()
+        .find(|c| c.0 == "to_16k")
+        .expect("the 16 kHz config");
+    cfg.input.extensions = Config::default().input.extensions;
+    cfg.compute.workers = 2;
+    let codecs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/codecs");
+    let inputs = golden().join("inputs/files/22050");
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "mixed/a.wav",
+            read(inputs.join("wav16_stereo_speech_22050.wav")),
+        ),
+        (
+            "mixed/b.flac",
+            read(inputs.join("flac24_mono_speech_22050.flac")),
+        ),
+        ("mixed/c.mp3", read(codecs.join("speech44k_stereo.mp3"))),
+        ("mixed/d.ogg", read(codecs.join("speech16k_mono.ogg"))),
+        ("mixed/e.opus", read(codecs.join("speech44k_stereo.opus"))),
+        ("mixed/f.ogg", read(codecs.join("speech16k_mono.opus"))),
+        ("mixed/g.m4a", read(codecs.join("speech16k_mono.m4a"))),
+        ("mixed/h.MP4", read(codecs.join("speech44k_stereo.m4a"))),
+    ];
+    let tree = tempfile::tempdir().unwrap();
+    for (rel, bytes) in &files {
+        crate::common::put(tree.path(), rel, bytes);
+    }
+    let mp3 = read(codecs.join("speech16k_mono.mp3"));
+    crate::common::put(tree.path(), "mixed/cut.mp3", &mp3[..mp3.len() * 3 / 4]);
+    let out = tempfile::tempdir().unwrap();
+    let done = crate::common::build(tree.path(), out.path(), &cfg);
+    assert_eq!(done.rejected.len(), 1, "{:?}", done.rejected);
+    let r = &done.rejected[0];
+    assert_eq!(r.path, "mixed/cut.mp3");
+    assert_eq!(r.kind, RejectKind::Malformed, "{r:?}");
+    assert!(r.reason.starts_with("truncated MP3 stream"), "{r:?}");
+    let rows = rows_by_path(out.path(), cfg.spec.row_len());
+    assert_eq!(rows.len(), files.len());
+    for (rel, bytes) in &files {
+        let (_, row) = rows.iter().find(|(p, _)| p == rel).expect(rel);
+        assert_eq!(row, &row_of(bytes, &cfg), "{rel}");
+        assert!(row.iter().all(|v| v.is_finite()), "{rel}");
+    }
 }

@@ -72,11 +72,15 @@ fn the_reference_path_equals_wav_decode_and_other_containers_are_named() {
     assert!(!d.resampled && d.container == Container::Wav && d.channels == 2);
     wav::decode(&bytes, 4096, &mut b).unwrap();
     assert_eq!(a, b);
-    let e = dec.decode(b"ID3\x03 mp3 data", &mut a).unwrap_err();
+    let e = dec.decode(b"MThd midi data", &mut a).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "neither a WAV nor a FLAC file (starts with b\"ID3\\x03\", expected b\"RIFF\" or b\"fLaC\")"
+        "not an audio file melforge reads (starts with b\"MThd\", expected WAV, FLAC, MP3, Ogg \
+         Vorbis/Opus or MP4/M4A)"
     );
+    // An ID3 tag is an MP3 file: cut short, it is named so.
+    let e = dec.decode(b"ID3\x03 mp3 data", &mut a).unwrap_err();
+    assert!(e.to_string().starts_with("truncated MP3 stream"), "{e}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! serve and `[input]`: `.flac` drops are ingested, files at other rates are
 //! resampled as `build` does them, extensions outside `input.extensions` are
 //! never picked up, and the channel policy's rejections reach
-//! `rejected.jsonl` — on the CPU stage and on the CUDA stage (host double).
+//! `rejected.jsonl` — on the CPU stage and on the CUDA stage (host double);
+//! under the default extensions MP3 and Opus drops are ingested too.
 
 use std::path::Path;
 use std::time::Duration;
@@ -98,6 +99,39 @@ fn flac_drops_are_ingested_and_input_is_honoured(stage: Stage) {
         };
         let row = f.mel.index_axis(ndarray::Axis(0), i);
         // Host-decoded on both stages by the same CPU mel path: equal rows.
+        assert_eq!(row.as_slice().unwrap(), &row_of(src, &cfg)[..], "{p}");
+    }
+}
+
+fn codec_fixture(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/codecs")
+        .join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+both_stages!(mp3_and_opus_drops_are_ingested_under_the_default_extensions);
+fn mp3_and_opus_drops_are_ingested_under_the_default_extensions(stage: Stage) {
+    const RESAMPLE: &str = "[input]\nresample = \"soxr_hq\"\n";
+    let mp3 = codec_fixture("speech44k_stereo.mp3");
+    let opus = codec_fixture("speech16k_mono.opus");
+    let mut svc = Svc::with_stage(stage, 100, RESAMPLE);
+    svc.start();
+    svc.drop_file("TRAINING/LEAK/a.mp3", &mp3);
+    svc.drop_file("TRAINING/LEAK/b.opus", &opus);
+    svc.wait_rows(2);
+    assert_eq!(svc.status()["files_rejected"], 0);
+    assert_eq!(svc.ctl("flush")["ok"], true);
+    svc.shutdown();
+    let cfg = Config::parse(RESAMPLE, "input").unwrap();
+    let files = splits(&svc.out);
+    let f = &files["TRAINING"];
+    let mut paths = f.path.clone();
+    paths.sort();
+    assert_eq!(paths, ["TRAINING/LEAK/a.mp3", "TRAINING/LEAK/b.opus"]);
+    for (i, p) in f.path.iter().enumerate() {
+        let src = if p.ends_with(".mp3") { &mp3 } else { &opus };
+        let row = f.mel.index_axis(ndarray::Axis(0), i);
         assert_eq!(row.as_slice().unwrap(), &row_of(src, &cfg)[..], "{p}");
     }
 }

@@ -1,0 +1,218 @@
+//! The lossy decoders against the references on the fixtures of
+//! tests/data/codecs (ffmpeg-encoded speech; `make.py` there regenerates
+//! them with the reference decodes), and hostile bytes: every prefix length
+//! class and random corruption of each fixture yields samples or a reason,
+//! never a panic.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn data(name: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/codecs")
+        .join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn expected() -> serde_json::Value {
+    serde_json::from_slice(&data("expected.json")).unwrap()
+}
+
+fn decode_all(bytes: &[u8], channels: Channels) -> Result<(Head, Vec<f32>), Error> {
+    let mut out = Vec::new();
+    let head = open(bytes)?.decode(channels, usize::MAX, &mut out)?;
+    Ok((head, out))
+}
+
+const EXTS: [(&str, Codec); 4] = [
+    ("mp3", Codec::Mp3),
+    ("ogg", Codec::Vorbis),
+    ("opus", Codec::Opus),
+    ("m4a", Codec::Aac),
+];
+
+#[test]
+fn each_codec_is_recognised_by_content_not_name() {
+    for (ext, codec) in EXTS {
+        for name in ["speech16k_mono", "speech44k_stereo"] {
+            assert_eq!(
+                sniff(&data(&format!("{name}.{ext}"))),
+                Some(codec),
+                "{name}.{ext}"
+            );
+        }
+    }
+    assert_eq!(sniff(b"RIFF\0\0\0\0WAVE"), None);
+    assert_eq!(sniff(b"fLaC"), None);
+    assert_eq!(sniff(b""), None);
+    // An ADTS AAC frame header has the sync but layer 0: not MP3.
+    assert_eq!(sniff(&[0xFF, 0xF1, 0x50, 0x80]), None);
+    assert_eq!(sniff(&[0xFF, 0xFB, 0x90, 0x64]), Some(Codec::Mp3));
+}
+
+/// Length, rate and channels as soundfile (MP3, Vorbis, Opus) decodes; for
+/// M4A ffmpeg's start (the priming cut) and the track's own length (ffmpeg
+/// 5 keeps the last access unit's padding: never more than 1,024 samples).
+#[test]
+fn lengths_rates_and_channels_are_the_references() {
+    let want = expected();
+    for (ext, codec) in EXTS {
+        for name in ["speech16k_mono", "speech44k_stereo"] {
+            let file = format!("{name}.{ext}");
+            let (head, out) = decode_all(&data(&file), Channels::Mean).unwrap();
+            let w = &want[&file];
+            assert_eq!(head.codec, codec, "{file}");
+            assert_eq!(
+                u64::from(head.sample_rate),
+                w["rate"].as_u64().unwrap(),
+                "{file}"
+            );
+            assert_eq!(
+                u64::from(head.channels),
+                w["channels"].as_u64().unwrap(),
+                "{file}"
+            );
+            let n = w["frames"].as_u64().unwrap() as usize;
+            if codec == Codec::Aac {
+                assert!(
+                    out.len() <= n && n - out.len() < 1024,
+                    "{file}: {} vs {n}",
+                    out.len()
+                );
+            } else {
+                assert_eq!(out.len(), n, "{file}");
+            }
+        }
+    }
+    // The encoded sources' own lengths: gapless M4A gives them exactly.
+    let (_, m) = decode_all(&data("speech16k_mono.m4a"), Channels::Mean).unwrap();
+    assert_eq!(m.len(), 8000);
+    let (_, s) = decode_all(&data("speech44k_stereo.m4a"), Channels::Mean).unwrap();
+    assert_eq!(s.len(), 15434);
+}
+
+/// Samples against the reference decodes. Tolerances: symphonia's MP3,
+/// Vorbis and AAC decoders are float implementations of the same standard
+/// transforms as mpg123/libvorbis/ffmpeg (1e-5: a few float32 ulps of
+/// accumulated rounding); Opus is libopus itself (a different libopus
+/// version than soundfile's may differ in the last bits: 1e-4).
+#[test]
+fn samples_match_the_references() {
+    for (ext, tol) in [("mp3", 1e-5), ("ogg", 1e-5), ("opus", 1e-4), ("m4a", 1e-5)] {
+        let file = format!("speech16k_mono.{ext}");
+        let (_, out) = decode_all(&data(&file), Channels::Mean).unwrap();
+        let reference: Vec<f32> = data(&format!("{file}.ref.f32"))
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let n = out.len().min(reference.len());
+        let worst = out[..n]
+            .iter()
+            .zip(&reference[..n])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= tol, "{file}: max |diff| {worst} > {tol}");
+        assert!(
+            reference[..n].iter().any(|v| v.abs() > 0.05),
+            "{file}: silent reference"
+        );
+    }
+}
+
+#[test]
+fn first_channel_and_limits_are_honoured() {
+    for ext in ["mp3", "ogg", "opus", "m4a"] {
+        let bytes = data(&format!("speech44k_stereo.{ext}"));
+        let (_, mean) = decode_all(&bytes, Channels::Mean).unwrap();
+        let (_, first) = decode_all(&bytes, Channels::First).unwrap();
+        assert_eq!(mean.len(), first.len(), "{ext}");
+        assert_ne!(mean, first, "{ext}: the channels differ (remixed source)");
+        let mut part = Vec::new();
+        open(&bytes)
+            .unwrap()
+            .decode(Channels::Mean, 3000, &mut part)
+            .unwrap();
+        assert!(
+            part.len() >= 3000 && part.len() < mean.len(),
+            "{ext}: {}",
+            part.len()
+        );
+        assert_eq!(part[..3000], mean[..3000], "{ext}");
+    }
+}
+
+#[test]
+fn other_codecs_in_known_containers_are_unsupported_naming_the_codec() {
+    for (file, needle) in [
+        ("alac.m4a", "ALAC"),
+        ("video_only.mp4", "video in MPEG-4 video"),
+        ("flac.oga", "FLAC"),
+    ] {
+        let bytes = data(file);
+        assert!(sniff(&bytes).is_some(), "{file}");
+        let e = open(&bytes)
+            .err()
+            .unwrap_or_else(|| panic!("{file} opened"));
+        assert!(e.is_unsupported(), "{file}: {e}");
+        assert!(e.to_string().contains(needle), "{file}: {e}");
+    }
+}
+
+#[test]
+fn streams_cut_short_are_truncated_with_a_reason() {
+    for ext in ["mp3", "ogg", "opus", "m4a"] {
+        let bytes = data(&format!("speech16k_mono.{ext}"));
+        for keep in [bytes.len() * 3 / 4, bytes.len() - 1] {
+            let e = decode_all(&bytes[..keep], Channels::Mean)
+                .err()
+                .unwrap_or_else(|| panic!("{ext} cut to {keep} bytes decoded"));
+            assert!(
+                matches!(e, Error::Truncated { .. }) || matches!(e, Error::Malformed { .. }),
+                "{ext}: {e}"
+            );
+            assert!(!e.is_unsupported());
+        }
+    }
+    let e = decode_all(&data("speech16k_mono.opus")[..4000], Channels::Mean).unwrap_err();
+    assert!(e.to_string().starts_with("truncated Ogg stream"), "{e}");
+}
+
+/// Decodes hostile bytes: Ok or an error, never a panic (the decoders run
+/// under `guarded`, but `open`'s own parsing must not need it either).
+fn no_panic(bytes: &[u8]) {
+    if sniff(bytes).is_some()
+        && let Ok(s) = open(bytes)
+    {
+        let mut out = Vec::new();
+        let _ = s.decode(Channels::Mean, 1 << 20, &mut out);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn truncated_fixtures_never_panic(which in 0usize..8, cut in 0.0f64..1.0) {
+        let (ext, _) = EXTS[which % 4];
+        let name = if which < 4 { "speech16k_mono" } else { "speech44k_stereo" };
+        let bytes = data(&format!("{name}.{ext}"));
+        no_panic(&bytes[..(bytes.len() as f64 * cut) as usize]);
+    }
+
+    #[test]
+    fn corrupted_fixtures_never_panic(
+        which in 0usize..4,
+        hits in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..16),
+    ) {
+        let (ext, _) = EXTS[which];
+        let mut bytes = data(&format!("speech16k_mono.{ext}"));
+        for (at, v) in hits {
+            let i = ((bytes.len() - 1) as f64 * at) as usize;
+            bytes[i] = v;
+        }
+        no_panic(&bytes);
+    }
+}
