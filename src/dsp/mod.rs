@@ -1,4 +1,6 @@
-//! Log-mel spectrograms identical to librosa 0.11 (docs/DESIGN.md "Mel definition").
+//! The feature recipes: log-mel spectrograms identical to librosa 0.11
+//! (docs/DESIGN.md "Mel definition"; everything below but the last three
+//! items), Kaldi fbank/MFCC and Whisper's log-mel.
 //!
 //! * [`spec`]: the validated definition ([`Spec`]) and the shapes it implies.
 //! * [`window`](mod@window): scipy/librosa analysis windows, centred-padded to `n_fft`.
@@ -13,18 +15,26 @@
 //!   worker); [`Plan::compute`] turns one clip into one output row.
 //! * [`f16`](mod@f16): float16 rows to and from f32, with `half`'s bits (the
 //!   writer's float16 output, the CUDA stage's float16 rows).
+//! * [`kaldi`]: `torchaudio.compliance.kaldi.fbank`/`.mfcc` (kaldi-native-fbank's
+//!   numbers), variable length: [`kaldi::KaldiPlan`].
+//! * [`whisper`]: transformers' `WhisperFeatureExtractor`, stored without its
+//!   padding to 30 s: [`whisper::WhisperPlan`].
+//! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
-//! The CPU path computes everything in the precision librosa uses (float64 window
+//! The librosa path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
 //! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
 mod batch_fft;
 pub mod f16;
 pub mod filterbank;
+pub mod kaldi;
 mod lanes;
 mod layout;
+pub mod params;
 pub mod plan;
 pub mod spec;
 mod spectrum;
+pub mod whisper;
 pub mod window;
 
 #[cfg(test)]
@@ -32,6 +42,7 @@ mod tests;
 
 pub use batch_fft::Level;
 pub use filterbank::mel_filterbank;
+pub use params::ParamValue;
 pub use plan::{Plan, Scratch};
 pub use spec::{MelNorm, MelScale, PadMode, Segmentation, Spec, SpecError, Window};
 pub use window::window;

@@ -1,0 +1,330 @@
+//! [`KaldiPlan`] (validated options and precomputed tables, shared by workers)
+//! and [`KaldiScratch`] (per-worker buffers and the dither generator); one
+//! [`KaldiPlan::compute`] turns a waveform into torchaudio's
+//! `(num_frames, num_bins)` float32 matrix, row-major.
+//!
+//! Per frame, in Kaldi's order: extract (snip_edges, or Kaldi's reflection at
+//! both edges), × sample_scale, + dither, − mean (remove_dc_offset), raw log
+//! energy, pre-emphasis (x[i] −= p·x[i−1] from the end, x[0] −= p·x[0]),
+//! window, windowed log energy, zero-pad, real FFT, |X|² (or |X|) for the bins
+//! below Nyquist, mel triangles, ln(max(x, ε)) with ε = f32::EPSILON, then the
+//! energy column (fbank) or DCT, lifter and C0 := energy (mfcc).
+//!
+//! Precision: float32 throughout (`Real`), as kaldi-native-fbank and torchaudio
+//! compute; the tables are built in float64 and rounded once.
+
+use std::sync::Arc;
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use realfft::{RealFftPlanner, RealToComplex, num_complex::Complex};
+
+use super::banks::{self, Band};
+use super::options::{KaldiError, KaldiOptions, Kind};
+
+/// The working precision of the frame pipeline.
+type Real = f32;
+
+/// A waveform that gives no frame (snip_edges = true: fewer samples than one
+/// window; false: fewer than half a shift): the references return a
+/// (0, num_bins) matrix; callers that store rows reject the file with this as
+/// its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{samples} samples is shorter than one frame: kaldi fbank/mfcc gives 0 frames \
+     below {min_samples} samples with these options"
+)]
+pub struct TooShort {
+    pub samples: usize,
+    /// The fewest samples that give one frame.
+    pub min_samples: usize,
+}
+
+/// Validated options with everything precomputed; immutable, shared by workers.
+pub struct KaldiPlan {
+    opts: KaldiOptions,
+    kind: Kind,
+    window_size: usize,
+    window_shift: usize,
+    padded: usize,
+    window: Vec<Real>,
+    banks: Vec<Band>,
+    /// num_ceps × num_mel_bins, lifter applied (mfcc only; empty for fbank).
+    dct: Vec<Real>,
+    fft: Arc<dyn RealToComplex<Real>>,
+    log_energy_floor: Option<Real>,
+}
+
+impl std::fmt::Debug for KaldiPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KaldiPlan")
+            .field("opts", &self.opts)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per-worker buffers of one plan, and the dither generator.
+pub struct KaldiScratch {
+    frame: Vec<Real>,
+    spectrum: Vec<Complex<Real>>,
+    fft_scratch: Vec<Complex<Real>>,
+    power: Vec<Real>,
+    mel: Vec<Real>,
+    rng: StdRng,
+}
+
+impl KaldiScratch {
+    /// Restarts the dither noise from `seed` (call once per file, e.g. with a
+    /// hash of its path, for results that do not depend on scheduling).
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = StdRng::seed_from_u64(seed);
+    }
+
+    /// One standard normal draw (Box–Muller).
+    fn gaussian(&mut self) -> f64 {
+        let u1: f64 = 1.0 - self.rng.random::<f64>(); // (0, 1]
+        let u2: f64 = self.rng.random::<f64>();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+impl KaldiPlan {
+    /// Validates `opts` for `kind` and precomputes window, FFT, banks and DCT.
+    pub fn new(opts: &KaldiOptions, kind: Kind) -> Result<KaldiPlan, KaldiError> {
+        opts.validate(kind)?;
+        let padded = opts.padded_window_size();
+        let fft = RealFftPlanner::<Real>::new().plan_fft_forward(padded);
+        let dct = match kind {
+            Kind::Fbank => Vec::new(),
+            Kind::Mfcc => banks::dct_lifted(opts),
+        };
+        let log_energy_floor = (opts.energy_floor > 0.0).then(|| opts.energy_floor.ln() as Real);
+        Ok(KaldiPlan {
+            opts: opts.clone(),
+            kind,
+            window_size: opts.window_size(),
+            window_shift: opts.window_shift(),
+            padded,
+            window: banks::window(opts).into_iter().map(|w| w as Real).collect(),
+            banks: banks::mel_banks(opts),
+            dct,
+            fft,
+            log_energy_floor,
+        })
+    }
+
+    pub fn options(&self) -> &KaldiOptions {
+        &self.opts
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Columns of the output: num_mel_bins (+1 with use_energy) for fbank,
+    /// num_ceps for mfcc.
+    pub fn num_bins(&self) -> usize {
+        match self.kind {
+            Kind::Fbank => self.opts.num_mel_bins + usize::from(self.opts.use_energy),
+            Kind::Mfcc => self.opts.num_ceps,
+        }
+    }
+
+    /// Samples per frame and between frames.
+    pub fn window_size(&self) -> usize {
+        self.window_size
+    }
+
+    pub fn window_shift(&self) -> usize {
+        self.window_shift
+    }
+
+    /// Kaldi's frame count: snip_edges ⇒ 1 + (n − window) / shift (0 when
+    /// n < window); otherwise (n + shift/2) / shift.
+    pub fn num_frames(&self, n_samples: usize) -> usize {
+        if self.opts.snip_edges {
+            if n_samples < self.window_size {
+                0
+            } else {
+                1 + (n_samples - self.window_size) / self.window_shift
+            }
+        } else {
+            (n_samples + self.window_shift / 2) / self.window_shift
+        }
+    }
+
+    /// [`num_frames`](Self::num_frames), or [`TooShort`] where it is 0.
+    pub fn check_length(&self, n_samples: usize) -> Result<usize, TooShort> {
+        let min_samples = if self.opts.snip_edges {
+            self.window_size
+        } else {
+            self.window_shift - self.window_shift / 2
+        };
+        match self.num_frames(n_samples) {
+            0 => Err(TooShort {
+                samples: n_samples,
+                min_samples,
+            }),
+            f => Ok(f),
+        }
+    }
+
+    /// Buffers for [`compute`](Self::compute), dither seeded with 0.
+    pub fn scratch(&self) -> KaldiScratch {
+        KaldiScratch {
+            frame: vec![0.0; self.padded],
+            spectrum: self.fft.make_output_vec(),
+            fft_scratch: self.fft.make_scratch_vec(),
+            power: vec![0.0; self.padded / 2],
+            mel: vec![0.0; self.opts.num_mel_bins],
+            rng: StdRng::seed_from_u64(0),
+        }
+    }
+
+    /// Replaces `out` with the (num_frames, num_bins) features of `samples`
+    /// (mono, at sample_frequency, in [-1, 1] before sample_scale), row-major;
+    /// returns num_frames (0 for a waveform shorter than one frame).
+    pub fn compute(
+        &self,
+        samples: &[f32],
+        scratch: &mut KaldiScratch,
+        out: &mut Vec<f32>,
+    ) -> usize {
+        let frames = self.num_frames(samples.len());
+        let bins = self.num_bins();
+        out.clear();
+        out.resize(frames * bins, 0.0);
+        for (f, row) in out.chunks_exact_mut(bins).enumerate() {
+            self.extract(samples, f, scratch);
+            let energy = self.prepare_frame(scratch);
+            self.spectrum(scratch);
+            self.finish_row(energy, scratch, row);
+        }
+        frames
+    }
+
+    /// Frame `f`'s window_size samples into `scratch.frame`, scaled and
+    /// dithered; the FFT padding after them zeroed.
+    fn extract(&self, samples: &[f32], f: usize, scratch: &mut KaldiScratch) {
+        let scale = self.opts.sample_scale as Real;
+        let ws = self.window_size;
+        let frame = &mut scratch.frame;
+        if self.opts.snip_edges {
+            let start = f * self.window_shift;
+            for (d, &s) in frame[..ws].iter_mut().zip(&samples[start..start + ws]) {
+                *d = s * scale;
+            }
+        } else {
+            let n = samples.len() as i64;
+            let start = (f * self.window_shift + self.window_shift / 2) as i64 - (ws / 2) as i64;
+            for (k, d) in frame[..ws].iter_mut().enumerate() {
+                let mut s = start + k as i64;
+                // Kaldi's ExtractWindow: reflect until inside (n ≥ 1 here).
+                while s < 0 || s >= n {
+                    s = if s < 0 { -s - 1 } else { 2 * n - 1 - s };
+                }
+                *d = samples[s as usize] * scale;
+            }
+        }
+        frame[ws..].fill(0.0);
+        if self.opts.dither != 0.0 {
+            let dither = self.opts.dither;
+            for k in 0..ws {
+                let g = scratch.gaussian();
+                scratch.frame[k] += (dither * g) as Real;
+            }
+        }
+    }
+
+    /// DC removal, energy, pre-emphasis and window on `scratch.frame`; returns
+    /// the log energy (floored) the recipe asked for.
+    fn prepare_frame(&self, scratch: &mut KaldiScratch) -> Real {
+        let ws = self.window_size;
+        let x = &mut scratch.frame[..ws];
+        if self.opts.remove_dc_offset {
+            let mean = x.iter().sum::<Real>() / ws as Real;
+            x.iter_mut().for_each(|v| *v -= mean);
+        }
+        let mut energy = if self.opts.raw_energy {
+            log_energy(x)
+        } else {
+            0.0
+        };
+        let p = self.opts.preemphasis_coefficient as Real;
+        if p != 0.0 {
+            for i in (1..ws).rev() {
+                x[i] -= p * x[i - 1];
+            }
+            x[0] -= p * x[0];
+        }
+        x.iter_mut().zip(&self.window).for_each(|(v, w)| *v *= w);
+        if !self.opts.raw_energy {
+            energy = log_energy(x);
+        }
+        match self.log_energy_floor {
+            Some(floor) => energy.max(floor),
+            None => energy,
+        }
+    }
+
+    /// FFT of the padded frame; |X|² (or |X|) of bins 0 .. padded/2 into
+    /// `scratch.power`, then the mel energies into `scratch.mel`.
+    fn spectrum(&self, scratch: &mut KaldiScratch) {
+        let KaldiScratch {
+            frame,
+            spectrum,
+            fft_scratch,
+            power,
+            mel,
+            ..
+        } = scratch;
+        self.fft
+            .process_with_scratch(frame, spectrum, fft_scratch)
+            .expect("buffers come from this plan's FFT");
+        for (p, c) in power.iter_mut().zip(spectrum.iter()) {
+            *p = c.re * c.re + c.im * c.im;
+        }
+        if !self.opts.use_power {
+            power.iter_mut().for_each(|p| *p = p.sqrt());
+        }
+        for (m, band) in mel.iter_mut().zip(&self.banks) {
+            let span = &power[band.first..band.first + band.weights.len()];
+            *m = span.iter().zip(&band.weights).map(|(p, w)| p * w).sum();
+        }
+    }
+
+    /// Log, then the fbank row (energy first when asked) or the mfcc row.
+    fn finish_row(&self, energy: Real, scratch: &mut KaldiScratch, row: &mut [f32]) {
+        let mel = &mut scratch.mel;
+        if self.opts.use_log_fbank {
+            mel.iter_mut().for_each(|m| *m = m.max(Real::EPSILON).ln());
+        }
+        match self.kind {
+            Kind::Fbank => {
+                let (head, tail) = row.split_at_mut(usize::from(self.opts.use_energy));
+                if let Some(e) = head.first_mut() {
+                    *e = energy;
+                }
+                tail.copy_from_slice(mel);
+            }
+            Kind::Mfcc => {
+                let n = mel.len();
+                for (c, d) in row.iter_mut().zip(self.dct.chunks_exact(n)) {
+                    *c = d.iter().zip(mel.iter()).map(|(a, b)| a * b).sum();
+                }
+                if self.opts.use_energy {
+                    row[0] = energy;
+                }
+            }
+        }
+    }
+}
+
+/// ln(max(Σx², ε)), ε = f32::EPSILON (Kaldi's and torchaudio's).
+fn log_energy(x: &[Real]) -> Real {
+    x.iter()
+        .map(|v| v * v)
+        .sum::<Real>()
+        .max(Real::EPSILON)
+        .ln()
+}

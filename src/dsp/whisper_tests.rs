@@ -1,0 +1,103 @@
+//! Properties of the Whisper recipe: the covering-frame rule, and that the
+//! computed frames plus the pad constant equal the full 3000-frame computation
+//! the extractor does (same operations, every frame), bit for bit.
+
+use super::*;
+
+fn speechy(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let t = i as f64 / 16000.0;
+            ((2.0 * std::f64::consts::PI * 220.0 * t).sin() * 0.3
+                + (2.0 * std::f64::consts::PI * 1375.0 * t).sin() * 0.05) as f32
+        })
+        .collect()
+}
+
+/// All 3000 frames, as the extractor does them (no covering shortcut).
+fn full(plan: &WhisperPlan, x: &[f32]) -> Vec<f32> {
+    let audio = &x[..x.len().min(N_SAMPLES)];
+    let mut scratch = plan.scratch();
+    let mut out = vec![0.0; N_FRAMES * plan.n_mels()];
+    for (t, row) in out.chunks_exact_mut(plan.n_mels()).enumerate() {
+        plan.log_mel_frame(audio, t, &mut scratch, row);
+    }
+    let max = out.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    out.iter_mut()
+        .for_each(|v| *v = (v.max(max - 8.0) + 4.0) / 4.0);
+    out
+}
+
+#[test]
+fn only_80_and_128_mels() {
+    assert!(WhisperPlan::new(80).is_ok() && WhisperPlan::new(128).is_ok());
+    assert_eq!(WhisperPlan::new(81).unwrap_err().n_mels, 81);
+}
+
+#[test]
+fn covering_frames() {
+    let p = WhisperPlan::new(80).unwrap();
+    let cases = [
+        (0, 0),
+        (1, 2),
+        (121, 2),
+        (122, 3),
+        (160, 3),
+        (281, 3),
+        (282, 4),
+    ];
+    for (n, want) in cases {
+        assert_eq!(p.num_frames_covering(n), want, "n = {n}");
+    }
+    assert_eq!(p.num_frames_covering(160_000), 1002);
+    assert_eq!(p.num_frames_covering(N_SAMPLES), 3000);
+    assert_eq!(p.num_frames_covering(10 * N_SAMPLES), 3000);
+}
+
+#[test]
+fn stored_frames_and_pad_equal_the_full_computation() {
+    let p = WhisperPlan::new(80).unwrap();
+    for n in [0, 1, 100, 399, 4321, 16000, 479_900, 500_000] {
+        let x = speechy(n);
+        let mut out = Vec::new();
+        let row = p.compute(&x, &mut p.scratch(), &mut out);
+        let want = full(&p, &x);
+        assert_eq!(row.frames, p.num_frames_covering(n));
+        assert_eq!(out[..], want[..out.len()], "n = {n}");
+        assert!(
+            want[out.len()..].iter().all(|&v| v == row.pad_value),
+            "n = {n}"
+        );
+        let row_max = out.iter().copied().fold(-1.5f32, f32::max);
+        let derived = (-1.5f32).max(row_max - 2.0);
+        assert!(
+            (derived - row.pad_value).abs() <= 2.5e-7,
+            "{derived} vs {}",
+            row.pad_value
+        );
+    }
+}
+
+#[test]
+fn the_frame_after_the_covering_ones_differs_from_the_pad() {
+    // The rule is tight: the last covering frame holds audio (here a full-scale
+    // last sample), so it is not the pad value.
+    let p = WhisperPlan::new(80).unwrap();
+    for n in [161, 1000, 33333] {
+        let mut x = vec![0.0f32; n];
+        x[n - 1] = 1.0;
+        let mut out = Vec::new();
+        let row = p.compute(&x, &mut p.scratch(), &mut out);
+        let last = &out[(row.frames - 1) * 80..];
+        assert!(last.iter().any(|&v| v != row.pad_value), "n = {n}");
+    }
+}
+
+#[test]
+fn silence_is_the_floor_everywhere() {
+    let p = WhisperPlan::new(128).unwrap();
+    let mut out = Vec::new();
+    let row = p.compute(&[0.0; 5000], &mut p.scratch(), &mut out);
+    assert_eq!(row.pad_value, -1.5);
+    assert!(out.iter().all(|&v| v == -1.5));
+}
