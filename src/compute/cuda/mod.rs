@@ -23,7 +23,10 @@
 //! * [`backend`] — [`backend::start_cuda_workers`]: the decode pool and the
 //!   stage thread on the same `compute::Wiring` as the CPU workers.
 //! * [`tables`] — the tables the kernels read, built on the host and
-//!   uploaded once per plan (kernels/README.md).
+//!   uploaded once per plan (kernels/README.md); [`recipe_tables`] — the
+//!   same for the Kaldi and Whisper kernels (`kernels/frames.cu`) and their
+//!   per-batch utterance table. The stage does not run those kernels yet
+//!   (docs/GPU.md): `auto` computes those recipes on the CPU.
 //!
 //! Everything above runs in production. The test harness lives apart, in
 //! `testing/`, behind the cargo feature `host-kernels` (on for every
@@ -50,6 +53,7 @@ pub mod nvrtc;
 pub mod orchestrate;
 pub mod real;
 pub mod recipe;
+pub mod recipe_tables;
 
 #[cfg(feature = "host-kernels")]
 pub mod testing;
