@@ -1,7 +1,8 @@
 //! With the `host-kernels` feature only (tests, benches, `clippy --all-targets`:
 //! the self dev-dependency in Cargo.toml turns it on): compiles the CUDA kernels
-//! (`kernels/mel.cu`) for the host through the emulation header
-//! (`kernels/host_launch.cpp` includes `kernels/shim/host_cuda.h`, then `mel.cu`)
+//! (`kernels/mel.cu`, `kernels/frames.cu`) for the host through the emulation
+//! header (`kernels/host_launch.cpp` includes `kernels/shim/host_cuda.h`, then
+//! `mel.cu`; `kernels/host_launch_frames.cpp` the same with `frames.cu`)
 //! into a static library linked into the crate, so tests run the real kernel
 //! source on the CPU (`src/compute/cuda/testing/host.rs`). NVRTC compiles the same
 //! `mel.cu` for the device at run time; nothing here needs a CUDA toolkit.
@@ -24,6 +25,7 @@ fn main() {
     cc::Build::new()
         .cpp(true)
         .file("kernels/host_launch.cpp")
+        .file("kernels/host_launch_frames.cpp")
         .include("kernels")
         .std("c++17")
         .opt_level(2)

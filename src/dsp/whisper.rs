@@ -201,6 +201,25 @@ impl WhisperPlan {
     }
 }
 
+/// The precomputed tables, for the CUDA kernels (`compute::cuda::recipe_tables`),
+/// which must use exactly these values to equal [`WhisperPlan::compute`].
+impl WhisperPlan {
+    /// The periodic Hann window (400 points, float64).
+    pub fn window(&self) -> &[f64] {
+        &self.window
+    }
+
+    /// Each slaney mel filter as (first FFT bin, its float64 weights).
+    pub fn filters(&self) -> impl ExactSizeIterator<Item = (usize, &[f64])> + '_ {
+        self.filters.iter().map(|f| (f.first, f.weights.as_slice()))
+    }
+
+    /// log10(1e-10) as float32: every bin of an all-zero frame.
+    pub fn floor_log(&self) -> f32 {
+        floor_log()
+    }
+}
+
 /// Sample `p` of the extractor's reflect-padded 30 s signal (audio, then zeros
 /// to 480 000, reflected by 200 at each end).
 fn padded_sample(audio: &[f32], p: usize) -> f32 {

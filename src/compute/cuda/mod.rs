@@ -25,7 +25,10 @@
 //! * [`cause`] — [`Cause`], why the GPU is not usable or failed: one typed
 //!   value from the probe and the stage up to the commands.
 //! * [`tables`] — the tables the kernels read, built on the host and
-//!   uploaded once per plan (kernels/README.md).
+//!   uploaded once per plan (kernels/README.md); [`recipe_tables`] — the
+//!   same for the Kaldi and Whisper kernels (`kernels/frames.cu`) and their
+//!   per-batch utterance table. The stage does not run those kernels yet
+//!   (docs/GPU.md): `auto` computes those recipes on the CPU.
 //!
 //! Everything above runs in production. The test harness lives apart, in
 //! `testing/`, behind the cargo feature `host-kernels` (on for every
@@ -53,6 +56,7 @@ pub mod nvrtc;
 pub mod orchestrate;
 pub mod real;
 pub mod recipe;
+pub mod recipe_tables;
 
 #[cfg(feature = "host-kernels")]
 pub mod testing;

@@ -33,8 +33,13 @@ use std::ffi::c_char;
 use super::libs::LoadError;
 use super::{api, libs};
 
-/// The kernel sources compiled into the binary: (file name, text).
-pub const SOURCES: &[(&str, &str)] = &[("mel.cu", include_str!("../../../kernels/mel.cu"))];
+/// The kernel sources compiled into the binary: (file name, text). The first
+/// (`mel.cu`) is the module the CUDA stage loads; `frames.cu` (the Kaldi and
+/// Whisper kernels) is compiled and cached too, for the stage to come.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("mel.cu", include_str!("../../../kernels/mel.cu")),
+    ("frames.cu", include_str!("../../../kernels/frames.cu")),
+];
 
 /// Options besides the architecture.
 const OPTIONS: &[&str] = &["--fmad=false", "--std=c++14"];
@@ -400,7 +405,8 @@ mod tests {
             .filter(|n| n.ends_with(".cu"))
             .collect();
         on_disk.sort();
-        let embedded: Vec<&str> = SOURCES.iter().map(|(n, _)| *n).collect();
+        let mut embedded: Vec<&str> = SOURCES.iter().map(|(n, _)| *n).collect();
+        embedded.sort();
         assert_eq!(
             on_disk, embedded,
             "add every kernels/*.cu to nvrtc::SOURCES"

@@ -328,3 +328,32 @@ fn log_energy(x: &[Real]) -> Real {
         .max(Real::EPSILON)
         .ln()
 }
+
+/// The precomputed tables, for the CUDA kernels (`compute::cuda::recipe_tables`),
+/// which must use exactly these values to equal [`KaldiPlan::compute`].
+impl KaldiPlan {
+    /// The FFT length (window_size, rounded up to a power of two if asked).
+    pub fn padded(&self) -> usize {
+        self.padded
+    }
+
+    /// The analysis window (window_size points, float32).
+    pub fn window(&self) -> &[f32] {
+        &self.window
+    }
+
+    /// Each mel triangle as (first FFT bin, its weights).
+    pub fn bands(&self) -> impl ExactSizeIterator<Item = (usize, &[f32])> + '_ {
+        self.banks.iter().map(|b| (b.first, b.weights.as_slice()))
+    }
+
+    /// The MFCC matrix, num_ceps × num_mel_bins, lifter applied (empty for fbank).
+    pub fn dct(&self) -> &[f32] {
+        &self.dct
+    }
+
+    /// ln(energy_floor), or None when energy_floor is 0 (no floor).
+    pub fn log_energy_floor(&self) -> Option<f32> {
+        self.log_energy_floor
+    }
+}

@@ -7,6 +7,9 @@
 //! * [`host`] — `kernels/mel.cu` compiled for the host by a C++ shim
 //!   (build.rs), with safe launch wrappers; its tests (`host_tests.rs`)
 //!   compare every kernel with the CPU backend;
+//! * [`host_recipes`] — `kernels/frames.cu` (Kaldi fbank/MFCC, Whisper) on
+//!   the host the same way; its tests compare a batch of variable-length
+//!   utterances with the CPU recipes (`dsp::kaldi`, `dsp::whisper`);
 //! * [`double`] — `HostDouble`, the `device::Device` made of host memory, with
 //!   an operation log and streams that complete late on purpose, and
 //!   [`double_kernels`], which lets it launch the host-built kernels;
@@ -20,6 +23,7 @@
 pub mod double;
 pub mod double_kernels;
 pub mod host;
+pub mod host_recipes;
 pub mod host_stage;
 #[cfg(test)]
 mod tests;
