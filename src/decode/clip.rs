@@ -250,7 +250,7 @@ impl ClipDecoder {
         Ok(decoded)
     }
 
-    fn compressed(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
+    fn compressed(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
         let stream = compressed::open(bytes)?;
         let head = stream.head();
         check_channels(head.channels, self.policy)?;
@@ -260,7 +260,7 @@ impl ClipDecoder {
                 expected: self.rate,
             });
         }
-        let need = self.needed(out.len(), head.sample_rate);
+        let need = self.needed(out.want(), head.sample_rate);
         stream.decode(self.policy.channels, need, &mut self.native)?;
         let mut decoded = Decoded {
             container: Container::Compressed(head.codec),
@@ -269,7 +269,7 @@ impl ClipDecoder {
             resampled: false,
         };
         if head.sample_rate == self.rate {
-            fit(&self.native, out);
+            out.fill(&self.native);
         } else {
             self.convert(head.sample_rate, out)?;
             decoded.resampled = true;

@@ -246,7 +246,8 @@ fn hz_to_mel(hz: f64) -> f64 {
 
 /// transformers' `mel_to_hertz(mel_scale="slaney")`.
 fn mel_to_hz(mel: f64) -> f64 {
-    let logstep = 27.0 / 6.4f64.ln();
+    // The inverse of `hz_to_mel`'s log part: its step per mel is ln(6.4)/27.
+    let logstep = 6.4f64.ln() / 27.0;
     if mel >= 15.0 {
         1000.0 * (logstep * (mel - 15.0)).exp()
     } else {

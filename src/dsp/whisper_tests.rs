@@ -101,3 +101,19 @@ fn silence_is_the_floor_everywhere() {
     assert_eq!(row.pad_value, -1.5);
     assert!(out.iter().all(|&v| v == -1.5));
 }
+
+/// Regression: `mel_to_hz` used the inverse log step (27/ln 6.4 instead of
+/// ln 6.4/27), so every filter above 1 kHz (mel 15) fell past Nyquist and the
+/// bins from 25 up were silent; the parity run against the extractor caught
+/// it. The two scales must invert each other on both sides of 1 kHz.
+#[test]
+fn the_slaney_scale_round_trips_on_both_sides_of_one_khz() {
+    for hz in [0.0, 200.0, 999.0, 1000.0, 1500.0, 4000.0, 8000.0] {
+        let back = mel_to_hz(hz_to_mel(hz));
+        assert!((back - hz).abs() < 1e-9 * hz.max(1.0), "{hz} Hz came back as {back}");
+    }
+    // Every one of the 80 filters has weight below Nyquist.
+    for (m, f) in slaney_filters(80).iter().enumerate() {
+        assert!(f.weights.iter().any(|&w| w > 0.0), "filter {m} is empty");
+    }
+}

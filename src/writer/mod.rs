@@ -614,36 +614,7 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
             ));
         }
     }
-    let n_labels = plan.label_names.len();
-    for (i, split) in plan.splits.iter().enumerate() {
-        let name = &split.name;
-        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
-            return bad(format!("`{name}` is not usable as a split file name"));
-        }
-        if plan.splits[..i].iter().any(|s| &s.name == name) {
-            return bad(format!("split `{name}` appears twice"));
-        }
-        for f in &split.files {
-            if f.path as usize >= plan.paths.len() {
-                return bad(format!(
-                    "path index {} is outside the table of {}",
-                    f.path,
-                    plan.paths.len()
-                ));
-            }
-            let rel_path = plan.paths.get(f.path);
-            let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
-            if f.label != -1 && !known {
-                return bad(format!(
-                    "{rel_path}: label {} is outside -1..{n_labels}",
-                    f.label
-                ));
-            }
-            if rel_path.contains('\0') {
-                return bad(format!("path {rel_path:?} contains a NUL byte"));
-            }
-        }
-    }
+    validate_splits(plan)?;
     for name in plan
         .label_names
         .iter()
@@ -672,6 +643,43 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
             || plan.extra_attrs[..i].iter().any(|(k, _)| k == key)
         {
             return bad(format!("extra attribute `{key}` is set twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Each split's name is a usable, distinct file name and each of its rows
+/// names a path of the table and a label of the list (or -1).
+fn validate_splits(plan: &OutputPlan) -> Result<(), Error> {
+    let bad = |m: String| Err(Error::Plan(m));
+    let n_labels = plan.label_names.len();
+    for (i, split) in plan.splits.iter().enumerate() {
+        let name = &split.name;
+        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+            return bad(format!("`{name}` is not usable as a split file name"));
+        }
+        if plan.splits[..i].iter().any(|s| &s.name == name) {
+            return bad(format!("split `{name}` appears twice"));
+        }
+        for f in &split.files {
+            if f.path as usize >= plan.paths.len() {
+                return bad(format!(
+                    "path index {} is outside the table of {}",
+                    f.path,
+                    plan.paths.len()
+                ));
+            }
+            let rel_path = plan.paths.get(f.path);
+            let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
+            if f.label != -1 && !known {
+                return bad(format!(
+                    "{rel_path}: label {} is outside -1..{n_labels}",
+                    f.label
+                ));
+            }
+            if rel_path.contains('\0') {
+                return bad(format!("path {rel_path:?} contains a NUL byte"));
+            }
         }
     }
     Ok(())

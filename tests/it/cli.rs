@@ -232,7 +232,7 @@ fn json_log_format_writes_one_object_per_line_with_rejection_fields() {
     assert_eq!(rejected[0]["path"], "TESTING/LEAK/zz.wav");
     let reason = rejected[0]["reason"].as_str().unwrap();
     assert!(
-        reason.contains("RIFF") && !reason.contains("zz.wav"),
+        reason.contains("expected WAV") && !reason.contains("zz.wav"),
         "{reason}"
     );
     assert!(!rejected[0]["message"].as_str().unwrap().contains("zz.wav"));
