@@ -264,7 +264,10 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
         Command::Merge { out, copy, json } => merge(&out, copy, json)?,
         Command::Ctl(args) => crate::app::control::client::main(&args)?,
         Command::Features(args) => features::run(&args)?,
-        Command::Decode(args) => outln!("{}", serde_json::to_string(&crate::app::decode::run(&args)?)?)?,
+        Command::Decode(args) => outln!(
+            "{}",
+            serde_json::to_string(&crate::app::decode::run(&args)?)?
+        )?,
         Command::Inspect {
             file,
             row,
@@ -366,7 +369,9 @@ fn bench(what: BenchCommand) -> anyhow::Result<()> {
         },
         BenchCommand::Mel(args) => print_report(&crate::app::bench_mel::run(&args)?, args.json),
         BenchCommand::Write(args) => print_report(&crate::app::bench_write::run(&args)?, args.json),
-        BenchCommand::Decode(args) => print_report(&crate::app::bench_decode::run(&args)?, args.json),
+        BenchCommand::Decode(args) => {
+            print_report(&crate::app::bench_decode::run(&args)?, args.json)
+        }
     }
 }
 

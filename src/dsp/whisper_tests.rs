@@ -110,7 +110,10 @@ fn silence_is_the_floor_everywhere() {
 fn the_slaney_scale_round_trips_on_both_sides_of_one_khz() {
     for hz in [0.0, 200.0, 999.0, 1000.0, 1500.0, 4000.0, 8000.0] {
         let back = mel_to_hz(hz_to_mel(hz));
-        assert!((back - hz).abs() < 1e-9 * hz.max(1.0), "{hz} Hz came back as {back}");
+        assert!(
+            (back - hz).abs() < 1e-9 * hz.max(1.0),
+            "{hz} Hz came back as {back}"
+        );
     }
     // Every one of the 80 filters has weight below Nyquist.
     for (m, f) in slaney_filters(80).iter().enumerate() {

@@ -124,7 +124,10 @@ mod tests {
         };
         assert!(!h.feeds());
         assert_eq!(h.degraded().unwrap().error, "disk full");
-        assert_eq!(h.take_compute_failure().map(|c| c.to_string()).as_deref(), Some("no CUDA device"));
+        assert_eq!(
+            h.take_compute_failure().map(|c| c.to_string()).as_deref(),
+            Some("no CUDA device")
+        );
         assert!(matches!(h, Health::Degraded(_)));
         assert!(h.take_compute_failure().is_none());
 
@@ -133,7 +136,10 @@ mod tests {
             degraded: None,
         };
         assert!(h.degraded().is_none());
-        assert_eq!(h.take_compute_failure().map(|c| c.to_string()).as_deref(), Some("no CUDA device"));
+        assert_eq!(
+            h.take_compute_failure().map(|c| c.to_string()).as_deref(),
+            Some("no CUDA device")
+        );
         assert!(h.feeds());
     }
 }
