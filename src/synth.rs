@@ -69,15 +69,20 @@ impl Encoding {
 }
 
 /// SplitMix64: tiny, fast, and fully specified, so corpora are reproducible.
-struct Rng(u64);
+/// `melforge synth --kind speech` (`app::synth_speech`) draws from it too.
+pub(crate) struct Rng(u64);
 
 impl Rng {
+    /// A generator whose state is `state` as given (no step taken).
+    pub(crate) fn from_state(state: u64) -> Rng {
+        Rng(state)
+    }
     fn new(seed: u64, index: u64) -> Rng {
         let mut r = Rng(seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F));
         r.next();
         r
     }
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -85,14 +90,14 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
     /// Uniform in [-1, 1).
-    fn noise(&mut self) -> f64 {
+    pub(crate) fn noise(&mut self) -> f64 {
         self.unit() * 2.0 - 1.0
     }
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+    pub(crate) fn range(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.unit()
     }
 }

@@ -17,35 +17,19 @@
 use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
+use crate::synth::Rng;
+
 /// Default rate of the speech corpus.
 pub const SPEECH_RATE: u32 = 16_000;
 /// Shortest and longest utterance, seconds.
 pub const SECONDS: (f64, f64) = (2.0, 20.0);
 const SPEAKERS: usize = 10;
 
-/// SplitMix64 (as `synth`'s).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, index: u64) -> Rng {
-        Rng(seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EEC_4000)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-    fn noise(&mut self) -> f64 {
-        self.unit() * 2.0 - 1.0
-    }
+/// The speech corpus's generator for file `index`: `synth`'s SplitMix64,
+/// seeded apart from the machine sounds' (the salt) so the two never share
+/// a stream.
+fn rng(seed: u64, index: u64) -> Rng {
+    Rng::from_state(seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EEC_4000)
 }
 
 /// Two-pole resonator, unity-ish gain, whose centre can move.
@@ -91,7 +75,7 @@ pub fn utterance_name(index: u64) -> (String, usize) {
 
 /// The int16 samples of utterance `index` by `speaker` at `rate` Hz.
 pub fn utterance(seed: u64, index: u64, speaker: usize, rate: u32) -> Vec<i16> {
-    let mut rng = Rng::new(seed, index);
+    let mut rng = rng(seed, index);
     let sr = f64::from(rate);
     let n = (rng.range(SECONDS.0, SECONDS.1) * sr) as usize;
     let base_f0 = 95.0 + 13.0 * speaker as f64;

@@ -227,54 +227,59 @@ impl ClipDecoder {
     fn flac(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
         let head = flac::stream_info(bytes)?;
         check_channels(head.channels, self.policy)?;
-        if head.sample_rate != self.rate && self.policy.resample == Resample::Off {
-            return Err(Error::SampleRate {
-                found: head.sample_rate,
-                expected: self.rate,
-            });
-        }
+        self.check_rate(head.sample_rate)?;
         let need = self.needed(out.want(), head.sample_rate);
         let info = flac::decode(bytes, self.policy.channels, need, &mut self.native)?;
-        let mut decoded = Decoded {
-            container: Container::Flac,
-            sample_rate: info.sample_rate,
-            channels: info.channels,
-            resampled: false,
-        };
-        if info.sample_rate == self.rate {
-            out.fill(&self.native);
-        } else {
-            self.convert(info.sample_rate, out)?;
-            decoded.resampled = true;
-        }
-        Ok(decoded)
+        self.deliver(Container::Flac, info.sample_rate, info.channels, out)
     }
 
     fn compressed(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
         let stream = compressed::open(bytes)?;
         let head = stream.head();
         check_channels(head.channels, self.policy)?;
-        if head.sample_rate != self.rate && self.policy.resample == Resample::Off {
+        self.check_rate(head.sample_rate)?;
+        let need = self.needed(out.want(), head.sample_rate);
+        stream.decode(self.policy.channels, need, &mut self.native)?;
+        self.deliver(
+            Container::Compressed(head.codec),
+            head.sample_rate,
+            head.channels,
+            out,
+        )
+    }
+
+    /// A rate other than the target is an error unless `[input]` resamples.
+    fn check_rate(&self, found: u32) -> Result<(), Error> {
+        if found != self.rate && self.policy.resample == Resample::Off {
             return Err(Error::SampleRate {
-                found: head.sample_rate,
+                found,
                 expected: self.rate,
             });
         }
-        let need = self.needed(out.want(), head.sample_rate);
-        stream.decode(self.policy.channels, need, &mut self.native)?;
-        let mut decoded = Decoded {
-            container: Container::Compressed(head.codec),
-            sample_rate: head.sample_rate,
-            channels: head.channels,
-            resampled: false,
-        };
-        if head.sample_rate == self.rate {
-            out.fill(&self.native);
+        Ok(())
+    }
+
+    /// Puts `self.native` (decoded at `rate` Hz) into `out`, resampled to
+    /// the target rate when it differs.
+    fn deliver(
+        &mut self,
+        container: Container,
+        rate: u32,
+        channels: u16,
+        out: Out<'_>,
+    ) -> Result<Decoded, Error> {
+        let resampled = rate != self.rate;
+        if resampled {
+            self.convert(rate, out)?;
         } else {
-            self.convert(head.sample_rate, out)?;
-            decoded.resampled = true;
+            out.fill(&self.native);
         }
-        Ok(decoded)
+        Ok(Decoded {
+            container,
+            sample_rate: rate,
+            channels,
+            resampled,
+        })
     }
 
     /// Resamples `self.native` (at `from` Hz) and fits it into `out`.
