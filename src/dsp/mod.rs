@@ -19,6 +19,8 @@
 //!   numbers), variable length: [`kaldi::KaldiPlan`].
 //! * [`whisper`]: transformers' `WhisperFeatureExtractor`, stored without its
 //!   padding to 30 s: [`whisper::WhisperPlan`].
+//! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16 or 8 frames at
+//!   once in float32 SIMD lanes, the recipe's CPU path.
 //! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
 //! The librosa path computes everything in the precision librosa uses (float64 window
@@ -29,12 +31,14 @@ pub mod f16;
 pub mod filterbank;
 pub mod kaldi;
 mod lanes;
+mod lanes32;
 mod layout;
 pub mod params;
 pub mod plan;
 pub mod spec;
 mod spectrum;
 pub mod whisper;
+mod whisper_batch;
 pub mod window;
 
 #[cfg(test)]

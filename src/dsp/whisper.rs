@@ -20,15 +20,24 @@
 //! can also derive it from the stored row as max(−1.5, row max − 2), which
 //! agrees to within one float32 rounding (not always bit for bit).
 //!
-//! Precision: the extractor's (float64 window and FFT, rounded to complex64,
-//! float64 power, mel and log10, float32 after), so the stored values are within
-//! a few float32 ulps of the extractor's.
+//! Precision: [`WhisperPlan::compute`] (what the recipe stores) runs in
+//! float32, 16 or 8 frames at a time in SIMD lanes (`whisper_batch`): float32
+//! window, FFT, power, mel and log10. The extractor's references compute in
+//! float32 too (openai-whisper's torch path) or in float64 rounded to float32
+//! (the numpy path); the float32 result is within docs/FORMAT.md's 1e-4 of the
+//! latter on the extractor's scale. [`WhisperPlan::compute_f64`] keeps the
+//! numpy path's precision (float64 window and FFT, rounded to complex64,
+//! float64 power, mel and log10, float32 after), within a few float32 ulps of
+//! the extractor's: the reference the float32 path is tested against, and what
+//! the CUDA kernels' host double compares with.
 
 use std::sync::Arc;
 
 use realfft::{RealFftPlanner, RealToComplex, num_complex::Complex};
 
+use super::batch_fft::Level;
 use super::filterbank::linspace;
+use super::whisper_batch::{BatchBuffers, WhisperBatch};
 
 /// Whisper's sample rate (Hz); other rates are resampled to it first.
 pub const SAMPLE_RATE: u32 = 16_000;
@@ -76,6 +85,7 @@ pub struct WhisperPlan {
     window: Vec<f64>,
     filters: Vec<Filter>,
     fft: Arc<dyn RealToComplex<f64>>,
+    batch: WhisperBatch,
 }
 
 impl std::fmt::Debug for WhisperPlan {
@@ -92,23 +102,44 @@ pub struct WhisperScratch {
     spectrum: Vec<Complex<f64>>,
     fft_scratch: Vec<Complex<f64>>,
     power: Vec<f64>,
+    /// The extractor's padded signal over the covering frames (float32 path).
+    padded: Vec<f32>,
+    batch: BatchBuffers,
 }
 
 impl WhisperPlan {
     pub fn new(n_mels: usize) -> Result<WhisperPlan, WhisperError> {
+        WhisperPlan::with_level(n_mels, Level::detect())
+    }
+
+    /// [`new`](Self::new) with the float32 path built for `level` (which this
+    /// CPU must have: [`Level::available`]); every level gives the same bits.
+    pub fn with_level(n_mels: usize, level: Level) -> Result<WhisperPlan, WhisperError> {
         if n_mels != 80 && n_mels != 128 {
             return Err(WhisperError { n_mels });
         }
         // window_function(400, "hann"): np.hanning(401)[:-1].
-        let window = (0..N_FFT)
+        let window: Vec<f64> = (0..N_FFT)
             .map(|i| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / N_FFT as f64).cos())
             .collect();
+        let filters = slaney_filters(n_mels);
+        let batch = WhisperBatch::new(
+            &window,
+            filters.iter().map(|f| (f.first, f.weights.as_slice())),
+            level,
+        );
         Ok(WhisperPlan {
             n_mels,
             window,
-            filters: slaney_filters(n_mels),
+            filters,
             fft: RealFftPlanner::<f64>::new().plan_fft_forward(N_FFT),
+            batch,
         })
+    }
+
+    /// The build the float32 path runs.
+    pub fn level(&self) -> Level {
+        self.batch.level()
     }
 
     pub fn n_mels(&self) -> usize {
@@ -134,13 +165,41 @@ impl WhisperPlan {
             spectrum: self.fft.make_output_vec(),
             fft_scratch: self.fft.make_scratch_vec(),
             power: vec![0.0; N_FFT / 2 + 1],
+            padded: Vec::new(),
+            batch: self.batch.buffers(),
         }
     }
 
     /// Replaces `out` with the covering frames of the extractor's features,
     /// (frames, n_mels) row-major float32 (the extractor's output transposed
-    /// and cut); `samples` are mono at 16 kHz.
+    /// and cut); `samples` are mono at 16 kHz. Float32 SIMD (see the module
+    /// doc): within 1e-4 of [`compute_f64`](Self::compute_f64).
     pub fn compute(
+        &self,
+        samples: &[f32],
+        scratch: &mut WhisperScratch,
+        out: &mut Vec<f32>,
+    ) -> WhisperRow {
+        let n = samples.len().min(N_SAMPLES);
+        let audio = &samples[..n];
+        let frames = self.num_frames_covering(n);
+        out.clear();
+        out.resize(frames * self.n_mels, 0.0);
+        if frames > 0 {
+            let lanes = self.batch.lanes();
+            let exact = HOP_LENGTH * (frames - 1) + N_FFT;
+            let total = HOP_LENGTH * (frames.div_ceil(lanes) * lanes - 1) + N_FFT;
+            fill_padded(audio, exact, total, &mut scratch.padded);
+            self.batch
+                .log_mel(&scratch.padded, frames, &mut scratch.batch, out);
+        }
+        finish(out, frames)
+    }
+
+    /// [`compute`](Self::compute) in the extractor's numpy precision, frame by
+    /// frame (float64 FFT rounded to complex64, float64 power, mel and log10):
+    /// within a few float32 ulps of the extractor.
+    pub fn compute_f64(
         &self,
         samples: &[f32],
         scratch: &mut WhisperScratch,
@@ -154,17 +213,7 @@ impl WhisperPlan {
         for (t, row) in out.chunks_exact_mut(self.n_mels).enumerate() {
             self.log_mel_frame(audio, t, scratch, row);
         }
-        let mut max = out.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if frames < N_FRAMES {
-            max = max.max(floor_log());
-        }
-        // numpy: float32 array max, minus the Python float 8.0, stays float32.
-        let clamp = max - 8.0;
-        out.iter_mut().for_each(|x| *x = (x.max(clamp) + 4.0) / 4.0);
-        WhisperRow {
-            frames,
-            pad_value: (floor_log().max(clamp) + 4.0) / 4.0,
-        }
+        finish(out, frames)
     }
 
     /// log10(max(1e-10, mel)) of frame `t`, cast to float32, into `row`.
@@ -180,6 +229,7 @@ impl WhisperPlan {
             spectrum,
             fft_scratch,
             power,
+            ..
         } = scratch;
         let start = t * HOP_LENGTH;
         for (k, (x, w)) in frame.iter_mut().zip(&self.window).enumerate() {
@@ -217,6 +267,53 @@ impl WhisperPlan {
     /// log10(1e-10) as float32: every bin of an all-zero frame.
     pub fn floor_log(&self) -> f32 {
         floor_log()
+    }
+}
+
+/// The extractor's clamp and scaling of `out` (the `frames` covering frames'
+/// log-mel), in its float32 operations; M is the maximum over all 3000 frames,
+/// the uncovered ones being all −10.
+fn finish(out: &mut [f32], frames: usize) -> WhisperRow {
+    let mut max = max_of(out);
+    if frames < N_FRAMES {
+        max = max.max(floor_log());
+    }
+    // numpy: float32 array max, minus the Python float 8.0, stays float32.
+    let clamp = max - 8.0;
+    out.iter_mut().for_each(|x| *x = (x.max(clamp) + 4.0) / 4.0);
+    WhisperRow {
+        frames,
+        pad_value: (floor_log().max(clamp) + 4.0) / 4.0,
+    }
+}
+
+/// The largest value of `x` (−∞ when empty), in 16 independent running
+/// maxima that the compiler vectorizes (the maximum does not depend on order).
+fn max_of(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = a.max(v);
+        }
+    }
+    let rest = chunks.remainder().iter().copied();
+    acc.into_iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// `buf` := samples `0 .. total` of the extractor's padded signal
+/// ([`padded_sample`]) where `p < exact`, zeros after (lanes past the last
+/// frame read them and are dropped).
+fn fill_padded(audio: &[f32], exact: usize, total: usize, buf: &mut Vec<f32>) {
+    const PAD: usize = N_FFT / 2;
+    buf.clear();
+    buf.resize(total, 0.0);
+    let mid = PAD.min(exact)..(PAD + audio.len()).min(exact);
+    buf[mid.clone()].copy_from_slice(&audio[..mid.len()]);
+    for p in (0..mid.start).chain(mid.end..exact) {
+        buf[p] = padded_sample(audio, p);
     }
 }
 

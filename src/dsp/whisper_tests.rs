@@ -1,6 +1,7 @@
 //! Properties of the Whisper recipe: the covering-frame rule, and that the
 //! computed frames plus the pad constant equal the full 3000-frame computation
-//! the extractor does (same operations, every frame), bit for bit.
+//! the extractor does (same operations, every frame), bit for bit, in both
+//! precisions (the float32 path's own tests are in `whisper_batch_tests.rs`).
 
 use super::*;
 
@@ -14,13 +15,25 @@ fn speechy(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// All 3000 frames, as the extractor does them (no covering shortcut).
-fn full(plan: &WhisperPlan, x: &[f32]) -> Vec<f32> {
+/// All 3000 frames, as the extractor does them (no covering shortcut), in
+/// the float64 path's precision (`f64`) or the float32 path's.
+fn full(plan: &WhisperPlan, x: &[f32], f64: bool) -> Vec<f32> {
     let audio = &x[..x.len().min(N_SAMPLES)];
     let mut scratch = plan.scratch();
     let mut out = vec![0.0; N_FRAMES * plan.n_mels()];
-    for (t, row) in out.chunks_exact_mut(plan.n_mels()).enumerate() {
-        plan.log_mel_frame(audio, t, &mut scratch, row);
+    if f64 {
+        for (t, row) in out.chunks_exact_mut(plan.n_mels()).enumerate() {
+            plan.log_mel_frame(audio, t, &mut scratch, row);
+        }
+    } else {
+        let lanes = plan.batch.lanes();
+        let exact = HOP_LENGTH * (N_FRAMES - 1) + N_FFT;
+        let total = HOP_LENGTH * (N_FRAMES.div_ceil(lanes) * lanes - 1) + N_FFT;
+        let mut padded = Vec::new();
+        fill_padded(audio, exact, total, &mut padded);
+        let mut buffers = plan.batch.buffers();
+        plan.batch
+            .log_mel(&padded, N_FRAMES, &mut buffers, &mut out);
     }
     let max = out.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     out.iter_mut()
@@ -57,24 +70,31 @@ fn covering_frames() {
 #[test]
 fn stored_frames_and_pad_equal_the_full_computation() {
     let p = WhisperPlan::new(80).unwrap();
-    for n in [0, 1, 100, 399, 4321, 16000, 479_900, 500_000] {
-        let x = speechy(n);
-        let mut out = Vec::new();
-        let row = p.compute(&x, &mut p.scratch(), &mut out);
-        let want = full(&p, &x);
-        assert_eq!(row.frames, p.num_frames_covering(n));
-        assert_eq!(out[..], want[..out.len()], "n = {n}");
-        assert!(
-            want[out.len()..].iter().all(|&v| v == row.pad_value),
-            "n = {n}"
-        );
-        let row_max = out.iter().copied().fold(-1.5f32, f32::max);
-        let derived = (-1.5f32).max(row_max - 2.0);
-        assert!(
-            (derived - row.pad_value).abs() <= 2.5e-7,
-            "{derived} vs {}",
-            row.pad_value
-        );
+    for f64 in [true, false] {
+        for n in [0, 1, 100, 399, 4321, 16000, 479_900, 500_000] {
+            let x = speechy(n);
+            let mut out = Vec::new();
+            let row = if f64 {
+                p.compute_f64(&x, &mut p.scratch(), &mut out)
+            } else {
+                p.compute(&x, &mut p.scratch(), &mut out)
+            };
+            let want = full(&p, &x, f64);
+            let what = format!("n = {n}, f64 = {f64}");
+            assert_eq!(row.frames, p.num_frames_covering(n));
+            assert_eq!(out[..], want[..out.len()], "{what}");
+            assert!(
+                want[out.len()..].iter().all(|&v| v == row.pad_value),
+                "{what}"
+            );
+            let row_max = out.iter().copied().fold(-1.5f32, f32::max);
+            let derived = (-1.5f32).max(row_max - 2.0);
+            assert!(
+                (derived - row.pad_value).abs() <= 2.5e-7,
+                "{what}: {derived} vs {}",
+                row.pad_value
+            );
+        }
     }
 }
 

@@ -1,0 +1,153 @@
+//! [`Lanes32`]: `L` f32 lanes as one value, for the float32 batched transforms
+//! (`whisper_batch`): an `__m512` (AVX-512F, 16 lanes), an `__m256` (AVX2, 8
+//! lanes) or a plain `[f32; 8]` (portable). The float32 sibling of `lanes`,
+//! with the same rule: only lane-wise, correctly rounded IEEE operations (no
+//! FMA, no approximations), so every implementation gives each lane the bits
+//! of the same scalar expression and results do not depend on the build.
+//!
+//! Buffers are flat `f32` slices holding `L` lanes per index; loads and stores
+//! take raw pointers that the caller has bounds-checked.
+
+/// `L` f32 lanes. Implementations only do lane-wise, correctly rounded IEEE
+/// operations, so results do not depend on the implementation.
+pub(crate) trait Lanes32: Copy {
+    /// Lanes per value.
+    const L: usize;
+    fn splat(x: f32) -> Self;
+    /// # Safety
+    /// `p .. p + L` must be readable f32s.
+    unsafe fn load(p: *const f32) -> Self;
+    /// # Safety
+    /// `p .. p + L` must be writable f32s.
+    unsafe fn store(self, p: *mut f32);
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+}
+
+/// Eight lanes in a plain array: what any target compiles (the compiler may or
+/// may not use SIMD for it).
+#[derive(Clone, Copy)]
+pub(crate) struct Portable32([f32; 8]);
+
+impl Lanes32 for Portable32 {
+    const L: usize = 8;
+    #[inline(always)]
+    fn splat(x: f32) -> Self {
+        Portable32([x; 8])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees 8 readable f32s at `p`; unaligned read.
+        Portable32(unsafe { p.cast::<[f32; 8]>().read_unaligned() })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller guarantees 8 writable f32s at `p`; unaligned write.
+        unsafe { p.cast::<[f32; 8]>().write_unaligned(self.0) }
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        Portable32(std::array::from_fn(|l| self.0[l] + o.0[l]))
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        Portable32(std::array::from_fn(|l| self.0[l] - o.0[l]))
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        Portable32(std::array::from_fn(|l| self.0[l] * o.0[l]))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{Avx2x8, Avx512x16};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::Lanes32;
+
+    /// Eight f32 lanes in an AVX register. Only construct inside code compiled
+    /// with AVX2 enabled, on a CPU that has it.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx2x8(__m256);
+
+    /// Sixteen f32 lanes in an AVX-512 register. Only construct inside code
+    /// compiled with AVX-512F enabled, on a CPU that has it.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx512x16(__m512);
+
+    // SAFETY (every `unsafe` block below): these values are only created and
+    // used inside `#[target_feature]` functions of the matching feature, which
+    // their callers enter only after the runtime check (`Level::available`);
+    // pointer preconditions are the trait methods' own.
+    impl Lanes32 for Avx2x8 {
+        const L: usize = 8;
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2x8(unsafe { _mm256_set1_ps(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: 8 readable f32s at `p` (caller); unaligned load.
+            Avx2x8(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: 8 writable f32s at `p` (caller); unaligned store.
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2x8(unsafe { _mm256_add_ps(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2x8(unsafe { _mm256_sub_ps(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2x8(unsafe { _mm256_mul_ps(self.0, o.0) })
+        }
+    }
+
+    impl Lanes32 for Avx512x16 {
+        const L: usize = 16;
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512x16(unsafe { _mm512_set1_ps(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: 16 readable f32s at `p` (caller); unaligned load.
+            Avx512x16(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: 16 writable f32s at `p` (caller); unaligned store.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512x16(unsafe { _mm512_add_ps(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512x16(unsafe { _mm512_sub_ps(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512x16(unsafe { _mm512_mul_ps(self.0, o.0) })
+        }
+    }
+}
