@@ -23,6 +23,11 @@ pub(crate) trait Lanes32: Copy {
     fn add(self, o: Self) -> Self;
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
+    /// Lane `l` = `*p.add(l · stride)`.
+    ///
+    /// # Safety
+    /// `p + l · stride` readable for every `l < L`; `(L − 1) · stride < 2³¹`.
+    unsafe fn gather(p: *const f32, stride: usize) -> Self;
 }
 
 /// Eight lanes in a plain array: what any target compiles (the compiler may or
@@ -57,6 +62,11 @@ impl Lanes32 for Portable32 {
     #[inline(always)]
     fn mul(self, o: Self) -> Self {
         Portable32(std::array::from_fn(|l| self.0[l] * o.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn gather(p: *const f32, stride: usize) -> Self {
+        // SAFETY: the caller guarantees every `p + l · stride` readable.
+        Portable32(std::array::from_fn(|l| unsafe { *p.add(l * stride) }))
     }
 }
 
@@ -115,6 +125,19 @@ mod x86 {
             // SAFETY: see the comment above the impl (AVX2 enabled).
             Avx2x8(unsafe { _mm256_mul_ps(self.0, o.0) })
         }
+        #[inline(always)]
+        unsafe fn gather(p: *const f32, stride: usize) -> Self {
+            let s = stride as i32;
+            // SAFETY: AVX2 enabled; every `p + l · stride` readable and the
+            // offsets fit i32 (caller).
+            unsafe {
+                let idx = _mm256_mullo_epi32(
+                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                    _mm256_set1_epi32(s),
+                );
+                Avx2x8(_mm256_i32gather_ps::<4>(p, idx))
+            }
+        }
     }
 
     impl Lanes32 for Avx512x16 {
@@ -148,6 +171,17 @@ mod x86 {
         fn mul(self, o: Self) -> Self {
             // SAFETY: see the comment above the impl (AVX-512F enabled).
             Avx512x16(unsafe { _mm512_mul_ps(self.0, o.0) })
+        }
+        #[inline(always)]
+        unsafe fn gather(p: *const f32, stride: usize) -> Self {
+            let s = stride as i32;
+            // SAFETY: AVX-512F enabled; every `p + l · stride` readable and the
+            // offsets fit i32 (caller).
+            unsafe {
+                let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                let idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(s));
+                Avx512x16(_mm512_i32gather_ps::<4>(idx, p.cast()))
+            }
         }
     }
 }

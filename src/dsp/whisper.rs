@@ -102,8 +102,6 @@ pub struct WhisperScratch {
     spectrum: Vec<Complex<f64>>,
     fft_scratch: Vec<Complex<f64>>,
     power: Vec<f64>,
-    /// The extractor's padded signal over the covering frames (float32 path).
-    padded: Vec<f32>,
     batch: BatchBuffers,
 }
 
@@ -165,7 +163,6 @@ impl WhisperPlan {
             spectrum: self.fft.make_output_vec(),
             fft_scratch: self.fft.make_scratch_vec(),
             power: vec![0.0; N_FFT / 2 + 1],
-            padded: Vec::new(),
             batch: self.batch.buffers(),
         }
     }
@@ -184,15 +181,9 @@ impl WhisperPlan {
         let audio = &samples[..n];
         let frames = self.num_frames_covering(n);
         out.clear();
-        out.resize(frames * self.n_mels, 0.0);
-        if frames > 0 {
-            let lanes = self.batch.lanes();
-            let exact = HOP_LENGTH * (frames - 1) + N_FFT;
-            let total = HOP_LENGTH * (frames.div_ceil(lanes) * lanes - 1) + N_FFT;
-            fill_padded(audio, exact, total, &mut scratch.padded);
-            self.batch
-                .log_mel(&scratch.padded, frames, &mut scratch.batch, out);
-        }
+        let edge = |p: usize| padded_sample(audio, p);
+        self.batch
+            .log_mel(audio, frames, &edge, &mut scratch.batch, out);
         finish(out, frames)
     }
 
@@ -301,20 +292,6 @@ fn max_of(x: &[f32]) -> f32 {
     acc.into_iter()
         .chain(rest)
         .fold(f32::NEG_INFINITY, f32::max)
-}
-
-/// `buf` := samples `0 .. total` of the extractor's padded signal
-/// ([`padded_sample`]) where `p < exact`, zeros after (lanes past the last
-/// frame read them and are dropped).
-fn fill_padded(audio: &[f32], exact: usize, total: usize, buf: &mut Vec<f32>) {
-    const PAD: usize = N_FFT / 2;
-    buf.clear();
-    buf.resize(total, 0.0);
-    let mid = PAD.min(exact)..(PAD + audio.len()).min(exact);
-    buf[mid.clone()].copy_from_slice(&audio[..mid.len()]);
-    for p in (0..mid.start).chain(mid.end..exact) {
-        buf[p] = padded_sample(audio, p);
-    }
 }
 
 /// Sample `p` of the extractor's reflect-padded 30 s signal (audio, then zeros

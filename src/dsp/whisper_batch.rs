@@ -34,6 +34,8 @@ use super::lanes32::{Lanes32, Portable32};
 
 /// Widest lane count any level uses (AVX-512: 16 f32).
 pub(crate) const MAX_LANES: usize = 16;
+/// The most mel bands (Whisper's 128).
+const MAX_MELS: usize = 128;
 /// Samples per frame.
 const N_FFT: usize = 400;
 /// Samples between frames.
@@ -81,6 +83,8 @@ pub(crate) struct BatchBuffers {
     im: [Vec<f32>; 2],
     power: Vec<f32>,
     mel: Vec<f32>,
+    /// The padded signal of a batch that reaches past the audio.
+    edge: Vec<f32>,
 }
 
 impl WhisperBatch {
@@ -106,6 +110,8 @@ impl WhisperBatch {
             .map(|(first, w)| (first, w.iter().map(|&w| (w * 0.25) as f32).collect()))
             .collect::<Vec<(usize, Vec<f32>)>>();
         assert!(filters.iter().all(|(f, w)| f + w.len() <= BINS));
+        // The output gathers whole vectors of mels.
+        assert!(filters.len() <= MAX_MELS && filters.len().is_multiple_of(MAX_LANES));
         WhisperBatch {
             level,
             window: window.iter().map(|&w| w as f32).collect(),
@@ -113,27 +119,6 @@ impl WhisperBatch {
             split: (1..M / 2).map(|k| twiddle(k, N_FFT)).collect(),
             filters,
         }
-    }
-
-    /// Frames per batch at this plan's level.
-    pub fn lanes(&self) -> usize {
-        match self.level {
-            Level::Portable => Portable32::L,
-            Level::Avx2 | Level::Avx512 => self.level_lanes(),
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn level_lanes(&self) -> usize {
-        match self.level {
-            Level::Avx512 => Avx512x16::L,
-            _ => Avx2x8::L,
-        }
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn level_lanes(&self) -> usize {
-        unreachable!("only x86_64 has the AVX levels")
     }
 
     pub fn level(&self) -> Level {
@@ -147,26 +132,34 @@ impl WhisperBatch {
             im: [v(M), v(M)],
             power: v(BINS),
             mel: v(self.filters.len()),
+            edge: vec![0.0; HOP * (MAX_LANES - 1) + N_FFT],
         }
     }
 
-    /// `log10(max(1e-10, mel))` of frames `0 .. frames` into `out`
-    /// (`frames × n_mels`, frame-major), frame `t` being
-    /// `padded[160 t .. 160 t + 400]` windowed. `padded` must hold
-    /// `160 (⌈frames / L⌉·L − 1) + 400` samples ([`lanes`](Self::lanes) = `L`):
-    /// the last batch's unused lanes read past the frames and are dropped.
-    pub fn log_mel(&self, padded: &[f32], frames: usize, b: &mut BatchBuffers, out: &mut [f32]) {
-        let (n_mels, l) = (self.filters.len(), self.lanes());
-        assert_eq!(out.len(), frames * n_mels);
-        assert!(frames == 0 || padded.len() >= HOP * (frames.div_ceil(l) * l - 1) + N_FFT);
+    /// Appends `log10(max(1e-10, mel))` of frames `0 .. frames` to `out`
+    /// (`frames × n_mels`, frame-major). Frame `t` is samples
+    /// `160 t .. 160 t + 400` of the padded signal, whose sample `p` is
+    /// `audio[p − 200]` for `200 ≤ p < 200 + audio.len()` and `edge(p)`
+    /// elsewhere (the extractor's reflection and zeros). Batches whose frames
+    /// all lie inside `audio` read it in place; the others are copied through
+    /// `edge` (lanes past the last frame are computed and dropped).
+    pub fn log_mel(
+        &self,
+        audio: &[f32],
+        frames: usize,
+        edge: &dyn Fn(usize) -> f32,
+        b: &mut BatchBuffers,
+        out: &mut Vec<f32>,
+    ) {
+        out.reserve(frames * self.filters.len());
         match self.level {
-            Level::Portable => self.run::<Portable32>(padded, frames, b, out),
+            Level::Portable => self.run::<Portable32>(audio, frames, edge, b, out),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `new` checked `level.available()`: the CPU has AVX-512F.
-            Level::Avx512 => unsafe { self.run_avx512(padded, frames, b, out) },
+            Level::Avx512 => unsafe { self.run_avx512(audio, frames, edge, b, out) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `new` checked `level.available()`: the CPU has AVX2.
-            Level::Avx2 => unsafe { self.run_avx2(padded, frames, b, out) },
+            Level::Avx2 => unsafe { self.run_avx2(audio, frames, edge, b, out) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only x86_64 has the AVX levels"),
         }
@@ -178,12 +171,13 @@ impl WhisperBatch {
     #[target_feature(enable = "avx512f,avx2")]
     unsafe fn run_avx512(
         &self,
-        padded: &[f32],
+        audio: &[f32],
         frames: usize,
+        edge: &dyn Fn(usize) -> f32,
         b: &mut BatchBuffers,
-        out: &mut [f32],
+        out: &mut Vec<f32>,
     ) {
-        self.run::<Avx512x16>(padded, frames, b, out);
+        self.run::<Avx512x16>(audio, frames, edge, b, out);
     }
 
     /// # Safety
@@ -192,55 +186,78 @@ impl WhisperBatch {
     #[target_feature(enable = "avx2")]
     unsafe fn run_avx2(
         &self,
-        padded: &[f32],
+        audio: &[f32],
         frames: usize,
+        edge: &dyn Fn(usize) -> f32,
         b: &mut BatchBuffers,
-        out: &mut [f32],
+        out: &mut Vec<f32>,
     ) {
-        self.run::<Avx2x8>(padded, frames, b, out);
+        self.run::<Avx2x8>(audio, frames, edge, b, out);
     }
 
-    /// Every batch of `V::L` frames (lengths checked by `log_mel`).
+    /// Every batch of `V::L` frames.
     #[inline(always)]
     fn run<V: Lanes32>(
         &self,
-        padded: &[f32],
+        audio: &[f32],
         frames: usize,
+        edge: &dyn Fn(usize) -> f32,
         b: &mut BatchBuffers,
-        out: &mut [f32],
+        out: &mut Vec<f32>,
     ) {
+        const PAD: usize = N_FFT / 2;
         let (l, n_mels) = (V::L, self.filters.len());
+        let span = HOP * (l - 1) + N_FFT;
         for t0 in (0..frames).step_by(l) {
-            self.pack::<V>(&padded[t0 * HOP..], b);
+            let start = HOP * t0;
+            let src = if start >= PAD && start + span <= PAD + audio.len() {
+                &audio[start - PAD..start - PAD + span]
+            } else {
+                for (i, v) in b.edge[..span].iter_mut().enumerate() {
+                    let p = start + i;
+                    *v = match p.checked_sub(PAD) {
+                        Some(j) if j < audio.len() => audio[j],
+                        _ => edge(p),
+                    };
+                }
+                &b.edge[..span]
+            };
+            self.pack::<V>(src, &mut b.re[0], &mut b.im[0]);
             let done = self.fft::<V>(b);
             let [re, im] = [&b.re[done][..M * l], &b.im[done][..M * l]];
             self.power::<V>(re, im, &mut b.power[..BINS * l]);
-            self.mel::<V>(&b.power[..BINS * l], &mut b.mel[..n_mels * l]);
-            b.mel[..n_mels * l]
-                .iter_mut()
-                .for_each(|v| *v = log10_floored(*v));
-            let valid = (frames - t0).min(l);
-            let rows = out[t0 * n_mels..(t0 + valid) * n_mels].chunks_exact_mut(n_mels);
-            for (lane, row) in rows.enumerate() {
-                for (f, r) in row.iter_mut().enumerate() {
-                    *r = b.mel[f * l + lane];
+            let mel = &mut b.mel[..n_mels * l];
+            self.mel::<V>(&b.power[..BINS * l], mel);
+            mel.iter_mut().for_each(|v| *v = log10_floored(*v));
+            let mut row = [0f32; MAX_MELS];
+            for lane in 0..(frames - t0).min(l) {
+                for f0 in (0..n_mels).step_by(l) {
+                    // SAFETY: lane + (f0 + j)·L < n_mels·L for j < L
+                    // (L | n_mels, checked in `new`); row holds n_mels ≥ f0 + L.
+                    unsafe {
+                        V::gather(mel.as_ptr().add(f0 * l + lane), l)
+                            .store(row.as_mut_ptr().add(f0))
+                    };
                 }
+                out.extend_from_slice(&row[..n_mels]);
             }
         }
     }
 
-    /// Frames `0 .. L` of `padded` (frame `l` at `160 l`), windowed, into
-    /// `re[0]`/`im[0]` as `z[j]`, lane-wise.
+    /// Frames `0 .. L` of `src` (frame `l` at `160 l`, `src` holding
+    /// `160 (L − 1) + 400` samples), windowed, into `re`/`im` as `z[j]`.
     #[inline(always)]
-    fn pack<V: Lanes32>(&self, padded: &[f32], b: &mut BatchBuffers) {
+    fn pack<V: Lanes32>(&self, src: &[f32], re: &mut [f32], im: &mut [f32]) {
         let l = V::L;
-        let (re, im) = (&mut b.re[0][..M * l], &mut b.im[0][..M * l]);
-        for lane in 0..l {
-            let x = &padded[lane * HOP..lane * HOP + N_FFT];
-            let pairs = x.chunks_exact(2).zip(self.window.chunks_exact(2));
-            for (j, (x, w)) in pairs.enumerate() {
-                re[j * l + lane] = x[0] * w[0];
-                im[j * l + lane] = x[1] * w[1];
+        assert!(src.len() >= HOP * (l - 1) + N_FFT && re.len() >= M * l && im.len() >= M * l);
+        for (j, w) in self.window.chunks_exact(2).enumerate() {
+            // SAFETY: 2j + 1 + 160 (L − 1) < src.len() and j·L + L ≤ M·L
+            // (asserted above); the gather offsets are < 2400 < 2³¹.
+            unsafe {
+                let x = src.as_ptr().add(2 * j);
+                let (xr, xi) = (V::gather(x, HOP), V::gather(x.add(1), HOP));
+                xr.mul(V::splat(w[0])).store(re.as_mut_ptr().add(j * l));
+                xi.mul(V::splat(w[1])).store(im.as_mut_ptr().add(j * l));
             }
         }
     }

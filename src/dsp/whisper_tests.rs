@@ -26,14 +26,11 @@ fn full(plan: &WhisperPlan, x: &[f32], f64: bool) -> Vec<f32> {
             plan.log_mel_frame(audio, t, &mut scratch, row);
         }
     } else {
-        let lanes = plan.batch.lanes();
-        let exact = HOP_LENGTH * (N_FRAMES - 1) + N_FFT;
-        let total = HOP_LENGTH * (N_FRAMES.div_ceil(lanes) * lanes - 1) + N_FFT;
-        let mut padded = Vec::new();
-        fill_padded(audio, exact, total, &mut padded);
+        let edge = |p: usize| padded_sample(audio, p);
+        out.clear();
         let mut buffers = plan.batch.buffers();
         plan.batch
-            .log_mel(&padded, N_FRAMES, &mut buffers, &mut out);
+            .log_mel(audio, N_FRAMES, &edge, &mut buffers, &mut out);
     }
     let max = out.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     out.iter_mut()
@@ -138,5 +135,103 @@ fn the_slaney_scale_round_trips_on_both_sides_of_one_khz() {
     // Every one of the 80 filters has weight below Nyquist.
     for (m, f) in slaney_filters(80).iter().enumerate() {
         assert!(f.weights.iter().any(|&w| w > 0.0), "filter {m} is empty");
+    }
+}
+
+fn levels() -> Vec<Level> {
+    [Level::Portable, Level::Avx2, Level::Avx512]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect()
+}
+
+/// Deterministic noise in [-1, 1).
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn signals() -> Vec<(&'static str, Vec<f32>)> {
+    let speechy = |n: usize, gain: f32| -> Vec<f32> {
+        let buzz = noise(n, 3);
+        (0..n)
+            .map(|i| {
+                let t = i as f64 / 16000.0;
+                let env = (2.0 * std::f64::consts::PI * 3.0 * t).sin().abs() as f32;
+                let v = (2.0 * std::f64::consts::PI * 140.0 * t).sin() * 0.4
+                    + (2.0 * std::f64::consts::PI * 2210.0 * t).sin() * 0.01;
+                gain * (env * v as f32 + 1e-4 * buzz[i])
+            })
+            .collect()
+    };
+    let mut clipped = speechy(40_000, 8.0);
+    clipped.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
+    // A loud tone next to near-silence: the widest range the clamp keeps.
+    let mut wide: Vec<f32> = (0..48_000)
+        .map(|i| (2.0 * std::f64::consts::PI * 500.0 * i as f64 / 16000.0).sin() as f32)
+        .collect();
+    wide[16_000..]
+        .iter_mut()
+        .zip(noise(32_000, 9))
+        .for_each(|(v, n)| *v = 1e-4 * n);
+    vec![
+        ("short", speechy(1234, 0.5)),
+        ("speech", speechy(16_000 * 7 + 37, 0.5)),
+        ("quiet", speechy(20_000, 1e-4)),
+        ("clipped", clipped),
+        ("wide range", wide),
+        ("noise", noise(N_SAMPLES + 999, 5)),
+        ("silence", vec![0.0; 3000]),
+    ]
+}
+
+#[test]
+fn float32_path_is_within_the_stated_tolerance_of_the_float64_path() {
+    for n_mels in [80, 128] {
+        let plan = WhisperPlan::new(n_mels).unwrap();
+        let mut scratch = plan.scratch();
+        for (name, x) in signals() {
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            let a = plan.compute(&x, &mut scratch, &mut got);
+            let b = plan.compute_f64(&x, &mut scratch, &mut want);
+            assert_eq!(a.frames, b.frames, "{name}");
+            assert_eq!(got.len(), want.len(), "{name}");
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .fold((a.pad_value - b.pad_value).abs(), f32::max);
+            eprintln!("{n_mels} mels, {name}: worst {worst:e}");
+            // docs/FORMAT.md states 1e-4; the float32 path keeps a margin.
+            assert!(worst <= 5e-5, "{n_mels} mels, {name}: differs by {worst}");
+        }
+    }
+}
+
+#[test]
+fn every_level_gives_the_same_bits() {
+    let x = &signals()[1].1;
+    let mut base: Option<(Vec<f32>, f32)> = None;
+    for level in levels() {
+        let plan = WhisperPlan::with_level(80, level).unwrap();
+        let mut out = Vec::new();
+        let row = plan.compute(x, &mut plan.scratch(), &mut out);
+        match &base {
+            None => base = Some((out, row.pad_value)),
+            Some((b, pad)) => {
+                assert!(
+                    out.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{level:?}"
+                );
+                assert_eq!(row.pad_value.to_bits(), pad.to_bits(), "{level:?}");
+            }
+        }
     }
 }
