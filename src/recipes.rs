@@ -42,11 +42,23 @@ pub fn kaldi(opts: &KaldiOptions, kind: Kind) -> Result<Arc<dyn FrameRecipe>, Ka
     Ok(Arc::new(Kaldi::new(plan, params)))
 }
 
-/// Whisper's log-mel with `n_mels` (80 or 128), as the stages take it.
+/// Whisper's log-mel with `n_mels` (80 or 128), as the stages take it: the
+/// float32 SIMD path ([`WhisperPlan::compute`]).
 pub fn whisper(n_mels: usize) -> Result<Arc<dyn FrameRecipe>, WhisperError> {
+    whisper_in(n_mels, false)
+}
+
+/// [`whisper`] in the extractor's float64 precision, frame by frame
+/// ([`WhisperPlan::compute_f64`]): the numbers the CUDA kernels compute, for
+/// comparing the two backends bit for bit.
+pub fn whisper_f64(n_mels: usize) -> Result<Arc<dyn FrameRecipe>, WhisperError> {
+    whisper_in(n_mels, true)
+}
+
+fn whisper_in(n_mels: usize, f64: bool) -> Result<Arc<dyn FrameRecipe>, WhisperError> {
     let plan = WhisperPlan::new(n_mels)?;
     let params = params(vec![("n_mels", ParamValue::Int(n_mels as i64))]);
-    Ok(Arc::new(Whisper::new(plan, params)))
+    Ok(Arc::new(Whisper::new(plan, params, f64)))
 }
 
 /// Parameters under `features.<name>` (the configuration's keys, which
@@ -149,10 +161,12 @@ impl FrameWorker for KaldiWorker {
     }
 }
 
-/// Whisper's log-mel over a shared plan.
+/// Whisper's log-mel over a shared plan, in float32 or (`f64`) the
+/// extractor's float64.
 struct Whisper {
     plan: Arc<WhisperPlan>,
     layout: FrameLayout,
+    f64: bool,
 }
 
 impl std::fmt::Debug for Whisper {
@@ -164,7 +178,7 @@ impl std::fmt::Debug for Whisper {
 }
 
 impl Whisper {
-    fn new(plan: WhisperPlan, mut params: Vec<(String, Param)>) -> Whisper {
+    fn new(plan: WhisperPlan, mut params: Vec<(String, Param)>, f64: bool) -> Whisper {
         let i = |k: &str, v: usize| (k.to_string(), Param::Int(v as i64));
         params.extend([
             i("features.n_fft", whisper::N_FFT),
@@ -182,6 +196,7 @@ impl Whisper {
         Whisper {
             plan: Arc::new(plan),
             layout,
+            f64,
         }
     }
 }
@@ -189,6 +204,7 @@ impl Whisper {
 struct WhisperWorker {
     plan: Arc<WhisperPlan>,
     scratch: WhisperScratch,
+    f64: bool,
 }
 
 impl FrameRecipe for Whisper {
@@ -199,6 +215,7 @@ impl FrameRecipe for Whisper {
         Box::new(WhisperWorker {
             scratch: self.plan.scratch(),
             plan: Arc::clone(&self.plan),
+            f64: self.f64,
         })
     }
     fn plan(&self) -> RecipePlan {
@@ -213,7 +230,11 @@ impl FrameWorker for WhisperWorker {
         _seed: u64,
         row: &mut Vec<f32>,
     ) -> Result<(), FrameError> {
-        let r = self.plan.compute(samples, &mut self.scratch, row);
+        let r = if self.f64 {
+            self.plan.compute_f64(samples, &mut self.scratch, row)
+        } else {
+            self.plan.compute(samples, &mut self.scratch, row)
+        };
         row.push(r.pad_value);
         Ok(())
     }

@@ -77,3 +77,35 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
         "{e}"
     );
 }
+
+#[test]
+fn whisper_rows_are_the_plan_in_either_precision_with_the_pad_value_last() {
+    let s = signal(40_123, 3);
+    let plan = WhisperPlan::new(80).unwrap();
+    let mut local = Local::default();
+    let mut rows = Vec::new();
+    for (recipe, f64) in [(whisper(80), false), (whisper_f64(80), true)] {
+        let recipe = recipe.unwrap();
+        assert_eq!(recipe.layout().recipe, "whisper");
+        let mut host = HostFrames::new(recipe.as_ref(), Policy::default());
+        let mut row = Vec::new();
+        host.row(&wav16(&s), 1, &mut row, &mut local).unwrap();
+        let mut want = Vec::new();
+        let r = if f64 {
+            plan.compute_f64(&decoded(&s), &mut plan.scratch(), &mut want)
+        } else {
+            plan.compute(&decoded(&s), &mut plan.scratch(), &mut want)
+        };
+        want.push(r.pad_value);
+        assert_eq!(row, want, "f64 = {f64}");
+        assert_eq!(recipe.layout().frames_of(row.len()), Some(r.frames));
+        rows.push(row);
+    }
+    // The two precisions differ, within docs/FORMAT.md's 1e-4.
+    let worst = rows[0]
+        .iter()
+        .zip(&rows[1])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst > 0.0 && worst <= 1e-4, "{worst}");
+}
