@@ -17,7 +17,8 @@ docs/FORMAT.md:
     implementation is ~1e-7 of the frame's energy, so far quieter bands are
     rounding noise in both); below that only |a - b| <= 0.5 (same floor).
   * linear fbank / mfcc: |a - b| <= 1e-3 * max(1, max |b| of the frame).
-  * whisper: |a - b| <= 1e-4 everywhere (both float64 FFT, float32 result).
+  * whisper: |a - b| <= 1e-4 everywhere (melforge's float32 FFT against the
+    extractor's float64 one; float32 results).
 Frame counts must be equal, including 0 frames for input shorter than a frame.
 
 Usage: parity_recipes.py MELFORGE_BINARY [--draws N] [--seed S]
