@@ -356,9 +356,9 @@ unsafe fn stage<V: Lanes32, const R: usize>(
     let zero = V::splat(0.0);
     for p in 0..m {
         let mut w = [(zero, zero); 5];
-        for j in 1..R {
-            let [wr, wi] = st.tw[p * (R - 1) + j - 1];
-            w[j] = (V::splat(wr), V::splat(wi));
+        let tw = &st.tw[p * (R - 1)..(p + 1) * (R - 1)];
+        for (w, &[wr, wi]) in w[1..R].iter_mut().zip(tw) {
+            *w = (V::splat(wr), V::splat(wi));
         }
         for q in 0..s {
             let mut a = [(zero, zero); 5];
@@ -473,13 +473,13 @@ pub(crate) fn log10_floored(x: f32) -> f32 {
         -1.666_805_8e-1,
         2.000_071_5e-1,
         -2.499_999_4e-1,
-        3.333_333_1e-1,
+        3.333_333e-1,
     ] {
         y = y * m + c;
     }
     let fe = e as f32;
     let y = y * m * z + fe * -2.121_944_4e-4 - 0.5 * z;
-    let ln = m + y + fe * 0.693_359_375;
+    let ln = m + y + fe * 0.693_359_4;
     let log10 = ln * std::f32::consts::LOG10_E;
     if x <= FLOOR { FLOOR_LOG } else { log10 }
 }
