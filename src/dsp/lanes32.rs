@@ -1,6 +1,6 @@
 //! [`Lanes32`]: `L` f32 lanes as one value, for the float32 batched transforms
 //! (`whisper_batch`): an `__m512` (AVX-512F, 16 lanes), an `__m256` (AVX2, 8
-//! lanes) or a plain `[f32; 8]` (portable). The float32 sibling of `lanes`,
+//! lanes) or a plain `[f32; 4]` (portable: one SSE or NEON register). The float32 sibling of `lanes`,
 //! with the same rule: only lane-wise, correctly rounded IEEE operations (no
 //! FMA, no approximations), so every implementation gives each lane the bits
 //! of the same scalar expression and results do not depend on the build.
@@ -30,26 +30,26 @@ pub(crate) trait Lanes32: Copy {
     unsafe fn gather(p: *const f32, stride: usize) -> Self;
 }
 
-/// Eight lanes in a plain array: what any target compiles (the compiler may or
-/// may not use SIMD for it).
+/// Four lanes in a plain array: what any target compiles (the compiler may or
+/// may not use SIMD for it; four fit one SSE or NEON register).
 #[derive(Clone, Copy)]
-pub(crate) struct Portable32([f32; 8]);
+pub(crate) struct Portable32([f32; 4]);
 
 impl Lanes32 for Portable32 {
-    const L: usize = 8;
+    const L: usize = 4;
     #[inline(always)]
     fn splat(x: f32) -> Self {
-        Portable32([x; 8])
+        Portable32([x; 4])
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: the caller guarantees 8 readable f32s at `p`; unaligned read.
-        Portable32(unsafe { p.cast::<[f32; 8]>().read_unaligned() })
+        // SAFETY: the caller guarantees 4 readable f32s at `p`; unaligned read.
+        Portable32(unsafe { p.cast::<[f32; 4]>().read_unaligned() })
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
-        // SAFETY: the caller guarantees 8 writable f32s at `p`; unaligned write.
-        unsafe { p.cast::<[f32; 8]>().write_unaligned(self.0) }
+        // SAFETY: the caller guarantees 4 writable f32s at `p`; unaligned write.
+        unsafe { p.cast::<[f32; 4]>().write_unaligned(self.0) }
     }
     #[inline(always)]
     fn add(self, o: Self) -> Self {

@@ -19,8 +19,8 @@
 //!   numbers), variable length: [`kaldi::KaldiPlan`].
 //! * [`whisper`]: transformers' `WhisperFeatureExtractor`, stored without its
 //!   padding to 30 s: [`whisper::WhisperPlan`].
-//! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16 or 8 frames at
-//!   once in float32 SIMD lanes, the recipe's CPU path.
+//! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16, 8 or 4 frames
+//!   at once in float32 SIMD lanes, the recipe's CPU path.
 //! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
 //! The librosa path computes everything in the precision librosa uses (float64 window

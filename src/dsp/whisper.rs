@@ -21,7 +21,7 @@
 //! agrees to within one float32 rounding (not always bit for bit).
 //!
 //! Precision: [`WhisperPlan::compute`] (what the recipe stores) runs in
-//! float32, 16 or 8 frames at a time in SIMD lanes (`whisper_batch`): float32
+//! float32, 16, 8 or 4 frames at a time in SIMD lanes (`whisper_batch`): float32
 //! window, FFT, power, mel and log10. The extractor's references compute in
 //! float32 too (openai-whisper's torch path) or in float64 rounded to float32
 //! (the numpy path); the float32 result is within docs/FORMAT.md's 1e-4 of the

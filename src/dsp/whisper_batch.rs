@@ -1,6 +1,6 @@
 //! [`WhisperBatch`]: Whisper's log-mel of `L` frames at once in float32,
 //! "vertically" (every value a [`Lanes32`] holding the same index of `L`
-//! frames, lane `l` = frame `t0 + l`; `L` = 16 in AVX-512, 8 in AVX2 and
+//! frames, lane `l` = frame `t0 + l`; `L` = 16 in AVX-512, 8 in AVX2, 4
 //! portable), so every step is lane-wise arithmetic with no shuffles.
 //!
 //! Per batch of frames:
