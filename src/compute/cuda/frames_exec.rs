@@ -20,9 +20,9 @@
 //! row count, which the kernels take by value, so a graph would be captured
 //! for one replay. A batch is 4–7 launches over up to [`ROWS_PER_BATCH`] rows
 //! (milliseconds of work); launching them directly costs microseconds. The
-//! cuFFT plans are made per row count rounded up to [`ROW_BUCKET`] (a few
-//! plans in all), over buffers sized for the rounded count, so the rows past
-//! the batch's are transformed but never read.
+//! cuFFT plans are made per row count rounded up to a power of two from
+//! [`ROW_BUCKET`] (at most five plans), over buffers sized for the rounded
+//! count, so the rows past the batch's are transformed but never read.
 //!
 //! Invariants: a slot's pinned memory is written only while the slot is idle
 //! (its `done` completed and its rows were read); every count the kernels
@@ -47,7 +47,7 @@ use crate::frames::{FrameError, RecipePlan};
 /// 512-point FFT) or 6.8 KB (Whisper): ≈ 0.3 / 0.45 GB.
 pub const ROWS_PER_BATCH: usize = 1 << 16;
 
-/// cuFFT plans are made for row counts rounded up to this.
+/// The smallest row count a cuFFT plan is made for (`FrameTables::batch_of`).
 pub const ROW_BUCKET: usize = 4096;
 
 /// The kernels' tables and the plan's row arithmetic of one recipe.
@@ -140,9 +140,13 @@ impl FrameTables {
         }
     }
 
-    /// A row count in the frames buffer is transformed this many at once.
+    /// A batch of `rows` rows is transformed this many at once: the next
+    /// power of two from [`ROW_BUCKET`], so a build makes at most five cuFFT
+    /// plans (4,096 … 65,536 rows), not one per row count. Making a plan
+    /// takes milliseconds and loads code; transforming unused rows of the
+    /// frames buffer costs microseconds.
     fn batch_of(rows: usize) -> usize {
-        rows.max(1).div_ceil(ROW_BUCKET) * ROW_BUCKET
+        rows.max(ROW_BUCKET).next_power_of_two()
     }
 }
 
