@@ -339,30 +339,6 @@ fn compute_decode_threads_sizes_the_cuda_stage_decode_pool() {
     );
 }
 
-/// Every `features` row of the split files in `dir`, by path.
-fn frame_rows(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
-    let mut rows = std::collections::BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_none_or(|x| x != "h5") {
-            continue;
-        }
-        let f = hdf5::File::open(&p).unwrap();
-        let feats = f.dataset("features").unwrap();
-        let bins = feats.shape()[1];
-        let values = feats.read_raw::<f32>().unwrap();
-        let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
-        let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
-        let paths = f.dataset("path").unwrap();
-        let paths = paths.read_raw::<hdf5::types::VarLenUnicode>().unwrap();
-        for ((o, n), p) in offsets.iter().zip(&lengths).zip(paths) {
-            let (o, n) = (*o as usize, *n as usize);
-            rows.insert(p.to_string(), values[o * bins..(o + n) * bins].to_vec());
-        }
-    }
-    rows
-}
-
 #[test]
 fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
     // `melforge build` with each variable-length recipe over the host double
@@ -400,11 +376,14 @@ fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-            (j, frame_rows(&out))
+            (j, crate::common::frame_rows(&out))
         };
         let (j, gpu) = run("auto", true);
         assert_eq!(j["backend"], "cuda", "{recipe}: {j}");
-        assert_eq!(j["cuda"]["files"], 24, "{recipe}: every file on the device: {j}");
+        assert_eq!(
+            j["cuda"]["files"], 24,
+            "{recipe}: every file on the device: {j}"
+        );
         let (_, cpu) = run("cpu", false);
         assert_eq!(gpu.len(), 24, "{recipe}");
         assert_eq!(
