@@ -112,3 +112,27 @@ pub fn wav_with(
     b.extend_from_slice(data);
     b
 }
+
+/// Every `features` row of the split files in `dir`, by path.
+pub fn frame_rows(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+    let mut rows = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "h5") {
+            continue;
+        }
+        let f = hdf5::File::open(&p).unwrap();
+        let feats = f.dataset("features").unwrap();
+        let bins = feats.shape()[1];
+        let values = feats.read_raw::<f32>().unwrap();
+        let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
+        let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
+        let paths = f.dataset("path").unwrap();
+        let paths = paths.read_raw::<hdf5::types::VarLenUnicode>().unwrap();
+        for ((o, n), p) in offsets.iter().zip(&lengths).zip(paths) {
+            let (o, n) = (*o as usize, *n as usize);
+            rows.insert(p.to_string(), values[o * bins..(o + n) * bins].to_vec());
+        }
+    }
+    rows
+}

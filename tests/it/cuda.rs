@@ -338,3 +338,68 @@ fn compute_decode_threads_sizes_the_cuda_stage_decode_pool() {
         melforge::compute::cuda::default_decode_threads(readers)
     );
 }
+
+#[test]
+fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
+    // `melforge build` with each variable-length recipe over the host double
+    // (`auto` chooses it: the CUDA stage, kernels/frames.cu built for the
+    // host) against `--backend cpu`: the same rows for the same paths, Kaldi
+    // bit for bit (realfft f32 stands in for cuFFT R2C on both sides), and
+    // Whisper within its parity tolerance (the kernels run the extractor's
+    // float64 FFT; the CPU may run its float32 path).
+    let d = tempfile::tempdir().unwrap();
+    let corpus = d.path().join("speech");
+    let o = Command::new(env!("CARGO_BIN_EXE_melforge"))
+        .args(["synth", "--kind", "speech", "--files", "24", "--seed", "3"])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (recipe, tol) in [("kaldi-fbank", 0.0), ("kaldi-mfcc", 0.0), ("whisper", 1e-4)] {
+        let cfg = d.path().join(format!("{recipe}.toml"));
+        std::fs::write(&cfg, format!("[features]\nrecipe = \"{recipe}\"\n")).unwrap();
+        let run = |backend: &str, double: bool| {
+            let out = d.path().join(format!("{recipe}-{backend}"));
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_melforge"));
+            if double {
+                cmd.env(melforge::compute::HOST_DOUBLE_ENV, "1");
+            } else {
+                cmd.env_remove(melforge::compute::HOST_DOUBLE_ENV);
+            }
+            let o = cmd
+                .args(["build", "--json", "--backend", backend, "--config"])
+                .arg(&cfg)
+                .arg("--out")
+                .arg(&out)
+                .arg(&corpus)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            (j, crate::common::frame_rows(&out))
+        };
+        let (j, gpu) = run("auto", true);
+        assert_eq!(j["backend"], "cuda", "{recipe}: {j}");
+        assert_eq!(
+            j["cuda"]["files"], 24,
+            "{recipe}: every file on the device: {j}"
+        );
+        let (_, cpu) = run("cpu", false);
+        assert_eq!(gpu.len(), 24, "{recipe}");
+        assert_eq!(
+            gpu.keys().collect::<Vec<_>>(),
+            cpu.keys().collect::<Vec<_>>(),
+            "{recipe}"
+        );
+        for (p, g) in &gpu {
+            let c = &cpu[p];
+            assert_eq!(g.len(), c.len(), "{recipe} {p}: frames");
+            let worst = g
+                .iter()
+                .zip(c)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= tol, "{recipe} {p}: differs by {worst}");
+        }
+    }
+}

@@ -334,6 +334,11 @@ pub fn decode_mono_into(bytes: &[u8], info: &WavInfo, out: &mut [f32]) {
     };
     let (head, tail) = out.split_at_mut(n);
     tail.fill(0.0);
+    if n == 0 {
+        // Nothing to convert, and `channels` may be 0 (an inconsistent
+        // `info`), which no chunking below accepts.
+        return;
+    }
     let data = &data[..n * block_align];
 
     // 2^-15, 2^-31, 2^-7 are exact, so multiplying equals numpy's division.
@@ -374,6 +379,10 @@ pub fn decode_channel_into(bytes: &[u8], info: &WavInfo, channel: usize, out: &m
     };
     let (head, tail) = out.split_at_mut(n);
     tail.fill(0.0);
+    if n == 0 {
+        // `block_align` may be 0 (no channels): nothing to chunk.
+        return;
+    }
     let frames = data[..n * block_align].chunks_exact(block_align);
     let at = channel * width;
     for (o, frame) in head.iter_mut().zip(frames) {

@@ -324,16 +324,25 @@ fn injected_write_faults_at_every_point_never_lose_or_duplicate_a_row() {
                 std::thread::sleep(Duration::from_millis(60));
             }
         }
-        let s = wait_for(WAIT, &format!("{context}: every row"), || {
-            let s = svc.status();
-            (s["state"] == "running"
-                && s["queued"] == 0
-                && s["in_flight"] == 0
-                && total_rows(&s) == corpus.len() as u64)
-                .then_some(s)
-        });
+        // Every row committed, not only appended: the injected fault may
+        // fire on a commit after every row is visible (under load, the
+        // flush that carries the last rows comes later), and the service
+        // must have recovered from it before the restart below.
+        let committed = || {
+            wait_for(WAIT, &format!("{context}: every row committed"), || {
+                let s = svc.status();
+                (s["state"] == "running"
+                    && s["queued"] == 0
+                    && s["in_flight"] == 0
+                    && total_rows(&s) == corpus.len() as u64
+                    && committed_files(&s) == corpus.len() as u64)
+                    .then_some(s)
+            })
+        };
+        let s = committed();
         assert_eq!(s["files_rejected"], 0, "{context}: {s}");
         svc.ctl("flush");
+        committed();
         svc.shutdown();
         if svc.log().contains("fault-shim: injected") {
             fired += 1;

@@ -282,6 +282,14 @@ pub(super) fn total_rows(status: &Value) -> u64 {
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
 }
 
+/// Files the journal has committed (`journal.index_entries`: its snapshot
+/// and its tail), as `ctl status` reports them: rows count as soon as they
+/// are appended, these only once a flush made them durable and the journal
+/// confirmed them.
+pub(super) fn committed_files(status: &Value) -> u64 {
+    status["journal"]["index_entries"].as_u64().unwrap_or(0)
+}
+
 /// The clips of a synthetic corpus: relative path → bytes, sorted.
 pub(super) fn clips(files: u64, seed: u64) -> Vec<(String, Vec<u8>)> {
     let d = synth_corpus(files, seed);

@@ -33,6 +33,7 @@ mod harness;
 mod input;
 mod intake;
 mod metrics;
+mod recipes;
 use harness::*;
 
 both_stages!(dropped_files_become_rows_with_their_split_and_label);

@@ -218,3 +218,29 @@ fn f64_samples_beyond_the_f32_range_are_rejected() {
         [f32::MAX, -f32::MAX]
     );
 }
+
+#[test]
+fn an_info_with_zero_channels_decodes_to_silence_instead_of_panicking() {
+    // Regression: the proptest above drew channels = 0 about once in 250
+    // runs, and `decode_mono_into` chunked the (empty) data by 0 and
+    // panicked; `decode_channel_into` must hold too.
+    use SampleFormat::*;
+    for format in [U8, I16, I24, I32, F32, F64] {
+        for block_align in [0, 1, 2, 8] {
+            let info = WavInfo {
+                sample_rate: 16_000,
+                channels: 0,
+                format,
+                block_align,
+                data_offset: 0,
+                frames: 4,
+            };
+            let mut out = vec![f32::NAN; 4];
+            decode_mono_into(&[0u8; 64], &info, &mut out);
+            assert_eq!(out, [0.0; 4], "{format:?}, block_align {block_align}");
+            let mut out = vec![f32::NAN; 4];
+            decode_channel_into(&[0u8; 64], &info, 0, &mut out);
+            assert_eq!(out, [0.0; 4], "{format:?}, block_align {block_align}");
+        }
+    }
+}
