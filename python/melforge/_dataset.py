@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -272,16 +273,32 @@ class MelDataset:
 
     def meta(self, i: Index) -> Dict[str, Any]:
         """What is known of row `i`'s file: `path` (relative to the build's
-        input), `label` (id, -1 for none), `label_name` (None for none) and
-        `num_frames` (frames stored)."""
+        input; a manifest's path as written), `label` (id, -1 for none),
+        `label_name` (None for none) and `num_frames` (frames stored). A
+        manifest build adds every field of the row's manifest line (NeMo:
+        `audio_filepath`, `duration`, `offset`, `text`, … as written; lhotse:
+        the cut's `id`, `start`, `duration`, `channel`, `recording_id`, its
+        first supervision's `text`, `speaker`, `language` and its `custom`
+        fields) and `line`, the 1-based manifest line."""
         j = self._index(i)
         label = int(self._labels[j])
-        return {
+        out: Dict[str, Any] = {
             "path": self._paths[j],
             "label": label,
             "label_name": self.label_names[label] if 0 <= label < len(self.label_names) else None,
             "num_frames": int(self.lengths[j]),
         }
+        f = self._file
+        if f is None or self._pid != os.getpid():
+            f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
+            self._adopt(f)
+            f = self._file
+        if f is not None and "meta" in f:
+            # The manifest's own fields win over the ones derived above.
+            raw = f["meta"][j]
+            out.update(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw))
+            out["line"] = int(f["line"][j])
+        return out
 
     # -- rows -------------------------------------------------------------
 

@@ -98,10 +98,13 @@ enum Command {
         #[arg(long, value_enum, default_value_t = SynthKind::Machine)]
         kind: SynthKind,
     },
-    /// Build one HDF5 file per split from a tree of WAV files.
+    /// Build one HDF5 file per split from a tree of audio files, or from
+    /// NeMo / lhotse manifests (one split per manifest, named after its stem).
     Build {
-        /// Input directory (split/label folders, see docs/FORMAT.md).
-        input: PathBuf,
+        /// Input directory (split/label folders, see docs/FORMAT.md), or one
+        /// or more manifests (`.json`/`.jsonl`, gzipped or not).
+        #[arg(required = true, num_args = 1..)]
+        input: Vec<PathBuf>,
         /// Output directory for <split>.h5 and rejected.jsonl.
         #[arg(long)]
         out: PathBuf,
@@ -290,7 +293,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 progress: progress_for(progress, json, format),
                 telemetry: None,
             };
-            let done = build::build_shard(&input, &out, &cfg, &opts, shard)?;
+            let input = build::Input::of(&input);
+            let done = build::build_input(&input, &out, &cfg, &opts, shard)?;
             print_build(&done, json)?;
             if strict && !done.rejected.is_empty() {
                 strict_failure(&done, format);

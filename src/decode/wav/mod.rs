@@ -653,5 +653,7 @@ impl fmt::Display for Guid<'_> {
     }
 }
 
+pub mod extent;
+
 #[cfg(test)]
 mod tests;
