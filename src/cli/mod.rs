@@ -460,13 +460,21 @@ fn progress_for(arg: ProgressArg, json: bool, format: LogFormat) -> Progress {
 /// A build's rejections in the log, and its results on stdout.
 fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
     for r in &done.rejected {
-        tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
+        match r.line {
+            Some(line) => {
+                tracing::warn!(line, path = %r.path, reason = %r.reason, "Rejected a manifest line.")
+            }
+            None => tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file."),
+        }
     }
     if json {
         return outln!("{}", serde_json::to_string_pretty(done)?);
     }
     for o in &done.outputs {
         outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
+    }
+    for m in &done.manifests {
+        outln!("manifest written back → {}", m.display())?;
     }
     out!("{}{}", done.report, done.startup_s)?;
     if !done.rejected.is_empty() {

@@ -77,26 +77,24 @@ impl Items {
     }
 }
 
+/// What [`read`] gives: the plan, the lines left out, the seconds it took,
+/// and the items (the shape of a tree walk's result, items added).
+pub(super) type Read = (Plan, Vec<Rejection>, f64, Option<Arc<Items>>);
+
 /// The plan of `files`, the lines left out, the seconds it took, and the
 /// items.
-pub(super) fn read(
-    files: &[PathBuf],
-) -> Result<(Plan, Vec<Rejection>, f64, Option<Arc<Items>>), Error> {
+pub(super) fn read(files: &[PathBuf]) -> Result<Read, Error> {
     let t = Instant::now();
     let m: Manifests = manifest::plan(files)?;
     let seconds = t.elapsed().as_secs_f64();
     let rejected = m
         .rejected
         .iter()
-        .map(|r| {
-            tracing::warn!(line = r.line, path = %r.path, reason = %r.reason,
-                "Left out a manifest line.");
-            Rejection {
-                path: r.path.clone(),
-                kind: r.kind,
-                reason: r.reason.clone(),
-                line: Some(r.line),
-            }
+        .map(|r| Rejection {
+            path: r.path.clone(),
+            kind: r.kind,
+            reason: r.reason.clone(),
+            line: Some(r.line),
         })
         .collect();
     tracing::info!(
