@@ -24,6 +24,10 @@
 //! use this module.
 
 use std::fmt;
+use std::sync::Arc;
+
+use crate::dsp::kaldi::KaldiPlan;
+use crate::dsp::whisper::WhisperPlan;
 
 /// The layout version written as the root attribute `layout_version` of a
 /// variable-length file (docs/FORMAT.md, "Variable-length rows").
@@ -111,11 +115,26 @@ pub enum FrameError {
     },
 }
 
+/// The plan behind a recipe, for a backend that computes it with its own
+/// kernels (the CUDA stage builds its tables from it: the same window, mel
+/// weights and DCT as the CPU workers).
+#[derive(Clone, Debug)]
+pub enum RecipePlan {
+    Kaldi(Arc<KaldiPlan>),
+    Whisper(Arc<WhisperPlan>),
+    /// A recipe no other backend computes (tests' own recipes).
+    CpuOnly,
+}
+
 /// A variable-length recipe, built once and shared by the workers.
 pub trait FrameRecipe: Send + Sync + fmt::Debug {
     fn layout(&self) -> &FrameLayout;
     /// One worker's computing state.
     fn worker(&self) -> Box<dyn FrameWorker>;
+    /// The plan, for other backends.
+    fn plan(&self) -> RecipePlan {
+        RecipePlan::CpuOnly
+    }
 }
 
 /// One worker's state for a [`FrameRecipe`].

@@ -418,8 +418,7 @@ impl Pipeline {
         let (choice, device) = probe.wait();
         lock(&self.startup).device = device.as_secs_f64();
         let PendingCompute { cfg, plan, wiring } = pending;
-        let recipe = wiring.frames.as_ref().map(|r| r.layout().recipe.clone());
-        let choice = compute::for_recipe(choice?, cfg.compute.backend, recipe.as_deref())?;
+        let choice = compute::for_recipe(choice?, cfg.compute.backend, wiring.frames.as_deref())?;
         let workers = match choice.target {
             compute::Target::Cpu => cfg.compute.workers,
             _ => 0,

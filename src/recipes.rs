@@ -16,7 +16,7 @@ use crate::config::{Config, Recipe};
 use crate::dsp::ParamValue;
 use crate::dsp::kaldi::{KaldiError, KaldiOptions, KaldiPlan, KaldiScratch, Kind};
 use crate::dsp::whisper::{self, WhisperError, WhisperPlan, WhisperScratch};
-use crate::frames::{FrameError, FrameLayout, FrameRecipe, FrameWorker, Param};
+use crate::frames::{FrameError, FrameLayout, FrameRecipe, FrameWorker, Param, RecipePlan};
 
 /// The variable-length recipe `cfg` asks for (`[features] recipe`); None
 /// for librosa. The options were validated with the configuration
@@ -124,6 +124,9 @@ impl FrameRecipe for Kaldi {
             recipe: self.layout.recipe.clone(),
         })
     }
+    fn plan(&self) -> RecipePlan {
+        RecipePlan::Kaldi(Arc::clone(&self.plan))
+    }
 }
 
 impl FrameWorker for KaldiWorker {
@@ -197,6 +200,9 @@ impl FrameRecipe for Whisper {
             scratch: self.plan.scratch(),
             plan: Arc::clone(&self.plan),
         })
+    }
+    fn plan(&self) -> RecipePlan {
+        RecipePlan::Whisper(Arc::clone(&self.plan))
     }
 }
 

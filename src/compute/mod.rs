@@ -42,10 +42,13 @@ pub enum Error {
     #[error("a compute thread panicked")]
     Panicked,
     #[error(
-        "compute.backend = \"cuda\" was requested, but the CUDA backend has no kernels for \
-         features.recipe = \"{recipe}\" yet; use \"cpu\" or \"auto\""
+        "compute.backend = \"cuda\" was requested, but features.recipe = \"{recipe}\" cannot \
+         run on the CUDA kernels: {why}; use \"cpu\" or \"auto\""
     )]
-    NoKernels { recipe: String },
+    NoKernels {
+        recipe: String,
+        why: cuda::frames_exec::Unsupported,
+    },
 }
 
 /// What runs the compute stage.
@@ -152,13 +155,14 @@ pub fn select_with(
     }
 }
 
-/// The choice for `recipe` (None: librosa, which every backend computes):
-/// the CUDA backend has kernels for librosa only, so another recipe runs on
-/// the CPU under `auto` (the reason says why) and fails clearly under `cuda`.
+/// The choice for `recipe` (None: librosa, which every backend computes).
+/// The CUDA kernels compute Kaldi fbank/MFCC and Whisper too, but not every
+/// option (dither draws noise on the CPU): such a recipe runs on the CPU
+/// under `auto` (the reason says why) and fails clearly under `cuda`.
 pub fn for_recipe(
     choice: Choice,
     requested: Backend,
-    recipe: Option<&str>,
+    recipe: Option<&dyn crate::frames::FrameRecipe>,
 ) -> Result<Choice, Error> {
     let Some(recipe) = recipe else {
         return Ok(choice);
@@ -166,13 +170,16 @@ pub fn for_recipe(
     if choice.target == Target::Cpu {
         return Ok(choice);
     }
+    let why = match cuda::frames_exec::FrameTables::new(&recipe.plan()) {
+        Ok(_) => return Ok(choice),
+        Err(why) => why,
+    };
+    let name = recipe.layout().recipe.clone();
     match requested {
-        Backend::Cuda => Err(Error::NoKernels {
-            recipe: recipe.to_string(),
-        }),
+        Backend::Cuda => Err(Error::NoKernels { recipe: name, why }),
         _ => Ok(Choice::cpu(format!(
-            "auto: features.recipe = \"{recipe}\" has no CUDA kernels yet, so the CPU backend \
-             is used"
+            "auto: features.recipe = \"{name}\" cannot run on the CUDA kernels ({why}), so the \
+             CPU backend is used"
         ))),
     }
 }
@@ -192,8 +199,8 @@ pub struct Wiring {
     pub arena: Option<Arc<Arena>>,
     /// How files become clips (`[input]` resample and channels).
     pub policy: crate::decode::clip::Policy,
-    /// A variable-length recipe (rows of their own length, computed on the
-    /// CPU); None: the librosa `Plan`.
+    /// A variable-length recipe (rows of their own length; the CPU workers
+    /// or the CUDA stage's `frames_stage`); None: the librosa `Plan`.
     pub frames: Option<Arc<dyn crate::frames::FrameRecipe>>,
 }
 
@@ -333,7 +340,8 @@ mod tests {
     }
 
     #[test]
-    fn recipes_without_kernels_run_on_the_cpu_under_auto_and_fail_under_cuda() {
+    fn recipes_the_kernels_cannot_compute_run_on_the_cpu_under_auto_and_fail_under_cuda() {
+        use crate::dsp::kaldi::{KaldiOptions, Kind};
         let gpu = Choice {
             backend: Backend::Cuda,
             reason: "auto: found a GPU".into(),
@@ -341,22 +349,39 @@ mod tests {
         };
         let kept = for_recipe(gpu.clone(), Backend::Auto, None).unwrap();
         assert_eq!(kept, gpu, "librosa keeps the GPU");
-        let c = for_recipe(gpu.clone(), Backend::Auto, Some("kaldi-fbank")).unwrap();
+        let fbank = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap();
+        let mfcc = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Mfcc).unwrap();
+        let whisper = crate::recipes::whisper(128).unwrap();
+        for r in [&fbank, &mfcc, &whisper] {
+            for asked in [Backend::Auto, Backend::Cuda] {
+                let c = for_recipe(gpu.clone(), asked, Some(r.as_ref())).unwrap();
+                assert_eq!(c, gpu, "{} keeps the GPU", r.layout().recipe);
+            }
+        }
+        let dithered = KaldiOptions {
+            dither: 1.0,
+            ..KaldiOptions::default()
+        };
+        let dithered = crate::recipes::kaldi(&dithered, Kind::Fbank).unwrap();
+        let c = for_recipe(gpu.clone(), Backend::Auto, Some(dithered.as_ref())).unwrap();
         assert_eq!(c.target, Target::Cpu);
         assert!(
-            c.reason.contains("\"kaldi-fbank\" has no CUDA kernels"),
+            c.reason
+                .contains("\"kaldi-fbank\" cannot run on the CUDA kernels")
+                && c.reason.contains("dither = 1"),
             "{}",
             c.reason
         );
-        let e = for_recipe(gpu, Backend::Cuda, Some("whisper")).unwrap_err();
+        let e = for_recipe(gpu, Backend::Cuda, Some(dithered.as_ref())).unwrap_err();
         assert!(
-            e.to_string()
-                .contains("no kernels for features.recipe = \"whisper\""),
+            e.to_string().contains(
+                "features.recipe = \"kaldi-fbank\" cannot run on the CUDA kernels: dither"
+            ),
             "{e}"
         );
         let cpu = Choice::cpu("asked".into());
         assert_eq!(
-            for_recipe(cpu.clone(), Backend::Cuda, Some("whisper")).unwrap(),
+            for_recipe(cpu.clone(), Backend::Cuda, Some(dithered.as_ref())).unwrap(),
             cpu
         );
     }

@@ -42,6 +42,7 @@ pub const CUFFT_SYMBOLS: &[&str] = &[
     "cufftSetStream",
     "cufftExecD2Z",
     "cufftDestroy",
+    "cufftExecR2C",
 ];
 
 /// An NVRTC program handle.
@@ -76,6 +77,8 @@ pub struct Nvrtc {
 pub type Plan = c_int;
 /// `CUFFT_D2Z`.
 pub const CUFFT_D2Z: c_int = 0x6a;
+/// `CUFFT_R2C`.
+pub const CUFFT_R2C: c_int = 0x2a;
 
 /// The cuFFT functions (signatures of `cufft.h`; results are `cufftResult`).
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +88,8 @@ pub struct Cufft {
     pub set_stream: unsafe extern "C" fn(Plan, *mut c_void) -> c_int,
     pub exec_d2z: unsafe extern "C" fn(Plan, *mut f64, *mut f64) -> c_int,
     pub destroy: unsafe extern "C" fn(Plan) -> c_int,
+    /// `cufftExecR2C(plan, cufftReal*, cufftComplex*)`.
+    pub exec_r2c: unsafe extern "C" fn(Plan, *mut f32, *mut f32) -> c_int,
 }
 
 /// Resolves `names` in `loaded_as`; Err names every missing one.
@@ -215,6 +220,7 @@ impl Cufft {
                 set_stream: as_fn(p[2]),
                 exec_d2z: as_fn(p[3]),
                 destroy: as_fn(p[4]),
+                exec_r2c: as_fn(p[5]),
             })
         }
     }

@@ -129,6 +129,9 @@ pub struct CudaReport {
     pub decode_threads: usize,
     /// Files decoded by the pool into staged clips (the rest: on the device).
     pub host_decoded_files: u64,
+    /// Files of a variable-length recipe too long for one device batch,
+    /// computed by the stage thread on the CPU instead (`frames_stage`).
+    pub host_computed_files: u64,
 }
 
 /// The running CUDA stage: the decode pool and the stage thread.
@@ -138,6 +141,11 @@ pub struct CudaWorkers {
 }
 
 impl CudaWorkers {
+    /// The decode pool and the stage thread of a running stage.
+    pub(super) fn new(feed: Feed, thread: JoinHandle<Result<CudaReport, Error>>) -> CudaWorkers {
+        CudaWorkers { feed, thread }
+    }
+
     pub fn join(self) -> Result<CudaReport, Error> {
         let pool_ok = self.feed.join();
         let report = self.thread.join().map_err(|_| Error::Panicked)??;
@@ -196,7 +204,7 @@ pub fn start_cuda_workers(
     opts: CudaOptions,
     wiring: Wiring,
 ) -> Result<CudaWorkers, Error> {
-    let (image, compile_s, from_cache) = compile_kernels(&gpu)?;
+    let (images, compile_s, from_cache) = compile_kernels(&gpu)?;
     tracing::info!(
         gpu = %gpu,
         seconds = compile_s,
@@ -212,7 +220,7 @@ pub fn start_cuda_workers(
     };
     start_workers_with(
         plan,
-        move || real::CudaDevice::open(gpu, &image),
+        move || real::CudaDevice::open(gpu, &images),
         opts,
         wiring,
         report,
@@ -235,6 +243,9 @@ where
     D: Device,
     F: FnOnce() -> super::device::Result<D> + Send + 'static,
 {
+    if let Some(recipe) = wiring.frames.clone() {
+        return super::frames_stage::start(&recipe, make, opts, wiring, report);
+    }
     let tables = Tables::new(&plan).map_err(Cause::from)?;
     let threads = opts.decode_threads.max(1);
     let batch = opts.batch_files.max(1);

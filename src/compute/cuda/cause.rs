@@ -90,6 +90,10 @@ pub enum Cause {
     /// The stage thread ended before it said whether it started.
     #[error("the CUDA thread died during start-up")]
     ThreadDied,
+    /// The configured variable-length recipe cannot run on the kernels
+    /// (dither, a recipe without kernels).
+    #[error("features.recipe cannot run on the CUDA kernels: {0}")]
+    Recipe(super::frames_exec::Unsupported),
     /// `MELFORGE_HOST_DOUBLE=1` in a build without the host double.
     #[error("{env} needs a build with the host-kernels feature")]
     NoHostDouble { env: &'static str },

@@ -94,12 +94,24 @@ impl Arg {
     }
 }
 
-/// A batched 1-D double-precision real-to-complex (D2Z) FFT: `batch`
-/// transforms of `n` reals (contiguous) into `n/2 + 1` complex each.
+/// The precision of a real-to-complex FFT.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FftKind {
+    /// f64 reals → f64 complex (`CUFFT_D2Z`): the librosa and Whisper recipes.
+    #[default]
+    D2Z,
+    /// f32 reals → f32 complex (`CUFFT_R2C`): the Kaldi recipes, whose
+    /// references compute in float32.
+    R2C,
+}
+
+/// A batched 1-D real-to-complex FFT: `batch` transforms of `n` reals
+/// (contiguous) into `n/2 + 1` complex each, interleaved (re, im).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FftShape {
     pub n: usize,
     pub batch: usize,
+    pub kind: FftKind,
 }
 
 /// A 1-D launch configuration.
@@ -179,7 +191,8 @@ pub trait Device {
     ) -> Result<()>;
 
     fn launch(&mut self, stream: Stream, k: Kernel, dims: LaunchDims, args: &[Arg]) -> Result<()>;
-    /// Runs `plan` from `input` (f64 reals) into `output` (f64 complex pairs).
+    /// Runs `plan` from `input` (reals) into `output` (complex pairs), in
+    /// the precision of the plan's [`FftKind`].
     fn fft_exec(
         &mut self,
         stream: Stream,

@@ -206,9 +206,9 @@ pub fn probe() -> Result<Gpu, Unavailable> {
         .get_or_init(|| {
             probe_uncached()
                 .and_then(|gpu| {
-                    let image = kernels::compile_kernels(&gpu)?.0;
+                    let images = kernels::compile_kernels(&gpu)?.0;
                     let dev =
-                        real::CudaDevice::open(gpu.clone(), &image).map_err(Cause::StartUp)?;
+                        real::CudaDevice::open(gpu.clone(), &images).map_err(Cause::StartUp)?;
                     drop(dev);
                     Ok(gpu)
                 })

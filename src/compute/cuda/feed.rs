@@ -83,13 +83,26 @@ impl Feed {
         output: Vec<Producer<Outcome>>,
     ) -> std::io::Result<Feed> {
         let w = Arc::new(w);
-        let mut threads = Vec::with_capacity(fed.len());
-        let mut first_error = None;
-        for (i, (fed, output)) in fed.into_iter().zip(output).enumerate() {
+        let bodies = fed.into_iter().zip(output).map(|(fed, output)| {
             let w = Arc::clone(&w);
+            move || run(&w, &fed, &output)
+        });
+        Feed::spawn(bodies)
+    }
+
+    /// Starts one thread (`decode-i`) per body. Returns the pool, or the
+    /// spawn error if not even one thread started (the bodies, and the
+    /// guards they own, are then dropped).
+    pub fn spawn<F>(bodies: impl IntoIterator<Item = F>) -> std::io::Result<Feed>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let mut threads = Vec::new();
+        let mut first_error = None;
+        for (i, body) in bodies.into_iter().enumerate() {
             let spawned = std::thread::Builder::new()
                 .name(format!("decode-{i}"))
-                .spawn(move || run(&w, &fed, &output));
+                .spawn(body);
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -124,7 +137,7 @@ impl Feed {
 }
 
 /// Gives a heap buffer back to the readers (arena extents free themselves).
-fn recycle(bytes: FileBytes, free: &ArrayQueue<Vec<u8>>) {
+pub(super) fn recycle(bytes: FileBytes, free: &ArrayQueue<Vec<u8>>) {
     if let FileBytes::Heap(v) = bytes {
         let _full = free.push(v);
     }

@@ -13,9 +13,9 @@ use super::cause::Cause;
 use super::{api, nvrtc};
 
 /// The kernels for `gpu`: CUBIN for its architecture, or PTX for the newest
-/// one NVRTC knows below it (`nvrtc::pick_target`); (image, seconds, whether
-/// every source came from the disk cache).
-pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Cause> {
+/// one NVRTC knows below it (`nvrtc::pick_target`); (one image per source of
+/// `nvrtc::SOURCES`, seconds, whether every source came from the disk cache).
+pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(Vec<nvrtc::Image>, f64, bool), Cause> {
     let n = api::nvrtc()?;
     let sm = u32::try_from(gpu.cc.0 * 10 + gpu.cc.1).unwrap_or(0);
     let target = n
@@ -30,6 +30,8 @@ pub(crate) fn compile_kernels(gpu: &Gpu) -> Result<(nvrtc::Image, f64, bool), Ca
     }
     let compile_s = t.elapsed().as_secs_f64();
     let from_cache = images.iter().all(|i| i.from_disk_cache);
-    let image = images.into_iter().next().ok_or(Cause::NoKernelSources)?;
-    Ok((image, compile_s, from_cache))
+    if images.is_empty() {
+        return Err(Cause::NoKernelSources);
+    }
+    Ok((images, compile_s, from_cache))
 }

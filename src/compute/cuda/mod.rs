@@ -49,6 +49,8 @@ pub mod cause;
 pub mod device;
 pub mod driver;
 pub mod feed;
+pub mod frames_exec;
+pub mod frames_stage;
 pub mod gpu;
 pub mod kernels;
 pub mod libs;

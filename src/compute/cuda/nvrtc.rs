@@ -33,9 +33,9 @@ use std::ffi::c_char;
 use super::libs::LoadError;
 use super::{api, libs};
 
-/// The kernel sources compiled into the binary: (file name, text). The first
-/// (`mel.cu`) is the module the CUDA stage loads; `frames.cu` (the Kaldi and
-/// Whisper kernels) is compiled and cached too, for the stage to come.
+/// The kernel sources compiled into the binary: (file name, text), each its
+/// own module of the device: `mel.cu` (the librosa recipe) and `frames.cu`
+/// (the Kaldi and Whisper recipes).
 pub const SOURCES: &[(&str, &str)] = &[
     ("mel.cu", include_str!("../../../kernels/mel.cu")),
     ("frames.cu", include_str!("../../../kernels/frames.cu")),

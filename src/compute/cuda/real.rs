@@ -20,8 +20,8 @@ use cudarc::driver::{result, sys};
 
 use super::api;
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
-    LaunchDims, Pinned, Result, Stream,
+    Arg, DevBuf, Device, DeviceError, Event, FftKind, FftPlan, FftShape, Graph, GraphExec, HostReg,
+    Kernel, LaunchDims, Pinned, Result, Stream,
 };
 use super::gpu::Gpu;
 use super::nvrtc::Image;
@@ -60,7 +60,8 @@ pub(crate) const CTX_FLAGS: u32 = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC a
 pub struct CudaDevice {
     gpu: Gpu,
     dev: sys::CUdevice,
-    module: sys::CUmodule,
+    /// One module per kernel source (`nvrtc::SOURCES`), in that order.
+    modules: Vec<sys::CUmodule>,
     streams: Vec<sys::CUstream>,
     events: Vec<sys::CUevent>,
     bufs: Vec<sys::CUdeviceptr>,
@@ -69,6 +70,8 @@ pub struct CudaDevice {
     kernels: Vec<sys::CUfunction>,
     fft: api::Cufft,
     plans: Vec<api::Plan>,
+    /// The precision of each plan (same index).
+    plan_kinds: Vec<FftKind>,
     graphs: Vec<sys::CUgraph>,
     execs: Vec<sys::CUgraphExec>,
     /// Teardown failures of this device only (never a process-wide list:
@@ -77,8 +80,9 @@ pub struct CudaDevice {
 }
 
 impl CudaDevice {
-    /// Retains device 0's primary context, makes it current, loads `image`.
-    pub fn open(gpu: Gpu, image: &Image) -> Result<CudaDevice> {
+    /// Retains device 0's primary context, makes it current, loads every
+    /// image (one module each).
+    pub fn open(gpu: Gpu, images: &[Image]) -> Result<CudaDevice> {
         let fft = api::cufft().map_err(|e| DeviceError::new("cuFFT", e))?;
         let dev = result::device::get(0).map_err(de("cuDeviceGet"))?;
         // SAFETY: `dev` is valid; setting flags of a (possibly inactive)
@@ -94,7 +98,7 @@ impl CudaDevice {
         let mut me = CudaDevice {
             gpu,
             dev,
-            module: std::ptr::null_mut(),
+            modules: Vec::new(),
             streams: Vec::new(),
             events: Vec::new(),
             bufs: Vec::new(),
@@ -103,20 +107,24 @@ impl CudaDevice {
             kernels: Vec::new(),
             fft,
             plans: Vec::new(),
+            plan_kinds: Vec::new(),
             graphs: Vec::new(),
             execs: Vec::new(),
             errors: Arc::default(),
         };
         // SAFETY: `ctx` is the retained primary context of `dev`.
         unsafe { result::ctx::set_current(ctx) }.map_err(de("cuCtxSetCurrent"))?;
-        let mut bytes = image.bytes.clone();
-        if image.ptx && bytes.last() != Some(&0) {
-            bytes.push(0);
+        for image in images {
+            let mut bytes = image.bytes.clone();
+            if image.ptx && bytes.last() != Some(&0) {
+                bytes.push(0);
+            }
+            // SAFETY: `bytes` is a complete CUBIN or NUL-terminated PTX image
+            // and outlives the call (the driver copies it).
+            let m = unsafe { result::module::load_data(bytes.as_ptr().cast()) }
+                .map_err(de("cuModuleLoadData"))?;
+            me.modules.push(m);
         }
-        // SAFETY: `bytes` is a complete CUBIN or NUL-terminated PTX image and
-        // outlives the call (the driver copies it).
-        me.module = unsafe { result::module::load_data(bytes.as_ptr().cast()) }
-            .map_err(de("cuModuleLoadData"))?;
         Ok(me)
     }
 
@@ -217,22 +225,38 @@ impl Device for CudaDevice {
 
     fn kernel(&mut self, name: &str) -> Result<Kernel> {
         let c = CString::new(name).map_err(|_| DeviceError::new("cuModuleGetFunction", "NUL"))?;
-        // SAFETY: `module` is loaded and lives until Drop.
-        let f = unsafe { result::module::get_function(self.module, c) }
-            .map_err(de("cuModuleGetFunction"))?;
-        self.kernels.push(f);
+        // The first module that has it (kernel names are unique across the
+        // sources: each file's helpers carry its own prefix).
+        let mut found = Err(DeviceError::new(
+            "cuModuleGetFunction",
+            "no module is loaded",
+        ));
+        for &m in &self.modules {
+            // SAFETY: `m` is loaded and lives until Drop.
+            found = unsafe { result::module::get_function(m, c.clone()) }
+                .map_err(de("cuModuleGetFunction"));
+            if found.is_ok() {
+                break;
+            }
+        }
+        self.kernels.push(found?);
         Ok(Kernel(self.kernels.len() - 1))
     }
 
     fn fft_plan(&mut self, shape: FftShape) -> Result<FftPlan> {
         let n = i32::try_from(shape.n).map_err(|_| DeviceError::new("cufftPlan1d", "n"))?;
         let b = i32::try_from(shape.batch).map_err(|_| DeviceError::new("cufftPlan1d", "batch"))?;
+        let kind = match shape.kind {
+            FftKind::D2Z => api::CUFFT_D2Z,
+            FftKind::R2C => api::CUFFT_R2C,
+        };
         let mut p: api::Plan = 0;
         // SAFETY: valid out-pointer; a plan in the current context.
         fft_result("cufftPlan1d", unsafe {
-            (self.fft.plan_1d)(&mut p, n, api::CUFFT_D2Z, b)
+            (self.fft.plan_1d)(&mut p, n, kind, b)
         })?;
         self.plans.push(p);
+        self.plan_kinds.push(shape.kind);
         Ok(FftPlan(self.plans.len() - 1))
     }
 
@@ -339,10 +363,12 @@ impl Device for CudaDevice {
         input: DevBuf,
         output: DevBuf,
     ) -> Result<()> {
-        let p = *self
+        let (p, kind) = self
             .plans
             .get(plan.0)
-            .ok_or_else(|| DeviceError::new("cufftExecD2Z", "unknown plan"))?;
+            .zip(self.plan_kinds.get(plan.0))
+            .map(|(&p, &k)| (p, k))
+            .ok_or_else(|| DeviceError::new("cufftExec", "unknown plan"))?;
         let (i, o, s) = (
             self.ptr(input, 0)?,
             self.ptr(output, 0)?,
@@ -352,10 +378,16 @@ impl Device for CudaDevice {
         // were sized by the recipe for this plan's batch.
         unsafe {
             fft_result("cufftSetStream", (self.fft.set_stream)(p, s.cast()))?;
-            fft_result(
-                "cufftExecD2Z",
-                (self.fft.exec_d2z)(p, i as *mut f64, o as *mut f64),
-            )
+            match kind {
+                FftKind::D2Z => fft_result(
+                    "cufftExecD2Z",
+                    (self.fft.exec_d2z)(p, i as *mut f64, o as *mut f64),
+                ),
+                FftKind::R2C => fft_result(
+                    "cufftExecR2C",
+                    (self.fft.exec_r2c)(p, i as *mut f32, o as *mut f32),
+                ),
+            }
         }
     }
 
@@ -492,10 +524,10 @@ impl Drop for CudaDevice {
                     record(&sink, "cuMemHostUnregister", e);
                 }
             }
-            if !self.module.is_null()
-                && let Err(e) = result::module::unload(self.module)
-            {
-                record(&sink, "cuModuleUnload", e);
+            for m in self.modules.drain(..) {
+                if let Err(e) = result::module::unload(m) {
+                    record(&sink, "cuModuleUnload", e);
+                }
             }
             if let Err(e) = result::primary_ctx::release(self.dev) {
                 record(&sink, "cuDevicePrimaryCtxRelease", e);

@@ -20,7 +20,8 @@
 use std::collections::HashMap;
 
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, FftPlan, FftShape, Kernel, LaunchDims, Pinned, Result, Stream,
+    Arg, DevBuf, Device, DeviceError, FftKind, FftPlan, FftShape, Kernel, LaunchDims, Pinned,
+    Result, Stream,
 };
 use super::orchestrate::{Placed, Recipe};
 use super::tables::{self, MfFile, Tables};
@@ -242,6 +243,7 @@ impl Recipe for MelRecipe {
             let p = dev.fft_plan(FftShape {
                 n: self.t.n_fft,
                 batch: files * self.t.n_distinct,
+                kind: FftKind::D2Z,
             })?;
             self.plans.insert(files, p);
         }

@@ -27,8 +27,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::compute::cuda::device::{
-    Arg, DevBuf, Device, DeviceError, Event, FftPlan, FftShape, Graph, GraphExec, HostReg, Kernel,
-    LaunchDims, Pinned, Result, Stream,
+    Arg, DevBuf, Device, DeviceError, Event, FftKind, FftPlan, FftShape, Graph, GraphExec, HostReg,
+    Kernel, LaunchDims, Pinned, Result, Stream,
 };
 
 /// Work queued on a stream (also the body of a graph).
@@ -181,6 +181,7 @@ pub struct HostDouble {
     execs: Vec<usize>,
     exec: Option<Box<dyn HostKernels>>,
     fft: realfft::RealFftPlanner<f64>,
+    fft32: realfft::RealFftPlanner<f32>,
     /// Operations that fail (fault injection): the driver's op name and the
     /// result code it answers with.
     refuse: Vec<(&'static str, &'static str)>,
@@ -204,6 +205,61 @@ fn as_bytes(w: &[u64], len: usize) -> &[u8] {
 fn as_bytes_mut(w: &mut [u64], len: usize) -> &mut [u8] {
     // SAFETY: as in `as_bytes`, and the borrow is unique.
     unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), len.min(w.len() * 8)) }
+}
+
+/// A real type the double's FFT reads and writes as native-endian bytes.
+trait Real: realfft::FftNum {
+    const BYTES: usize;
+    fn read(b: &[u8]) -> Self;
+    fn write(self, b: &mut [u8]);
+}
+
+impl Real for f64 {
+    const BYTES: usize = 8;
+    fn read(b: &[u8]) -> f64 {
+        f64::from_ne_bytes(b.try_into().expect("8 bytes"))
+    }
+    fn write(self, b: &mut [u8]) {
+        b.copy_from_slice(&self.to_ne_bytes());
+    }
+}
+
+impl Real for f32 {
+    const BYTES: usize = 4;
+    fn read(b: &[u8]) -> f32 {
+        f32::from_ne_bytes(b.try_into().expect("4 bytes"))
+    }
+    fn write(self, b: &mut [u8]) {
+        b.copy_from_slice(&self.to_ne_bytes());
+    }
+}
+
+/// `shape.batch` real transforms of `inp` into interleaved complex `out`
+/// (realfft standing in for cuFFT; `fft_exec` checked both sizes).
+fn fft_rows<T: Real>(
+    planner: &mut realfft::RealFftPlanner<T>,
+    shape: FftShape,
+    inp: &[u8],
+    out: &mut [u8],
+) -> Result<()> {
+    let (n, w) = (shape.n, T::BYTES);
+    let bins = n / 2 + 1;
+    let r2c = planner.plan_fft_forward(n);
+    let mut spec = r2c.make_output_vec();
+    let mut frame = r2c.make_input_vec();
+    for b in 0..shape.batch {
+        for (k, x) in frame.iter_mut().enumerate() {
+            *x = T::read(&inp[(b * n + k) * w..(b * n + k + 1) * w]);
+        }
+        r2c.process(&mut frame, &mut spec)
+            .map_err(|e| DeviceError::new("cufftExec", e))?;
+        for (k, c) in spec.iter().enumerate() {
+            let at = (b * bins + k) * 2 * w;
+            c.re.write(&mut out[at..at + w]);
+            c.im.write(&mut out[at + w..at + 2 * w]);
+        }
+    }
+    Ok(())
 }
 
 fn range_err(op: &'static str, what: &str) -> DeviceError {
@@ -240,6 +296,7 @@ impl HostDouble {
             execs: Vec::new(),
             exec: None,
             fft: realfft::RealFftPlanner::new(),
+            fft32: realfft::RealFftPlanner::new(),
             refuse: Vec::new(),
             fail_once: None,
             sink: None,
@@ -441,28 +498,16 @@ impl HostDouble {
                 input,
                 output,
             } => {
-                let FftShape { n, batch } = self.plans[plan.0];
-                let bins = n / 2 + 1;
-                let r2c = self.fft.plan_fft_forward(n);
-                let inp: Vec<f64> = as_bytes(&self.bufs[input.id], self.buf_lens[input.id])
-                    .chunks_exact(8)
-                    .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
-                    .collect();
-                let mut out = vec![0f64; batch * bins * 2];
-                let mut spec = r2c.make_output_vec();
-                for b in 0..batch {
-                    let mut frame = inp[b * n..(b + 1) * n].to_vec();
-                    r2c.process(&mut frame, &mut spec)
-                        .map_err(|e| DeviceError::new("cufftExecD2Z", e))?;
-                    for (k, c) in spec.iter().enumerate() {
-                        out[(b * bins + k) * 2] = c.re;
-                        out[(b * bins + k) * 2 + 1] = c.im;
-                    }
-                }
-                let l = self.buf_lens[output.id];
-                let dst = as_bytes_mut(&mut self.bufs[output.id], l);
-                for (i, v) in out.iter().enumerate() {
-                    dst[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+                let shape = self.plans[plan.0];
+                let (ilen, olen) = (self.buf_lens[input.id], self.buf_lens[output.id]);
+                // The input is read whole before the output is written (the
+                // two may not alias: distinct buffers of the recipe).
+                let need = shape.n * shape.batch * if shape.kind == FftKind::D2Z { 8 } else { 4 };
+                let inp = as_bytes(&self.bufs[input.id], ilen.min(need)).to_vec();
+                let out = as_bytes_mut(&mut self.bufs[output.id], olen);
+                match shape.kind {
+                    FftKind::D2Z => fft_rows(&mut self.fft, shape, &inp, out)?,
+                    FftKind::R2C => fft_rows(&mut self.fft32, shape, &inp, out)?,
                 }
             }
             Work::Record { event, generation } => {

@@ -21,7 +21,7 @@ use crate::compute::cuda::recipe_tables::{
 use crate::dsp::kaldi::Kind;
 use crate::dsp::whisper::{N_FFT, N_SAMPLES};
 
-mod ffi {
+pub(super) mod ffi {
     use super::Dim3;
     use crate::compute::cuda::recipe_tables::FrUtt;
 

@@ -17,8 +17,9 @@
 //!   host kernels ([`start_host_double_workers`]); `serve` and `build` use it
 //!   when `MELFORGE_CUDA_HOST_DOUBLE=1` (the serve test matrix, and
 //!   `scripts/gpu-check`'s dry run);
-//! * `tests`, `tests_pool`, `tests_regress` — the backend's unit tests
-//!   (orchestration on the double, the decode pool, regressions by name).
+//! * `tests`, `tests_pool`, `tests_regress`, `tests_frames` — the backend's
+//!   unit tests (orchestration on the double, the decode pool, regressions by
+//!   name, the variable-length recipes' stage).
 
 pub mod double;
 pub mod double_kernels;
@@ -27,6 +28,8 @@ pub mod host_recipes;
 pub mod host_stage;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_frames;
 #[cfg(test)]
 mod tests_pool;
 #[cfg(test)]

@@ -178,13 +178,17 @@ impl Device for HostDouble {
         input: DevBuf,
         output: DevBuf,
     ) -> Result<()> {
-        let FftShape { n, batch } = *self
+        let FftShape { n, batch, kind } = *self
             .plans
             .get(plan.0)
-            .ok_or_else(|| DeviceError::new("cufftExecD2Z", "unknown plan"))?;
-        self.check_buf("cufftExecD2Z", input, 0, n * batch * 8)?;
-        self.check_buf("cufftExecD2Z", output, 0, (n / 2 + 1) * batch * 16)?;
-        self.refused("cufftExecD2Z")?;
+            .ok_or_else(|| DeviceError::new("cufftExec", "unknown plan"))?;
+        let (op, real) = match kind {
+            FftKind::D2Z => ("cufftExecD2Z", 8),
+            FftKind::R2C => ("cufftExecR2C", 4),
+        };
+        self.check_buf(op, input, 0, n * batch * real)?;
+        self.check_buf(op, output, 0, (n / 2 + 1) * batch * 2 * real)?;
+        self.refused(op)?;
         self.issue(
             stream,
             Work::Fft {
