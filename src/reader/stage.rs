@@ -231,7 +231,8 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
                 None => return Next::Later,
             };
             if j.range.is_some() {
-                if !read_ranged(j, ctx, local) {
+                // Untimed: the run's busy time below includes it.
+                if !read_ranged(j, ctx, local, false) {
                     return Next::End; // downstream ended early
                 }
                 continue;
@@ -289,7 +290,7 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
     while let Some(j) = ctx.jobs.pop() {
         ctx.telemetry.mark_first_read();
         if j.range.is_some() {
-            if !read_ranged(j, ctx, local) {
+            if !read_ranged(j, ctx, local, true) {
                 return; // downstream ended early
             }
             continue;
@@ -316,11 +317,17 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
 
 /// Reads job `j`'s byte range into a recycled buffer and hands it on;
 /// `false` when downstream has ended. Bytes counted are the file's bytes
-/// read (the prefix is the source's, already in memory).
-fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local) -> bool {
+/// read (the prefix is the source's, already in memory); the read counts
+/// as busy time when `timed`.
+fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local, timed: bool) -> bool {
     let range = j.range.expect("a ranged job");
     let mut buf = ctx.free.pop().unwrap_or_default();
-    let r = local.time(Stage::Read, || read_range(&j.path, &range, &mut buf));
+    let read = |buf: &mut Vec<u8>| read_range(&j.path, &range, buf);
+    let r = if timed {
+        local.time(Stage::Read, || read(&mut buf))
+    } else {
+        read(&mut buf)
+    };
     let bytes = r.map(|()| {
         local.add_bytes(range.len);
         FileBytes::Heap(buf)
@@ -398,6 +405,87 @@ mod tests {
             let r = telemetry.report(Duration::from_secs(1), vec![]);
             let total: usize = fs.iter().map(|(_, b)| b.len()).sum();
             assert_eq!(r.bytes_read, total as u64, "{engine:?}");
+        }
+    }
+
+    /// Jobs with byte ranges and segments among whole ones, both engines:
+    /// a ranged job's bytes are its prefix then exactly its range, every
+    /// job's segment comes out with its bytes, and the bytes counted are
+    /// the ranges' (not the files').
+    #[test]
+    fn ranges_and_segments_travel_with_their_jobs_through_both_engines() {
+        let d = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let fs = files(d.path(), 60);
+        let seg = |i: usize| Segment {
+            offset_s: i as f64,
+            ..Segment::default()
+        };
+        let range = |i: usize, len: usize| {
+            (i.is_multiple_of(3) && len > 100)
+                .then(|| ReadRange::new(vec![i as u8; 3], 17, (len - 40) as u64))
+        };
+        for engine in [Engine::Uring, Engine::Std] {
+            let mut cfg = crate::config::Config::default().io;
+            cfg.engine = engine;
+            cfg.queue_depth = 4;
+            let jobs = Arc::new(Ring::new(8));
+            let out = Arc::new(Ring::new(4));
+            let telemetry = Arc::new(Telemetry::default());
+            let free = Arc::new(ArrayQueue::new(4));
+            let stage = ReaderStage::start(
+                &cfg,
+                2 << 20,
+                &[],
+                Arc::clone(&jobs),
+                &out,
+                free,
+                Arc::clone(&telemetry),
+            )
+            .unwrap();
+            let source = {
+                let (jobs, fs) = (jobs.producer(), fs.clone());
+                std::thread::spawn(move || {
+                    for (id, (path, body)) in fs.into_iter().enumerate() {
+                        let mut j = ReadJob::whole(id, path);
+                        j.segment = id.is_multiple_of(2).then(|| seg(id));
+                        j.range = range(id, body.len());
+                        jobs.push(j).unwrap();
+                    }
+                })
+            };
+            let mut seen = 0;
+            let mut want_bytes = 0;
+            while let Some(Loaded {
+                job,
+                bytes,
+                segment,
+            }) = out.pop()
+            {
+                seen += 1;
+                let body = &fs[job].1;
+                let got = bytes.unwrap();
+                match range(job, body.len()) {
+                    Some(r) => {
+                        assert_eq!(&got[..3], &[job as u8; 3]);
+                        assert_eq!(&got[3..], &body[17..17 + r.len as usize], "job {job}");
+                        want_bytes += r.len;
+                    }
+                    None => {
+                        assert_eq!(&*got, body.as_slice());
+                        want_bytes += body.len() as u64;
+                    }
+                }
+                assert_eq!(
+                    segment,
+                    (job % 2 == 0).then(|| seg(job)),
+                    "{engine:?} job {job}"
+                );
+            }
+            source.join().unwrap();
+            assert!(stage.join());
+            assert_eq!(seen, fs.len());
+            let r = telemetry.report(Duration::from_secs(1), vec![]);
+            assert_eq!(r.bytes_read, want_bytes, "{engine:?}");
         }
     }
 }

@@ -101,3 +101,90 @@ impl Head {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fLaC`, STREAMINFO (1 kHz, mono, 16-bit, 40,000 samples) and a
+    /// SEEKTABLE (points every 10,000 samples, 1,000 bytes apart, and one
+    /// placeholder), then `frames` bytes of "frames".
+    fn flac(frames: usize) -> Vec<u8> {
+        let mut b = b"fLaC\x00\x00\x00\x22".to_vec();
+        let mut info = vec![0u8; 34];
+        info[..4].copy_from_slice(&[0x10, 0x00, 0x10, 0x00]); // 4096-sample blocks
+        let packed: u64 = (1000 << 44) | (15 << 36) | 40_000;
+        info[10..18].copy_from_slice(&packed.to_be_bytes());
+        b.extend_from_slice(&info);
+        b.extend_from_slice(&[0x83, 0, 0, 5 * 18]);
+        for i in 0..4u64 {
+            b.extend_from_slice(&(i * 10_000).to_be_bytes());
+            b.extend_from_slice(&(i * 1_000).to_be_bytes());
+            b.extend_from_slice(&4096u16.to_be_bytes());
+        }
+        b.extend_from_slice(&u64::MAX.to_be_bytes());
+        b.extend_from_slice(&[0; 10]);
+        b.resize(b.len() + frames, 0xAB);
+        b
+    }
+
+    fn seg(offset_s: f64, duration_s: Option<f64>) -> Segment {
+        Segment {
+            offset_s,
+            duration_s,
+            ..Segment::default()
+        }
+    }
+
+    #[test]
+    fn a_segment_reads_from_the_point_before_it_to_the_point_after_it() {
+        let file = flac(4_000);
+        let audio = (file.len() - 4_000) as u64;
+        let h = head(&file[..audio as usize], file.len() as u64).unwrap();
+        assert_eq!(h.sample_rate, 1000);
+        let e = h.extent(&seg(12.5, Some(3.0))).unwrap();
+        assert_eq!(
+            (e.start, e.len, e.base_frame),
+            (audio + 1_000, 1_000, 10_000)
+        );
+        // STREAMINFO's sample count is 0 ("unknown") in the prefix, the
+        // rest of it as it was.
+        assert_eq!(
+            super::super::stream_info(&file).unwrap().total_samples,
+            40_000
+        );
+        let mut part = e.prefix.clone();
+        part.resize(part.len() + 4096, 0);
+        let info = super::super::stream_info(&part).unwrap();
+        assert_eq!(
+            (info.total_samples, info.sample_rate, info.bits),
+            (0, 1000, 16)
+        );
+        // A segment ending exactly on a point stops there; one running past
+        // the last point reads to the end of the file.
+        let e = h.extent(&seg(10.0, Some(10.0))).unwrap();
+        assert_eq!(
+            (e.start, e.len, e.base_frame),
+            (audio + 1_000, 1_000, 10_000)
+        );
+        let e = h.extent(&seg(25.0, None)).unwrap();
+        assert_eq!(
+            (e.start, e.len, e.base_frame),
+            (audio + 2_000, 2_000, 20_000)
+        );
+        // From the first point to the end is the whole file: no range.
+        assert_eq!(h.extent(&seg(1.0, Some(100.0))), None);
+        // Points past the end of the file are not trusted.
+        let short = head(&file[..audio as usize], audio + 1_500).unwrap();
+        assert_eq!(short.extent(&seg(25.0, Some(1.0))), None);
+    }
+
+    #[test]
+    fn no_seek_table_no_head() {
+        let mut file = flac(100);
+        file[42] = 0x81; // the SEEKTABLE becomes an unknown block type 1
+        let audio = file.len() - 100;
+        assert_eq!(head(&file[..audio], file.len() as u64), None);
+        assert_eq!(head(b"RIFF\0\0\0\0WAVE", 12), None);
+    }
+}
