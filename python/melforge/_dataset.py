@@ -300,6 +300,25 @@ class MelDataset:
             out["line"] = int(f["line"][j])
         return out
 
+    def rows_by(self, field: str = "id") -> Dict[Any, int]:
+        """Row index by a manifest field's value (a manifest build's `meta`):
+        `ds.rows_by("id")[cut.id]` finds a lhotse cut's row,
+        `ds.rows_by("audio_filepath")` a NeMo item's. Rows without the field
+        are left out; a value shared by several rows maps to the last."""
+        f = self._file
+        if f is None or self._pid != os.getpid():
+            f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
+            self._adopt(f)
+            f = self._file
+        if f is None or "meta" not in f:
+            raise KeyError(f"{self.path} has no `meta` (not built from a manifest)")
+        out: Dict[Any, int] = {}
+        for i, raw in enumerate(f["meta"][: self._n]):
+            doc = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            if field in doc:
+                out[doc[field]] = i
+        return out
+
     # -- rows -------------------------------------------------------------
 
     def _dataset(self, need: int) -> h5py.Dataset:

@@ -65,6 +65,8 @@ def test_nemo_and_lhotse_manifests_build_with_meta_and_written_back(
     dev = melforge.MelDataset(out / "cuts_dev.h5")
     m = dev.meta(0)
     assert (m["id"], m["text"], m["speaker"], m["language"], m["line"]) == ("cut-1", "привет", "spk-9", "ru", 1)
+    assert dev.rows_by("id") == {"cut-1": 0}
+    assert train.rows_by("text") == {"zwölf 🦊": 0, "whole": 1}
     back = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
     assert [(b["text"], b["features_file"], b["features_row"]) for b in back] == [
         ("zwölf 🦊", "train.h5", 0),
