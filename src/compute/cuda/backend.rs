@@ -49,9 +49,12 @@ use super::device::Device;
 use super::feed::{Fed, FedKind, Feed, FeedWiring};
 use super::gpu::Gpu;
 use super::kernels::compile_kernels;
-use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, RunnerStats, Staged};
+use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, Staged};
 use super::recipe::MelRecipe;
 use super::tables::Tables;
+pub use super::workers::{
+    CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
+};
 use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::pool::{Clip, Staging};
@@ -59,102 +62,6 @@ use crate::dsp::Plan;
 use crate::reader::FileBytes;
 use crate::runtime::ring::{Producer, Ring};
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
-
-/// Sizes of the CUDA stage.
-#[derive(Clone, Copy, Debug)]
-pub struct CudaOptions {
-    /// Files per batch (`compute.batch_files`).
-    pub batch_files: usize,
-    /// Device batch slots (2: copy of batch k+1 overlaps compute of batch k).
-    pub slots: usize,
-    /// Compute a partial batch once its first file has waited this long.
-    pub flush_after: Duration,
-    /// The output is float16: rows are converted inside the graph and leave
-    /// the device as binary16 (`MelRecipe::with_f16_rows`).
-    pub f16_rows: bool,
-    /// CPU threads decoding, in front of the device, the files it cannot
-    /// decode itself (FLAC, resampled, `channels = "first"`); ≥ 1. The
-    /// default is [`default_decode_threads`] for one reader.
-    pub decode_threads: usize,
-}
-
-impl Default for CudaOptions {
-    fn default() -> Self {
-        CudaOptions {
-            batch_files: 256,
-            slots: 2,
-            flush_after: Duration::from_millis(20),
-            f16_rows: false,
-            decode_threads: default_decode_threads(1),
-        }
-    }
-}
-
-/// The decode threads `compute.decode_threads` asks for (`configured`), and
-/// when that is 0 (the default), [`default_decode_threads`].
-pub fn decode_threads(configured: usize, readers: usize) -> usize {
-    match configured {
-        0 => default_decode_threads(readers),
-        n => n,
-    }
-}
-
-/// Decode threads for a host running `readers` reader threads: every core
-/// left after the readers and the CUDA stage thread, at least one.
-pub fn default_decode_threads(readers: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    cores.saturating_sub(readers + 1).max(1)
-}
-
-/// What the CUDA stage reports at the end (add it to the build's JSON as
-/// `"cuda"`).
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct CudaReport {
-    pub device: String,
-    pub kernel_compile_s: f64,
-    pub kernel_from_cache: bool,
-    pub batch_files: usize,
-    #[serde(flatten)]
-    pub runner: RunnerStats,
-    /// Seconds the stage thread ran (start-up excluded).
-    pub run_s: f64,
-    /// h2d_bytes / run_s, GB/s (a lower bound on the link's rate).
-    pub h2d_gb_per_s: f64,
-    /// Host→device copies read pageable memory (no arena, or its
-    /// registration was refused).
-    pub pageable_copies: bool,
-    /// Rows left the device as float16 (converted in the graph).
-    pub f16_rows: bool,
-    /// Threads of the decode pool in front of the device.
-    pub decode_threads: usize,
-    /// Files decoded by the pool into staged clips (the rest: on the device).
-    pub host_decoded_files: u64,
-    /// Files of a variable-length recipe too long for one device batch,
-    /// computed by the stage thread on the CPU instead (`frames_stage`).
-    pub host_computed_files: u64,
-}
-
-/// The running CUDA stage: the decode pool and the stage thread.
-pub struct CudaWorkers {
-    feed: Feed,
-    thread: JoinHandle<Result<CudaReport, Error>>,
-}
-
-impl CudaWorkers {
-    /// The decode pool and the stage thread of a running stage.
-    pub(super) fn new(feed: Feed, thread: JoinHandle<Result<CudaReport, Error>>) -> CudaWorkers {
-        CudaWorkers { feed, thread }
-    }
-
-    pub fn join(self) -> Result<CudaReport, Error> {
-        let pool_ok = self.feed.join();
-        let report = self.thread.join().map_err(|_| Error::Panicked)??;
-        if !pool_ok {
-            return Err(Error::Panicked);
-        }
-        Ok(report)
-    }
-}
 
 /// What the device reads for one file, held until its copy completed: the
 /// file's bytes (heap buffers are recycled) or a staged clip.
@@ -310,7 +217,7 @@ fn start_pool(
                     "Fewer decode threads run than asked for."
                 );
             }
-            Ok(CudaWorkers { feed, thread })
+            Ok(CudaWorkers::new(feed, thread))
         }
         Err(e) => {
             // Every fed guard is gone: the stage thread sees a closed,

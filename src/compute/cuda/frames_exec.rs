@@ -19,10 +19,11 @@
 //! No CUDA graph here, unlike the librosa recipe: every batch has its own
 //! row count, which the kernels take by value, so a graph would be captured
 //! for one replay. A batch is 4–7 launches over up to [`ROWS_PER_BATCH`] rows
-//! (milliseconds of work); launching them directly costs microseconds. The
-//! cuFFT plans are made per row count rounded up to a power of two from
-//! [`ROW_BUCKET`] (at most five plans), over buffers sized for the rounded
-//! count, so the rows past the batch's are transformed but never read.
+//! (milliseconds of work); launching them directly costs microseconds. There
+//! is one cuFFT plan, made at start-up for every row of a slot: a batch's FFT
+//! transforms the rows past its own too (never read), which costs the GPU
+//! microseconds, while a plan per row count cost milliseconds each (the
+//! first H200 run made one per batch).
 //!
 //! Invariants: a slot's pinned memory is written only while the slot is idle
 //! (its `done` completed and its rows were read); every count the kernels
@@ -47,7 +48,7 @@ use crate::frames::{FrameError, RecipePlan};
 /// 512-point FFT) or 6.8 KB (Whisper): ≈ 0.3 / 0.45 GB.
 pub const ROWS_PER_BATCH: usize = 1 << 16;
 
-/// The smallest row count a cuFFT plan is made for (`FrameTables::batch_of`).
+/// The fewest rows a slot's FFT buffers hold (`FrameTables::batch_of`).
 pub const ROW_BUCKET: usize = 4096;
 
 /// The kernels' tables and the plan's row arithmetic of one recipe.
@@ -140,11 +141,8 @@ impl FrameTables {
         }
     }
 
-    /// A batch of `rows` rows is transformed this many at once: the next
-    /// power of two from [`ROW_BUCKET`], so a build makes at most five cuFFT
-    /// plans (4,096 … 65,536 rows), not one per row count. Making a plan
-    /// takes milliseconds and loads code; transforming unused rows of the
-    /// frames buffer costs microseconds.
+    /// The rows a slot's buffers hold for a capacity of `rows`: the next
+    /// power of two from [`ROW_BUCKET`].
     fn batch_of(rows: usize) -> usize {
         rows.max(ROW_BUCKET).next_power_of_two()
     }
@@ -222,7 +220,8 @@ pub struct FrameExec {
     cap: Capacity,
     kernels: HashMap<&'static str, Kernel>,
     consts: Consts,
-    plans: HashMap<usize, FftPlan>,
+    /// Every row of a slot's frames buffer at once.
+    plan: FftPlan,
 }
 
 /// Kernel entry points of each recipe (`kernels/frames.cu`).
@@ -293,12 +292,15 @@ impl FrameExec {
         let e = dev.create_event()?;
         dev.record_event(e, s)?;
         dev.event_synchronize(e)?;
+        let (n, kind, _) = t.fft();
+        let batch = FrameTables::batch_of(cap.rows);
+        let plan = dev.fft_plan(FftShape { n, batch, kind })?;
         Ok(FrameExec {
             t,
             cap,
             kernels,
             consts,
-            plans: HashMap::new(),
+            plan,
         })
     }
 
@@ -377,7 +379,7 @@ impl FrameExec {
     /// # Safety
     /// The slot must be idle, as for [`FrameExec::samples_mut`].
     pub unsafe fn issue<D: Device>(
-        &mut self,
+        &self,
         dev: &mut D,
         slot: &FrameSlot,
         batch: &Batch,
@@ -435,53 +437,18 @@ impl FrameExec {
         dev.record_event(slot.done, s)
     }
 
-    /// The FFT plan for `rows` rows (made on first use, outside any capture).
-    fn plan<D: Device>(&mut self, dev: &mut D, rows: usize) -> Result<FftPlan> {
-        let batch = FrameTables::batch_of(rows);
-        if let Some(&p) = self.plans.get(&batch) {
-            return Ok(p);
-        }
-        let (n, kind, _) = self.t.fft();
-        let p = dev.fft_plan(FftShape { n, batch, kind })?;
-        self.plans.insert(batch, p);
-        Ok(p)
-    }
-
-    fn kaldi<D: Device>(&mut self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
-        let (rows, n_utts, b) = (batch.n_rows, batch.len(), Arg::buf);
-        if rows == 0 {
-            return Ok(());
-        }
-        let plan = self.plan(dev, rows)?;
+    /// Kaldi: frames and energies, R2C, mel bands (and the DCT for MFCC).
+    fn kaldi<D: Device>(&self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
+        let (rows, b) = (batch.n_rows, Arg::buf);
         let FrameTables::Kaldi(t, _) = &self.t else {
             return Err(DeviceError::new("issue", "not a Kaldi recipe"));
         };
+        if rows == 0 {
+            return Ok(());
+        }
+        self.kaldi_frames(dev, slot, batch, t)?;
         let (c, s) = (&self.consts, slot.stream);
-        let kernel = |name| self.k(name);
-        dev.launch(
-            s,
-            kernel("kf_frame")?,
-            dims(rows),
-            &[
-                b(slot.samples),
-                b(slot.utts),
-                i32a(n_utts),
-                i32a(rows),
-                i32a(t.window_size),
-                i32a(t.window_shift),
-                i32a(t.padded),
-                Arg::I32(i32::from(t.snip_edges)),
-                Arg::F32(t.sample_scale),
-                Arg::I32(i32::from(t.remove_dc_offset)),
-                Arg::F32(t.preemph),
-                Arg::I32(i32::from(t.raw_energy)),
-                Arg::F32(t.log_energy_floor),
-                b(c.window),
-                b(slot.frames),
-                b(slot.energy),
-            ],
-        )?;
-        dev.fft_exec(s, plan, slot.frames, slot.spectrum)?;
+        dev.fft_exec(s, self.plan, slot.frames, slot.spectrum)?;
         let mfcc = t.kind == Kind::Mfcc;
         // fbank: mels after the energy column when use_energy; mfcc: the
         // log mels into `mel`, then the DCT into the rows.
@@ -492,7 +459,7 @@ impl FrameExec {
         };
         dev.launch(
             s,
-            kernel("kf_power_mel_log")?,
+            self.k("kf_power_mel_log")?,
             dims(rows * t.n_mels),
             &[
                 b(slot.spectrum),
@@ -512,114 +479,155 @@ impl FrameExec {
                 b(dst),
             ],
         )?;
-        if mfcc {
-            dev.launch(
-                s,
-                kernel("kf_dct")?,
-                dims(rows * t.out_bins),
-                &[
-                    b(slot.mel),
-                    i32a(rows),
-                    i32a(t.n_mels),
-                    i32a(t.out_bins),
-                    b(c.dct),
-                    Arg::I32(i32::from(t.use_energy)),
-                    b(slot.energy),
-                    b(slot.out),
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
-    fn whisper<D: Device>(&mut self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
-        let (rows, n_utts, b) = (batch.n_rows, batch.len(), Arg::buf);
-        let plan = if rows > 0 {
-            Some(self.plan(dev, rows)?)
-        } else {
-            None
-        };
-        let FrameTables::Whisper(t, _) = &self.t else {
-            return Err(DeviceError::new("issue", "not a Whisper recipe"));
-        };
-        let (mels, floor_log) = (t.n_mels, t.floor_log);
-        let (c, s) = (&self.consts, slot.stream);
-        let kernel = |name| self.k(name);
-        if let Some(plan) = plan {
-            dev.launch(
-                s,
-                kernel("wm_frame")?,
-                dims(rows * N_FFT),
-                &[
-                    b(slot.samples),
-                    b(slot.utts),
-                    i32a(n_utts),
-                    i32a(rows),
-                    b(c.window),
-                    b(slot.frames),
-                ],
-            )?;
-            dev.fft_exec(s, plan, slot.frames, slot.spectrum)?;
-            dev.launch(
-                s,
-                kernel("wm_power_mel_log")?,
-                dims(rows * mels),
-                &[
-                    b(slot.spectrum),
-                    i32a(rows),
-                    i32a(N_FFT / 2 + 1),
-                    i32a(mels),
-                    b(c.band_first),
-                    b(c.band_len),
-                    b(c.band_offset),
-                    b(c.band_weights),
-                    b(slot.out),
-                ],
-            )?;
+        if !mfcc {
+            return Ok(());
         }
         dev.launch(
             s,
-            kernel("wm_max_part")?,
+            self.k("kf_dct")?,
+            dims(rows * t.out_bins),
+            &[
+                b(slot.mel),
+                i32a(rows),
+                i32a(t.n_mels),
+                i32a(t.out_bins),
+                b(c.dct),
+                Arg::I32(i32::from(t.use_energy)),
+                b(slot.energy),
+                b(slot.out),
+            ],
+        )
+    }
+
+    /// `kf_frame`: every row's windowed, padded frame and its log energy.
+    fn kaldi_frames<D: Device>(
+        &self,
+        dev: &mut D,
+        slot: &FrameSlot,
+        batch: &Batch,
+        t: &KaldiTables,
+    ) -> Result<()> {
+        let (c, b) = (&self.consts, Arg::buf);
+        dev.launch(
+            slot.stream,
+            self.k("kf_frame")?,
+            dims(batch.n_rows),
+            &[
+                b(slot.samples),
+                b(slot.utts),
+                i32a(batch.len()),
+                i32a(batch.n_rows),
+                i32a(t.window_size),
+                i32a(t.window_shift),
+                i32a(t.padded),
+                Arg::I32(i32::from(t.snip_edges)),
+                Arg::F32(t.sample_scale),
+                Arg::I32(i32::from(t.remove_dc_offset)),
+                Arg::F32(t.preemph),
+                Arg::I32(i32::from(t.raw_energy)),
+                Arg::F32(t.log_energy_floor),
+                b(c.window),
+                b(slot.frames),
+                b(slot.energy),
+            ],
+        )
+    }
+
+    /// Whisper: frames, D2Z, log-mel of every covering frame, then each
+    /// utterance's maximum, clamp and pad value.
+    fn whisper<D: Device>(&self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
+        let (rows, n_utts, b) = (batch.n_rows, batch.len(), Arg::buf);
+        let FrameTables::Whisper(t, _) = &self.t else {
+            return Err(DeviceError::new("issue", "not a Whisper recipe"));
+        };
+        let s = slot.stream;
+        if rows > 0 {
+            self.whisper_log_mel(dev, slot, batch, t)?;
+        }
+        dev.launch(
+            s,
+            self.k("wm_max_part")?,
             dims(n_utts * WHISPER_MAX_PARTS),
             &[
                 b(slot.out),
                 b(slot.utts),
                 i32a(n_utts),
-                i32a(mels),
+                i32a(t.n_mels),
                 i32a(WHISPER_MAX_PARTS),
                 b(slot.partial),
             ],
         )?;
         dev.launch(
             s,
-            kernel("wm_max")?,
+            self.k("wm_max")?,
             dims(n_utts),
             &[
                 b(slot.partial),
                 b(slot.utts),
                 i32a(n_utts),
                 i32a(WHISPER_MAX_PARTS),
-                Arg::F32(floor_log),
+                Arg::F32(t.floor_log),
                 b(slot.clamp),
                 b(slot.pad),
             ],
         )?;
-        if rows > 0 {
-            dev.launch(
-                s,
-                kernel("wm_clamp_scale")?,
-                dims(rows * mels),
-                &[
-                    b(slot.out),
-                    b(slot.utts),
-                    i32a(n_utts),
-                    i32a(rows),
-                    i32a(mels),
-                    b(slot.clamp),
-                ],
-            )?;
+        if rows == 0 {
+            return Ok(());
         }
-        Ok(())
+        dev.launch(
+            s,
+            self.k("wm_clamp_scale")?,
+            dims(rows * t.n_mels),
+            &[
+                b(slot.out),
+                b(slot.utts),
+                i32a(n_utts),
+                i32a(rows),
+                i32a(t.n_mels),
+                b(slot.clamp),
+            ],
+        )
+    }
+
+    /// `wm_frame`, the D2Z and `wm_power_mel_log`: log10 mels of every row.
+    fn whisper_log_mel<D: Device>(
+        &self,
+        dev: &mut D,
+        slot: &FrameSlot,
+        batch: &Batch,
+        t: &WhisperTables,
+    ) -> Result<()> {
+        let (rows, c, s, b) = (batch.n_rows, &self.consts, slot.stream, Arg::buf);
+        dev.launch(
+            s,
+            self.k("wm_frame")?,
+            dims(rows * N_FFT),
+            &[
+                b(slot.samples),
+                b(slot.utts),
+                i32a(batch.len()),
+                i32a(rows),
+                b(c.window),
+                b(slot.frames),
+            ],
+        )?;
+        dev.fft_exec(s, self.plan, slot.frames, slot.spectrum)?;
+        dev.launch(
+            s,
+            self.k("wm_power_mel_log")?,
+            dims(rows * t.n_mels),
+            &[
+                b(slot.spectrum),
+                i32a(rows),
+                i32a(N_FFT / 2 + 1),
+                i32a(t.n_mels),
+                b(c.band_first),
+                b(c.band_len),
+                b(c.band_offset),
+                b(c.band_weights),
+                b(slot.out),
+            ],
+        )
     }
 
     /// Utterance `u`'s row values and (Whisper) pad value from the slot's

@@ -34,13 +34,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
-use super::backend::{CudaOptions, CudaReport, CudaWorkers};
 use super::cause::Cause;
 use super::device::{Device, DeviceError};
 use super::feed::{Feed, recycle};
 use super::frames_exec::{Capacity, FrameExec, FrameSlot, FrameTables};
 use super::orchestrate::RunnerStats;
 use super::recipe_tables::Batch;
+use super::workers::{CudaOptions, CudaReport, CudaWorkers};
 use super::{Error, device};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
@@ -445,7 +445,7 @@ impl<D: Device> Frames<'_, D> {
             .tables()
             .batch(&self.slots[i].lengths)
             .map_err(|e| DeviceError::new("issue", e))?;
-        let (exec, dev, slot) = (&mut self.exec, &mut self.dev, &self.slots[i].slot);
+        let (exec, dev, slot) = (&self.exec, &mut self.dev, &self.slots[i].slot);
         // SAFETY: slot i is the open one, idle since it was last harvested.
         let r = self
             .local

@@ -59,19 +59,18 @@ pub mod orchestrate;
 pub mod real;
 pub mod recipe;
 pub mod recipe_tables;
+pub mod workers;
 
 #[cfg(feature = "host-kernels")]
 pub mod testing;
 
-pub use backend::{
-    CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
-    start_cuda_workers,
-};
+pub use backend::start_cuda_workers;
 pub use cause::Cause;
 pub use driver::{Unavailable, driver_present, probe};
 pub use gpu::Gpu;
 #[cfg(feature = "host-kernels")]
 pub use testing::start_host_double_workers;
+pub use workers::{CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads};
 
 /// Why the CUDA backend cannot start or run.
 #[derive(Debug, thiserror::Error)]
