@@ -416,6 +416,11 @@ impl FrameSplit {
         })
     }
 
+    /// The open file (to add datasets before [`FrameSplit::close`]).
+    pub(super) fn file(&self) -> &File {
+        &self.file
+    }
+
     pub(super) fn partial_path(&self) -> &Path {
         &self.partial
     }

@@ -61,6 +61,7 @@ mod chunk;
 mod direct;
 pub mod frames;
 pub(crate) mod h5;
+pub mod meta;
 mod plan_error;
 pub mod sink;
 #[cfg(test)]
@@ -140,6 +141,10 @@ pub struct WriteReport {
     pub files: Vec<(String, PathBuf, usize)>,
     /// Total size on disk of the finished files.
     pub bytes_written: u64,
+    /// Per split, in plan order, the rows written (seq, frames; 0 frames
+    /// for librosa's fixed rows), when
+    /// metadata was attached ([`DatasetWriter::with_meta`]); else empty.
+    pub kept: Vec<Vec<meta::Kept>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +235,8 @@ pub struct DatasetWriter {
     splits: Vec<SplitWriter>,
     rows: RowRule,
     failed: bool,
+    /// Stored beside the rows (a manifest build's), when attached.
+    meta: Option<meta::RowMeta>,
 }
 
 /// What a submitted row must look like.
@@ -288,6 +295,8 @@ struct SplitWriter {
     /// Early arrivals (seq > next_seq), held until their turn.
     pending: BTreeMap<usize, Option<Vec<f32>>>,
     out: SplitOut,
+    /// The rows written, when metadata is attached (None: not recorded).
+    kept: Option<Vec<meta::Kept>>,
 }
 
 impl DatasetWriter {
@@ -357,13 +366,25 @@ impl DatasetWriter {
                 next_seq: 0,
                 pending: BTreeMap::new(),
                 out,
+                kept: None,
             });
         }
         Ok(DatasetWriter {
             splits,
             rows,
             failed: false,
+            meta: None,
         })
+    }
+
+    /// Stores `m` beside the rows (`meta::write`): `meta` and `line` per
+    /// row, and [`WriteReport::kept`].
+    pub fn with_meta(mut self, m: meta::RowMeta) -> DatasetWriter {
+        for s in &mut self.splits {
+            s.kept = Some(Vec::with_capacity(s.files.len()));
+        }
+        self.meta = Some(m);
+        self
     }
 
     /// Hands over the outcome of file `seq` of split `split`: `Some(row)`
@@ -393,9 +414,10 @@ impl DatasetWriter {
             s.pending.insert(seq, row);
             return Ok(recycled);
         }
-        let result = s.consume(row, &mut recycled).and_then(|()| {
+        let rule = &self.rows;
+        let result = s.consume(row, rule, &mut recycled).and_then(|()| {
             while let Some(row) = s.pending.remove(&s.next_seq) {
-                s.consume(row, &mut recycled)?;
+                s.consume(row, rule, &mut recycled)?;
             }
             Ok(())
         });
@@ -433,6 +455,7 @@ impl DatasetWriter {
         let mut report = WriteReport {
             files: Vec::with_capacity(self.splits.len()),
             bytes_written: 0,
+            kept: Vec::new(),
         };
         // Splits not yet renamed stay in `self.splits`, so a failure here
         // leaves their `.partial` files to `Drop`.
@@ -442,8 +465,17 @@ impl DatasetWriter {
             {
                 out.append(chunk)?;
             }
-            let s = self.splits.remove(0);
+            let mut s = self.splits.remove(0);
             let partial = s.out.partial_path().to_path_buf();
+            if let (Some(m), Some(kept)) = (&self.meta, &s.kept) {
+                let rows: Vec<u32> = kept.iter().map(|k| s.files[k.0 as usize].path).collect();
+                let file = match &s.out {
+                    SplitOut::Mel { out, .. } => out.file(),
+                    SplitOut::Frames(f) => f.file(),
+                };
+                meta::write(file, &partial, m, &rows).inspect_err(|_| remove_partial(&partial))?;
+            }
+            report.kept.extend(s.kept.take());
             let closed = match s.out {
                 SplitOut::Mel { out, .. } => out.close(),
                 SplitOut::Frames(f) => f.close(),
@@ -514,11 +546,20 @@ impl SplitWriter {
     fn consume(
         &mut self,
         row: Option<Vec<f32>>,
+        rule: &RowRule,
         recycled: &mut Vec<Vec<f32>>,
     ) -> Result<(), Error> {
         let file = self.files[self.next_seq];
         self.next_seq += 1;
         let Some(row) = row else { return Ok(()) };
+        if let Some(kept) = &mut self.kept {
+            let frames = match rule {
+                RowRule::Fixed(_) => 0,
+                RowRule::Frames(l) => l.frames_of(row.len()).unwrap_or(0),
+            };
+            let seq = (self.next_seq - 1) as u32;
+            kept.push((seq, u32::try_from(frames).unwrap_or(u32::MAX)));
+        }
         let path = self.paths.get(file.path);
         match &mut self.out {
             SplitOut::Mel { chunk, out } => {
