@@ -36,11 +36,18 @@ pub enum RejectKind {
     BadPath,
     /// Shorter than one frame of a variable-length recipe (Kaldi: 0 frames).
     TooShort,
+    /// A manifest line that names no usable item: not JSON, a field missing
+    /// or of the wrong type, a duration that is not positive.
+    BadLine,
+    /// A manifest item whose segment does not fit its file: an offset past
+    /// the end, a whole-file duration that disagrees with the file, a
+    /// channel the file does not have.
+    BadSegment,
 }
 
 impl RejectKind {
     /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 10] = [
+    pub const ALL: [RejectKind; 12] = [
         RejectKind::Unreadable,
         RejectKind::NotAFile,
         RejectKind::TooLarge,
@@ -51,6 +58,8 @@ impl RejectKind {
         RejectKind::Device,
         RejectKind::BadPath,
         RejectKind::TooShort,
+        RejectKind::BadLine,
+        RejectKind::BadSegment,
     ];
 
     /// The snake_case name used in JSON, logs and metrics labels.
@@ -66,6 +75,8 @@ impl RejectKind {
             RejectKind::Device => "device",
             RejectKind::BadPath => "bad_path",
             RejectKind::TooShort => "too_short",
+            RejectKind::BadLine => "bad_line",
+            RejectKind::BadSegment => "bad_segment",
         }
     }
 
@@ -114,4 +125,47 @@ pub enum OnSuccess {
     Keep,
     Move,
     Delete,
+}
+
+/// The part of a file one manifest item stands for, as
+/// `librosa.load(path, sr, mono=True, offset, duration)` takes it: the
+/// native frames `int(offset_s · rate)` onward, `int(duration_s · rate)` of
+/// them (all the rest when `None`), cut before the channels are combined and
+/// before resampling. The source builds it; the decoder applies it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Segment {
+    /// Seconds into the file (≥ 0).
+    pub offset_s: f64,
+    /// Seconds kept (> 0), or to the end.
+    pub duration_s: Option<f64>,
+    /// One channel instead of the `input.channels` policy (a lhotse cut's).
+    pub channel: Option<u16>,
+    /// A whole-file item's stated duration: the file's own must agree within
+    /// [`Segment::DURATION_TOLERANCE_S`].
+    pub expect_s: Option<f64>,
+    /// The native frame the bytes handed to the decoder start at: 0 for a
+    /// whole file, a seek point's sample for part of a FLAC stream.
+    pub base_frame: u64,
+}
+
+impl Segment {
+    /// How far a whole-file item's stated duration may be from the file's.
+    pub const DURATION_TOLERANCE_S: f64 = 0.1;
+
+    /// The first native frame and the frame count (None: to the end) at
+    /// `rate` Hz, truncated as librosa's `int(offset * sr)` does.
+    pub fn frames(&self, rate: u32) -> (u64, Option<u64>) {
+        let at = |s: f64| (s * f64::from(rate)) as u64;
+        (at(self.offset_s), self.duration_s.map(at))
+    }
+
+    /// Whether decoding must do anything beyond the whole file and the
+    /// channel policy.
+    pub fn is_whole(&self) -> bool {
+        self.offset_s == 0.0
+            && self.duration_s.is_none()
+            && self.channel.is_none()
+            && self.expect_s.is_none()
+            && self.base_frame == 0
+    }
 }

@@ -627,11 +627,7 @@ mod tests {
         assert_eq!(p.shape().backend, "pending");
         let feed = p.jobs().producer();
         for (id, path) in files.iter().enumerate() {
-            feed.push(ReadJob {
-                id,
-                path: path.clone(),
-            })
-            .unwrap();
+            feed.push(ReadJob::whole(id, path.clone())).unwrap();
         }
         drop(feed);
         // Every file is read and waits for compute; nothing computed yet.

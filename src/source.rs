@@ -24,6 +24,8 @@
 //! [`Warning`]s (kind, path, reason: data for structured logs; `build` turns
 //! them into rejections) rather than aborting the walk.
 
+pub mod manifest;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

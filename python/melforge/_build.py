@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from ._binary import run_quick
 from ._config import Config, PathLike
@@ -25,7 +25,7 @@ def _shard_arg(shard: Shard) -> str:
 
 
 def build(
-    input: PathLike,
+    input: Union[PathLike, Sequence[PathLike]],
     out: PathLike,
     *,
     config: Union[None, Config, PathLike] = None,
@@ -33,8 +33,12 @@ def build(
     shard: Optional[Shard] = None,
     progress: bool = True,
 ) -> BuildReport:
-    """Builds `input` (split/label folders of WAV/FLAC files) into one HDF5
-    file per split in `out`; returns the typed report.
+    """Builds `input` into one HDF5 file per split in `out`; returns the
+    typed report. `input` is a directory (split/label folders of audio
+    files), or a NeMo / lhotse manifest (`.json`/`.jsonl`, gzipped or not) or
+    a list of them: one split per manifest, named after its stem, rows in
+    line order, each row's manifest fields stored beside it (`meta(i)`) and
+    the manifest written back as `out/<split>.jsonl`.
 
     `config`: a `Config`, or a TOML path (validated first). `backend`:
     "auto", "cpu" or "cuda". `shard`: `(k, n)` or "k/n" to build one shard
@@ -47,7 +51,9 @@ def build(
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, not {backend!r}")
-    args = ["build", os.fspath(input), "--out", os.fspath(out), "--json", "--backend", backend]
+    inputs = [input] if isinstance(input, (str, bytes, os.PathLike)) else list(input)
+    args = ["build", *[os.fspath(i) for i in inputs]]
+    args += ["--out", os.fspath(out), "--json", "--backend", backend]
     args += ["--progress", "json" if progress else "none"]
     cfg = config if isinstance(config, Config) or config is None else Config(config)
     if cfg is not None:

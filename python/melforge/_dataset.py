@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -272,16 +273,51 @@ class MelDataset:
 
     def meta(self, i: Index) -> Dict[str, Any]:
         """What is known of row `i`'s file: `path` (relative to the build's
-        input), `label` (id, -1 for none), `label_name` (None for none) and
-        `num_frames` (frames stored)."""
+        input; a manifest's path as written), `label` (id, -1 for none),
+        `label_name` (None for none) and `num_frames` (frames stored). A
+        manifest build adds every field of the row's manifest line (NeMo:
+        `audio_filepath`, `duration`, `offset`, `text`, … as written; lhotse:
+        the cut's `id`, `start`, `duration`, `channel`, `recording_id`, its
+        first supervision's `text`, `speaker`, `language` and its `custom`
+        fields) and `line`, the 1-based manifest line."""
         j = self._index(i)
         label = int(self._labels[j])
-        return {
+        out: Dict[str, Any] = {
             "path": self._paths[j],
             "label": label,
             "label_name": self.label_names[label] if 0 <= label < len(self.label_names) else None,
             "num_frames": int(self.lengths[j]),
         }
+        f = self._file
+        if f is None or self._pid != os.getpid():
+            f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
+            self._adopt(f)
+            f = self._file
+        if f is not None and "meta" in f:
+            # The manifest's own fields win over the ones derived above.
+            raw = f["meta"][j]
+            out.update(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw))
+            out["line"] = int(f["line"][j])
+        return out
+
+    def rows_by(self, field: str = "id") -> Dict[Any, int]:
+        """Row index by a manifest field's value (a manifest build's `meta`):
+        `ds.rows_by("id")[cut.id]` finds a lhotse cut's row,
+        `ds.rows_by("audio_filepath")` a NeMo item's. Rows without the field
+        are left out; a value shared by several rows maps to the last."""
+        f = self._file
+        if f is None or self._pid != os.getpid():
+            f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
+            self._adopt(f)
+            f = self._file
+        if f is None or "meta" not in f:
+            raise KeyError(f"{self.path} has no `meta` (not built from a manifest)")
+        out: Dict[Any, int] = {}
+        for i, raw in enumerate(f["meta"][: self._n]):
+            doc = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            if field in doc:
+                out[doc[field]] = i
+        return out
 
     # -- rows -------------------------------------------------------------
 

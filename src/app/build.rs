@@ -23,7 +23,6 @@
 //! later file, and stalled for good once the readers' arena was held by
 //! the failed batches.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,7 +33,7 @@ use crate::app::interrupt::{self, Stopped};
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
-use crate::compute::{self, Reject, RejectKind, Rejection, cuda};
+use crate::compute::{self, Reject, Rejection, cuda};
 use crate::config::{Backend, Config, Direct};
 use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::{ReadJob, cache};
@@ -42,6 +41,11 @@ use crate::runtime::telemetry::{Local, Report, Telemetry};
 use crate::runtime::window::{CloseOnDrop, Window};
 use crate::source::{self, Job, PathTable, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
+
+mod manifest;
+mod rejections;
+pub use manifest::Input;
+use rejections::{add_walk_rejections, walk_rejection, write_rejections};
 
 /// A fatal problem: the run cannot complete.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +57,15 @@ pub enum Error {
     },
     #[error("no .wav files found under {0}")]
     Empty(PathBuf),
+    #[error(transparent)]
+    Manifest(#[from] crate::source::manifest::Error),
+    #[error(
+        "build --shard takes a directory, not manifests: build each manifest whole (one split \
+         each), or split the manifest into several files"
+    )]
+    ManifestShard,
+    #[error("cannot write the manifest back to {0}: it is an input manifest")]
+    WriteBackOverInput(PathBuf),
     #[error(transparent)]
     Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
@@ -106,7 +119,13 @@ pub struct Outcomes {
     pub outputs: Vec<OutputFile>,
     pub rejected: Vec<Rejection>,
     pub rejected_log: PathBuf,
+    /// The manifests written back (`OUT/<split>.jsonl`), for a manifest build.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub manifests: Vec<PathBuf>,
     pub report: Report,
+    /// The rows each split's writer wrote (a manifest build's write-back).
+    #[serde(skip)]
+    kept: Vec<Vec<writer::meta::Kept>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -174,7 +193,7 @@ fn output_plan(
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
-    paths: &PathTable,
+    (paths, lines): (&PathTable, Option<&[u32]>),
     window: &Window,
     p: &Pipeline,
 ) -> Written {
@@ -197,7 +216,8 @@ fn write_all(
             &mut local,
             telemetry,
         )?;
-        if let Delivered::Rejected(r) = d {
+        if let Delivered::Rejected(mut r) = d {
+            r.line = lines.map(|l| u64::from(l[j.path as usize]));
             rejected.push(r);
         }
         if o.job == jobs.len() / 2 {
@@ -211,69 +231,24 @@ fn write_all(
     let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
     local.publish(telemetry);
     interrupt::checkpoint("finished");
-    rejected.sort_by(|a, b| a.path.cmp(&b.path));
+    rejected.sort_by(|a, b| (a.line, &a.path).cmp(&(b.line, &b.path)));
     Ok(Ok((report?, rejected)))
-}
-
-/// The rejection for a path the walk skipped: its path relative to `input`
-/// (bytes that are not UTF-8 escaped), the kind, and the reason.
-fn walk_rejection(input: &Path, w: &source::Warning) -> Rejection {
-    let rel = w.path.strip_prefix(input).unwrap_or(&w.path);
-    let path = source::escape_path(rel);
-    let (kind, reason) = match w.kind {
-        source::WarningKind::NonUtf8Name => (
-            RejectKind::BadPath,
-            "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot be a row's \
-             path; rename it to UTF-8"
-                .to_string(),
-        ),
-        source::WarningKind::UnreadableDir => (
-            RejectKind::Unreadable,
-            format!(
-                "directory cannot be read, nothing below it was built: {}",
-                w.reason
-            ),
-        ),
-        source::WarningKind::UnlistableEntry => (
-            RejectKind::Unreadable,
-            format!("an entry of this directory cannot be listed: {}", w.reason),
-        ),
-        source::WarningKind::BrokenLink => (
-            RejectKind::Unreadable,
-            format!(
-                "symbolic link whose target cannot be resolved: {}",
-                w.reason
-            ),
-        ),
-    };
-    Rejection { path, kind, reason }
-}
-
-/// Writes the rejection log through `<name>.partial` (fsynced, then renamed),
-/// then fsyncs the output directory and its parent: after this returns, the
-/// split files renamed before it and the log survive a power loss.
-fn write_rejections(path: &Path, rejected: &[Rejection]) -> std::io::Result<()> {
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = std::path::PathBuf::from(partial);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&partial)?);
-    for r in rejected {
-        serde_json::to_writer(&mut f, r)?;
-        f.write_all(b"\n")?;
-    }
-    f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&partial, path)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    crate::runtime::durable::sync_dir(dir)?;
-    match dir.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => crate::runtime::durable::sync_dir(parent),
-        _ => Ok(()),
-    }
 }
 
 /// Runs a whole build of `input` into `out`.
 pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<Outcomes, Error> {
     build_shard(input, out, cfg, opts, None)
+}
+
+/// [`build_input`] of a directory (a tree walk) or one manifest.
+pub fn build_shard(
+    input: &Path,
+    out: &Path,
+    cfg: &Config,
+    opts: &Options,
+    shard: Option<Shard>,
+) -> Result<Outcomes, Error> {
+    build_input(&Input::of(&[input.to_path_buf()]), out, cfg, opts, shard)
 }
 
 /// Runs a build of `input` into `out`, or with `shard` only that shard's share
@@ -286,13 +261,16 @@ pub fn build(input: &Path, out: &Path, cfg: &Config, opts: &Options) -> Result<O
 /// (readers, source and writer threads, then the compute stage beside the
 /// first reads), [`supervise`] (progress until the writer is done, then every
 /// thread joined) and [`report`] (`rejected.jsonl`, the outcomes).
-pub fn build_shard(
-    input: &Path,
+pub fn build_input(
+    input: &Input,
     out: &Path,
     cfg: &Config,
     opts: &Options,
     shard: Option<Shard>,
 ) -> Result<Outcomes, Error> {
+    if shard.is_some() && matches!(input, Input::Manifests(_)) {
+        return Err(Error::ManifestShard);
+    }
     let started = Instant::now();
     // The device probe (0.5–1.5 s with a GPU) and hwloc's topology discovery
     // run while the tree is walked.
@@ -308,7 +286,11 @@ pub fn build_shard(
         },
         r => r?,
     };
-    report(outcomes, out, shard)
+    let outcomes = report(outcomes, out, shard)?;
+    // librosa's fixed rows all have the clip's frames (the writer records 0).
+    let fixed_frames =
+        crate::recipes::frame_layout(cfg).map_or(Some(cfg.spec.row_shape()[3] as u32), |_| None);
+    manifest::write_back(outcomes, input, out, fixed_frames)
 }
 
 /// What the GPU said, when a GPU failure is what stopped the build: at the
@@ -325,7 +307,7 @@ fn gpu_failure(e: &Error) -> Option<String> {
 /// The whole build again on the CPU, after the GPU failed under `auto`
 /// (the failed attempt kept nothing; see the module doc).
 fn again_on_the_cpu(
-    input: &Path,
+    input: &Input,
     out: &Path,
     cfg: &Config,
     opts: &Options,
@@ -353,6 +335,8 @@ fn again_on_the_cpu(
 /// rejections the walk found, and the writer with its files created.
 struct Planned {
     jobs: Vec<Job>,
+    /// What a manifest build's items carry beyond the plan.
+    items: Option<Arc<manifest::Items>>,
     /// The walk's plan (its jobs moved out): opens paths, holds the names.
     open: Plan,
     walk_rejected: Vec<Rejection>,
@@ -362,20 +346,30 @@ struct Planned {
 
 /// The walk (and this shard's share of it), the rejections it found, the
 /// output plan and the writer's `.partial` files.
-fn plan(input: &Path, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<Planned, Error> {
-    let (mut plan, walk_rejected, walk_s) = walk(input, cfg, shard)?;
+fn plan(input: &Input, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<Planned, Error> {
+    let (mut plan, walk_rejected, walk_s, items) = match input {
+        Input::Tree(dir) => {
+            let (plan, rejected, s) = walk(dir, cfg, shard)?;
+            (plan, rejected, s, None)
+        }
+        Input::Manifests(files) => manifest::read(files)?,
+    };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),
         source,
     })?;
-    let output = output_plan(out, input, cfg, &plan, shard);
-    let writer = match shard {
+    let output = output_plan(out, input.shown(), cfg, &plan, shard);
+    let mut writer = match shard {
         Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
         None => DatasetWriter::create(output)?,
     };
+    if let Some(items) = &items {
+        writer = writer.with_meta(items.row_meta());
+    }
     let jobs = std::mem::take(&mut plan.jobs);
     Ok(Planned {
         jobs,
+        items,
         open: plan,
         walk_rejected,
         writer,
@@ -484,6 +478,7 @@ fn start(
 ) -> Result<Running, Error> {
     let Planned {
         jobs,
+        items,
         open,
         walk_rejected,
         writer,
@@ -504,8 +499,10 @@ fn start(
     let paths = Arc::clone(&open.paths);
     let jobs: Arc<[Job]> = jobs.into();
     let window = reorder_window(cfg);
-    let source = spawn_source(&p, &jobs, open, &window).inspect_err(|_| p.abort())?;
-    let writer = spawn_writer(&p, &jobs, paths, writer, &window);
+    let source = spawn_source(&p, &jobs, (open, items.clone()), &window);
+    let source = source.inspect_err(|_| p.abort())?;
+    let lines = items.as_ref().map(|i| Arc::clone(&i.lines));
+    let writer = spawn_writer(&p, &jobs, (paths, lines), writer, &window);
     let writer = match writer {
         Ok(w) => w,
         Err(e) => {
@@ -598,7 +595,7 @@ fn start_compute(
 fn spawn_source(
     p: &Pipeline,
     jobs: &Arc<[Job]>,
-    open: Plan,
+    (open, items): (Plan, Option<Arc<manifest::Items>>),
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<()>, Error> {
     let (feed, jobs) = (p.jobs().producer(), Arc::clone(jobs));
@@ -610,10 +607,10 @@ fn spawn_source(
                 if !window.admit(id) {
                     return; // the writer stopped
                 }
-                let job = ReadJob {
-                    id,
-                    path: open.open_path(j),
-                };
+                let mut job = ReadJob::whole(id, open.open_path(j));
+                if let Some(items) = &items {
+                    items.describe(j, &mut job);
+                }
                 if feed.push(job).is_err() {
                     return; // the graph was aborted
                 }
@@ -626,7 +623,7 @@ fn spawn_source(
 fn spawn_writer(
     p: &Arc<Pipeline>,
     jobs: &Arc<[Job]>,
-    paths: Arc<PathTable>,
+    (paths, lines): (Arc<PathTable>, Option<Arc<[u32]>>),
     writer: DatasetWriter,
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<Written>, Error> {
@@ -636,7 +633,7 @@ fn spawn_writer(
         .name("writer".into())
         .spawn(move || {
             let _release_source = CloseOnDrop(&window);
-            let r = write_all(writer, &jobs, &paths, &window, &p);
+            let r = write_all(writer, &jobs, (&paths, lines.as_deref()), &window, &p);
             if r.is_err() {
                 p.abort();
             }
@@ -693,6 +690,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         }
     };
     let finished = || write_report.files.iter().map(|f| f.1.clone()).collect();
+    let kept = write_report.kept;
     if let Some(s) = stopped(finished()) {
         return Err(s.into());
     }
@@ -712,7 +710,9 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
             .collect(),
         rejected,
         rejected_log: PathBuf::new(),
+        manifests: Vec::new(),
         report,
+        kept,
     })
 }
 
@@ -734,20 +734,6 @@ fn show_progress(
         std::thread::sleep(progress.poll_interval());
     }
     progress.finish(telemetry);
-}
-
-/// The walk's rejections join the writer's, counted, in path order.
-fn add_walk_rejections(
-    report: &mut Report,
-    rejected: &mut Vec<Rejection>,
-    walk_rejected: Vec<Rejection>,
-) {
-    for r in walk_rejected {
-        report.files_rejected += 1;
-        *report.rejected_by_kind.entry(r.kind).or_default() += 1;
-        rejected.push(r);
-    }
-    rejected.sort_by(|a, b| a.path.cmp(&b.path));
 }
 
 /// Writes `rejected.jsonl` (or the shard's) and returns the outcomes with

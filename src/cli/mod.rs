@@ -98,10 +98,13 @@ enum Command {
         #[arg(long, value_enum, default_value_t = SynthKind::Machine)]
         kind: SynthKind,
     },
-    /// Build one HDF5 file per split from a tree of WAV files.
+    /// Build one HDF5 file per split from a tree of audio files, or from
+    /// NeMo / lhotse manifests (one split per manifest, named after its stem).
     Build {
-        /// Input directory (split/label folders, see docs/FORMAT.md).
-        input: PathBuf,
+        /// Input directory (split/label folders, see docs/FORMAT.md), or one
+        /// or more manifests (`.json`/`.jsonl`, gzipped or not).
+        #[arg(required = true, num_args = 1..)]
+        input: Vec<PathBuf>,
         /// Output directory for <split>.h5 and rejected.jsonl.
         #[arg(long)]
         out: PathBuf,
@@ -290,7 +293,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
                 progress: progress_for(progress, json, format),
                 telemetry: None,
             };
-            let done = build::build_shard(&input, &out, &cfg, &opts, shard)?;
+            let input = build::Input::of(&input);
+            let done = build::build_input(&input, &out, &cfg, &opts, shard)?;
             print_build(&done, json)?;
             if strict && !done.rejected.is_empty() {
                 strict_failure(&done, format);
@@ -456,13 +460,21 @@ fn progress_for(arg: ProgressArg, json: bool, format: LogFormat) -> Progress {
 /// A build's rejections in the log, and its results on stdout.
 fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
     for r in &done.rejected {
-        tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file.");
+        match r.line {
+            Some(line) => {
+                tracing::warn!(line, path = %r.path, reason = %r.reason, "Rejected a manifest line.")
+            }
+            None => tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file."),
+        }
     }
     if json {
         return outln!("{}", serde_json::to_string_pretty(done)?);
     }
     for o in &done.outputs {
         outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
+    }
+    for m in &done.manifests {
+        outln!("manifest written back → {}", m.display())?;
     }
     out!("{}{}", done.report, done.startup_s)?;
     if !done.rejected.is_empty() {

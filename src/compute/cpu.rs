@@ -22,6 +22,7 @@ use super::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
 use crate::dsp::{Plan, Scratch};
 use crate::frames::{FrameRecipe, FrameWorker};
+use crate::model::Segment;
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::ring::Producer;
 use crate::runtime::telemetry::{Local, Stage};
@@ -59,7 +60,21 @@ impl HostMel {
         row: &mut [f32],
         local: &mut Local,
     ) -> Result<(), Reject> {
-        local.time(Stage::Decode, || self.decoder.decode(bytes, &mut self.clip))?;
+        self.segment_row(plan, bytes, None, row, local)
+    }
+
+    /// [`HostMel::row`] of a segment of the file (None: all of it).
+    pub fn segment_row(
+        &mut self,
+        plan: &Plan,
+        bytes: &[u8],
+        seg: Option<&Segment>,
+        row: &mut [f32],
+        local: &mut Local,
+    ) -> Result<(), Reject> {
+        local.time(Stage::Decode, || {
+            self.decoder.decode_segment(bytes, seg, &mut self.clip)
+        })?;
         local.time(Stage::Mel, || {
             plan.compute(&self.clip, &mut self.scratch, row)
         });
@@ -92,13 +107,14 @@ impl HostFrames {
     pub fn row(
         &mut self,
         bytes: &[u8],
+        seg: Option<&Segment>,
         seed: u64,
         row: &mut Vec<f32>,
         local: &mut Local,
     ) -> Result<(), Reject> {
         local.time(Stage::Decode, || {
             self.decoder
-                .decode_natural(bytes, self.max_samples, &mut self.samples)
+                .decode_natural_segment(bytes, seg, self.max_samples, &mut self.samples)
         })?;
         local.time(Stage::Mel, || self.worker.compute(&self.samples, seed, row))?;
         Ok(())
@@ -122,7 +138,7 @@ impl Host {
     fn row(
         &mut self,
         plan: &Plan,
-        bytes: &[u8],
+        (bytes, seg): (&[u8], Option<&Segment>),
         job: usize,
         row: &mut Vec<f32>,
         local: &mut Local,
@@ -130,9 +146,9 @@ impl Host {
         match self {
             Host::Mel(host, row_len) => {
                 row.resize(*row_len, 0.0);
-                host.row(plan, bytes, row, local)
+                host.segment_row(plan, bytes, seg, row, local)
             }
-            Host::Frames(host) => host.row(bytes, job as u64, row, local),
+            Host::Frames(host) => host.row(bytes, seg, job as u64, row, local),
         }
     }
 }
@@ -158,12 +174,18 @@ impl Workers {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
                     let mut host = Host::new(&plan, w.frames.as_deref(), w.policy);
                     let mut local = Local::default();
-                    while let Some(Loaded { job, bytes }) = w.input.pop() {
+                    while let Some(Loaded {
+                        job,
+                        bytes,
+                        segment,
+                    }) = w.input.pop()
+                    {
                         let row = match bytes {
                             Err(e) => Err(Reject::Read(e)),
                             Ok(bytes) => {
                                 let mut row = w.free_rows.pop().unwrap_or_default();
-                                let r = host.row(&plan, &bytes, job, &mut row, &mut local);
+                                let input = (&bytes[..], segment.as_ref());
+                                let r = host.row(&plan, input, job, &mut row, &mut local);
                                 // Heap buffers go back to the reader; other kinds
                                 // release their storage when dropped.
                                 match bytes {
@@ -235,7 +257,13 @@ mod tests {
             .collect();
         for (job, w) in wavs.iter().enumerate() {
             let bytes = Ok(FileBytes::Heap(w.clone()));
-            input.push(Loaded { job, bytes }).unwrap();
+            input
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment: None,
+                })
+                .unwrap();
         }
         input.close();
         let mut got: Vec<Outcome> = std::iter::from_fn(|| output.pop()).collect();

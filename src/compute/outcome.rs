@@ -140,6 +140,10 @@ fn input_kind(e: &clip::Error) -> RejectKind {
         clip::Error::UnknownContainer { .. } => RejectKind::Malformed,
         clip::Error::Channels { .. } | clip::Error::Resample(_) => RejectKind::Unsupported,
         clip::Error::SampleRate { .. } => RejectKind::SampleRate,
+        clip::Error::OffsetPastEnd { .. }
+        | clip::Error::DurationMismatch { .. }
+        | clip::Error::NoSuchChannel { .. } => RejectKind::BadSegment,
+        clip::Error::ChannelOfCompressed { .. } => RejectKind::Unsupported,
     }
 }
 
@@ -149,6 +153,9 @@ pub struct Rejection {
     pub path: String,
     pub kind: RejectKind,
     pub reason: String,
+    /// The manifest line (1-based) of a manifest build's item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
 }
 
 impl Rejection {
@@ -157,6 +164,7 @@ impl Rejection {
             path,
             kind: why.kind(),
             reason: why.to_string(),
+            line: None,
         }
     }
 }

@@ -31,6 +31,9 @@ use super::flac;
 pub use super::policy::{Channels, Policy, Resample};
 use super::resample::{self, Resampler};
 use super::wav::{self, ByteStr, WavInfo};
+use crate::model::Segment;
+
+mod segment;
 
 /// Why a file yields no clip. `Display` is a sentence fragment without the path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -53,6 +56,19 @@ pub enum Error {
     Channels { found: u16 },
     #[error("sample rate {found} Hz, expected {expected} Hz")]
     SampleRate { found: u32, expected: u32 },
+    #[error("the offset {offset_s} s is past the end of the file ({file_s:.3} s)")]
+    OffsetPastEnd { offset_s: f64, file_s: f64 },
+    #[error(
+        "the manifest says {stated} s but the file lasts {file_s:.3} s (more than 0.1 s apart)"
+    )]
+    DurationMismatch { stated: f64, file_s: f64 },
+    #[error("channel {channel} asked for, but the file has {channels} channel(s)")]
+    NoSuchChannel { channel: u16, channels: u16 },
+    #[error(
+        "channel {channel} of a FLAC or compressed file is not supported (channel 0 is, and \
+         every channel of a WAV)"
+    )]
+    ChannelOfCompressed { channel: u16 },
 }
 
 /// What kind of file a clip came from.
@@ -164,7 +180,17 @@ impl ClipDecoder {
     /// Writes the clip (`out.len()` samples at the target rate, zero padded or
     /// trimmed) of the file in `bytes`.
     pub fn decode(&mut self, bytes: &[u8], out: &mut [f32]) -> Result<Decoded, Error> {
-        self.decode_to(bytes, Out::Clip(out))
+        self.decode_to(bytes, None, Out::Clip(out))
+    }
+
+    /// [`ClipDecoder::decode`] of `seg` of the file (None: all of it).
+    pub fn decode_segment(
+        &mut self,
+        bytes: &[u8],
+        seg: Option<&Segment>,
+        out: &mut [f32],
+    ) -> Result<Decoded, Error> {
+        self.decode_to(bytes, seg, Out::Clip(out))
     }
 
     /// Replaces `out` with the file's samples at the target rate at their
@@ -175,11 +201,30 @@ impl ClipDecoder {
         max_samples: Option<usize>,
         out: &mut Vec<f32>,
     ) -> Result<Decoded, Error> {
-        let max = max_samples.unwrap_or(usize::MAX);
-        self.decode_to(bytes, Out::Natural { out, max })
+        self.decode_natural_segment(bytes, None, max_samples, out)
     }
 
-    fn decode_to(&mut self, bytes: &[u8], out: Out<'_>) -> Result<Decoded, Error> {
+    /// [`ClipDecoder::decode_natural`] of `seg` of the file (None: all of it).
+    pub fn decode_natural_segment(
+        &mut self,
+        bytes: &[u8],
+        seg: Option<&Segment>,
+        max_samples: Option<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<Decoded, Error> {
+        let max = max_samples.unwrap_or(usize::MAX);
+        self.decode_to(bytes, seg, Out::Natural { out, max })
+    }
+
+    fn decode_to(
+        &mut self,
+        bytes: &[u8],
+        seg: Option<&Segment>,
+        out: Out<'_>,
+    ) -> Result<Decoded, Error> {
+        if let Some(seg) = seg.filter(|s| !s.is_whole()) {
+            return self.segment(bytes, seg, out);
+        }
         match container(bytes)? {
             Container::Wav => self.wav(bytes, out),
             Container::Flac => self.flac(bytes, out),

@@ -195,12 +195,24 @@ pub fn decode(
     max_frames: usize,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
+    decode_from(bytes, channels, max_frames, 0, out)
+}
+
+/// [`decode`] of a stream whose first frame starts at sample `first` (a
+/// part of a file, [`seek::Extent`]): frames must follow on from there.
+pub fn decode_from(
+    bytes: &[u8],
+    channels: Channels,
+    max_frames: usize,
+    first: u64,
+    out: &mut Vec<f32>,
+) -> Result<StreamInfo, Error> {
     out.clear();
     let info = stream_info(bytes)?;
     // A panic inside the third-party decoder on hostile bytes is one file's
     // rejection, never the worker's end.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        frames(bytes, info, channels, max_frames, out)
+        frames(bytes, (info, first), channels, max_frames, out)
     }));
     match r {
         Ok(r) => r,
@@ -214,7 +226,7 @@ pub fn decode(
 /// The frame loop of [`decode`] (after STREAMINFO was checked).
 fn frames(
     bytes: &[u8],
-    info: StreamInfo,
+    (info, first): (StreamInfo, u64),
     channels: Channels,
     max_frames: usize,
     out: &mut Vec<f32>,
@@ -230,7 +242,7 @@ fn frames(
     let mut decoder =
         FlacDecoder::try_new(&params, &DecoderOptions { verify: false }).map_err(map_err)?;
     let nch = usize::from(info.channels);
-    let mut next_ts = 0u64;
+    let mut next_ts = first;
     let mut complete = true;
     loop {
         if out.len() >= max_frames {
@@ -269,7 +281,7 @@ fn frames(
         });
     }
     if info.total_samples != 0 {
-        out.truncate(info.total_samples as usize);
+        out.truncate(info.total_samples.saturating_sub(first) as usize);
     }
     if out.is_empty() {
         return Err(Error::Empty);
@@ -363,6 +375,8 @@ fn map_err(e: SymError) -> Error {
         SymError::SeekError(_) | SymError::ResetRequired => Error::ResetRequired,
     }
 }
+
+pub mod seek;
 
 #[cfg(test)]
 mod tests;

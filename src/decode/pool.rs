@@ -282,15 +282,24 @@ impl Router {
     /// Routes (and, for the host, decodes) one file: `Err` is the rejection
     /// the CPU backend gives the file; `Ok(None)` means the staging was
     /// closed while waiting for a slot (the device stage is gone).
-    pub fn route(&mut self, bytes: &[u8]) -> Result<Option<Route>, clip::Error> {
-        if let Some(info) = clip::device_wav(bytes, self.rate, self.policy)? {
+    /// A segment of a file (a manifest's) is always decoded on the host.
+    pub fn route(
+        &mut self,
+        bytes: &[u8],
+        seg: Option<&crate::model::Segment>,
+    ) -> Result<Option<Route>, clip::Error> {
+        let seg = seg.filter(|s| !s.is_whole());
+        if seg.is_none()
+            && let Some(info) = clip::device_wav(bytes, self.rate, self.policy)?
+        {
             return Ok(Some(Route::Device(info)));
         }
         let Some(mut clip) = self.staging.acquire() else {
             return Ok(None);
         };
         // On error the clip drops here and its slot goes back.
-        self.decoder.decode(bytes, clip.samples_mut())?;
+        self.decoder
+            .decode_segment(bytes, seg, clip.samples_mut())?;
         Ok(Some(Route::Pcm(clip)))
     }
 }
@@ -352,13 +361,13 @@ mod tests {
         let mut router = Router::new(rate, policy, Arc::clone(&staging));
         let samples = crate::synth::clip(7, 1, 0);
         let mono = crate::synth::encode_wav_pcm16(&samples, rate);
-        match router.route(&mono).unwrap().unwrap() {
+        match router.route(&mono, None).unwrap().unwrap() {
             Route::Device(info) => assert_eq!((info.sample_rate, info.channels), (rate, 1)),
             Route::Pcm(_) => panic!("a mono PCM WAV at the rate is the device's"),
         }
         // Another rate: decoded here, equal to the CPU backend's clip.
         let other = crate::synth::encode_wav_pcm16(&samples, 8000);
-        let Route::Pcm(clip) = router.route(&other).unwrap().unwrap() else {
+        let Route::Pcm(clip) = router.route(&other, None).unwrap().unwrap() else {
             panic!("a resampled file is decoded on the host");
         };
         let mut want = vec![0f32; n];
@@ -377,9 +386,9 @@ mod tests {
         let want_err = ClipDecoder::new(rate, policy)
             .decode(&bad, &mut want)
             .unwrap_err();
-        assert_eq!(router.route(&bad).unwrap_err(), want_err);
+        assert_eq!(router.route(&bad, None).unwrap_err(), want_err);
         assert_eq!(staging.free_slots(), before);
         staging.close();
-        assert!(router.route(&other).unwrap().is_none());
+        assert!(router.route(&other, None).unwrap().is_none());
     }
 }

@@ -20,8 +20,8 @@ pub mod stage;
 pub mod std_engine;
 pub mod uring;
 
-pub use stage::{ReadJob, ReaderStage};
-pub use std_engine::read_file;
+pub use stage::{ReadJob, ReadRange, ReaderStage};
+pub use std_engine::{read_file, read_range};
 
 /// Why one file could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -70,4 +70,6 @@ pub struct Loaded {
     /// Index into the job list the reader was started with.
     pub job: usize,
     pub bytes: Result<FileBytes, Error>,
+    /// The job's segment (`ReadJob::segment`), for the decoder.
+    pub segment: Option<crate::model::Segment>,
 }

@@ -24,16 +24,56 @@ use crossbeam_queue::ArrayQueue;
 
 use super::arena::Arena;
 use super::uring::{self, Next, SetupError, UringEngine, UringOptions};
-use super::{FileBytes, Loaded, read_file};
+use super::{FileBytes, Loaded, read_file, read_range};
 use crate::config::{Engine, IoConfig};
+use crate::model::Segment;
 use crate::runtime::ring::{Producer, Ring};
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
 
 /// One file for the readers: the source's id for it and where it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ReadJob {
     pub id: usize,
     pub path: PathBuf,
+    /// The part of the file the row stands for (a manifest's segment),
+    /// handed on with the bytes to the decoder; None: the whole file.
+    pub segment: Option<Segment>,
+    /// Read only these bytes instead of the whole file.
+    pub range: Option<ReadRange>,
+}
+
+impl ReadJob {
+    /// A whole file.
+    pub fn whole(id: usize, path: PathBuf) -> ReadJob {
+        ReadJob {
+            id,
+            path,
+            segment: None,
+            range: None,
+        }
+    }
+}
+
+/// Part of a file to read instead of all of it: the bytes delivered are
+/// `prefix` followed by the file's `len` bytes at `start` (a WAV header the
+/// source rewrote for the segment, then the segment's samples). A file
+/// shorter than `start + len` is a read error (it changed since it was
+/// planned).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadRange {
+    pub prefix: Arc<[u8]>,
+    pub start: u64,
+    pub len: u64,
+}
+
+impl ReadRange {
+    pub fn new(prefix: Vec<u8>, start: u64, len: u64) -> ReadRange {
+        ReadRange {
+            prefix: prefix.into(),
+            start,
+            len,
+        }
+    }
 }
 
 /// Why the reader stage could not start.
@@ -174,18 +214,45 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
     while let Some(first) = ctx.jobs.pop() {
         ctx.telemetry.mark_first_read();
         let mut first = Some(first);
+        // The segments of the files in flight, by job id (a manifest's; the
+        // ring reads whole files, so only jobs without a byte range).
+        let segments = std::cell::RefCell::new(std::collections::HashMap::new());
         // While jobs keep coming, one run keeps the ring full; it ends only
-        // when nothing is queued and nothing is in flight.
-        let next = || match first.take().or_else(|| ctx.jobs.try_pop()) {
-            Some(j) => Next::Job(j.id, j.path),
-            None if ctx.jobs.is_closed() => match ctx.jobs.try_pop() {
-                Some(j) => Next::Job(j.id, j.path),
-                None => Next::End,
-            },
-            None => Next::Later,
+        // when nothing is queued and nothing is in flight. A job with a byte
+        // range is read here, in place, with one `pread` (a segment of a
+        // long WAV: a few hundred KiB of a file of hundreds of MiB).
+        let mut next = || loop {
+            let j = match first.take().or_else(|| ctx.jobs.try_pop()) {
+                Some(j) => j,
+                None if ctx.jobs.is_closed() => match ctx.jobs.try_pop() {
+                    Some(j) => j,
+                    None => return Next::End,
+                },
+                None => return Next::Later,
+            };
+            if j.range.is_some() {
+                // Untimed: the run's busy time below includes it.
+                if !read_ranged(j, ctx, local, false) {
+                    return Next::End; // downstream ended early
+                }
+                continue;
+            }
+            if let Some(s) = j.segment {
+                segments.borrow_mut().insert(j.id, s);
+            }
+            return Next::Job(j.id, j.path);
         };
-        let done = |job, bytes, _latency| ctx.out.push(Loaded { job, bytes }).is_ok();
-        match engine.run_stream(next, done) {
+        let done = |job, bytes, _latency| {
+            let segment = segments.borrow_mut().remove(&job);
+            ctx.out
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment,
+                })
+                .is_ok()
+        };
+        match engine.run_stream(&mut next, done) {
             Ok(stats) => {
                 // Busy = the loop's wall time less time blocked handing files on.
                 local.add_busy(Stage::Read, stats.busy());
@@ -222,19 +289,55 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
 fn std_loop(ctx: &Ctx, local: &mut Local) {
     while let Some(j) = ctx.jobs.pop() {
         ctx.telemetry.mark_first_read();
+        if j.range.is_some() {
+            if !read_ranged(j, ctx, local, true) {
+                return; // downstream ended early
+            }
+            continue;
+        }
         let mut buf = ctx.free.pop().unwrap_or_default();
         let r = local.time(Stage::Read, || read_file(&j.path, ctx.limit, &mut buf));
         let bytes = r.map(|()| {
             local.add_bytes(buf.len() as u64);
             FileBytes::Heap(buf)
         });
-        if ctx.out.push(Loaded { job: j.id, bytes }).is_err() {
+        let loaded = Loaded {
+            job: j.id,
+            bytes,
+            segment: j.segment,
+        };
+        if ctx.out.push(loaded).is_err() {
             return; // downstream ended early
         }
         if ctx.jobs.is_empty() {
             local.publish(&ctx.telemetry);
         }
     }
+}
+
+/// Reads job `j`'s byte range into a recycled buffer and hands it on;
+/// `false` when downstream has ended. Bytes counted are the file's bytes
+/// read (the prefix is the source's, already in memory); the read counts
+/// as busy time when `timed`.
+fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local, timed: bool) -> bool {
+    let range = j.range.expect("a ranged job");
+    let mut buf = ctx.free.pop().unwrap_or_default();
+    let read = |buf: &mut Vec<u8>| read_range(&j.path, &range, buf);
+    let r = if timed {
+        local.time(Stage::Read, || read(&mut buf))
+    } else {
+        read(&mut buf)
+    };
+    let bytes = r.map(|()| {
+        local.add_bytes(range.len);
+        FileBytes::Heap(buf)
+    });
+    let loaded = Loaded {
+        job: j.id,
+        bytes,
+        segment: j.segment,
+    };
+    ctx.out.push(loaded).is_ok()
 }
 
 #[cfg(test)]
@@ -284,7 +387,7 @@ mod tests {
                 let (jobs, fs) = (jobs.producer(), fs.clone());
                 std::thread::spawn(move || {
                     for (id, (path, _)) in fs.into_iter().enumerate() {
-                        jobs.push(ReadJob { id, path }).unwrap();
+                        jobs.push(ReadJob::whole(id, path)).unwrap();
                         if id % 50 == 49 {
                             std::thread::sleep(Duration::from_millis(5));
                         }
@@ -292,7 +395,7 @@ mod tests {
                 })
             };
             let mut seen = vec![false; fs.len()];
-            while let Some(Loaded { job, bytes }) = out.pop() {
+            while let Some(Loaded { job, bytes, .. }) = out.pop() {
                 assert!(!std::mem::replace(&mut seen[job], true), "job {job} twice");
                 assert_eq!(&*bytes.unwrap(), fs[job].1.as_slice());
             }
@@ -302,6 +405,87 @@ mod tests {
             let r = telemetry.report(Duration::from_secs(1), vec![]);
             let total: usize = fs.iter().map(|(_, b)| b.len()).sum();
             assert_eq!(r.bytes_read, total as u64, "{engine:?}");
+        }
+    }
+
+    /// Jobs with byte ranges and segments among whole ones, both engines:
+    /// a ranged job's bytes are its prefix then exactly its range, every
+    /// job's segment comes out with its bytes, and the bytes counted are
+    /// the ranges' (not the files').
+    #[test]
+    fn ranges_and_segments_travel_with_their_jobs_through_both_engines() {
+        let d = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let fs = files(d.path(), 60);
+        let seg = |i: usize| Segment {
+            offset_s: i as f64,
+            ..Segment::default()
+        };
+        let range = |i: usize, len: usize| {
+            (i.is_multiple_of(3) && len > 100)
+                .then(|| ReadRange::new(vec![i as u8; 3], 17, (len - 40) as u64))
+        };
+        for engine in [Engine::Uring, Engine::Std] {
+            let mut cfg = crate::config::Config::default().io;
+            cfg.engine = engine;
+            cfg.queue_depth = 4;
+            let jobs = Arc::new(Ring::new(8));
+            let out = Arc::new(Ring::new(4));
+            let telemetry = Arc::new(Telemetry::default());
+            let free = Arc::new(ArrayQueue::new(4));
+            let stage = ReaderStage::start(
+                &cfg,
+                2 << 20,
+                &[],
+                Arc::clone(&jobs),
+                &out,
+                free,
+                Arc::clone(&telemetry),
+            )
+            .unwrap();
+            let source = {
+                let (jobs, fs) = (jobs.producer(), fs.clone());
+                std::thread::spawn(move || {
+                    for (id, (path, body)) in fs.into_iter().enumerate() {
+                        let mut j = ReadJob::whole(id, path);
+                        j.segment = id.is_multiple_of(2).then(|| seg(id));
+                        j.range = range(id, body.len());
+                        jobs.push(j).unwrap();
+                    }
+                })
+            };
+            let mut seen = 0;
+            let mut want_bytes = 0;
+            while let Some(Loaded {
+                job,
+                bytes,
+                segment,
+            }) = out.pop()
+            {
+                seen += 1;
+                let body = &fs[job].1;
+                let got = bytes.unwrap();
+                match range(job, body.len()) {
+                    Some(r) => {
+                        assert_eq!(&got[..3], &[job as u8; 3]);
+                        assert_eq!(&got[3..], &body[17..17 + r.len as usize], "job {job}");
+                        want_bytes += r.len;
+                    }
+                    None => {
+                        assert_eq!(&*got, body.as_slice());
+                        want_bytes += body.len() as u64;
+                    }
+                }
+                assert_eq!(
+                    segment,
+                    (job % 2 == 0).then(|| seg(job)),
+                    "{engine:?} job {job}"
+                );
+            }
+            source.join().unwrap();
+            assert!(stage.join());
+            assert_eq!(seen, fs.len());
+            let r = telemetry.report(Duration::from_secs(1), vec![]);
+            assert_eq!(r.bytes_read, want_bytes, "{engine:?}");
         }
     }
 }

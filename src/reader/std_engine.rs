@@ -49,6 +49,41 @@ pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Resul
     Ok(())
 }
 
+/// Reads `range` of the file at `path` into `buf` (cleared first): its
+/// prefix, then `range.len` bytes at `range.start` with `pread`. A file that
+/// ends before the range does is [`Error::SizeChanged`] (the source planned
+/// the range from the file's header).
+pub fn read_range(
+    path: &std::path::Path,
+    range: &super::ReadRange,
+    buf: &mut Vec<u8>,
+) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt;
+    buf.clear();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(Error::Open)?;
+    let meta = f.metadata().map_err(Error::Stat)?;
+    if !meta.is_file() {
+        return Err(Error::NotAFile);
+    }
+    let end = range.start.saturating_add(range.len);
+    if meta.len() < end {
+        return Err(Error::SizeChanged {
+            expected: end,
+            got: meta.len(),
+        });
+    }
+    let head = range.prefix.len();
+    buf.reserve(head + range.len as usize);
+    buf.extend_from_slice(&range.prefix);
+    buf.resize(head + range.len as usize, 0);
+    f.read_exact_at(&mut buf[head..], range.start)
+        .map_err(Error::Read)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +102,33 @@ mod tests {
             Err(Error::Open(e)) => assert_eq!(e.raw_os_error(), Some(libc::ELOOP)),
             other => panic!("a link was read: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_range_is_its_prefix_then_exactly_its_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.bin");
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&f, &body).unwrap();
+        let range = crate::reader::ReadRange {
+            prefix: std::sync::Arc::from(&b"HEAD"[..]),
+            start: 1234,
+            len: 777,
+        };
+        let mut buf = Vec::new();
+        read_range(&f, &range, &mut buf).unwrap();
+        assert_eq!(&buf[..4], b"HEAD");
+        assert_eq!(&buf[4..], &body[1234..1234 + 777]);
+        let past = crate::reader::ReadRange {
+            start: 9_500,
+            ..range
+        };
+        assert!(matches!(
+            read_range(&f, &past, &mut buf),
+            Err(Error::SizeChanged {
+                expected: 10_277,
+                got: 10_000
+            })
+        ));
     }
 }

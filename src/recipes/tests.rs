@@ -60,7 +60,7 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
     let mut local = Local::default();
     let s = signal(24_321, 1);
     let mut row = Vec::new();
-    host.row(&wav16(&s), 7, &mut row, &mut local).unwrap();
+    host.row(&wav16(&s), None, 7, &mut row, &mut local).unwrap();
     let plan = KaldiPlan::new(&opts, Kind::Fbank).unwrap();
     let mut want = Vec::new();
     let frames = plan.compute(&decoded(&s), &mut plan.scratch(), &mut want);
@@ -68,7 +68,7 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
     assert_eq!(l.frames_of(row.len()), Some(frames));
     assert_eq!(row, want);
     let e = host
-        .row(&wav16(&signal(300, 2)), 8, &mut row, &mut local)
+        .row(&wav16(&signal(300, 2)), None, 8, &mut row, &mut local)
         .unwrap_err();
     assert_eq!(e.kind(), crate::compute::RejectKind::TooShort);
     assert!(

@@ -264,12 +264,16 @@ impl FrameBuf {
         label: i32,
         path: &str,
     ) -> Result<(), Error> {
-        let path: VarLenUnicode = path
-            .parse()
-            .map_err(|e| Error::Plan(format!("path {path:?} cannot be stored: {e}")))?;
+        let path: VarLenUnicode =
+            path.parse()
+                .map_err(|e: hdf5::types::StringError| super::PlanError::Unstorable {
+                    what: "path",
+                    value: path.to_string(),
+                    why: e.to_string(),
+                })?;
         let (frames, trailer) = row.split_at(row.len() - self.trailer);
         let n = frames.len() / self.bins;
-        let length = i32::try_from(n).map_err(|_| Error::Plan(format!("a row of {n} frames")))?;
+        let length = i32::try_from(n).map_err(|_| super::PlanError::TooManyFrames { frames: n })?;
         match &mut self.values {
             MelBuf::F32(buf) => buf.extend_from_slice(frames),
             MelBuf::F16(buf) => {
@@ -410,6 +414,11 @@ impl FrameSplit {
             file,
             ds,
         })
+    }
+
+    /// The open file (to add datasets before [`FrameSplit::close`]).
+    pub(super) fn file(&self) -> &File {
+        &self.file
     }
 
     pub(super) fn partial_path(&self) -> &Path {

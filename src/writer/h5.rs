@@ -166,6 +166,11 @@ impl SplitFile {
 
     /// Closes the file and renames it to its final name.
     /// Returns (final path, rows, size in bytes).
+    /// The open file (to add datasets before [`SplitFile::close`]).
+    pub(super) fn file(&self) -> &File {
+        &self.file
+    }
+
     pub(super) fn close(self) -> Result<(PathBuf, usize, u64), Error> {
         let SplitFile {
             partial,

@@ -61,6 +61,8 @@ mod chunk;
 mod direct;
 pub mod frames;
 pub(crate) mod h5;
+pub mod meta;
+mod plan_error;
 pub mod sink;
 #[cfg(test)]
 mod tests;
@@ -78,6 +80,7 @@ pub use crate::model::Dtype;
 use chunk::ChunkBuf;
 use frames::FrameSplit;
 use h5::{Header, SplitFile};
+pub use plan_error::PlanError;
 pub use sink::{Placed, Sink};
 
 /// The files of one split, in sorted path order; a file's index is its `seq`.
@@ -138,6 +141,10 @@ pub struct WriteReport {
     pub files: Vec<(String, PathBuf, usize)>,
     /// Total size on disk of the finished files.
     pub bytes_written: u64,
+    /// Per split, in plan order, the rows written (seq, frames; 0 frames
+    /// for librosa's fixed rows), when
+    /// metadata was attached ([`DatasetWriter::with_meta`]); else empty.
+    pub kept: Vec<Vec<meta::Kept>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +163,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error("invalid output plan: {0}")]
-    Plan(String),
+    Plan(#[from] PlanError),
     #[error("no split with index {split} (the plan has {n_splits})")]
     UnknownSplit { split: usize, n_splits: usize },
     #[error("split `{split}`: seq {seq} is out of range (the split has {n_files} files)")]
@@ -228,6 +235,8 @@ pub struct DatasetWriter {
     splits: Vec<SplitWriter>,
     rows: RowRule,
     failed: bool,
+    /// Stored beside the rows (a manifest build's), when attached.
+    meta: Option<meta::RowMeta>,
 }
 
 /// What a submitted row must look like.
@@ -286,6 +295,8 @@ struct SplitWriter {
     /// Early arrivals (seq > next_seq), held until their turn.
     pending: BTreeMap<usize, Option<Vec<f32>>>,
     out: SplitOut,
+    /// The rows written, when metadata is attached (None: not recorded).
+    kept: Option<Vec<meta::Kept>>,
 }
 
 impl DatasetWriter {
@@ -355,13 +366,25 @@ impl DatasetWriter {
                 next_seq: 0,
                 pending: BTreeMap::new(),
                 out,
+                kept: None,
             });
         }
         Ok(DatasetWriter {
             splits,
             rows,
             failed: false,
+            meta: None,
         })
+    }
+
+    /// Stores `m` beside the rows (`meta::write`): `meta` and `line` per
+    /// row, and [`WriteReport::kept`].
+    pub fn with_meta(mut self, m: meta::RowMeta) -> DatasetWriter {
+        for s in &mut self.splits {
+            s.kept = Some(Vec::with_capacity(s.files.len()));
+        }
+        self.meta = Some(m);
+        self
     }
 
     /// Hands over the outcome of file `seq` of split `split`: `Some(row)`
@@ -391,9 +414,10 @@ impl DatasetWriter {
             s.pending.insert(seq, row);
             return Ok(recycled);
         }
-        let result = s.consume(row, &mut recycled).and_then(|()| {
+        let rule = &self.rows;
+        let result = s.consume(row, rule, &mut recycled).and_then(|()| {
             while let Some(row) = s.pending.remove(&s.next_seq) {
-                s.consume(row, &mut recycled)?;
+                s.consume(row, rule, &mut recycled)?;
             }
             Ok(())
         });
@@ -431,6 +455,7 @@ impl DatasetWriter {
         let mut report = WriteReport {
             files: Vec::with_capacity(self.splits.len()),
             bytes_written: 0,
+            kept: Vec::new(),
         };
         // Splits not yet renamed stay in `self.splits`, so a failure here
         // leaves their `.partial` files to `Drop`.
@@ -440,8 +465,17 @@ impl DatasetWriter {
             {
                 out.append(chunk)?;
             }
-            let s = self.splits.remove(0);
+            let mut s = self.splits.remove(0);
             let partial = s.out.partial_path().to_path_buf();
+            if let (Some(m), Some(kept)) = (&self.meta, &s.kept) {
+                let rows: Vec<u32> = kept.iter().map(|k| s.files[k.0 as usize].path).collect();
+                let file = match &s.out {
+                    SplitOut::Mel { out, .. } => out.file(),
+                    SplitOut::Frames(f) => f.file(),
+                };
+                meta::write(file, &partial, m, &rows).inspect_err(|_| remove_partial(&partial))?;
+            }
+            report.kept.extend(s.kept.take());
             let closed = match s.out {
                 SplitOut::Mel { out, .. } => out.close(),
                 SplitOut::Frames(f) => f.close(),
@@ -512,11 +546,20 @@ impl SplitWriter {
     fn consume(
         &mut self,
         row: Option<Vec<f32>>,
+        rule: &RowRule,
         recycled: &mut Vec<Vec<f32>>,
     ) -> Result<(), Error> {
         let file = self.files[self.next_seq];
         self.next_seq += 1;
         let Some(row) = row else { return Ok(()) };
+        if let Some(kept) = &mut self.kept {
+            let frames = match rule {
+                RowRule::Fixed(_) => 0,
+                RowRule::Frames(l) => l.frames_of(row.len()).unwrap_or(0),
+            };
+            let seq = (self.next_seq - 1) as u32;
+            kept.push((seq, u32::try_from(frames).unwrap_or(u32::MAX)));
+        }
         let path = self.paths.get(file.path);
         match &mut self.out {
             SplitOut::Mel { chunk, out } => {
@@ -596,22 +639,22 @@ const FRAME_ATTRS: &[&str] = &[
 ];
 
 fn validate(plan: &OutputPlan) -> Result<(), Error> {
-    let bad = |m: String| Err(Error::Plan(m));
+    let bad = |e: PlanError| Err(Error::Plan(e));
     if plan.chunk_files == 0 {
-        return bad("chunk_files must be ≥ 1".into());
+        return bad(PlanError::ChunkFiles);
     }
     if let Err(e) = plan.spec.validate() {
-        return bad(format!("feature spec: {e}"));
+        return bad(PlanError::Spec(e));
     }
     if let Some(l) = &plan.frames {
-        validate_layout(l).map_err(Error::Plan)?;
+        validate_layout(l)?;
     }
     for w in plan.label_names.windows(2) {
         if w[0] >= w[1] {
-            return bad(format!(
-                "label_names must be sorted and distinct (`{}` before `{}`)",
-                w[0], w[1]
-            ));
+            return bad(PlanError::LabelOrder {
+                before: w[0].clone(),
+                after: w[1].clone(),
+            });
         }
     }
     validate_splits(plan)?;
@@ -621,7 +664,10 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
         .chain(plan.extra_attrs.iter().map(|(_, v)| v))
     {
         if name.contains('\0') {
-            return bad(format!("string {name:?} contains a NUL byte"));
+            return bad(PlanError::Nul {
+                what: "string",
+                value: name.clone(),
+            });
         }
     }
     let params = plan
@@ -630,19 +676,17 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
         .flat_map(|l| l.params.iter().map(|(k, _)| k));
     for key in params {
         if plan.extra_attrs.iter().any(|(k, _)| k == key) {
-            return bad(format!(
-                "extra attribute `{key}` is a parameter of the recipe"
-            ));
+            return bad(PlanError::ParamAttr { key: key.clone() });
         }
     }
     for (i, (key, _)) in plan.extra_attrs.iter().enumerate() {
         if key.is_empty() || key.contains('\0') || key == "." {
-            return bad(format!("`{key}` is not a usable attribute name"));
+            return bad(PlanError::AttrName { key: key.clone() });
         }
         if RESERVED_ATTRS.contains(&key.as_str())
             || plan.extra_attrs[..i].iter().any(|(k, _)| k == key)
         {
-            return bad(format!("extra attribute `{key}` is set twice"));
+            return bad(PlanError::AttrTwice { key: key.clone() });
         }
     }
     Ok(())
@@ -651,34 +695,37 @@ fn validate(plan: &OutputPlan) -> Result<(), Error> {
 /// Each split's name is a usable, distinct file name and each of its rows
 /// names a path of the table and a label of the list (or -1).
 fn validate_splits(plan: &OutputPlan) -> Result<(), Error> {
-    let bad = |m: String| Err(Error::Plan(m));
+    let bad = |e: PlanError| Err(Error::Plan(e));
     let n_labels = plan.label_names.len();
     for (i, split) in plan.splits.iter().enumerate() {
         let name = &split.name;
         if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
-            return bad(format!("`{name}` is not usable as a split file name"));
+            return bad(PlanError::SplitName { name: name.clone() });
         }
         if plan.splits[..i].iter().any(|s| &s.name == name) {
-            return bad(format!("split `{name}` appears twice"));
+            return bad(PlanError::SplitTwice { name: name.clone() });
         }
         for f in &split.files {
             if f.path as usize >= plan.paths.len() {
-                return bad(format!(
-                    "path index {} is outside the table of {}",
-                    f.path,
-                    plan.paths.len()
-                ));
+                return bad(PlanError::PathIndex {
+                    index: f.path as usize,
+                    paths: plan.paths.len(),
+                });
             }
             let rel_path = plan.paths.get(f.path);
             let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
             if f.label != -1 && !known {
-                return bad(format!(
-                    "{rel_path}: label {} is outside -1..{n_labels}",
-                    f.label
-                ));
+                return bad(PlanError::LabelIndex {
+                    path: rel_path.to_string(),
+                    label: f.label,
+                    n_labels,
+                });
             }
             if rel_path.contains('\0') {
-                return bad(format!("path {rel_path:?} contains a NUL byte"));
+                return bad(PlanError::Nul {
+                    what: "path",
+                    value: rel_path.to_string(),
+                });
             }
         }
     }
@@ -687,16 +734,18 @@ fn validate_splits(plan: &OutputPlan) -> Result<(), Error> {
 
 /// A variable-length layout the writer can store: bins ≥ 1, parameter names
 /// usable as attributes and not the writer's own.
-pub(crate) fn validate_layout(l: &FrameLayout) -> Result<(), String> {
+pub(crate) fn validate_layout(l: &FrameLayout) -> Result<(), PlanError> {
     if l.bins == 0 {
-        return Err(format!("recipe `{}` has rows of 0 bins", l.recipe));
+        return Err(PlanError::NoBins {
+            recipe: l.recipe.clone(),
+        });
     }
     for (i, (key, _)) in l.params.iter().enumerate() {
         if key.is_empty() || key.contains('\0') || key == "." {
-            return Err(format!("`{key}` is not a usable attribute name"));
+            return Err(PlanError::AttrName { key: key.clone() });
         }
         if FRAME_ATTRS.contains(&key.as_str()) || l.params[..i].iter().any(|(k, _)| k == key) {
-            return Err(format!("recipe parameter `{key}` is set twice"));
+            return Err(PlanError::ParamTwice { key: key.clone() });
         }
     }
     Ok(())

@@ -199,7 +199,7 @@ fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes()
         };
         let s = signal(n, i);
         let mut row = Vec::new();
-        host.row(&wav16(&s), i as u64, &mut row, &mut local)
+        host.row(&wav16(&s), None, i as u64, &mut row, &mut local)
             .unwrap();
         let mut want = Vec::new();
         let r = plan.compute(&decoded(&s), &mut plan.scratch(), &mut want);

@@ -847,27 +847,12 @@ fn is_string(field: &[Tok]) -> bool {
     path_only && idents.last() == Some(&"String")
 }
 
-/// `(String)` variants still allowed, each with why: (file, enum, variant).
-/// Empty is the goal; an entry here is debt with a reason.
-const STRING_VARIANT_DEBT: &[(&str, &str, &str, &str)] = &[(
-    "writer/mod.rs",
-    "Error",
-    "Plan",
-    "eight sentences across writer and the append thread/sink, which the serve \
-     restructure edits in parallel; to become typed variants after that merge",
-)];
-
 #[test]
 fn no_public_error_enum_has_a_string_variant() {
     let mut found = Vec::new();
     for f in read_sources() {
         for (e, v) in string_variants(&f.code) {
-            let debt = STRING_VARIANT_DEBT
-                .iter()
-                .any(|d| d.0 == f.rel && d.1 == e && d.2 == v);
-            if !debt {
-                found.push(format!("  {}: {e}::{v}(String)", f.rel));
-            }
+            found.push(format!("  {}: {e}::{v}(String)", f.rel));
         }
     }
     assert!(

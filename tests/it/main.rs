@@ -10,6 +10,7 @@ mod golden;
 mod house;
 mod input;
 mod interrupt;
+mod manifest;
 mod metrics;
 mod powerloss;
 mod progress;

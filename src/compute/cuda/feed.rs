@@ -147,7 +147,12 @@ pub(super) fn recycle(bytes: FileBytes, free: &ArrayQueue<Vec<u8>>) {
 fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
     let mut router = Router::new(w.rate, w.policy, Arc::clone(&w.staging));
     let mut local = Local::default();
-    while let Some(Loaded { job, bytes }) = w.input.pop() {
+    while let Some(Loaded {
+        job,
+        bytes,
+        segment,
+    }) = w.input.pop()
+    {
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
@@ -163,7 +168,7 @@ fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
                 continue;
             }
         };
-        let routed = local.time(Stage::Decode, || router.route(&bytes));
+        let routed = local.time(Stage::Decode, || router.route(&bytes, segment.as_ref()));
         let kind = match routed {
             Ok(Some(Route::Device(info))) => FedKind::Device { bytes, info },
             Ok(Some(Route::Pcm(clip))) => {

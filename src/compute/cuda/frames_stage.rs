@@ -147,13 +147,19 @@ where
 fn decode(c: &PoolCtx, fed: &Producer<Utterance>, output: &Producer<Outcome>) {
     let mut decoder = ClipDecoder::new(c.rate, c.policy);
     let mut local = Local::default();
-    while let Some(Loaded { job, bytes }) = c.input.pop() {
+    while let Some(Loaded {
+        job,
+        bytes,
+        segment,
+    }) = c.input.pop()
+    {
         let next = match bytes {
             Err(e) => Err(Reject::Read(e)),
             Ok(bytes) => {
                 let mut samples = c.free_samples.pop().unwrap_or_default();
                 let r = local.time(Stage::Decode, || {
-                    decoder.decode_natural(&bytes, c.max_samples, &mut samples)
+                    let seg = segment.as_ref();
+                    decoder.decode_natural_segment(&bytes, seg, c.max_samples, &mut samples)
                 });
                 recycle(bytes, &c.free_bytes);
                 let rows = r

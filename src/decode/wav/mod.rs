@@ -662,5 +662,7 @@ impl fmt::Display for Guid<'_> {
     }
 }
 
+pub mod extent;
+
 #[cfg(test)]
 mod tests;

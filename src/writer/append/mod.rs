@@ -70,7 +70,7 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, SimpleExtents};
 
 use super::h5::{Context, Header, create_file, vlen_strings, write_attrs, write_label_names_attr};
-use super::{Dtype, Error};
+use super::{Dtype, Error, PlanError};
 use crate::dsp::Spec;
 use crate::runtime::sys;
 use recover::{open_existing, open_rw};
@@ -283,10 +283,13 @@ impl Appender {
             return Ok(i as i32);
         }
         if name.contains('\0') {
-            return Err(Error::Plan(format!("label {name:?} contains a NUL byte")));
+            return Err(PlanError::Nul {
+                what: "label",
+                value: name.to_string(),
+            }
+            .into());
         }
-        let id = i32::try_from(self.label_names.len())
-            .map_err(|_| Error::Plan("too many label names".into()))?;
+        let id = i32::try_from(self.label_names.len()).map_err(|_| PlanError::TooManyLabels)?;
         self.label_names.push(name.to_string());
         Ok(id)
     }
@@ -311,9 +314,11 @@ impl Appender {
         let index = self.rows();
         self.store.check(&self.path, index, row)?;
         if rel_path.contains('\0') {
-            return Err(Error::Plan(format!(
-                "path {rel_path:?} contains a NUL byte"
-            )));
+            return Err(PlanError::Nul {
+                what: "path",
+                value: rel_path.to_string(),
+            }
+            .into());
         }
         // A full chunk is written before the row is taken, so a refusal for
         // lack of space leaves the row with the caller and nothing changed.
@@ -577,19 +582,17 @@ impl Appender {
 fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
     let name = &spec.split;
     if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
-        return Err(Error::Plan(format!(
-            "`{name}` is not usable as a split file name"
-        )));
+        return Err(PlanError::SplitName { name: name.clone() }.into());
     }
     if spec.chunk_files == 0 {
-        return Err(Error::Plan("chunk_files must be ≥ 1".into()));
+        return Err(PlanError::ChunkFiles.into());
     }
     if let Err(e) = spec.spec.validate() {
-        return Err(Error::Plan(format!("feature spec: {e}")));
+        return Err(PlanError::Spec(e).into());
     }
     for (i, n) in label_names.iter().enumerate() {
         if label_names[..i].contains(n) {
-            return Err(Error::Plan(format!("label `{n}` appears twice")));
+            return Err(PlanError::LabelTwice { name: n.clone() }.into());
         }
     }
     Ok(())

@@ -254,7 +254,7 @@ impl AppendSink {
                 .unwrap_or_else(|| "a panic".into()),
             _ => "it had stopped".into(),
         };
-        Error::Plan(format!("the append thread stopped: {why}"))
+        crate::writer::PlanError::AppendThread { why }.into()
     }
 }
 

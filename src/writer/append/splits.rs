@@ -160,9 +160,10 @@ impl Splits {
 
 /// The error for a row whose split was not opened first.
 pub(super) fn not_opened(split: &str) -> writer::Error {
-    writer::Error::Plan(format!(
-        "split `{split}` was not opened before its first row"
-    ))
+    writer::PlanError::NotOpened {
+        split: split.to_string(),
+    }
+    .into()
 }
 
 impl Splits {

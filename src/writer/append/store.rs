@@ -164,9 +164,7 @@ impl Store {
                 chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
                 row_len: spec.spec.row_len(),
             }),
-            _ => Err(Error::Plan(
-                "the split file's layout is not the configuration's".into(),
-            )),
+            _ => Err(crate::writer::PlanError::LayoutMismatch.into()),
         }
     }
 

@@ -297,6 +297,7 @@ impl Service {
             path: rel,
             kind,
             reason,
+            line: None,
         };
         self.staged.rejected(stamp, r, quarantine);
         self.counters.rejected();
@@ -308,10 +309,7 @@ impl Service {
             return;
         }
         while let Some((id, path)) = self.intake.front() {
-            let job = ReadJob {
-                id,
-                path: path.clone(),
-            };
+            let job = ReadJob::whole(id, path.clone());
             if self.pipeline.jobs().try_push(job).is_err() {
                 break;
             }

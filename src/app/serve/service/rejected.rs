@@ -45,6 +45,7 @@ mod tests {
             path: path.into(),
             kind: RejectKind::BadPath,
             reason: "r".into(),
+            line: None,
         }
     }
 

@@ -108,6 +108,7 @@ mod tests {
                 .push(Loaded {
                     job: sent,
                     bytes: Ok(FileBytes::Heap(wav.clone())),
+                    segment: None,
                 })
                 .unwrap();
             sent += 1;
@@ -174,6 +175,7 @@ mod tests {
                 .push(Loaded {
                     job,
                     bytes: Ok(FileBytes::Heap(wav.clone())),
+                    segment: None,
                 })
                 .unwrap();
         };

@@ -677,6 +677,7 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
             .push(Loaded {
                 job,
                 bytes: Ok(FileBytes::Heap(f.clone())),
+                segment: None,
             })
             .unwrap();
     }

@@ -81,7 +81,7 @@ fn cpu_outcomes(recipe: &Arc<dyn FrameRecipe>, files: &[Vec<u8>]) -> Outcomes {
         .enumerate()
         .map(|(job, bytes)| {
             let mut row = Vec::new();
-            host.row(bytes, job as u64, &mut row, &mut local)
+            host.row(bytes, None, job as u64, &mut row, &mut local)
                 .map(|()| row)
         })
         .collect()
@@ -111,7 +111,13 @@ fn collect(
     let feeder = std::thread::spawn(move || {
         for (job, f) in owned.into_iter().enumerate() {
             let bytes = Ok(FileBytes::Heap(f));
-            input.push(Loaded { job, bytes }).unwrap();
+            input
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment: None,
+                })
+                .unwrap();
         }
         input.close();
     });

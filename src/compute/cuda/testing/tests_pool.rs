@@ -41,7 +41,13 @@ fn run_stage(
     let feeder = std::thread::spawn(move || {
         for (job, f) in files.into_iter().enumerate() {
             let bytes = f.map(FileBytes::Heap);
-            input.push(Loaded { job, bytes }).unwrap();
+            input
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment: None,
+                })
+                .unwrap();
         }
         input.close();
     });
@@ -258,7 +264,14 @@ fn the_pool_stops_when_the_stage_thread_ends_first() {
         let mut sent = 0;
         for job in 0..200 {
             let bytes = Ok(FileBytes::Heap(file.clone()));
-            if input.push(Loaded { job, bytes }).is_err() {
+            if input
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment: None,
+                })
+                .is_err()
+            {
                 break;
             }
             sent += 1;
@@ -322,7 +335,13 @@ fn the_staging_is_registered_only_once_a_clip_needs_it() {
         let n = files.len();
         for (job, f) in files.into_iter().enumerate() {
             let bytes = Ok(FileBytes::Heap(f));
-            input.push(Loaded { job, bytes }).unwrap();
+            input
+                .push(Loaded {
+                    job,
+                    bytes,
+                    segment: None,
+                })
+                .unwrap();
         }
         input.close();
         let mut ok = 0;

@@ -257,6 +257,7 @@ fn a_refused_arena_registration_falls_back_to_pageable_copies() {
         .push(crate::reader::Loaded {
             job: 0,
             bytes: Ok(crate::reader::FileBytes::Heap(wav)),
+            segment: None,
         })
         .unwrap();
     input.close();

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Segments of long recordings: the bytes a manifest build reads against the
+bytes of its segments, and segments per second.
+
+Writes one 16 kHz mono 16-bit recording of HOURS hours (default 2; a
+deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
+as a WAV and, with sox (which writes a SEEKTABLE with a point every 10 s),
+as a FLAC; cuts it into N segments (default 1,000) of equal length with
+offsets and durations at microsecond resolution, in a shuffled line order
+(seeded), one NeMo manifest per container; builds each with
+`recipe = "kaldi-fbank"` (80 bins) and reports from the build's JSON report:
+
+* bytes read by the readers (`report.bytes_read`), against the bytes of the
+  segments' samples (frames x 2) and against reading the whole recording once
+  per segment (what a build without ranges reads);
+* the manifest's header reads (logged, one per recording);
+* segments per second (`report.elapsed_s`, planning included; process
+  start-up excluded) and the build's wall time.
+
+Usage: bench_manifest.py MELFORGE_BIN WORK [--hours H] [--segments N] [--seed S]
+Prints a markdown table for docs/BENCHMARKS.md.
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import time
+
+import numpy as np
+import soundfile as sf
+
+RATE = 16000
+CONFIG = '[features]\nrecipe = "kaldi-fbank"\nnum_mel_bins = 80\n'
+
+
+def recording(path, hours, seed):
+    """Writes the WAV in blocks of a minute (the whole would be 460 MB of float64)."""
+    rng = np.random.default_rng(seed)
+    n = int(hours * 3600 * RATE)
+    with sf.SoundFile(path, "w", RATE, 1, subtype="PCM_16", format="WAV") as f:
+        for start in range(0, n, 60 * RATE):
+            t = np.arange(start, min(n, start + 60 * RATE)) / RATE
+            y = 0.3 * np.sin(2 * np.pi * (220 + 40 * np.sin(t / 7)) * t) + 0.05 * rng.standard_normal(len(t))
+            f.write(y.astype(np.float32))
+    return n
+
+
+def manifest(path, audio, n, segments, seed):
+    """N equal segments, shuffled; returns the bytes of their samples."""
+    rng = random.Random(seed)
+    seg_s = n / RATE / segments
+    lines, total = [], 0
+    for i in range(segments):
+        offset = round(i * seg_s, 6)
+        duration = round(seg_s, 6)
+        frames = min(int((offset + duration) * RATE), n) - int(offset * RATE)
+        total += 2 * frames
+        lines.append(json.dumps({"audio_filepath": audio, "offset": offset, "duration": duration,
+                                 "text": f"segment {i}"}))
+    rng.shuffle(lines)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return total
+
+
+def build(melforge, work, name):
+    out = f"{work}/out-{name}"
+    subprocess.run(["rm", "-rf", out], check=True)
+    t = time.perf_counter()
+    done = subprocess.run([melforge, "build", f"{work}/{name}.jsonl", "--out", out, "--config",
+                           f"{work}/c.toml", "--json", "--progress", "none"],
+                          check=True, capture_output=True, text=True,
+                          env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"))
+    wall = time.perf_counter() - t
+    doc = json.loads(done.stdout)
+    header = 0
+    for line in done.stderr.splitlines():
+        if "header_bytes=" in line:
+            header = int(line.split("header_bytes=")[1].split()[0])
+    return doc, wall, header
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("melforge")
+    ap.add_argument("work")
+    ap.add_argument("--hours", type=float, default=2.0)
+    ap.add_argument("--segments", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=32)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    wav, flac = f"{a.work}/long.wav", f"{a.work}/long.flac"
+    n = recording(wav, a.hours, a.seed)
+    subprocess.run(["sox", wav, flac], check=True)
+    with open(f"{a.work}/c.toml", "w") as f:
+        f.write(CONFIG)
+    rows = []
+    for name, audio in (("wav", wav), ("flac", flac)):
+        seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
+        doc, wall, header = build(os.path.abspath(a.melforge), a.work, name)
+        r = doc["report"]
+        size = os.path.getsize(audio)
+        rows.append((name, size, seg_bytes, r["bytes_read"], header, r["files_ok"],
+                     len(doc["rejected"]), r["elapsed_s"], wall))
+    print(f"{a.hours:g} h at {RATE} Hz mono 16-bit, {a.segments} segments of "
+          f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins\n")
+    print("| container | file MB | segment MB | read MB | read / segments | whole file per segment, MB "
+          "| header KB | rows | rejected | elapsed s | segments/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, size, seg, read, header, ok, rej, el, wall in rows:
+        print(f"| {name} | {size / 1e6:.1f} | {seg / 1e6:.1f} | {read / 1e6:.1f} | {read / seg:.3f} "
+              f"| {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ok} | {rej} | {el:.1f} "
+              f"| {ok / el:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+//! `build MANIFEST… --out OUT`: what a manifest build adds to the tree
+//! build, in the order it happens.
+//!
+//! * [`read`]: the manifests' plan (`source::manifest`): one split per
+//!   manifest, items in line order, the lines left out as rejections with
+//!   their line numbers.
+//! * [`Items::describe`]: each job's segment and byte range, handed to the
+//!   readers with the job.
+//! * [`Items::row_meta`]: the metadata and line numbers the writer stores
+//!   beside the rows (`writer::meta`).
+//! * [`write_back`]: after the split files and `rejected.jsonl`, each
+//!   manifest again as `OUT/<split>.jsonl`, every line that became a row
+//!   with `features_file`, `features_row` and `num_frames` added (the
+//!   line's own text kept, so any field, number or Unicode string is as
+//!   written).
+
+use std::io::{BufRead, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Error, Outcomes};
+use crate::compute::Rejection;
+use crate::model::Segment;
+use crate::reader::{ReadJob, ReadRange};
+use crate::source::manifest::{self, Manifests};
+use crate::source::{Job, PathTable, Plan};
+use crate::writer::meta::RowMeta;
+
+/// What `build` reads: a directory tree, or manifests (one split each).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    Tree(PathBuf),
+    Manifests(Vec<PathBuf>),
+}
+
+impl Input {
+    /// One directory is a tree; anything else is a list of manifests.
+    pub fn of(paths: &[PathBuf]) -> Input {
+        match paths {
+            [one] if !manifest::is_manifest(one) => Input::Tree(one.clone()),
+            many => Input::Manifests(many.to_vec()),
+        }
+    }
+
+    /// The path recorded as the `input` attribute: the tree, or the first
+    /// manifest.
+    pub fn shown(&self) -> &Path {
+        match self {
+            Input::Tree(p) => p,
+            Input::Manifests(m) => m.first().map_or(Path::new(""), |p| p.as_path()),
+        }
+    }
+}
+
+/// A manifest build's items beyond the plan, by path index (one per job).
+#[derive(Debug)]
+pub(super) struct Items {
+    pub lines: Arc<[u32]>,
+    meta: Arc<PathTable>,
+    segments: Vec<Option<Segment>>,
+    ranges: Vec<Option<ReadRange>>,
+}
+
+impl Items {
+    /// Puts job `j`'s segment and byte range on the read job.
+    pub fn describe(&self, j: &Job, job: &mut ReadJob) {
+        job.segment = self.segments[j.path as usize];
+        job.range = self.ranges[j.path as usize].clone();
+    }
+
+    pub fn row_meta(&self) -> RowMeta {
+        RowMeta {
+            json: Arc::clone(&self.meta),
+            lines: Arc::clone(&self.lines),
+        }
+    }
+}
+
+/// What [`read`] gives: the plan, the lines left out, the seconds it took,
+/// and the items (the shape of a tree walk's result, items added).
+pub(super) type Read = (Plan, Vec<Rejection>, f64, Option<Arc<Items>>);
+
+/// The plan of `files`, the lines left out, the seconds it took, and the
+/// items.
+pub(super) fn read(files: &[PathBuf]) -> Result<Read, Error> {
+    let t = Instant::now();
+    let m: Manifests = manifest::plan(files)?;
+    let seconds = t.elapsed().as_secs_f64();
+    let rejected = m
+        .rejected
+        .iter()
+        .map(|r| Rejection {
+            path: r.path.clone(),
+            kind: r.kind,
+            reason: r.reason.clone(),
+            line: Some(r.line),
+        })
+        .collect();
+    tracing::info!(
+        items = m.plan.jobs.len(),
+        left_out = m.rejected.len(),
+        splits = m.plan.splits.len(),
+        ranged = m.ranges.iter().filter(|r| r.is_some()).count(),
+        header_bytes = m.header_bytes,
+        seconds,
+        "Read the manifests."
+    );
+    let items = Items {
+        lines: m.lines,
+        meta: m.meta,
+        segments: m.segments,
+        ranges: m.ranges,
+    };
+    Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
+}
+
+/// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree).
+pub(super) fn write_back(
+    mut outcomes: Outcomes,
+    input: &Input,
+    out: &Path,
+    fixed_frames: Option<u32>,
+) -> Result<Outcomes, Error> {
+    let Input::Manifests(files) = input else {
+        return Ok(outcomes);
+    };
+    // The same names, in the same order, as `read`'s splits.
+    let splits: Vec<String> = files
+        .iter()
+        .filter_map(|f| manifest::split_name(f))
+        .collect();
+    let kept = std::mem::take(&mut outcomes.kept);
+    for ((file, split), kept) in files.iter().zip(&splits).zip(&kept) {
+        let to = out.join(format!("{split}.jsonl"));
+        let same = std::fs::canonicalize(&to)
+            .ok()
+            .zip(std::fs::canonicalize(file).ok())
+            .is_some_and(|(a, b)| a == b);
+        if same {
+            return Err(Error::WriteBackOverInput(to));
+        }
+        let h5 = outcomes
+            .outputs
+            .iter()
+            .find(|o| o.split == *split)
+            .and_then(|o| o.path.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        write_one(file, &to, &h5, kept, fixed_frames).map_err(|source| Error::Output {
+            path: to.clone(),
+            source,
+        })?;
+        outcomes.manifests.push(to);
+    }
+    Ok(outcomes)
+}
+
+/// `from`'s lines that became rows, each with its row added, into `to`
+/// (through `.partial`, synced, renamed). `kept` is the split's rows in
+/// order (seq, frames); seq `q` is the `q`-th good line.
+fn write_one(
+    from: &Path,
+    to: &Path,
+    h5: &str,
+    kept: &[crate::writer::meta::Kept],
+    fixed_frames: Option<u32>,
+) -> std::io::Result<()> {
+    let mut partial = to.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+    let file = serde_json::to_string(h5).expect("a string serialises");
+    let mut rows = kept.iter().enumerate().peekable();
+    let mut seq = 0u32;
+    for line in manifest::open_lines(from)?.lines() {
+        let line = line?;
+        let Some(body) = good_line(&line) else {
+            continue;
+        };
+        let this = seq;
+        seq += 1;
+        let Some((row, &(_, frames))) = rows.next_if(|(_, k)| k.0 == this) else {
+            continue;
+        };
+        let frames = fixed_frames.unwrap_or(frames);
+        writeln!(
+            w,
+            "{body}, \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
+        )?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&partial, to)
+}
+
+/// A line that `source::manifest` made an item of (the same test it
+/// applies), as its text without the closing brace; None for the others.
+fn good_line(line: &str) -> Option<&str> {
+    if line.trim().is_empty() || !manifest::is_item(line) {
+        return None;
+    }
+    line.trim_end().strip_suffix('}')
+}

@@ -1,0 +1,483 @@
+//! The job source for `build MANIFEST…`: NeMo and lhotse manifests instead
+//! of a tree walk.
+//!
+//! Each manifest is one split, named after its file's stem
+//! (`train.jsonl.gz` → `train`); a line is one item, and items keep line
+//! order (`seq` is the position among the manifest's good lines). Two
+//! kinds of line, told apart by their fields, in `.json`/`.jsonl` files,
+//! gzipped or not (gzip is recognised by its magic bytes):
+//!
+//! * NeMo: `audio_filepath`, `duration`, optional `offset`, any other
+//!   fields. With `offset` the item is the segment `offset`…`offset +
+//!   duration`; without it the whole file, whose length must agree with
+//!   `duration` within 0.1 s.
+//! * lhotse cut (`recording` present): the recording's first source (of
+//!   type `file`), the cut's `start`, `duration` and `channel`. Its
+//!   metadata: the cut's `id`, `start`, `duration`, `channel`,
+//!   `recording_id`, the first supervision's `text`, `speaker` and
+//!   `language`, and the cut's `custom` fields.
+//!
+//! Relative audio paths resolve against the manifest's folder; `path` keeps
+//! them as written. A line that names no usable item (not JSON, a field
+//! missing or mistyped, a duration that is not positive, a negative offset)
+//! becomes a [`LineRejection`] with its 1-based line number and is left
+//! out; the problems only the audio can show (a missing file, not audio, an
+//! offset past the end) are the decoder's, and `build` puts the line number
+//! on those too.
+//!
+//! A segment of a WAV file is read as its exact byte extent, one of a FLAC
+//! file from the seek point before it to the one after it: the header is
+//! read here once per recording (the first 64 KiB, up to 1 MiB when its
+//! chunks or blocks before the samples are larger), and the job carries the
+//! header rewritten for the part and the extent (`decode::wav::extent`,
+//! `decode::flac::seek`). The compressed containers are read whole and
+//! decoded from their start up to the segment's end.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{Job, PathTable, Plan};
+use crate::decode::flac::seek;
+use crate::decode::wav::extent;
+use crate::model::{RejectKind, Segment};
+use crate::reader::ReadRange;
+
+/// A manifest that cannot be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("manifests {first} and {second} both name split `{split}` (their file stems)")]
+    SameSplit {
+        first: PathBuf,
+        second: PathBuf,
+        split: String,
+    },
+    #[error("manifest {0} has no file stem to name its split after")]
+    NoStem(PathBuf),
+}
+
+/// A manifest line left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineRejection {
+    /// The split (manifest) it belongs to.
+    pub split: u32,
+    /// 1-based.
+    pub line: u64,
+    /// The audio path when the line named one, else the manifest's path.
+    pub path: String,
+    pub kind: RejectKind,
+    pub reason: String,
+}
+
+/// What the manifests hold, in the shape `build` takes: the plan (one
+/// split per manifest, no labels) and per job, by path index, what only a
+/// manifest has.
+#[derive(Debug, Default)]
+pub struct Manifests {
+    pub plan: Plan,
+    /// The manifests, in split order.
+    pub files: Vec<PathBuf>,
+    /// By path index: the item's metadata as a JSON object.
+    pub meta: Arc<PathTable>,
+    /// By path index: the item's 1-based manifest line.
+    pub lines: Arc<[u32]>,
+    /// By path index: the segment, when the item is not the whole file.
+    pub segments: Vec<Option<Segment>>,
+    /// By path index: the bytes to read instead of the whole file.
+    pub ranges: Vec<Option<ReadRange>>,
+    pub rejected: Vec<LineRejection>,
+    /// Bytes of WAV headers read to plan ranges.
+    pub header_bytes: u64,
+}
+
+/// Whether `input` is a manifest (a regular file) rather than a tree.
+pub fn is_manifest(input: &Path) -> bool {
+    input.is_file()
+}
+
+/// The split a manifest file names: its stem, after `.gz`.
+pub fn split_name(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let name = name.strip_suffix(".gz").unwrap_or(name);
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    (!stem.is_empty()).then(|| stem.to_string())
+}
+
+/// The lines of a manifest, gunzipped when it starts with gzip's magic.
+pub fn open_lines(path: &Path) -> std::io::Result<Box<dyn BufRead>> {
+    let mut f = std::io::BufReader::new(std::fs::File::open(path)?);
+    let gz = f.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
+            f,
+        )))
+    } else {
+        Box::new(f)
+    })
+}
+
+/// One usable line.
+struct Item {
+    /// As written in the manifest.
+    audio: String,
+    segment: Option<Segment>,
+    meta: Map<String, Value>,
+}
+
+/// Why a line is left out: its audio path when known, and the sentence.
+type Bad = (Option<String>, String);
+
+/// Reads every manifest into one plan.
+pub fn plan(manifests: &[PathBuf]) -> Result<Manifests, Error> {
+    let mut m = Manifests::default();
+    let mut paths = PathTable::default();
+    let mut meta = PathTable::default();
+    let mut lines = Vec::new();
+    let mut heads = Heads::default();
+    for (split, file) in manifests.iter().enumerate() {
+        let name = split_name(file).ok_or_else(|| Error::NoStem(file.clone()))?;
+        if let Some(i) = m.plan.splits.iter().position(|s| *s == name) {
+            return Err(Error::SameSplit {
+                first: manifests[i].clone(),
+                second: file.clone(),
+                split: name,
+            });
+        }
+        m.plan.splits.push(name);
+        let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
+        let read = |source| Error::Read {
+            path: file.clone(),
+            source,
+        };
+        let mut seq = 0u32;
+        for (i, line) in open_lines(file).map_err(read)?.lines().enumerate() {
+            let line_no = i as u64 + 1;
+            let text = line.map_err(read)?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let item = match parse_line(&text) {
+                Ok(item) => item,
+                Err((audio, reason)) => {
+                    let kind = RejectKind::BadLine;
+                    m.rejected.push(LineRejection {
+                        split: split as u32,
+                        line: line_no,
+                        path: audio.unwrap_or_else(|| file.display().to_string()),
+                        kind,
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            let open = dir.join(&item.audio);
+            let ranged = item
+                .segment
+                .filter(|s| s.expect_s.is_none())
+                .and_then(|s| heads.range(&open, &s));
+            let (range, segment) = match ranged {
+                Some((r, s)) => (Some(r), Some(s)),
+                None => (None, item.segment),
+            };
+            let path = paths.push(&item.audio);
+            meta.push(&Value::Object(item.meta).to_string());
+            lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
+            if open != Path::new(&item.audio) {
+                m.plan.targets.insert(path, open);
+            }
+            m.segments.push(segment);
+            m.ranges.push(range);
+            m.plan.jobs.push(Job {
+                path,
+                split: split as u32,
+                seq,
+                label: -1,
+            });
+            seq += 1;
+        }
+        m.files.push(file.clone());
+    }
+    m.plan.paths = Arc::new(paths);
+    m.meta = Arc::new(meta);
+    m.lines = lines.into();
+    m.header_bytes = heads.bytes;
+    Ok(m)
+}
+
+/// Whether `text` is a line [`plan`] makes an item of (its audio may still
+/// be rejected later).
+pub fn is_item(text: &str) -> bool {
+    parse_line(text).is_ok()
+}
+
+/// A line as an item, or why it is none.
+fn parse_line(text: &str) -> Result<Item, Bad> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| (None, format!("the line is not JSON: {e}")))?;
+    let Value::Object(obj) = v else {
+        return Err((None, "the line is JSON but not an object".to_string()));
+    };
+    if obj.contains_key("recording") {
+        cut(obj)
+    } else if obj.contains_key("audio_filepath") {
+        nemo(obj)
+    } else {
+        Err((
+            None,
+            "the line is neither a NeMo item (no `audio_filepath`) nor a lhotse cut (no \
+             `recording`)"
+                .to_string(),
+        ))
+    }
+}
+
+/// A number field: absent, or a finite number.
+fn number(obj: &Map<String, Value>, key: &str, audio: &str) -> Result<Option<f64>, Bad> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| {
+                (
+                    Some(audio.to_string()),
+                    format!("`{key}` is not a number: {v}"),
+                )
+            }),
+    }
+}
+
+/// `duration` must be positive and `offset` not negative.
+fn check_times(audio: &str, offset: Option<f64>, duration: Option<f64>) -> Result<(), Bad> {
+    if let Some(d) = duration.filter(|d| *d <= 0.0) {
+        return Err((
+            Some(audio.to_string()),
+            format!("the duration is {d} s; it must be positive"),
+        ));
+    }
+    if let Some(o) = offset.filter(|o| *o < 0.0) {
+        return Err((
+            Some(audio.to_string()),
+            format!("the offset is {o} s; it must not be negative"),
+        ));
+    }
+    Ok(())
+}
+
+/// A NeMo item.
+fn nemo(obj: Map<String, Value>) -> Result<Item, Bad> {
+    let Some(Value::String(audio)) = obj.get("audio_filepath") else {
+        return Err((None, "`audio_filepath` is not a string".to_string()));
+    };
+    let audio = audio.clone();
+    if audio.is_empty() {
+        return Err((None, "`audio_filepath` is empty".to_string()));
+    }
+    let duration = number(&obj, "duration", &audio)?;
+    let offset = number(&obj, "offset", &audio)?;
+    check_times(&audio, offset, duration)?;
+    let segment = match (offset, duration) {
+        (Some(offset_s), d) => Some(Segment {
+            offset_s,
+            duration_s: d,
+            ..Segment::default()
+        }),
+        (None, Some(d)) => Some(Segment {
+            expect_s: Some(d),
+            ..Segment::default()
+        }),
+        (None, None) => None,
+    };
+    Ok(Item {
+        audio,
+        segment,
+        meta: obj,
+    })
+}
+
+/// A lhotse MonoCut.
+fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
+    let rec = obj.get("recording").and_then(Value::as_object);
+    let source = rec
+        .and_then(|r| r.get("sources"))
+        .and_then(Value::as_array)
+        .and_then(|s| s.first())
+        .and_then(Value::as_object)
+        .ok_or((None, "the cut's recording has no `sources`".to_string()))?;
+    let kind = source.get("type").and_then(Value::as_str).unwrap_or("file");
+    let Some(Value::String(audio)) = source.get("source") else {
+        return Err((
+            None,
+            "the recording's first source has no `source` path".into(),
+        ));
+    };
+    if kind != "file" {
+        return Err((
+            Some(audio.clone()),
+            format!("the recording's source is of type `{kind}`; only `file` is read"),
+        ));
+    }
+    let audio = audio.clone();
+    let start = number(&obj, "start", &audio)?.unwrap_or(0.0);
+    let duration = number(&obj, "duration", &audio)?
+        .ok_or((Some(audio.clone()), "the cut has no `duration`".to_string()))?;
+    check_times(&audio, Some(start), Some(duration))?;
+    let channel = match obj.get("channel") {
+        None | Some(Value::Null) => 0,
+        Some(Value::Array(a)) if a.len() == 1 => channel_of(&a[0], &audio)?,
+        Some(Value::Array(a)) => {
+            return Err((
+                Some(audio),
+                format!("the cut spans {} channels; one is read", a.len()),
+            ));
+        }
+        Some(v) => channel_of(v, &audio)?,
+    };
+    let mut meta = Map::new();
+    for key in ["id", "start", "duration", "channel"] {
+        if let Some(v) = obj.get(key) {
+            meta.insert(key.to_string(), v.clone());
+        }
+    }
+    if let Some(id) = rec.and_then(|r| r.get("id")) {
+        meta.insert("recording_id".to_string(), id.clone());
+    }
+    let sup = obj
+        .get("supervisions")
+        .and_then(Value::as_array)
+        .and_then(|s| s.first())
+        .and_then(Value::as_object);
+    for key in ["text", "speaker", "language"] {
+        if let Some(v) = sup.and_then(|s| s.get(key)) {
+            meta.insert(key.to_string(), v.clone());
+        }
+    }
+    if let Some(Value::Object(custom)) = obj.get("custom") {
+        for (k, v) in custom {
+            meta.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    Ok(Item {
+        audio,
+        segment: Some(Segment {
+            offset_s: start,
+            duration_s: Some(duration),
+            channel: Some(channel),
+            expect_s: None,
+            base_frame: 0,
+        }),
+        meta,
+    })
+}
+
+fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
+    v.as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .ok_or_else(|| {
+            (
+                Some(audio.to_string()),
+                format!("the channel {v} is not an index"),
+            )
+        })
+}
+
+/// How a recording's segments are placed in it.
+enum Head {
+    Wav(extent::Head),
+    Flac(seek::Head),
+}
+
+/// Headers read so far, by the path opened (None: neither a WAV nor a FLAC
+/// with seek points, or unreadable; such an item is read whole and the
+/// decoder says what is wrong, if anything).
+#[derive(Default)]
+struct Heads {
+    by_path: HashMap<PathBuf, Option<Head>>,
+    bytes: u64,
+}
+
+impl Heads {
+    /// The range that holds `seg` of the file at `path`, and the segment
+    /// as the decoder then applies it to the bytes read.
+    fn range(&mut self, path: &Path, seg: &Segment) -> Option<(ReadRange, Segment)> {
+        if !self.by_path.contains_key(path) {
+            let (head, bytes) = read_head(path);
+            self.bytes += bytes;
+            self.by_path.insert(path.to_path_buf(), head);
+        }
+        match self.by_path[path].as_ref()? {
+            Head::Wav(h) => {
+                let e = h.extent(seg)?;
+                // A WAV cut to the segment decodes whole.
+                let whole = Segment {
+                    offset_s: 0.0,
+                    duration_s: None,
+                    ..*seg
+                };
+                Some((ReadRange::new(e.prefix, e.start, e.len), whole))
+            }
+            Head::Flac(h) => {
+                let e = h.extent(seg)?;
+                let part = Segment {
+                    base_frame: e.base_frame,
+                    ..*seg
+                };
+                Some((ReadRange::new(e.prefix, e.start, e.len), part))
+            }
+        }
+    }
+}
+
+/// A WAV header or the metadata of a FLAC file with seek points.
+fn parse_head(buf: &[u8], len: u64) -> Option<Head> {
+    extent::head(buf, len)
+        .map(Head::Wav)
+        .or_else(|| seek::head(buf, len).map(Head::Flac))
+}
+
+/// The header of the file at `path`, and the bytes read for it.
+fn read_head(path: &Path) -> (Option<Head>, u64) {
+    const FIRST: u64 = 64 << 10;
+    const MOST: u64 = 1 << 20;
+    let Ok(f) = std::fs::File::open(path) else {
+        return (None, 0);
+    };
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return (None, 0);
+    };
+    let mut buf = Vec::new();
+    let mut want = FIRST;
+    loop {
+        buf.clear();
+        if (&f).take(want).read_to_end(&mut buf).is_err() {
+            return (None, buf.len() as u64);
+        }
+        let got = buf.len() as u64;
+        match parse_head(&buf, len) {
+            Some(h) => return (Some(h), got),
+            None if got == want
+                && want < MOST
+                && (buf.starts_with(b"RIFF") || buf.starts_with(b"fLaC")) =>
+            {
+                want = MOST;
+                use std::io::Seek;
+                if (&f).seek(std::io::SeekFrom::Start(0)).is_err() {
+                    return (None, got);
+                }
+            }
+            None => return (None, got),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

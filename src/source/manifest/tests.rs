@@ -1,0 +1,194 @@
+use std::io::Write as _;
+
+use super::*;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn meta(m: &Manifests, path: u32) -> Value {
+    serde_json::from_str(m.meta.get(path)).unwrap()
+}
+
+#[test]
+fn split_names_are_the_stems_after_gz() {
+    for (file, want) in [
+        ("train.jsonl", "train"),
+        ("dev.json", "dev"),
+        ("cuts_train.jsonl.gz", "cuts_train"),
+        ("a/b/test-clean.jsonl", "test-clean"),
+    ] {
+        assert_eq!(split_name(Path::new(file)).as_deref(), Some(want), "{file}");
+    }
+}
+
+/// NeMo lines: line order, 1-based lines, segments or whole files with
+/// their stated duration, relative paths against the manifest's folder,
+/// every field kept as metadata (any Unicode), bad lines left out with a
+/// sentence each.
+#[test]
+fn nemo_lines_become_items_in_line_order() {
+    let d = tempfile::tempdir().unwrap();
+    let text = [
+        r#"{"audio_filepath": "b.wav", "duration": 2.5, "text": "naïve café 日本語", "speaker": 7}"#,
+        r#"not json"#,
+        r#"{"audio_filepath": "/abs/a.flac", "offset": 1.25, "duration": 0.5}"#,
+        "",
+        r#"{"audio_filepath": "c.wav", "duration": 0}"#,
+        r#"{"audio_filepath": "c.wav", "duration": -1}"#,
+        r#"{"audio_filepath": "c.wav", "offset": -0.5, "duration": 1}"#,
+        r#"{"duration": 1}"#,
+        r#"{"audio_filepath": "sub/c.wav", "duration": "long"}"#,
+        r#"{"audio_filepath": "sub/d.wav"}"#,
+    ]
+    .join("\n");
+    let f = write(d.path(), "train.jsonl", &text);
+    let m = plan(std::slice::from_ref(&f)).unwrap();
+    assert_eq!(m.plan.splits, ["train"]);
+    let rels: Vec<&str> = m.plan.jobs.iter().map(|j| m.plan.rel_path(j)).collect();
+    assert_eq!(rels, ["b.wav", "/abs/a.flac", "sub/d.wav"]);
+    assert_eq!(&m.lines[..], [1, 3, 10]);
+    let seqs: Vec<u32> = m.plan.jobs.iter().map(|j| j.seq).collect();
+    assert_eq!(seqs, [0, 1, 2]);
+    assert_eq!(m.plan.open_path(&m.plan.jobs[0]), d.path().join("b.wav"));
+    assert_eq!(m.plan.open_path(&m.plan.jobs[1]), Path::new("/abs/a.flac"));
+    assert_eq!(
+        m.segments[0],
+        Some(Segment {
+            expect_s: Some(2.5),
+            ..Segment::default()
+        })
+    );
+    assert_eq!(
+        m.segments[1],
+        Some(Segment {
+            offset_s: 1.25,
+            duration_s: Some(0.5),
+            ..Segment::default()
+        })
+    );
+    assert_eq!(m.segments[2], None);
+    assert_eq!(meta(&m, 0)["text"], "naïve café 日本語");
+    assert_eq!(meta(&m, 0)["speaker"], 7);
+    let got: Vec<(u64, RejectKind, &str)> = m
+        .rejected
+        .iter()
+        .map(|r| (r.line, r.kind, r.reason.as_str()))
+        .collect();
+    assert_eq!(got.len(), 6, "{got:?}");
+    assert!(got.iter().all(|g| g.1 == RejectKind::BadLine));
+    let reasons: Vec<(u64, &str)> = got.iter().map(|g| (g.0, g.2)).collect();
+    assert!(
+        reasons[0].1.starts_with("the line is not JSON"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[0].0, 2);
+    assert_eq!(reasons[1], (5, "the duration is 0 s; it must be positive"));
+    assert_eq!(reasons[2], (6, "the duration is -1 s; it must be positive"));
+    assert_eq!(
+        reasons[3],
+        (7, "the offset is -0.5 s; it must not be negative")
+    );
+    assert!(reasons[4].1.contains("neither a NeMo item"), "{reasons:?}");
+    assert_eq!(reasons[5], (9, "`duration` is not a number: \"long\""));
+    assert_eq!(m.rejected[3].path, "c.wav");
+}
+
+fn cut_line(id: &str, source: &str, start: f64, duration: f64, channel: u32) -> String {
+    serde_json::json!({
+        "id": id, "start": start, "duration": duration, "channel": channel,
+        "supervisions": [
+            {"id": "s1", "recording_id": "r", "start": 0.0, "duration": duration,
+             "text": "Grüße — привет", "speaker": "spk-1", "language": "de"},
+            {"id": "s2", "text": "second"}
+        ],
+        "recording": {"id": "rec-1", "sources": [{"type": "file", "channels": [0, 1],
+            "source": source}], "sampling_rate": 16000, "num_samples": 160000,
+            "duration": 10.0},
+        "custom": {"domain": "news"},
+        "type": "MonoCut"
+    })
+    .to_string()
+}
+
+/// lhotse cuts, gzipped: the first source, the cut's start, duration and
+/// channel, and the first supervision's text, speaker and language.
+#[test]
+fn lhotse_cuts_from_a_gzipped_cutset() {
+    let d = tempfile::tempdir().unwrap();
+    let text = [
+        cut_line("cut-a", "rec.wav", 1.5, 2.0, 1),
+        cut_line("cut-b", "/x/rec.flac", 0.0, 3.0, 0),
+    ]
+    .join("\n");
+    let f = d.path().join("cuts_dev.jsonl.gz");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&f).unwrap(),
+        flate2::Compression::default(),
+    );
+    gz.write_all(text.as_bytes()).unwrap();
+    gz.finish().unwrap();
+    let m = plan(std::slice::from_ref(&f)).unwrap();
+    assert!(m.rejected.is_empty(), "{:?}", m.rejected);
+    assert_eq!(m.plan.splits, ["cuts_dev"]);
+    assert_eq!(
+        m.segments[0],
+        Some(Segment {
+            offset_s: 1.5,
+            duration_s: Some(2.0),
+            channel: Some(1),
+            expect_s: None,
+            base_frame: 0,
+        })
+    );
+    let meta0 = meta(&m, 0);
+    assert_eq!(meta0["id"], "cut-a");
+    assert_eq!(meta0["text"], "Grüße — привет");
+    assert_eq!(meta0["speaker"], "spk-1");
+    assert_eq!(meta0["language"], "de");
+    assert_eq!(meta0["recording_id"], "rec-1");
+    assert_eq!(meta0["domain"], "news");
+    assert_eq!(m.plan.open_path(&m.plan.jobs[0]), d.path().join("rec.wav"));
+}
+
+/// A segment of a WAV is read as its extent (the header is read once per
+/// recording); a whole-file item and a file that is not a WAV are not.
+#[test]
+fn wav_segments_get_byte_ranges_and_others_do_not() {
+    let d = tempfile::tempdir().unwrap();
+    let samples: Vec<i16> = (0..16_000).map(|i| (i % 300) as i16).collect();
+    let wav = crate::synth::encode_wav_pcm16(&samples, 16_000);
+    std::fs::write(d.path().join("long.wav"), wav).unwrap();
+    std::fs::write(d.path().join("x.mp3"), b"ID3 not really").unwrap();
+    let text = [
+        r#"{"audio_filepath": "long.wav", "offset": 0.25, "duration": 0.5}"#,
+        r#"{"audio_filepath": "long.wav", "offset": 0.5, "duration": 0.25}"#,
+        r#"{"audio_filepath": "long.wav", "duration": 1.0}"#,
+        r#"{"audio_filepath": "x.mp3", "offset": 0.5, "duration": 0.25}"#,
+    ]
+    .join("\n");
+    let f = write(d.path(), "t.jsonl", &text);
+    let m = plan(std::slice::from_ref(&f)).unwrap();
+    let r0 = m.ranges[0].as_ref().unwrap();
+    assert_eq!((r0.start, r0.len), (44 + 2 * 4_000, 2 * 8_000));
+    let r1 = m.ranges[1].as_ref().unwrap();
+    assert_eq!((r1.start, r1.len), (44 + 2 * 8_000, 2 * 4_000));
+    assert!(m.ranges[2].is_none() && m.ranges[3].is_none());
+    // A ranged WAV decodes from the start of what is read.
+    assert_eq!(m.segments[0].unwrap().offset_s, 0.0);
+    assert_eq!(m.segments[0].unwrap().duration_s, None);
+    assert_eq!(m.segments[3].unwrap().offset_s, 0.5);
+    // One header read for the WAV's two segments, one for the MP3.
+    assert!(m.header_bytes <= 44 + 2 * 16_000 + 14, "{}", m.header_bytes);
+}
+
+#[test]
+fn two_manifests_with_one_stem_are_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("x")).unwrap();
+    let a = write(d.path(), "train.jsonl", "");
+    let b = write(&d.path().join("x"), "train.json", "");
+    assert!(matches!(plan(&[a, b]), Err(Error::SameSplit { .. })));
+}

@@ -1,0 +1,58 @@
+//! A manifest build's per-row metadata, stored beside the features: `meta`
+//! (each row's manifest fields as one JSON object, UTF-8, any Unicode) and
+//! `line` (its 1-based manifest line), one entry per row, in row order.
+//!
+//! The writer learns which rows it wrote as they are written (seq and
+//! frames, 8 bytes a row, kept only when metadata is attached) and writes
+//! both datasets once, just before the split file is closed and renamed, so
+//! a finished file has them or the build failed. The rows written also go
+//! back to the build in [`super::WriteReport::kept`] (the written-back
+//! manifest names each line's row and frames).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hdf5::File;
+use hdf5::types::VarLenUnicode;
+
+use super::Error;
+use super::h5::{Context, create_1d};
+use crate::source::PathTable;
+
+/// What to store beside each row, by the row's path index.
+#[derive(Clone, Debug)]
+pub struct RowMeta {
+    /// A JSON object per path index.
+    pub json: Arc<PathTable>,
+    /// A 1-based manifest line per path index.
+    pub lines: Arc<[u32]>,
+}
+
+/// A row as written: its seq in the split and its frames.
+pub type Kept = (u32, u32);
+
+/// Writes `meta` and `line` for `rows` (path indices, in row order) into
+/// the open split file `file` (at `p`).
+pub(super) fn write(file: &File, p: &Path, meta: &RowMeta, rows: &[u32]) -> Result<(), Error> {
+    let chunk = rows.len().clamp(1, 4096);
+    let mut json = Vec::with_capacity(rows.len());
+    for &r in rows {
+        let s = meta.json.get(r);
+        let v: VarLenUnicode =
+            s.parse()
+                .map_err(|e: hdf5::types::StringError| super::PlanError::Unstorable {
+                    what: "metadata",
+                    value: s.to_string(),
+                    why: e.to_string(),
+                })?;
+        json.push(v);
+    }
+    let lines: Vec<u32> = rows.iter().map(|&r| meta.lines[r as usize]).collect();
+    let ds = create_1d::<VarLenUnicode>(file, "meta", chunk).ctx(p, || "create `meta`".into())?;
+    ds.resize(rows.len()).ctx(p, || "size `meta`".into())?;
+    ds.write(&json).ctx(p, || "write `meta`".into())?;
+    let ds = create_1d::<u32>(file, "line", chunk).ctx(p, || "create `line`".into())?;
+    ds.resize(rows.len()).ctx(p, || "size `line`".into())?;
+    ds.write(&lines).ctx(p, || "write `line`".into())?;
+    Ok(())
+}
