@@ -89,7 +89,7 @@ fn whisper_rows_are_the_plan_in_either_precision_with_the_pad_value_last() {
         assert_eq!(recipe.layout().recipe, "whisper");
         let mut host = HostFrames::new(recipe.as_ref(), Policy::default());
         let mut row = Vec::new();
-        host.row(&wav16(&s), 1, &mut row, &mut local).unwrap();
+        host.row(&wav16(&s), None, 1, &mut row, &mut local).unwrap();
         let mut want = Vec::new();
         let r = if f64 {
             plan.compute_f64(&decoded(&s), &mut plan.scratch(), &mut want)
