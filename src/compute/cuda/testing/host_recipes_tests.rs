@@ -155,7 +155,7 @@ fn whisper_kernels_equal_the_cpu_recipe_bit_for_bit() {
         let out = host.run(&samples, &batch).unwrap();
         let (mut scratch, mut cpu) = (plan.scratch(), Vec::new());
         for (u, audio) in utts.iter().enumerate() {
-            let row = plan.compute(audio, &mut scratch, &mut cpu);
+            let row = plan.compute_f64(audio, &mut scratch, &mut cpu);
             let r = batch.rows(u);
             assert_eq!(row.frames, r.len(), "{n_mels} mels: utterance {u} frames");
             let what = format!("{n_mels} mels: utterance {u} ({} samples)", audio.len());

@@ -179,8 +179,8 @@ fn recipes() -> Vec<Arc<dyn FrameRecipe>> {
         crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap(),
         crate::recipes::kaldi(&centred, Kind::Fbank).unwrap(),
         crate::recipes::kaldi(&mfcc, Kind::Mfcc).unwrap(),
-        crate::recipes::whisper(80).unwrap(),
-        crate::recipes::whisper(128).unwrap(),
+        crate::recipes::whisper_f64(80).unwrap(),
+        crate::recipes::whisper_f64(128).unwrap(),
     ]
 }
 
