@@ -39,6 +39,8 @@ struct Case {
     /// root attribute `label_names`. Only with on_success = "keep" (after a
     /// crash the producer drops again what it finds missing).
     late: Vec<(String, Vec<u8>)>,
+    /// More configuration (a `[features]` recipe).
+    extra: &'static str,
 }
 
 impl Case {
@@ -53,11 +55,12 @@ impl Case {
             "[serve]\nwatch_dir = \"{}\"\noutput_dir = \"{}\"\nflush_interval_ms = 40\n\
              on_success = \"{}\"\n{done}compact_tail_entries = 3\n\
              [control]\nsocket = \"{}\"\n[compute]\nbackend = \"cpu\"\nworkers = 1\n\
-             [output]\nchunk_files = 2\n",
+             [output]\nchunk_files = 2\n{}",
             r.join("drop").display(),
             r.join("out").display(),
             self.on_success,
             disk.side().join("ctl.sock").display(),
+            self.extra,
         );
         let p = disk.side().join("serve.toml");
         std::fs::write(&p, text).unwrap();
@@ -393,6 +396,19 @@ fn case(on_success: &'static str, then: Then) -> Case {
         then,
         clips: super::files_of(crate::common::synth_corpus(8, 5).path()),
         late: Vec::new(),
+        extra: "",
+    }
+}
+
+#[test]
+fn serve_with_a_speech_recipe_survives_power_loss() {
+    // Variable-length rows (features, offsets, lengths; Whisper's pad
+    // value): the append path the librosa cases do not take.
+    if can_run("serve_with_a_speech_recipe_survives_power_loss") {
+        let mut c = case("delete", Then::Stop);
+        // The corpus is at 4,096 Hz; Whisper computes at 16 kHz.
+        c.extra = "[features]\nrecipe = \"whisper\"\n[input]\nresample = \"soxr_hq\"\n";
+        explore(&c, Plan::Spread(10));
     }
 }
 
@@ -445,6 +461,7 @@ fn serve_rejection_line_survives_power_loss() {
             then: Then::Stop,
             clips: Vec::new(),
             late: Vec::new(),
+            extra: "",
         };
         assert!(explore(&only_broken, Plan::Spread(u64::MAX)).0 > 0);
     }
