@@ -48,13 +48,7 @@ impl ChunkBuf {
     /// Appends one row (`row_len` values; the caller has checked the length).
     pub(super) fn push(&mut self, row: &[f32], label: i32, path: &str) -> Result<(), Error> {
         debug_assert_eq!(row.len(), self.row_len);
-        let path: VarLenUnicode =
-            path.parse()
-                .map_err(|e: hdf5::types::StringError| super::PlanError::Unstorable {
-                    what: "path",
-                    value: path.to_string(),
-                    why: e.to_string(),
-                })?;
+        let path = super::plan_error::storable("path", path)?;
         let total = self.capacity * self.row_len;
         match &mut self.mel {
             MelBuf::F32(buf) => {

@@ -264,13 +264,7 @@ impl FrameBuf {
         label: i32,
         path: &str,
     ) -> Result<(), Error> {
-        let path: VarLenUnicode =
-            path.parse()
-                .map_err(|e: hdf5::types::StringError| super::PlanError::Unstorable {
-                    what: "path",
-                    value: path.to_string(),
-                    why: e.to_string(),
-                })?;
+        let path = super::plan_error::storable("path", path)?;
         let (frames, trailer) = row.split_at(row.len() - self.trailer);
         let n = frames.len() / self.bins;
         let length = i32::try_from(n).map_err(|_| super::PlanError::TooManyFrames { frames: n })?;

@@ -38,14 +38,7 @@ pub(super) fn write(file: &File, p: &Path, meta: &RowMeta, rows: &[u32]) -> Resu
     let mut json = Vec::with_capacity(rows.len());
     for &r in rows {
         let s = meta.json.get(r);
-        let v: VarLenUnicode =
-            s.parse()
-                .map_err(|e: hdf5::types::StringError| super::PlanError::Unstorable {
-                    what: "metadata",
-                    value: s.to_string(),
-                    why: e.to_string(),
-                })?;
-        json.push(v);
+        json.push(super::plan_error::storable("metadata", s)?);
     }
     let lines: Vec<u32> = rows.iter().map(|&r| meta.lines[r as usize]).collect();
     let ds = create_1d::<VarLenUnicode>(file, "meta", chunk).ctx(p, || "create `meta`".into())?;

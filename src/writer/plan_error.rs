@@ -2,7 +2,21 @@
 //! stored, one variant per case (docs/CONVENTIONS.md, "Error types": no
 //! sentence carried as a bare `String`).
 
+use hdf5::types::VarLenUnicode;
+
 use crate::dsp::SpecError;
+
+/// `value` as the variable-length UTF-8 string HDF5 stores, or why not (a
+/// NUL byte): `what` names it in the refusal ("path", "metadata").
+pub(crate) fn storable(what: &'static str, value: &str) -> Result<VarLenUnicode, PlanError> {
+    value
+        .parse()
+        .map_err(|e: hdf5::types::StringError| PlanError::Unstorable {
+            what,
+            value: value.to_string(),
+            why: e.to_string(),
+        })
+}
 
 /// Why the writer refuses a plan, a spec or a value before touching a file.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -32,13 +32,14 @@
 use std::collections::HashMap;
 
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, Event, FftKind, FftPlan, FftShape, Kernel, LaunchDims,
-    Pinned, Result, Stream,
+    Arg, DevBuf, Device, DeviceError, Event, FftKind, FftPlan, FftShape, Kernel, Pinned, Result,
+    Stream,
 };
+use super::recipe::{bytes_of, dims, i32a};
 use super::recipe_tables::{
     Batch, FrUtt, KaldiTables, RecipeTableError, WHISPER_MAX_PARTS, WhisperTables,
 };
-use super::tables::{self, TooLarge};
+use super::tables::TooLarge;
 use crate::dsp::kaldi::{KaldiPlan, Kind};
 use crate::dsp::whisper::{N_FFT, N_SAMPLES, WhisperPlan};
 use crate::frames::{FrameError, RecipePlan};
@@ -233,21 +234,6 @@ const WHISPER_KERNELS: [&str; 5] = [
     "wm_max",
     "wm_clamp_scale",
 ];
-
-fn dims(total: usize) -> LaunchDims {
-    let (grid, block) = tables::launch_1d(total);
-    LaunchDims { grid, block }
-}
-
-fn bytes_of<T>(v: &[T]) -> (*const u8, usize) {
-    (v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
-}
-
-/// A count the kernels take as `int` (checked by [`Capacity::check`] and
-/// [`FrameExec::issue`]).
-fn i32a(v: usize) -> Arg {
-    Arg::I32(i32::try_from(v).unwrap_or(i32::MAX))
-}
 
 impl FrameExec {
     /// Loads the recipe's kernels and uploads its tables (synchronously).

@@ -102,18 +102,19 @@ impl MelRecipe {
     }
 }
 
-fn dims(total: usize) -> LaunchDims {
+pub(super) fn dims(total: usize) -> LaunchDims {
     let (grid, block) = tables::launch_1d(total);
     LaunchDims { grid, block }
 }
 
-fn bytes_of<T>(v: &[T]) -> (*const u8, usize) {
+pub(super) fn bytes_of<T>(v: &[T]) -> (*const u8, usize) {
     (v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
 }
 
-fn i32a(v: usize) -> Arg {
-    // Tables::new checked every count the kernels see fits an i32; batch sizes
-    // are checked in `alloc_work`.
+/// A count the kernels take as `int`. Tables::new checked every count the
+/// kernels see fits an i32; batch sizes are checked in `alloc_work` (and
+/// `frames_exec::Capacity::check`).
+pub(super) fn i32a(v: usize) -> Arg {
     Arg::I32(i32::try_from(v).unwrap_or(i32::MAX))
 }
 
