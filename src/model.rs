@@ -146,6 +146,27 @@ pub struct Segment {
     /// The native frame the bytes handed to the decoder start at: 0 for a
     /// whole file, a seek point's sample for part of a FLAC stream.
     pub base_frame: u64,
+    /// The bytes are part of a lossy stream (MP3 frames, Ogg pages) read
+    /// from a frame or page boundary before the segment; the decoder places
+    /// them with this.
+    pub lossy: Option<LossyPart>,
+}
+
+/// How part of a lossy stream lines up with its whole-file decode. Positions
+/// are in the stream's own units: decoded samples for MP3 (counted from the
+/// first audio frame, before the encoder delay is cut), granules for Ogg
+/// (48 kHz for Opus).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossyPart {
+    /// The position of the whole-file decode's first sample (MP3: the
+    /// delay gapless decoding cuts; Vorbis: 0; Opus: the pre-skip).
+    pub origin: u64,
+    /// The position of the part's first decoded sample where the container
+    /// has no timestamps (MP3); `None`: from the pages' granule positions.
+    pub first: Option<u64>,
+    /// The whole-file decode's length in samples, where it cuts the encoder
+    /// padding at the end (LAME tag, last granule position).
+    pub length: Option<u64>,
 }
 
 impl Segment {
@@ -167,5 +188,6 @@ impl Segment {
             && self.channel.is_none()
             && self.expect_s.is_none()
             && self.base_frame == 0
+            && self.lossy.is_none()
     }
 }

@@ -41,6 +41,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::{Job, PathTable, Plan};
+use crate::decode::compressed::{self, index};
 use crate::decode::flac::seek;
 use crate::decode::wav::extent;
 use crate::model::{RejectKind, Segment};
@@ -374,6 +375,7 @@ fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
             channel: Some(channel),
             expect_s: None,
             base_frame: 0,
+            lossy: None,
         }),
         meta,
     })
@@ -394,6 +396,7 @@ fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
 enum Head {
     Wav(extent::Head),
     Flac(seek::Head),
+    Lossy(index::Index),
 }
 
 /// Headers read so far, by the path opened (None: neither a WAV nor a FLAC
@@ -433,6 +436,19 @@ impl Heads {
                 };
                 Some((ReadRange::new(e.prefix, e.start, e.len), part))
             }
+            Head::Lossy(i) => {
+                let e = i.extent(seg)?;
+                let part = Segment {
+                    lossy: Some(e.part),
+                    ..*seg
+                };
+                let range = ReadRange {
+                    prefix: e.prefix,
+                    start: e.start,
+                    len: e.len,
+                };
+                Some((range, part))
+            }
         }
     }
 }
@@ -462,6 +478,10 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
             return (None, buf.len() as u64);
         }
         let got = buf.len() as u64;
+        if compressed::sniff(&buf).is_some() {
+            let (index, bytes) = index::Index::build(&f, len, &buf);
+            return (index.map(Head::Lossy), got + bytes);
+        }
         match parse_head(&buf, len) {
             Some(h) => return (Some(h), got),
             None if got == want

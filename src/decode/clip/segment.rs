@@ -31,42 +31,61 @@ impl ClipDecoder {
         out: Out<'_>,
     ) -> Result<Decoded, Error> {
         let kind = container(bytes)?;
-        let (rate, channels) = match kind {
-            Container::Wav => {
+        // Part of an MP3 or Ogg stream (`compressed::index`).
+        let part = match (kind, seg.lossy) {
+            (Container::Compressed(_), Some(p)) => Some(compressed::open_part(bytes, p)?),
+            _ => None,
+        };
+        let (rate, channels) = match (kind, &part) {
+            (Container::Wav, _) => {
                 let info = wav::parse(bytes)?;
                 (info.sample_rate, info.channels)
             }
-            Container::Flac => {
+            (Container::Flac, _) => {
                 let head = flac::stream_info(bytes)?;
                 (head.sample_rate, head.channels)
             }
-            Container::Compressed(_) => {
+            (Container::Compressed(_), Some(p)) => (p.head().sample_rate, p.head().channels),
+            (Container::Compressed(_), None) => {
                 let head = compressed::open(bytes)?.head();
                 (head.sample_rate, head.channels)
             }
         };
         let mode = self.channel_mode(seg, kind, channels)?;
         self.check_rate(rate)?;
-        let (start, count) = seg.frames(rate);
-        // The bytes start at `base_frame` (a part of a FLAC stream), which
-        // the source placed at or before the segment.
-        debug_assert!(seg.base_frame <= start, "{seg:?} starts before its bytes");
-        let start = usize::try_from(start.saturating_sub(seg.base_frame)).unwrap_or(usize::MAX);
-        let end = match (seg.expect_s, count) {
-            (Some(_), _) | (None, None) => usize::MAX,
-            (None, Some(n)) => start.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)),
+        let (first, count) = seg.frames(rate);
+        // The last frame wanted, in the file (None: to the end).
+        let last = match (seg.expect_s, count) {
+            (Some(_), _) | (None, None) => None,
+            (None, Some(n)) => Some(first.saturating_add(n)),
         };
-        match kind {
-            Container::Wav => self.wav_part(bytes, mode, end),
+        let rel = |n: u64, base: u64| usize::try_from(n.saturating_sub(base)).unwrap_or(usize::MAX);
+        let base = match kind {
+            Container::Wav => {
+                self.wav_part(bytes, mode, last.map_or(usize::MAX, |n| rel(n, 0)));
+                0
+            }
             Container::Flac => {
+                // The bytes start at `base_frame` (a part of a FLAC stream),
+                // which the source placed at or before the segment.
+                let end = last.map_or(usize::MAX, |n| rel(n, seg.base_frame));
                 flac::decode_from(bytes, mode.policy(), end, seg.base_frame, &mut self.native)?;
+                seg.base_frame
             }
-            Container::Compressed(_) => {
-                compressed::open(bytes)?.decode(mode.policy(), end, &mut self.native)?;
-            }
-        }
+            Container::Compressed(_) => match part {
+                Some(p) => p.decode(mode.policy(), last.unwrap_or(u64::MAX), &mut self.native)?,
+                None => {
+                    let end = last.map_or(usize::MAX, |n| rel(n, 0));
+                    compressed::open(bytes)?.decode(mode.policy(), end, &mut self.native)?;
+                    0
+                }
+            },
+        };
+        debug_assert!(base <= first, "{seg:?} starts before its bytes");
+        let start = rel(first, base);
+        let end = last.map_or(usize::MAX, |n| rel(n, base));
         let total = self.native.len();
-        let file_s = |n: usize| (n as u64 + seg.base_frame) as f64 / f64::from(rate);
+        let file_s = |n: usize| (n as u64 + base) as f64 / f64::from(rate);
         if let Some(stated) = seg.expect_s {
             let file_s = file_s(total);
             if (file_s - stated).abs() > Segment::DURATION_TOLERANCE_S {

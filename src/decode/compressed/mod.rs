@@ -34,14 +34,19 @@
 //! channel 0. A panic inside a third-party decoder on hostile bytes is one
 //! file's rejection, never the worker's end.
 
+mod frames;
+pub mod index;
 mod mp4;
 mod ogg_opus;
+mod part;
 mod symph;
 
 use std::fmt;
 
 use super::policy::Channels;
 use super::wav::ByteStr;
+
+pub use part::{Part, open_part};
 
 /// A codec this module decodes, with its container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -456,3 +461,6 @@ fn check_ogg_pages(bytes: &[u8]) -> Result<u64, Error> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod part_tests;

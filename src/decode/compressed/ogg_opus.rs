@@ -22,7 +22,7 @@ use super::{Codec, Error, Head, Sink};
 const F: &str = "Ogg Opus";
 
 /// The most frames one Opus packet holds (120 ms at 48 kHz).
-const MAX_PACKET_FRAMES: usize = 5760;
+pub(super) const MAX_PACKET_FRAMES: usize = 5760;
 
 /// The fields of `OpusHead` this decoder uses.
 #[derive(Clone, Copy, Debug)]
@@ -55,35 +55,13 @@ impl Stream {
         if !tags.data.starts_with(b"OpusTags") {
             return Err(Error::malformed(F, "the second packet is not OpusTags"));
         }
-        let sr_factor: u32 = match head.input_rate {
-            r if r > 24_000 => 1,
-            r if r > 16_000 => 2,
-            r if r > 12_000 => 3,
-            r if r > 8_000 => 4,
-            _ => 6,
-        };
-        let rate = 48_000 / sr_factor;
-        let layout = if head.channels == 1 {
-            opus::Channels::Mono
-        } else {
-            opus::Channels::Stereo
-        };
-        let mut decoder = opus::Decoder::new(rate, layout)
-            .map_err(|e| Error::malformed(F, format!("libopus refused the header: {e}")))?;
-        decoder
-            .set_gain(i32::from(head.gain))
-            .map_err(|e| Error::malformed(F, format!("libopus refused the output gain: {e}")))?;
-        let h = Head {
-            codec: Codec::Opus,
-            sample_rate: rate,
-            channels: u16::from(head.channels),
-        };
+        let (decoder, h, sr_factor) = make_decoder(&head)?;
         let stream = Stream {
             reader,
             decoder,
             serial,
             head,
-            sr_factor: u64::from(sr_factor),
+            sr_factor,
         };
         Ok((stream, h))
     }
@@ -165,6 +143,55 @@ impl Stream {
         }
         Ok(page)
     }
+}
+
+/// libsndfile's output rate for an Opus stream of `input_rate` Hz: the
+/// Opus rate at or above it, as 48 kHz granules per sample.
+fn sr_factor(input_rate: u32) -> u32 {
+    match input_rate {
+        r if r > 24_000 => 1,
+        r if r > 16_000 => 2,
+        r if r > 12_000 => 3,
+        r if r > 8_000 => 4,
+        _ => 6,
+    }
+}
+
+/// The libopus decoder for `head`, with the stream's head and granules per
+/// output sample.
+fn make_decoder(head: &OpusHead) -> Result<(opus::Decoder, Head, u64), Error> {
+    let sr_factor = sr_factor(head.input_rate);
+    let rate = 48_000 / sr_factor;
+    let layout = if head.channels == 1 {
+        opus::Channels::Mono
+    } else {
+        opus::Channels::Stereo
+    };
+    let mut decoder = opus::Decoder::new(rate, layout)
+        .map_err(|e| Error::malformed(F, format!("libopus refused the header: {e}")))?;
+    decoder
+        .set_gain(i32::from(head.gain))
+        .map_err(|e| Error::malformed(F, format!("libopus refused the output gain: {e}")))?;
+    let h = Head {
+        codec: Codec::Opus,
+        sample_rate: rate,
+        channels: u16::from(head.channels),
+    };
+    Ok((decoder, h, u64::from(sr_factor)))
+}
+
+/// An `OpusHead` packet's output rate, granules per output sample and
+/// pre-skip (plan time, [`super::index`]).
+pub(super) fn rates(packet: &[u8]) -> Option<(u32, u64, u64)> {
+    let head = parse_head(packet).ok()?;
+    let f = sr_factor(head.input_rate);
+    Some((48_000 / f, u64::from(f), u64::from(head.preskip)))
+}
+
+/// A decoder for part of a stream: the `OpusHead` packet's decoder, head
+/// and granules per output sample ([`super::part`]).
+pub(super) fn part_decoder(packet: &[u8]) -> Result<(opus::Decoder, Head, u64), Error> {
+    make_decoder(&parse_head(packet)?)
 }
 
 /// The packets completing on one page.

@@ -207,7 +207,7 @@ fn asc_channels(asc: &[u8]) -> Option<usize> {
 }
 
 /// Length of an ID3v2 tag at the start (header, body, optional footer), or 0.
-fn id3v2_len(bytes: &[u8]) -> usize {
+pub(super) fn id3v2_len(bytes: &[u8]) -> usize {
     match bytes.first_chunk::<10>() {
         Some(h) if h.starts_with(b"ID3") => {
             let size = h[6..10]
@@ -221,7 +221,7 @@ fn id3v2_len(bytes: &[u8]) -> usize {
 }
 
 /// A symphonia error as a specific [`Error`] about stream `f`.
-fn map_err(f: &'static str, e: SymError) -> Error {
+pub(super) fn map_err(f: &'static str, e: SymError) -> Error {
     match e {
         SymError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             Error::truncated(f, "the file ends inside a header or packet")

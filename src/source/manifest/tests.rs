@@ -141,6 +141,7 @@ fn lhotse_cuts_from_a_gzipped_cutset() {
             channel: Some(1),
             expect_s: None,
             base_frame: 0,
+            lossy: None,
         })
     );
     let meta0 = meta(&m, 0);

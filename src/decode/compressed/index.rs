@@ -1,0 +1,361 @@
+//! Where a segment of an MP3 or Ogg (Vorbis, Opus) recording lies in its
+//! file, planned once per recording without decoding it, so that each
+//! segment reads and decodes only its part ([`super::part`]).
+//!
+//! * MP3 has no timestamps: the frame headers are hopped over once (4 bytes
+//!   read per frame, [`Index::bytes_read`]), which gives every audio frame's
+//!   offset; frame `k` decodes to samples `k · spf …` before the encoder
+//!   delay (the LAME tag's, read by symphonia from the first frame) is cut.
+//!   A part starts at least 4 frames and 1,536 bytes before the segment's
+//!   frame: the bit reservoir (≤ 511 bytes of earlier frames) of the frames
+//!   whose overlap and synthesis state reach the segment is then complete.
+//! * Ogg: the page headers are hopped over (27 + 255 bytes read per page),
+//!   which gives each page's offset and granule position. A part is the
+//!   header pages (the codec setup, read here once) and the pages from one
+//!   that starts a packet and whose preceding granule lies a pre-roll before
+//!   the segment (Vorbis: half the long block, the overlap the part's first
+//!   packet only primes; Opus: 80 ms, RFC 7845 §4.6) to the first page whose
+//!   granule reaches the segment's end.
+//!
+//! Anything unexpected (a junk byte between frames, a last frame or page cut
+//! short, no end-of-stream page, free-format MP3, a Vorbis stream that
+//! starts at a granule past 0) gives no index: the recording is read whole
+//! and the whole-file decoder names what is wrong, if anything.
+
+use std::fs::File;
+use std::io::Cursor;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use symphonia::core::formats::{FormatOptions, FormatReader};
+use symphonia::core::io::MediaSourceStream;
+use symphonia::default::formats::MpaReader;
+
+use super::frames::{Mp3Frame, OggPage, Packets, is_trailing_tag};
+use crate::model::{LossyPart, Segment};
+
+/// The bytes of one segment: `prefix` (the codec setup, possibly empty)
+/// then the file's `len` bytes from `start`.
+#[derive(Clone, Debug)]
+pub struct Extent {
+    pub prefix: Arc<[u8]>,
+    pub start: u64,
+    pub len: u64,
+    pub part: LossyPart,
+}
+
+/// One recording's seek index.
+#[derive(Debug)]
+pub struct Index {
+    kind: Kind,
+    /// Output samples per second.
+    sample_rate: u32,
+    origin: u64,
+    length: Option<u64>,
+    bytes_read: u64,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Mp3 {
+        /// Offsets of the audio frames, then the end of the last.
+        offsets: Vec<u64>,
+        spf: u64,
+        /// The part may not reach the last frame (no tag says where the
+        /// stream ends; symphonia estimates it).
+        open_end: bool,
+    },
+    Ogg {
+        prefix: Arc<[u8]>,
+        pages: Vec<Page>,
+        /// Granules per output sample (Opus below 48 kHz).
+        factor: u64,
+        /// Granules of pre-roll before the segment.
+        preroll: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Page {
+    offset: u64,
+    len: u32,
+    continued: bool,
+    /// The page's granule (u64::MAX: no packet ends on it).
+    granule: u64,
+    /// The last granule position before this page (0 for the first).
+    before: u64,
+}
+
+impl Index {
+    /// The index of the file `f` (`len` bytes, starting with `head`), or
+    /// `None` (with the bytes read trying) when it is neither an MP3 nor an
+    /// Ogg Vorbis/Opus stream that can be placed.
+    pub fn build(f: &File, len: u64, head: &[u8]) -> (Option<Index>, u64) {
+        let mut bytes = 0u64;
+        let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
+            let mut buf = vec![0u8; n.min(usize::try_from(len.saturating_sub(at)).ok()?)];
+            f.read_exact_at(&mut buf, at).ok()?;
+            bytes += buf.len() as u64;
+            Some(buf)
+        };
+        let index = match super::sniff(head) {
+            Some(super::Codec::Mp3) => mp3(head, len, &mut read),
+            Some(super::Codec::Vorbis | super::Codec::Opus) => ogg(head, len, &mut read),
+            _ => None,
+        };
+        (
+            index.map(|i| Index {
+                bytes_read: bytes,
+                ..i
+            }),
+            bytes,
+        )
+    }
+
+    /// Bytes read to build it.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// The bytes `seg` needs, or `None` when it starts past the stream's
+    /// end (the whole-file decoder then says so).
+    pub fn extent(&self, seg: &Segment) -> Option<Extent> {
+        let (s, count) = seg.frames(self.sample_rate);
+        if self.length.is_some_and(|n| s >= n) {
+            return None;
+        }
+        let part = LossyPart {
+            origin: self.origin,
+            first: None,
+            length: self.length,
+        };
+        match &self.kind {
+            Kind::Mp3 {
+                offsets,
+                spf,
+                open_end,
+            } => {
+                let frames = offsets.len() - 1;
+                let raw = self.origin + s;
+                let ks = usize::try_from(raw / spf).ok().filter(|&k| k < frames)?;
+                let mut k0 = ks;
+                while k0 > 0 && (ks - k0 < 4 || offsets[ks] - offsets[k0] < 1536) {
+                    k0 -= 1;
+                }
+                let ke = match count {
+                    Some(n) => ((raw + n.max(1) - 1) / spf).min(frames as u64 - 1) as usize,
+                    None => frames - 1,
+                };
+                if *open_end && ke + 1 == frames {
+                    return None;
+                }
+                Some(Extent {
+                    prefix: Arc::from(&[][..]),
+                    start: offsets[k0],
+                    len: offsets[ke + 1] - offsets[k0],
+                    part: LossyPart {
+                        first: Some(k0 as u64 * spf),
+                        ..part
+                    },
+                })
+            }
+            Kind::Ogg {
+                prefix,
+                pages,
+                factor,
+                preroll,
+            } => {
+                let at = self.origin + s * factor;
+                // Pages whose preceding granule is a pre-roll before `at`.
+                let n = pages.partition_point(|p| p.before.saturating_add(*preroll) <= at);
+                // Not the last page alone: its granule may be short of its
+                // samples (the end trim), no place to count back from.
+                let n = n.min(pages.len() - 1);
+                let q = (0..n.max(1))
+                    .rev()
+                    .find(|&i| !pages[i].continued || i == 0)?;
+                let e = match count {
+                    Some(c) => {
+                        let end = self.origin + (s + c) * factor;
+                        (q..pages.len())
+                            .find(|&i| pages[i].granule != u64::MAX && pages[i].granule >= end)
+                            .unwrap_or(pages.len() - 1)
+                    }
+                    None => pages.len() - 1,
+                };
+                let (first, last) = (pages[q], pages[e]);
+                Some(Extent {
+                    prefix: Arc::clone(prefix),
+                    start: first.offset,
+                    len: last.offset + u64::from(last.len) - first.offset,
+                    part,
+                })
+            }
+        }
+    }
+}
+
+type Read<'a> = dyn FnMut(u64, usize) -> Option<Vec<u8>> + 'a;
+
+/// The audio frames of an MP3 file, hopping from header to header.
+fn mp3(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
+    let id3 = super::symph::id3v2_len(head) as u64;
+    let first = Mp3Frame::parse(head.get(id3 as usize..)?)?;
+    let frame0 = read(id3, first.size)?;
+    let tag = first.is_tag(&frame0);
+    let (origin, length) = if tag {
+        // symphonia's own reading of the Xing/Info/LAME tag, so that the
+        // delay and length are the whole-file decode's.
+        let mut probe = frame0.clone();
+        probe.extend(read(id3 + first.size as u64, 4 << 10).unwrap_or_default());
+        let src = MediaSourceStream::new(Box::new(Cursor::new(probe)), Default::default());
+        let opts = FormatOptions {
+            enable_gapless: true,
+            ..Default::default()
+        };
+        let r = MpaReader::try_new(src, &opts).ok()?;
+        let p = &r.tracks().first()?.codec_params;
+        (u64::from(p.delay.unwrap_or(0)), p.n_frames)
+    } else {
+        (0, None)
+    };
+    let mut offsets = Vec::new();
+    let mut pos = id3 + if tag { first.size as u64 } else { 0 };
+    while pos < len {
+        let h = read(pos, 4)?;
+        match Mp3Frame::parse(&h) {
+            Some(fr) if fr.kind == first.kind && pos + fr.size as u64 <= len => {
+                offsets.push(pos);
+                pos += fr.size as u64;
+            }
+            Some(_) => return None,
+            None if is_trailing_tag(&read(pos, 8)?) => break,
+            None => return None,
+        }
+    }
+    if offsets.is_empty() {
+        return None;
+    }
+    offsets.push(pos);
+    Some(Index {
+        kind: Kind::Mp3 {
+            offsets,
+            spf: u64::from(first.samples),
+            open_end: !tag,
+        },
+        sample_rate: first.sample_rate,
+        origin,
+        length: length.filter(|_| tag),
+        bytes_read: 0,
+    })
+}
+
+/// The pages of the first logical stream of an Ogg file.
+fn ogg(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
+    let serial = OggPage::parse(head)?.serial;
+    let mut pos = 0u64;
+    let mut pages = Vec::new();
+    let mut prefix = Vec::new();
+    let mut headers = Vec::<Vec<u8>>::new();
+    let mut packets = Packets::default();
+    let (mut setup, mut ended, mut before) = (false, false, 0u64);
+    // Packets completing on the first audio page (Vorbis start check).
+    let mut first_packets = 0u64;
+    while pos < len {
+        let h = read(pos, OggPage::MAX_HEADER)?;
+        let page = OggPage::parse(&h).filter(|p| pos + p.len() as u64 <= len)?;
+        if page.serial == serial && !setup {
+            // A header page: its packets are the codec setup.
+            let bytes = read(pos, page.len())?;
+            packets.page(&page, &bytes, |p, _| headers.push(p.to_vec()));
+            prefix.extend_from_slice(&bytes);
+            let need = if headers.first()?.starts_with(b"OpusHead") {
+                2
+            } else {
+                3
+            };
+            if headers.len() >= need {
+                let last = bytes[27..page.header].last().copied().unwrap_or(255);
+                if headers.len() > need || last == 255 {
+                    return None; // audio shares a header page
+                }
+                setup = true;
+            }
+        } else if page.serial == serial {
+            if pages.is_empty() {
+                first_packets = h[27..page.header].iter().filter(|&&v| v < 255).count() as u64;
+            }
+            pages.push(Page {
+                offset: pos,
+                len: u32::try_from(page.len()).ok()?,
+                continued: page.continued(),
+                granule: page.granule,
+                before,
+            });
+            if page.has_granule() {
+                before = page.granule;
+            }
+            if page.eos() {
+                ended = true;
+                break;
+            }
+        }
+        pos += page.len() as u64;
+    }
+    if !ended || pages.is_empty() {
+        return None;
+    }
+    let ident = headers.first()?;
+    let last = pages.iter().rev().find(|p| p.granule != u64::MAX)?.granule;
+    let first = pages[0];
+    let (sample_rate, origin, factor, preroll, length) = if ident.starts_with(b"OpusHead") {
+        let (rate, factor, preskip) = super::ogg_opus::rates(ident)?;
+        let body = read(first.offset, first.len as usize)?;
+        let start = opus_start(&body, first.granule, pages.len() == 1)?;
+        let origin = if start < preskip {
+            start + (preskip - start) / factor * factor
+        } else {
+            start
+        };
+        let length = last.saturating_sub(origin) / factor;
+        (rate, origin, factor, 3840, length)
+    } else {
+        let rate = u32::from_le_bytes(ident.get(12..16)?.try_into().ok()?);
+        let long = 1u64 << (ident.get(28)? >> 4);
+        // A stream that starts past granule 0: its first page holds fewer
+        // samples than its granule says.
+        if first.granule != u64::MAX && first.granule > first_packets * long / 2 {
+            return None;
+        }
+        (rate, 0, 1, long / 2, last)
+    };
+    if sample_rate == 0 {
+        return None;
+    }
+    Some(Index {
+        kind: Kind::Ogg {
+            prefix: prefix.into(),
+            pages,
+            factor,
+            preroll,
+        },
+        sample_rate,
+        origin,
+        length: Some(length),
+        bytes_read: 0,
+    })
+}
+
+/// The granule an Opus stream starts at (as `ogg_opus` places it): the
+/// first audio page's granule less its packets' samples.
+fn opus_start(page: &[u8], granule: u64, only: bool) -> Option<u64> {
+    let h = OggPage::parse(page)?;
+    let mut samples = 0u64;
+    Packets::default().page(&h, page, |p, _| {
+        samples += opus::packet::get_nb_samples(p, 48_000).unwrap_or(0) as u64;
+    });
+    if only {
+        return Some(0);
+    }
+    granule.checked_sub(samples)
+}
