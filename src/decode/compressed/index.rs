@@ -34,6 +34,9 @@ use symphonia::default::formats::MpaReader;
 use super::frames::{Mp3Frame, OggPage, Packets, is_trailing_tag};
 use crate::model::{LossyPart, Segment};
 
+/// Granules (48 kHz) an Opus part starts before its segment.
+const OPUS_PREROLL: u64 = 48_000;
+
 /// The bytes of one segment: `prefix` (the codec setup, possibly empty)
 /// then the file's `len` bytes from `start`.
 #[derive(Clone, Debug)]
@@ -72,6 +75,10 @@ enum Kind {
         factor: u64,
         /// Granules of pre-roll before the segment.
         preroll: u64,
+        /// Opus: the granule of the first packet (each packet's start is
+        /// then the granule before its page). Vorbis: `None` (a part's
+        /// first packet only primes the decoder; the granules place it).
+        opus_start: Option<u64>,
     },
 }
 
@@ -164,6 +171,7 @@ impl Index {
                 pages,
                 factor,
                 preroll,
+                opus_start,
             } => {
                 let at = self.origin + s * factor;
                 // Pages whose preceding granule is a pre-roll before `at`.
@@ -184,11 +192,15 @@ impl Index {
                     None => pages.len() - 1,
                 };
                 let (first, last) = (pages[q], pages[e]);
+                if opus_start.is_none() && pages.len() == 1 {
+                    return None; // a Vorbis stream of one page: read whole
+                }
+                let at = opus_start.map(|s| if q == 0 { s } else { first.before });
                 Some(Extent {
                     prefix: Arc::clone(prefix),
                     start: first.offset,
                     len: last.offset + u64::from(last.len) - first.offset,
-                    part,
+                    part: LossyPart { first: at, ..part },
                 })
             }
         }
@@ -308,17 +320,19 @@ fn ogg(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
     let ident = headers.first()?;
     let last = pages.iter().rev().find(|p| p.granule != u64::MAX)?.granule;
     let first = pages[0];
+    let mut opus_start = None;
     let (sample_rate, origin, factor, preroll, length) = if ident.starts_with(b"OpusHead") {
         let (rate, factor, preskip) = super::ogg_opus::rates(ident)?;
         let body = read(first.offset, first.len as usize)?;
-        let start = opus_start(&body, first.granule, pages.len() == 1)?;
+        let start = first_granule(&body, first.granule, pages.len() == 1)?;
+        opus_start = Some(start);
         let origin = if start < preskip {
             start + (preskip - start) / factor * factor
         } else {
             start
         };
         let length = last.saturating_sub(origin) / factor;
-        (rate, origin, factor, 3840, length)
+        (rate, origin, factor, OPUS_PREROLL, length)
     } else {
         let rate = u32::from_le_bytes(ident.get(12..16)?.try_into().ok()?);
         let long = 1u64 << (ident.get(28)? >> 4);
@@ -338,6 +352,7 @@ fn ogg(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
             pages,
             factor,
             preroll,
+            opus_start,
         },
         sample_rate,
         origin,
@@ -348,7 +363,7 @@ fn ogg(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
 
 /// The granule an Opus stream starts at (as `ogg_opus` places it): the
 /// first audio page's granule less its packets' samples.
-fn opus_start(page: &[u8], granule: u64, only: bool) -> Option<u64> {
+fn first_granule(page: &[u8], granule: u64, only: bool) -> Option<u64> {
     let h = OggPage::parse(page)?;
     let mut samples = 0u64;
     Packets::default().page(&h, page, |p, _| {

@@ -3,10 +3,11 @@
 //! pages from a page boundary. The codec decoders are fed the packets
 //! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer.
 //!
-//! The part's first decoded sample is placed in the stream: MP3 by the
-//! planned position of its first frame ([`LossyPart::first`]), Ogg by the
-//! first page in the part that ends a decoded packet (its granule less the
-//! samples decoded so far). Positions before the whole-file decode's first
+//! The part's first decoded sample is placed in the stream: MP3 and Opus by
+//! the planned position of its first packet ([`LossyPart::first`]), Vorbis
+//! by the first page in the part that ends a decoded packet (its granule
+//! less the samples decoded so far; the first packet only primes the
+//! overlap). Positions before the whole-file decode's first
 //! sample ([`LossyPart::origin`]: MP3's encoder delay, Opus's pre-skip) are
 //! dropped as it drops them, and the part ends where it ends
 //! ([`LossyPart::length`]), so sample `i` of the output is sample
@@ -240,6 +241,9 @@ impl Part<'_> {
                 factor,
             } => {
                 place.factor = factor;
+                if let Some(at) = self.part.first {
+                    place.start(at, &mut sink);
+                }
                 let nch = usize::from(self.head.channels);
                 let mut pcm = vec![0f32; ogg_opus::MAX_PACKET_FRAMES * nch];
                 ogg(
