@@ -5,15 +5,17 @@ bytes of its segments, and segments per second.
 Writes one 16 kHz mono 16-bit recording of HOURS hours (default 2; a
 deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
 as a WAV and, with sox (which writes a SEEKTABLE with a point every 10 s),
-as a FLAC; cuts it into N segments (default 1,000) of equal length with
+as a FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s) and an Ogg Opus
+(libopus 24 kb/s); cuts it into N segments (default 1,000) of equal length with
 offsets and durations at microsecond resolution, in a shuffled line order
 (seeded), one NeMo manifest per container; builds each with
 `recipe = "kaldi-fbank"` (80 bins) and reports from the build's JSON report:
 
 * bytes read by the readers (`report.bytes_read`), against the bytes of the
-  segments' samples (frames x 2) and against reading the whole recording once
-  per segment (what a build without ranges reads);
-* the manifest's header reads (logged, one per recording);
+  segments' samples (frames x 2), against the segments' share of the file's
+  own bytes (for the compressed ones) and against reading the whole
+  recording once per segment (what a build without ranges reads);
+* the planner's header and seek-index reads (logged, one per recording);
 * segments per second (`report.elapsed_s`, planning included; process
   start-up excluded) and the build's wall time.
 
@@ -96,8 +98,14 @@ def main():
     subprocess.run(["sox", wav, flac], check=True)
     with open(f"{a.work}/c.toml", "w") as f:
         f.write(CONFIG)
+    encoded = []
+    for name, args in (("mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
+                       ("opus", ["-c:a", "libopus", "-b:a", "24k"])):
+        path = f"{a.work}/long.{name}"
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
+        encoded.append((name, path))
     rows = []
-    for name, audio in (("wav", wav), ("flac", flac)):
+    for name, audio in (("wav", wav), ("flac", flac), *encoded):
         seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
         doc, wall, header = build(os.path.abspath(a.melforge), a.work, name)
         r = doc["report"]
@@ -106,13 +114,13 @@ def main():
                      len(doc["rejected"]), r["elapsed_s"], wall))
     print(f"{a.hours:g} h at {RATE} Hz mono 16-bit, {a.segments} segments of "
           f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins\n")
-    print("| container | file MB | segment MB | read MB | read / segments | whole file per segment, MB "
-          "| header KB | rows | rejected | elapsed s | segments/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| container | file MB | segment MB | read MB | read / segments | read / file | "
+          "whole file per segment, MB | header KB | rows | rejected | elapsed s | segments/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, size, seg, read, header, ok, rej, el, wall in rows:
         print(f"| {name} | {size / 1e6:.1f} | {seg / 1e6:.1f} | {read / 1e6:.1f} | {read / seg:.3f} "
-              f"| {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ok} | {rej} | {el:.1f} "
-              f"| {ok / el:.0f} |")
+              f"| {read / size:.3f} | {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ok} "
+              f"| {rej} | {el:.1f} | {ok / el:.0f} |")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ espeak-ng speaks a few sentences, repeated into a recording of about 25 s;
 sox makes it 16, 44.1 and 48 kHz, mono and stereo (the second channel a
 delayed, quieter copy, so the mean and each channel differ); each becomes a
 WAV, a FLAC, and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
-(AAC-LC). A seeded generator draws segments of each (offsets and durations
-with many decimals, some running past the end) and whole-file items;
+(AAC-LC); a 10-minute 16 kHz recording becomes an MP3, an Ogg Vorbis and an
+Ogg Opus whose segments are drawn from its last 40 % (melforge reads them
+from a frame or page before each, not from the file's start). A seeded
+generator draws segments of each (offsets and durations with many
+decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
 CutSet (`.jsonl.gz`) takes a channel per cut (any for WAV, 0 for the
 others, where melforge reads channel 0 only).
@@ -113,6 +116,15 @@ def corpus(work):
             secs = float(sh("soxi", "-D", f"{base}.wav", capture_output=True, text=True).stdout)
             for ext in ["wav", "flac", *ENCODE]:
                 out.append((f"{base}.{ext}", ext, rate, ch, secs))
+    # A 10-minute recording whose lossy encodes are cut late: melforge reads
+    # those segments from a frame or page before them (decode/compressed/
+    # index.rs), not from the file's start.
+    sh("sox", f"{work}/long.wav", "-r", "16000", "-b", "16", f"{work}/deep.wav", "repeat", "23")
+    secs = float(sh("soxi", "-D", f"{work}/deep.wav", capture_output=True, text=True).stdout)
+    for ext in ("mp3", "ogg", "opus"):
+        sh("ffmpeg", "-v", "error", "-y", "-i", f"{work}/deep.wav", *ENCODE[ext],
+           f"{work}/deep.{ext}")
+        out.append((f"{work}/deep.{ext}", ext, 16000, 1, secs))
     return out
 
 
@@ -160,8 +172,10 @@ def items(rng, files):
     nemo, cuts = [], []
     for i, (path, ext, rate, ch, secs) in enumerate(files):
         rel = os.path.basename(path)
-        for k in range(3):
-            offset = round(rng.uniform(0, secs - 1.0), 6)
+        # The long recording's segments lie in its last 40 %.
+        early = 0.6 * secs if rel.startswith("deep") else 0.0
+        for k in range(3 if not early else 6):
+            offset = round(rng.uniform(early, secs - 1.0), 6)
             duration = round(rng.uniform(0.3, 4.0), 6)
             if k == 2:
                 offset = round(secs - rng.uniform(0.2, 0.8), 5)  # runs past the end
@@ -171,7 +185,7 @@ def items(rng, files):
         if i % 3 == 0:
             nemo.append(dict(audio_filepath=rel, duration=round(secs, 3), text="whole", speaker="w"))
         channel = rng.randrange(ch) if ext == "wav" else 0
-        start = round(rng.uniform(0, secs - 2.0), 4)
+        start = round(rng.uniform(early, secs - 2.0), 4)
         duration = round(rng.uniform(0.5, 1.5), 4)
         cuts.append({
             "id": f"cut-{i}", "start": start, "duration": duration, "channel": channel,

@@ -30,8 +30,14 @@
 //! read here once per recording (the first 64 KiB, up to 1 MiB when its
 //! chunks or blocks before the samples are larger), and the job carries the
 //! header rewritten for the part and the extent (`decode::wav::extent`,
-//! `decode::flac::seek`). The compressed containers are read whole and
-//! decoded from their start up to the segment's end.
+//! `decode::flac::seek`). An MP3 or Ogg (Vorbis, Opus) recording gets a
+//! seek index here, once (`decode::compressed::index`: frame or page
+//! headers hopped over), and each segment reads the frames or pages from a
+//! pre-roll before it to its end, behind the Ogg header pages; the job's
+//! segment says how the part lines up with the whole-file decode
+//! ([`crate::model::LossyPart`]). MP4 and recordings whose index cannot be
+//! built (a damaged file) are read whole and decoded from their start up to
+//! the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -95,7 +101,7 @@ pub struct Manifests {
     /// By path index: the bytes to read instead of the whole file.
     pub ranges: Vec<Option<ReadRange>>,
     pub rejected: Vec<LineRejection>,
-    /// Bytes of WAV headers read to plan ranges.
+    /// Bytes of headers and seek indexes read to plan ranges.
     pub header_bytes: u64,
 }
 
@@ -399,9 +405,10 @@ enum Head {
     Lossy(index::Index),
 }
 
-/// Headers read so far, by the path opened (None: neither a WAV nor a FLAC
-/// with seek points, or unreadable; such an item is read whole and the
-/// decoder says what is wrong, if anything).
+/// Headers read so far, by the path opened (None: neither a WAV, a FLAC
+/// with seek points nor an MP3 or Ogg stream that could be indexed, or
+/// unreadable; such an item is read whole and the decoder says what is
+/// wrong, if anything).
 #[derive(Default)]
 struct Heads {
     by_path: HashMap<PathBuf, Option<Head>>,
