@@ -9,7 +9,7 @@ use super::tests::{row, spec, strings};
 use super::*;
 
 fn entry(i: usize) -> Option<String> {
-    (i % 3 != 0).then(|| format!("{{\"i\":{i},\"text\":\"ü {i}\"}}"))
+    (!i.is_multiple_of(3)).then(|| format!("{{\"i\":{i},\"text\":\"ü {i}\"}}"))
 }
 
 fn want(range: std::ops::Range<usize>) -> Vec<String> {
