@@ -47,47 +47,70 @@ pub fn moved_to(abs: &Path, side: &Path, to: &Path) -> PathBuf {
     if side == full { to_full } else { to_stem }
 }
 
+/// Why a sidecar cannot supply its file's metadata (the rejection's
+/// reason).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open its sidecar {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read its sidecar {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "its sidecar {} is larger than {MAX_BYTES} bytes; a sidecar holds one JSON object of \
+         metadata",
+        path.display()
+    )]
+    TooLarge { path: PathBuf },
+    #[error("its sidecar {} is not JSON ({source}); expected one JSON object", path.display())]
+    NotJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(
+        "its sidecar {} holds JSON {found}, not an object; expected one JSON object",
+        path.display()
+    )]
+    NotObject { path: PathBuf, found: &'static str },
+}
+
 /// The metadata of the dropped file `abs`: `Ok(None)` when it has no
 /// sidecar, `Ok(Some(text))` (the object, compact JSON) when it has one,
-/// `Err(reason)` when its sidecar cannot be used.
-pub fn read(abs: &Path) -> Result<Option<Box<str>>, String> {
+/// `Err` when its sidecar cannot be used.
+pub fn read(abs: &Path) -> Result<Option<Box<str>>, Error> {
     for path in candidates(abs) {
         if path == abs {
             continue; // a file named `x.json` is its own stem's name
         }
         match std::fs::File::open(&path) {
-            Ok(f) => return parse(&path, f).map(Some),
+            Ok(f) => return parse(path, f).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot open its sidecar {}: {e}", path.display())),
+            Err(source) => return Err(Error::Open { path, source }),
         }
     }
     Ok(None)
 }
 
-fn parse(path: &Path, f: std::fs::File) -> Result<Box<str>, String> {
+fn parse(path: PathBuf, f: std::fs::File) -> Result<Box<str>, Error> {
     let mut text = Vec::new();
-    f.take(MAX_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("cannot read its sidecar {}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_BYTES {
-        return Err(format!(
-            "its sidecar {} is larger than {MAX_BYTES} bytes; a sidecar holds one JSON object \
-             of metadata",
-            path.display()
-        ));
+    if let Err(source) = f.take(MAX_BYTES + 1).read_to_end(&mut text) {
+        return Err(Error::Read { path, source });
     }
-    let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
-        format!(
-            "its sidecar {} is not JSON ({e}); expected one JSON object",
-            path.display()
-        )
-    })?;
+    if text.len() as u64 > MAX_BYTES {
+        return Err(Error::TooLarge { path });
+    }
+    let value: serde_json::Value = match serde_json::from_slice(&text) {
+        Ok(v) => v,
+        Err(source) => return Err(Error::NotJson { path, source }),
+    };
     if !value.is_object() {
-        return Err(format!(
-            "its sidecar {} holds JSON {}, not an object; expected one JSON object",
-            path.display(),
-            kind(&value)
-        ));
+        let found = kind(&value);
+        return Err(Error::NotObject { path, found });
     }
     Ok(value.to_string().into_boxed_str())
 }
@@ -111,7 +134,7 @@ mod tests {
     fn the_full_name_wins_over_the_stem_and_none_is_no_metadata() {
         let d = tempfile::tempdir().unwrap();
         let audio = d.path().join("clip.mp3");
-        assert_eq!(read(&audio), Ok(None));
+        assert!(read(&audio).unwrap().is_none());
         std::fs::write(d.path().join("clip.json"), r#"{"text": "stem"}"#).unwrap();
         assert_eq!(read(&audio).unwrap().as_deref(), Some(r#"{"text":"stem"}"#));
         std::fs::write(
@@ -152,7 +175,7 @@ mod tests {
             ("", "is not JSON"),
         ] {
             std::fs::write(&side, text).unwrap();
-            let e = read(&audio).unwrap_err();
+            let e = read(&audio).unwrap_err().to_string();
             assert!(e.contains(says), "{text:?}: {e}");
             assert!(e.contains(&side.display().to_string()), "{e}");
             assert!(e.contains("expected one JSON object"), "{e}");
@@ -162,6 +185,7 @@ mod tests {
         assert!(
             read(&audio)
                 .unwrap_err()
+                .to_string()
                 .contains("larger than 1048576 bytes")
         );
         std::fs::remove_file(&side).unwrap();
@@ -169,6 +193,7 @@ mod tests {
         assert!(
             read(&audio)
                 .unwrap_err()
+                .to_string()
                 .contains("cannot read its sidecar")
         );
     }

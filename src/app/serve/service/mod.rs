@@ -237,7 +237,8 @@ impl Service {
         }
         let meta = match super::sidecar::read(&abs) {
             Ok(meta) => meta,
-            Err(reason) => {
+            Err(e) => {
+                let reason = e.to_string();
                 self.reject_unusable(abs, rel, stamp, RejectKind::BadSidecar, reason);
                 return ControlFlow::Continue(());
             }
