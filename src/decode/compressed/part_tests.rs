@@ -239,3 +239,39 @@ fn ogg_segments_from_their_pages_are_the_whole_decodes_samples() {
         );
     }
 }
+
+/// A damaged or cut recording gets no index (it is then read whole and the
+/// whole-file decoder names what is wrong): junk between MP3 frames, an
+/// Ogg stream cut before its end-of-stream page; MP4 is not indexed.
+#[test]
+fn damaged_recordings_get_no_index() {
+    let d = tempfile::tempdir().unwrap();
+    let mp3 = std::fs::read(encode(
+        d.path(),
+        16_000,
+        1,
+        &["-c:a", "libmp3lame", "-b:a", "32k"],
+        "m.mp3",
+    ))
+    .unwrap();
+    let ogg = std::fs::read(encode(d.path(), 16_000, 1, &["-c:a", "libopus"], "o.opus")).unwrap();
+    let index = |bytes: &[u8]| {
+        let p = d.path().join("x");
+        std::fs::write(&p, bytes).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        Index::build(&f, bytes.len() as u64, &bytes[..bytes.len().min(64 << 10)]).0
+    };
+    assert!(index(&mp3).is_some() && index(&ogg).is_some());
+    let mut junk = mp3.clone();
+    junk.splice(mp3.len() / 2..mp3.len() / 2, [0x55; 300]);
+    assert!(index(&junk).is_none());
+    assert!(index(&ogg[..ogg.len() * 2 / 3]).is_none());
+    assert!(index(&data("speech16k_mono.m4a")).is_none());
+}
+
+fn data(name: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/codecs")
+        .join(name);
+    std::fs::read(&p).unwrap()
+}
