@@ -322,6 +322,9 @@ fn ogg(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
         return None;
     }
     let ident = headers.first()?;
+    if !ident.starts_with(b"OpusHead") && !ident.starts_with(b"\x01vorbis") {
+        return None; // another codec: the whole-file decoder names it
+    }
     let (sample_rate, origin, factor, preroll, length, opus_start) =
         positions(ident, &pages, first_packets, read)?;
     if sample_rate == 0 {

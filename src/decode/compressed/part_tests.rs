@@ -242,7 +242,8 @@ fn ogg_segments_from_their_pages_are_the_whole_decodes_samples() {
 
 /// A damaged or cut recording gets no index (it is then read whole and the
 /// whole-file decoder names what is wrong): junk between MP3 frames, an
-/// Ogg stream cut before its end-of-stream page; MP4 is not indexed.
+/// Ogg stream cut before its end-of-stream page; MP4 and FLAC in Ogg are not
+/// indexed.
 #[test]
 fn damaged_recordings_get_no_index() {
     let d = tempfile::tempdir().unwrap();
@@ -267,6 +268,7 @@ fn damaged_recordings_get_no_index() {
     assert!(index(&junk).is_none());
     assert!(index(&ogg[..ogg.len() * 2 / 3]).is_none());
     assert!(index(&data("speech16k_mono.m4a")).is_none());
+    assert!(index(&data("flac.oga")).is_none());
 }
 
 fn data(name: &str) -> Vec<u8> {
