@@ -26,7 +26,9 @@
 //! on those too.
 //!
 //! A segment of a WAV file is read as its exact byte extent, one of a FLAC
-//! file from the seek point before it to the one after it: the header is
+//! file from the seek point before it to the one after it (without a
+//! SEEKTABLE: from the frame holding its first sample through the one
+//! holding its last, found with small reads, `seek::bisect`): the header is
 //! read here once per recording (the first 64 KiB, up to 1 MiB when its
 //! chunks or blocks before the samples are larger), and the job carries the
 //! header rewritten for the part and the extent (`decode::wav::extent`,
@@ -94,7 +96,8 @@ pub struct Manifests {
     /// By path index: the bytes to read instead of the whole file.
     pub ranges: Vec<Option<ReadRange>>,
     pub rejected: Vec<LineRejection>,
-    /// Bytes of WAV headers read to plan ranges.
+    /// Bytes read to plan ranges: headers, and the frame searches of FLAC
+    /// files without seek points.
     pub header_bytes: u64,
 }
 
@@ -396,8 +399,8 @@ enum Head {
     Flac(seek::Head),
 }
 
-/// Headers read so far, by the path opened (None: neither a WAV nor a FLAC
-/// with seek points, or unreadable; such an item is read whole and the
+/// Headers read so far, by the path opened (None: neither a WAV nor a FLAC,
+/// or unreadable; such an item is read whole and the
 /// decoder says what is wrong, if anything).
 #[derive(Default)]
 struct Heads {
@@ -414,7 +417,7 @@ impl Heads {
             self.bytes += bytes;
             self.by_path.insert(path.to_path_buf(), head);
         }
-        match self.by_path[path].as_ref()? {
+        match self.by_path.get_mut(path)?.as_mut()? {
             Head::Wav(h) => {
                 let e = h.extent(seg)?;
                 // A WAV cut to the segment decodes whole.
@@ -426,7 +429,10 @@ impl Heads {
                 Some((ReadRange::new(e.prefix, e.start, e.len), whole))
             }
             Head::Flac(h) => {
-                let e = h.extent(seg)?;
+                let e = match h.extent(seg) {
+                    Some(e) => e,
+                    None => search_flac(h, path, seg, &mut self.bytes)?,
+                };
                 let part = Segment {
                     base_frame: e.base_frame,
                     ..*seg
@@ -437,7 +443,32 @@ impl Heads {
     }
 }
 
-/// A WAV header or the metadata of a FLAC file with seek points.
+/// The frames of a FLAC file without seek points that `seg` needs, searched
+/// for with small reads of the file (`seek::bisect`), counted in `bytes`.
+fn search_flac(
+    h: &mut seek::Head,
+    path: &Path,
+    seg: &Segment,
+    bytes: &mut u64,
+) -> Option<seek::Extent> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    h.search(seg, &mut |at, buf: &mut [u8]| {
+        let mut n = 0;
+        while n < buf.len() {
+            match f.read_at(&mut buf[n..], at + n as u64) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        *bytes += n as u64;
+        Ok(n)
+    })
+}
+
+/// A WAV header or the metadata of a FLAC file.
 fn parse_head(buf: &[u8], len: u64) -> Option<Head> {
     extent::head(buf, len)
         .map(Head::Wav)
