@@ -9,8 +9,7 @@ WAV, a FLAC, and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
 (AAC-LC). A seeded generator draws segments of each (offsets and durations
 with many decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
-CutSet (`.jsonl.gz`) takes a channel per cut (any for WAV, 0 for the
-others, where melforge reads channel 0 only).
+CutSet (`.jsonl.gz`) takes a channel per cut (any channel of any container).
 Both carry text and speaker in Unicode.
 
 `melforge build nemo.jsonl cuts.jsonl.gz --out OUT` runs under
@@ -170,7 +169,7 @@ def items(rng, files):
                              speaker=f"spk-{i}"))
         if i % 3 == 0:
             nemo.append(dict(audio_filepath=rel, duration=round(secs, 3), text="whole", speaker="w"))
-        channel = rng.randrange(ch) if ext == "wav" else 0
+        channel = rng.randrange(ch)
         start = round(rng.uniform(0, secs - 2.0), 4)
         duration = round(rng.uniform(0.5, 1.5), 4)
         cuts.append({
