@@ -132,6 +132,10 @@ def check_file(path, expect_rows):
         info = h5py.check_string_dtype(paths.dtype)
         if info is None or info.encoding != "utf-8" or info.length is not None:
             bad(f"path is {paths.dtype}, expected variable-length UTF-8 strings")
+        for name in manifest_datasets(f):
+            if f[name].shape != (n,):
+                bad(f"{name} has shape {f[name].shape}, mel has {n} rows")
+        problems += missing_sources(path, f, manifest_datasets(f))
         for name, ds, chunk in (
             ("mel", mel, (chunk_files,) + row_shape),
             ("label", label, (chunk_files,)),
@@ -188,6 +192,23 @@ def check_file(path, expect_rows):
         return summary, problems
 
 
+def manifest_datasets(f):
+    """A manifest build's per-row `meta` and `line` (FORMAT.md "Manifests")."""
+    return [n for n in ("meta", "line") if n in f]
+
+
+def missing_sources(path, f, names):
+    """Problems with the virtual datasets among `names`: a shard file they
+    map that is not there (reads would give fill values)."""
+    problems = []
+    for name in names:
+        if f[name].is_virtual:
+            for vs in f[name].virtual_sources():
+                if not (path.parent / vs.file_name).is_file():
+                    problems.append(f"{name} maps {vs.file_name}, which does not exist")
+    return problems
+
+
 def check_frames(path, f, split, expect_rows):
     """A file of variable-length rows (FORMAT.md "Variable-length rows")."""
     problems = []
@@ -216,12 +237,18 @@ def check_frames(path, f, split, expect_rows):
         bad(f"features is {feats.dtype}, attribute dtype says {as_str(a['dtype'])}")
     if feats.ndim != 2 or feats.shape[1] != bins:
         bad(f"features shape {feats.shape}, expected (frames, {bins})")
-    if feats.chunks != (chunk_frames, bins):
+    if feats.is_virtual:
+        # `melforge merge`: `features` and the per-row datasets but
+        # `offsets` map the shard files, which must all be there.
+        problems += missing_sources(path, f, names + manifest_datasets(f))
+    elif feats.chunks != (chunk_frames, bins):
         bad(f"features chunks {feats.chunks}, expected {(chunk_frames, bins)}")
     n = len(offsets)
-    for name in names[1:]:
+    for name in names[1:] + manifest_datasets(f):
         if f[name].shape != (n,):
             bad(f"{name} has shape {f[name].shape}, offsets has {n} rows")
+    if "line" in f and f["line"].dtype != np.uint32:
+        bad(f"line is {f['line'].dtype}, expected uint32")
     if offsets.dtype != np.int64 or lengths.dtype != np.int32:
         bad(f"offsets/lengths are {offsets.dtype}/{lengths.dtype}, expected int64/int32")
     ends = np.cumsum(lengths.astype(np.int64))

@@ -43,11 +43,14 @@ pub enum RejectKind {
     /// the end, a whole-file duration that disagrees with the file, a
     /// channel the file does not have.
     BadSegment,
+    /// A file dropped for serve whose sidecar (`<file>.json`) cannot supply
+    /// its metadata: unreadable, not JSON, not an object, too large.
+    BadSidecar,
 }
 
 impl RejectKind {
     /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 12] = [
+    pub const ALL: [RejectKind; 13] = [
         RejectKind::Unreadable,
         RejectKind::NotAFile,
         RejectKind::TooLarge,
@@ -60,6 +63,7 @@ impl RejectKind {
         RejectKind::TooShort,
         RejectKind::BadLine,
         RejectKind::BadSegment,
+        RejectKind::BadSidecar,
     ];
 
     /// The snake_case name used in JSON, logs and metrics labels.
@@ -77,6 +81,7 @@ impl RejectKind {
             RejectKind::TooShort => "too_short",
             RejectKind::BadLine => "bad_line",
             RejectKind::BadSegment => "bad_segment",
+            RejectKind::BadSidecar => "bad_sidecar",
         }
     }
 

@@ -42,7 +42,8 @@ def build(
 
     `config`: a `Config`, or a TOML path (validated first). `backend`:
     "auto", "cpu" or "cuda". `shard`: `(k, n)` or "k/n" to build one shard
-    of the walk (join them with `merge`). `progress`: show a bar (tqdm when
+    of the walk, or of each manifest's lines (join them with `merge`).
+    `progress`: show a bar (tqdm when
     installed, else a plain line on stderr).
 
     Raises `BuildError` with the binary's sentence when the build fails.

@@ -52,6 +52,13 @@ def _decode(values: Any) -> List[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
 
 
+def _meta_doc(raw: Any) -> Dict[str, Any]:
+    """One `meta` entry as a dict: a JSON object, or {} for the empty entry
+    of a served file without a sidecar."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    return json.loads(text) if text else {}
+
+
 def _open(path: str, swmr: Optional[bool], rdcc_nbytes: int) -> Tuple[h5py.File, bool]:
     """Opens `path` read-only; `swmr=None` tries a plain open first and falls
     back to SWMR when a writer (a running serve) holds the file."""
@@ -279,7 +286,9 @@ class MelDataset:
         `audio_filepath`, `duration`, `offset`, `text`, … as written; lhotse:
         the cut's `id`, `start`, `duration`, `channel`, `recording_id`, its
         first supervision's `text`, `speaker`, `language` and its `custom`
-        fields) and `line`, the 1-based manifest line."""
+        fields) and `line`, the 1-based manifest line. A file `serve` wrote
+        adds the fields of the dropped file's sidecar (`<file>.json`), when
+        it had one."""
         j = self._index(i)
         label = int(self._labels[j])
         out: Dict[str, Any] = {
@@ -293,11 +302,12 @@ class MelDataset:
             f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
             self._adopt(f)
             f = self._file
-        if f is not None and "meta" in f:
-            # The manifest's own fields win over the ones derived above.
-            raw = f["meta"][j]
-            out.update(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw))
-            out["line"] = int(f["line"][j])
+        if f is not None and "meta" in f and j < f["meta"].shape[0]:
+            # The manifest's (or sidecar's) own fields win over the ones
+            # derived above; serve stores "" for a file without a sidecar.
+            out.update(_meta_doc(f["meta"][j]))
+            if "line" in f:
+                out["line"] = int(f["line"][j])
         return out
 
     def rows_by(self, field: str = "id") -> Dict[Any, int]:
@@ -311,10 +321,10 @@ class MelDataset:
             self._adopt(f)
             f = self._file
         if f is None or "meta" not in f:
-            raise KeyError(f"{self.path} has no `meta` (not built from a manifest)")
+            raise KeyError(f"{self.path} has no `meta` (neither built from a manifest nor served)")
         out: Dict[Any, int] = {}
         for i, raw in enumerate(f["meta"][: self._n]):
-            doc = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            doc = _meta_doc(raw)
             if field in doc:
                 out[doc[field]] = i
         return out

@@ -48,6 +48,11 @@ def test_refresh_follows_a_running_serve(corpus: Path, built: Path, tmp_path: Pa
         [melforge_bin(), "serve", "--config", str(cfg)], stdout=log, stderr=log, env=env
     )
     try:
+        # A sidecar for the first file, moved in before it.
+        side = drop / (first[0] + ".json")
+        side.parent.mkdir(parents=True, exist_ok=True)
+        (stage / "side.json").write_text('{"text": "grüße", "speaker": "s1"}')
+        os.rename(stage / "side.json", side)
         for rel in first:
             copy_into(corpus, rel, drop, stage)
         h5 = out / "TRAINING.h5"
@@ -76,6 +81,14 @@ def test_refresh_follows_a_running_serve(corpus: Path, built: Path, tmp_path: Pa
         status = melforge.serve_status(tmp_path / "ctl.sock")
         assert isinstance(status, dict) and status, status
         np.testing.assert_array_equal(ds[0][0], before)
+        # The sidecar's fields are that row's metadata; the others have none.
+        for i, p in enumerate(ds.paths):
+            m = ds.meta(i)
+            assert m["path"] == p
+            if p == first[0]:
+                assert (m["text"], m["speaker"]) == ("grüße", "s1"), m
+            else:
+                assert "text" not in m and "line" not in m, m
         # Every row equals the build's row of the same file, labels by name.
         ref = melforge.MelDataset(built / "TRAINING.h5")
         by_path: Dict[str, int] = {p: i for i, p in enumerate(ref.paths)}

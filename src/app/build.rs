@@ -60,10 +60,10 @@ pub enum Error {
     #[error(transparent)]
     Manifest(#[from] crate::source::manifest::Error),
     #[error(
-        "build --shard takes a directory, not manifests: build each manifest whole (one split \
-         each), or split the manifest into several files"
+        "manifest {0} would be split `rejected`, whose written-back manifest would be the \
+         rejection log rejected.jsonl: rename it"
     )]
-    ManifestShard,
+    RejectedSplit(PathBuf),
     #[error("cannot write the manifest back to {0}: it is an input manifest")]
     WriteBackOverInput(PathBuf),
     #[error(transparent)]
@@ -252,10 +252,12 @@ pub fn build_shard(
 }
 
 /// Runs a build of `input` into `out`, or with `shard` only that shard's share
-/// of the sorted walk (rule in [`crate::app::merge::shard`]) into
-/// `<split>.shard-K-of-N.h5` and `rejected.shard-K-of-N.jsonl`, with the label
-/// table and split list of the whole tree. A shard whose share is empty still
-/// writes every split's file (zero rows) and an empty rejection log.
+/// of the sorted walk or of each manifest's lines (rule in
+/// [`crate::app::merge::shard`]) into `<split>.shard-K-of-N.h5` and
+/// `rejected.shard-K-of-N.jsonl` (and a manifest's
+/// `<split>.shard-K-of-N.jsonl`), with the label table and split list of the
+/// whole input. A shard whose share is empty still writes every split's file
+/// (zero rows) and an empty rejection log.
 ///
 /// Four steps: [`plan`] (the walk, beside the backend probe), [`start`]
 /// (readers, source and writer threads, then the compute stage beside the
@@ -268,9 +270,6 @@ pub fn build_input(
     opts: &Options,
     shard: Option<Shard>,
 ) -> Result<Outcomes, Error> {
-    if shard.is_some() && matches!(input, Input::Manifests(_)) {
-        return Err(Error::ManifestShard);
-    }
     let started = Instant::now();
     // The device probe (0.5–1.5 s with a GPU) and hwloc's topology discovery
     // run while the tree is walked.
@@ -290,7 +289,7 @@ pub fn build_input(
     // librosa's fixed rows all have the clip's frames (the writer records 0).
     let fixed_frames =
         crate::recipes::frame_layout(cfg).map_or(Some(cfg.spec.row_shape()[3] as u32), |_| None);
-    manifest::write_back(outcomes, input, out, fixed_frames)
+    manifest::write_back(outcomes, input, out, (fixed_frames, shard))
 }
 
 /// What the GPU said, when a GPU failure is what stopped the build: at the
@@ -352,7 +351,7 @@ fn plan(input: &Input, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
             (plan, rejected, s, None)
         }
-        Input::Manifests(files) => manifest::read(files)?,
+        Input::Manifests(files) => manifest::read(files, shard)?,
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),

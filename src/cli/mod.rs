@@ -120,7 +120,8 @@ enum Command {
         /// Print the final report as JSON on stdout.
         #[arg(long)]
         json: bool,
-        /// Build only shard K of N (0 ≤ K < N) of the sorted walk, into
+        /// Build only shard K of N (0 ≤ K < N) of the sorted walk, or of
+        /// each manifest's lines (a contiguous block), into
         /// <split>.shard-K-of-N.h5; join the shards with `melforge merge`.
         #[arg(long, value_name = "K/N")]
         shard: Option<crate::app::merge::shard::Shard>,
@@ -130,7 +131,8 @@ enum Command {
         progress: ProgressArg,
     },
     /// Join the files of a sharded build (`build --shard K/N`, all K) into
-    /// <split>.h5 (HDF5 virtual datasets over the shards) and rejected.jsonl.
+    /// <split>.h5 (HDF5 virtual datasets over the shards), rejected.jsonl
+    /// and, for manifests, the written-back <split>.jsonl.
     Merge {
         /// The output directory the shards were built into.
         out: PathBuf,
@@ -388,6 +390,9 @@ fn merge(out: &std::path::Path, copy: bool, json: bool) -> anyhow::Result<()> {
     for o in &done.outputs {
         outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
     }
+    for m in &done.manifests {
+        outln!("manifest written back → {}", m.display())?;
+    }
     outln!(
         "{} shards merged ({}); {} rejection(s) in {}",
         done.shards,
@@ -472,6 +477,9 @@ fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
     }
     for o in &done.outputs {
         outln!("{}: {} rows → {}", o.split, o.rows, o.path.display())?;
+    }
+    for m in &done.manifests {
+        outln!("manifest written back → {}", m.display())?;
     }
     for m in &done.manifests {
         outln!("manifest written back → {}", m.display())?;

@@ -25,6 +25,11 @@
 //! offset past the end) are the decoder's, and `build` puts the line number
 //! on those too.
 //!
+//! A shard of a build (`build --shard K/N`) plans only its share of each
+//! manifest's lines ([`plan_share`]; the rule is the caller's): the lines
+//! outside it are neither parsed nor rejected here, and the items keep
+//! their manifest line numbers (`seq` counts the good lines of the share).
+//!
 //! A segment of a WAV file is read as its exact byte extent, one of a FLAC
 //! file from the seek point before it to the one after it (without a
 //! SEEKTABLE: from the frame holding its first sample through the one
@@ -37,6 +42,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -140,79 +146,138 @@ type Bad = (Option<String>, String);
 
 /// Reads every manifest into one plan.
 pub fn plan(manifests: &[PathBuf]) -> Result<Manifests, Error> {
-    let mut m = Manifests::default();
-    let mut paths = PathTable::default();
-    let mut meta = PathTable::default();
-    let mut lines = Vec::new();
-    let mut heads = Heads::default();
+    plan_share(manifests, None)
+}
+
+/// Which lines of each manifest to plan: given a manifest's number of
+/// lines, the 0-based indices of the lines taken (a shard's share of them,
+/// `build --shard K/N`); None: every line.
+pub type Share<'a> = Option<&'a dyn Fn(usize) -> Range<usize>>;
+
+/// Reads the lines `share` gives of every manifest into one plan. Lines
+/// outside the share are not parsed (their audio headers are not read
+/// either) and leave no rejection: they are another shard's.
+pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, Error> {
+    let mut b = Builder::default();
     for (split, file) in manifests.iter().enumerate() {
         let name = split_name(file).ok_or_else(|| Error::NoStem(file.clone()))?;
-        if let Some(i) = m.plan.splits.iter().position(|s| *s == name) {
+        if let Some(i) = b.m.plan.splits.iter().position(|s| *s == name) {
             return Err(Error::SameSplit {
                 first: manifests[i].clone(),
                 second: file.clone(),
                 split: name,
             });
         }
-        m.plan.splits.push(name);
-        let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
+        b.m.plan.splits.push(name);
         let read = |source| Error::Read {
             path: file.clone(),
             source,
         };
-        let mut seq = 0u32;
-        for (i, line) in open_lines(file).map_err(read)?.lines().enumerate() {
-            let line_no = i as u64 + 1;
-            let text = line.map_err(read)?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let item = match parse_line(&text) {
-                Ok(item) => item,
-                Err((audio, reason)) => {
-                    let kind = RejectKind::BadLine;
-                    m.rejected.push(LineRejection {
-                        split: split as u32,
-                        line: line_no,
-                        path: audio.unwrap_or_else(|| file.display().to_string()),
-                        kind,
-                        reason,
-                    });
-                    continue;
-                }
-            };
-            let open = dir.join(&item.audio);
-            let ranged = item
-                .segment
-                .filter(|s| s.expect_s.is_none())
-                .and_then(|s| heads.range(&open, &s));
-            let (range, segment) = match ranged {
-                Some((r, s)) => (Some(r), Some(s)),
-                None => (None, item.segment),
-            };
-            let path = paths.push(&item.audio);
-            meta.push(&Value::Object(item.meta).to_string());
-            lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
-            if open != Path::new(&item.audio) {
-                m.plan.targets.insert(path, open);
-            }
-            m.segments.push(segment);
-            m.ranges.push(range);
-            m.plan.jobs.push(Job {
-                path,
-                split: split as u32,
-                seq,
-                label: -1,
-            });
-            seq += 1;
-        }
-        m.files.push(file.clone());
+        let keep = match share {
+            Some(share) => share(count_lines(file).map_err(read)?),
+            None => 0..usize::MAX,
+        };
+        b.manifest(split as u32, file, keep).map_err(read)?;
+        b.m.files.push(file.clone());
     }
+    let Builder {
+        mut m,
+        paths,
+        meta,
+        lines,
+        heads,
+    } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
     m.lines = lines.into();
     m.header_bytes = heads.bytes;
     Ok(m)
+}
+
+/// The number of lines of a manifest (gunzipped), as [`open_lines`] reads
+/// them: what a [`Share`] divides.
+pub fn count_lines(path: &Path) -> std::io::Result<usize> {
+    let mut r = open_lines(path)?;
+    let (mut n, mut buf) = (0, Vec::new());
+    while r.read_until(b'\n', &mut buf)? > 0 {
+        n += 1;
+        buf.clear();
+    }
+    Ok(n)
+}
+
+/// The plan as it grows, manifest by manifest.
+#[derive(Default)]
+struct Builder {
+    m: Manifests,
+    paths: PathTable,
+    meta: PathTable,
+    lines: Vec<u32>,
+    heads: Heads,
+}
+
+impl Builder {
+    /// The lines `keep` (0-based) of manifest `file`, split `split`.
+    fn manifest(&mut self, split: u32, file: &Path, keep: Range<usize>) -> std::io::Result<()> {
+        let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
+        let mut seq = 0u32;
+        for (i, line) in open_lines(file)?.lines().enumerate() {
+            if i < keep.start {
+                line?;
+                continue;
+            }
+            if i >= keep.end {
+                break;
+            }
+            let line_no = i as u64 + 1;
+            let text = line?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            match parse_line(&text) {
+                Ok(item) => {
+                    self.item(item, &dir, split, seq, line_no);
+                    seq += 1;
+                }
+                Err((audio, reason)) => self.m.rejected.push(LineRejection {
+                    split,
+                    line: line_no,
+                    path: audio.unwrap_or_else(|| file.display().to_string()),
+                    kind: RejectKind::BadLine,
+                    reason,
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    /// A usable line: its job (the `seq`-th of its split), metadata, line,
+    /// segment and byte range.
+    fn item(&mut self, item: Item, dir: &Path, split: u32, seq: u32, line_no: u64) {
+        let open = dir.join(&item.audio);
+        let ranged = item
+            .segment
+            .filter(|s| s.expect_s.is_none())
+            .and_then(|s| self.heads.range(&open, &s));
+        let (range, segment) = match ranged {
+            Some((r, s)) => (Some(r), Some(s)),
+            None => (None, item.segment),
+        };
+        let path = self.paths.push(&item.audio);
+        self.meta.push(&Value::Object(item.meta).to_string());
+        self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
+        if open != Path::new(&item.audio) {
+            self.m.plan.targets.insert(path, open);
+        }
+        self.m.segments.push(segment);
+        self.m.ranges.push(range);
+        self.m.plan.jobs.push(Job {
+            path,
+            split,
+            seq,
+            label: -1,
+        });
+    }
 }
 
 /// Whether `text` is a line [`plan`] makes an item of (its audio may still

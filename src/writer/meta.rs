@@ -31,10 +31,16 @@ pub struct RowMeta {
 /// A row as written: its seq in the split and its frames.
 pub type Kept = (u32, u32);
 
+/// Rows per chunk of `meta` and `line` in a split file of `rows` rows (a
+/// merge of shards chunks them as a build of the whole would).
+pub fn chunk_rows(rows: usize) -> usize {
+    rows.clamp(1, 4096)
+}
+
 /// Writes `meta` and `line` for `rows` (path indices, in row order) into
 /// the open split file `file` (at `p`).
 pub(super) fn write(file: &File, p: &Path, meta: &RowMeta, rows: &[u32]) -> Result<(), Error> {
-    let chunk = rows.len().clamp(1, 4096);
+    let chunk = chunk_rows(rows.len());
     let mut json = Vec::with_capacity(rows.len());
     for &r in rows {
         let s = meta.json.get(r);

@@ -16,4 +16,5 @@ mod powerloss;
 mod progress;
 mod serve;
 mod shard;
+mod shard_manifest;
 mod uring;

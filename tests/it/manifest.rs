@@ -30,7 +30,7 @@ fn kaldi() -> Config {
 }
 
 /// A deterministic 16-bit signal: two tones and a little noise.
-fn signal(n: usize, ch: usize, seed: u32) -> Vec<i16> {
+pub(crate) fn signal(n: usize, ch: usize, seed: u32) -> Vec<i16> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
     (0..n * ch)
         .map(|i| {
@@ -45,7 +45,7 @@ fn signal(n: usize, ch: usize, seed: u32) -> Vec<i16> {
         .collect()
 }
 
-fn pcm16(samples: &[i16], ch: u16, rate: u32) -> Vec<u8> {
+pub(crate) fn pcm16(samples: &[i16], ch: u16, rate: u32) -> Vec<u8> {
     let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     wav_with(1, ch, rate, 16, 2 * ch, &data)
 }
@@ -140,7 +140,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn codec(name: &str) -> Vec<u8> {
+pub(crate) fn codec(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/codecs")
         .join(name);
@@ -249,7 +249,7 @@ fn nemo_segments_build_to_the_rows_of_their_samples() {
     }
 }
 
-fn cut_line(id: &str, source: &str, start: f64, duration: f64, channel: u32) -> String {
+pub(crate) fn cut_line(id: &str, source: &str, start: f64, duration: f64, channel: u32) -> String {
     serde_json::json!({
         "id": id, "start": start, "duration": duration, "channel": channel,
         "supervisions": [{"id": format!("{id}-s"), "recording_id": "rec", "start": 0.0,
@@ -354,7 +354,7 @@ fn melforge(args: &[&str]) -> std::process::Output {
 
 /// Every listed kind of bad line is in rejected.jsonl with its line number
 /// and a specific reason; the good lines build, in order, and the exit code
-/// is 0; `--strict` fails; `--shard` refuses a manifest with a sentence.
+/// is 0; `--strict` fails.
 #[test]
 fn bad_lines_are_rejected_with_their_line_numbers_and_good_ones_build() {
     let d = tempfile::tempdir().unwrap();
@@ -468,22 +468,6 @@ fn bad_lines_are_rejected_with_their_line_numbers_and_good_ones_build() {
         "none",
     ]);
     assert_eq!(strict.status.code(), Some(1));
-    let shard = melforge(&[
-        "build",
-        m,
-        "--out",
-        o,
-        "--shard",
-        "0/2",
-        "--progress",
-        "none",
-    ]);
-    assert!(!shard.status.success());
-    let err = String::from_utf8_lossy(&shard.stderr);
-    assert!(
-        err.contains("build --shard takes a directory, not manifests"),
-        "{err}"
-    );
 }
 
 /// The Python API builds a manifest and reads `meta(i)` back (skipped

@@ -13,13 +13,21 @@
 //!   with `features_file`, `features_row` and `num_frames` added (the
 //!   line's own text kept, so any field, number or Unicode string is as
 //!   written).
+//!
+//! A shard (`--shard K/N`) takes the contiguous block [`Shard::range`] of
+//! each manifest's lines (all lines, blank and bad ones included, so every
+//! line belongs to exactly one shard and its rejection to that shard's
+//! log), and writes back `<split>.shard-K-of-N.jsonl` beside its
+//! `<split>.shard-K-of-N.h5`; `merge` joins both.
 
 use std::io::{BufRead, Write as _};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Error, Outcomes};
+use crate::app::merge::shard::Shard;
 use crate::compute::Rejection;
 use crate::model::Segment;
 use crate::reader::{ReadJob, ReadRange};
@@ -81,11 +89,17 @@ impl Items {
 /// and the items (the shape of a tree walk's result, items added).
 pub(super) type Read = (Plan, Vec<Rejection>, f64, Option<Arc<Items>>);
 
-/// The plan of `files`, the lines left out, the seconds it took, and the
-/// items.
-pub(super) fn read(files: &[PathBuf]) -> Result<Read, Error> {
+/// The plan of `files` (with `shard`, its share of each manifest's lines:
+/// [`Shard::range`] of them, contiguous blocks in line order), the lines
+/// left out, the seconds it took, and the items.
+pub(super) fn read(files: &[PathBuf], shard: Option<Shard>) -> Result<Read, Error> {
     let t = Instant::now();
-    let m: Manifests = manifest::plan(files)?;
+    let share = shard.map(|s| move |lines: usize| s.range(lines));
+    let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
+    let m: Manifests = manifest::plan_share(files, share)?;
+    if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
+        return Err(Error::RejectedSplit(files[i].clone()));
+    }
     let seconds = t.elapsed().as_secs_f64();
     let rejected = m
         .rejected
@@ -115,12 +129,14 @@ pub(super) fn read(files: &[PathBuf]) -> Result<Read, Error> {
     Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
 }
 
-/// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree).
+/// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree);
+/// a shard writes `OUT/<split>.shard-K-of-N.jsonl` with the lines of its
+/// share, each naming its row in the shard's file (`merge` renumbers them).
 pub(super) fn write_back(
     mut outcomes: Outcomes,
     input: &Input,
     out: &Path,
-    fixed_frames: Option<u32>,
+    (fixed_frames, shard): (Option<u32>, Option<Shard>),
 ) -> Result<Outcomes, Error> {
     let Input::Manifests(files) = input else {
         return Ok(outcomes);
@@ -132,7 +148,7 @@ pub(super) fn write_back(
         .collect();
     let kept = std::mem::take(&mut outcomes.kept);
     for ((file, split), kept) in files.iter().zip(&splits).zip(&kept) {
-        let to = out.join(format!("{split}.jsonl"));
+        let to = out.join(shard.map_or(format!("{split}.jsonl"), |s| s.manifest_file_name(split)));
         let same = std::fs::canonicalize(&to)
             .ok()
             .zip(std::fs::canonicalize(file).ok())
@@ -147,20 +163,27 @@ pub(super) fn write_back(
             .and_then(|o| o.path.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        write_one(file, &to, &h5, kept, fixed_frames).map_err(|source| Error::Output {
+        let output = |source| Error::Output {
             path: to.clone(),
             source,
-        })?;
+        };
+        // The share `read` planned: the same rule over the same count.
+        let lines = match shard {
+            Some(s) => s.range(manifest::count_lines(file).map_err(output)?),
+            None => 0..usize::MAX,
+        };
+        write_one((file, lines), &to, &h5, kept, fixed_frames).map_err(output)?;
         outcomes.manifests.push(to);
     }
     Ok(outcomes)
 }
 
-/// `from`'s lines that became rows, each with its row added, into `to`
-/// (through `.partial`, synced, renamed). `kept` is the split's rows in
-/// order (seq, frames); seq `q` is the `q`-th good line.
+/// `from`'s lines (those of the share `lines`, 0-based) that became rows,
+/// each with its row added, into `to` (through `.partial`, synced,
+/// renamed). `kept` is the split's rows in order (seq, frames); seq `q` is
+/// the `q`-th good line of the share.
 fn write_one(
-    from: &Path,
+    (from, lines): (&Path, Range<usize>),
     to: &Path,
     h5: &str,
     kept: &[crate::writer::meta::Kept],
@@ -173,7 +196,11 @@ fn write_one(
     let file = serde_json::to_string(h5).expect("a string serialises");
     let mut rows = kept.iter().enumerate().peekable();
     let mut seq = 0u32;
-    for line in manifest::open_lines(from)?.lines() {
+    let shared = manifest::open_lines(from)?.lines().enumerate();
+    for (_, line) in shared
+        .skip(lines.start)
+        .take_while(|(i, _)| lines.contains(i))
+    {
         let line = line?;
         let Some(body) = good_line(&line) else {
             continue;

@@ -11,6 +11,14 @@
 //!
 //! Every shard walks the WHOLE tree, so the split list and the label table
 //! (label ids) are the same in every shard.
+//!
+//! **Manifests.** The same rule over each manifest's lines: of a manifest's
+//! n lines (all of them: blank and bad lines too, so each line and its
+//! rejection belong to one shard), shard K plans the contiguous block
+//! `floor(n·K/N) .. floor(n·(K+1)/N)` (0-based), rows in line order.
+//! Concatenating the shards again gives the rows of a single build in
+//! manifest line order. Every shard reads every manifest (to count its
+//! lines), so every shard has every split.
 
 use std::fmt;
 use std::ops::Range;
@@ -110,6 +118,11 @@ impl Shard {
         format!("{split}{}.h5", self.infix())
     }
 
+    /// `<split>.shard-K-of-N.jsonl`: a manifest split's written-back lines.
+    pub fn manifest_file_name(self, split: &str) -> String {
+        format!("{split}{}.jsonl", self.infix())
+    }
+
     /// `rejected.shard-K-of-N.jsonl`
     pub fn rejected_file_name(self) -> String {
         format!("rejected{}.jsonl", self.infix())
@@ -127,6 +140,18 @@ pub enum ShardFile {
     Split { split: String, shard: Shard },
     /// `rejected.shard-K-of-N.jsonl`
     Rejected(Shard),
+    /// `<split>.shard-K-of-N.jsonl`: a manifest written back.
+    Manifest { split: String, shard: Shard },
+}
+
+impl ShardFile {
+    pub fn shard(&self) -> Shard {
+        match self {
+            ShardFile::Split { shard, .. }
+            | ShardFile::Rejected(shard)
+            | ShardFile::Manifest { shard, .. } => *shard,
+        }
+    }
 }
 
 /// Parses a shard file name; `None` for anything else (including
@@ -152,7 +177,10 @@ pub fn parse_file_name(name: &str) -> Option<ShardFile> {
             shard,
         }),
         (false, "rejected") => Some(ShardFile::Rejected(shard)),
-        (false, _) => None,
+        (false, split) => Some(ShardFile::Manifest {
+            split: split.to_string(),
+            shard,
+        }),
     }
 }
 
@@ -226,11 +254,18 @@ mod tests {
             "x.shard-03-of-12.h5",
             "x.shard-12-of-12.h5",
             "x.shard-1-of-2.h5.partial",
-            "notes.shard-1-of-2.jsonl",
             ".shard-1-of-2.h5",
         ] {
             assert_eq!(parse_file_name(other), None, "{other}");
         }
+        assert_eq!(s.manifest_file_name("train"), "train.shard-3-of-12.jsonl");
+        assert_eq!(
+            parse_file_name("train.shard-3-of-12.jsonl"),
+            Some(ShardFile::Manifest {
+                split: "train".into(),
+                shard: s
+            })
+        );
         assert!(looks_like_shard_file("x.shard-03-of-12.h5"));
         assert!(!looks_like_shard_file("TRAINING.h5"));
     }

@@ -10,6 +10,7 @@
 pub mod journal;
 pub mod rebuild;
 pub mod service;
+pub mod sidecar;
 pub mod status;
 pub mod watch;
 

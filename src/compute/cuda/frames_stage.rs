@@ -12,8 +12,10 @@
 //! The pool decodes every file exactly as the CPU workers do (mono at the
 //! recipe's rate, Whisper cut at 30 s) and rejects what they reject, with
 //! the same reason (a Kaldi file shorter than one frame included). The stage
-//! thread copies each utterance's samples into the pinned buffer of the open
-//! slot ([`FrameExec`]); a slot is issued when it holds `compute.batch_files`
+//! thread gathers the utterances of the open slot ([`FrameExec`]) and, when it
+//! issues it, copies their samples into the slot's pinned buffer, and later
+//! the rows out of its pinned output, on a few threads (`host_copy`: one
+//! thread's copies were what held this stage back); a slot is issued when it holds `compute.batch_files`
 //! utterances, when the next one would not fit its rows or samples, when its
 //! first utterance has waited `compute.max_batch_delay_ms`, or at the end.
 //! Two slots alternate: one is filled (and its copies run) while the other
@@ -38,6 +40,7 @@ use super::cause::Cause;
 use super::device::{Device, DeviceError};
 use super::feed::{Feed, recycle};
 use super::frames_exec::{Capacity, FrameExec, FrameSlot, FrameTables};
+use super::host_copy;
 use super::orchestrate::RunnerStats;
 use super::recipe_tables::Batch;
 use super::workers::{CudaOptions, CudaReport, CudaWorkers};
@@ -248,6 +251,9 @@ impl StageThread {
             recipe: &self.recipe,
             local: Local::default(),
             host_computed: 0,
+            copy_threads: host_copy::copy_threads(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         };
         st.dev.attach_error_sink(Arc::clone(&errors));
         let r = st.run(&self.fed, &self.wiring.telemetry);
@@ -279,6 +285,8 @@ impl StageThread {
 /// One slot and the utterances it holds (open) or computes (busy).
 struct Slot {
     slot: FrameSlot,
+    /// The samples of the utterances taken, until the slot is issued.
+    pending: Vec<Vec<f32>>,
     jobs: Vec<usize>,
     lengths: Vec<usize>,
     rows: usize,
@@ -291,6 +299,7 @@ impl Slot {
     fn new(slot: FrameSlot) -> Slot {
         Slot {
             slot,
+            pending: Vec::new(),
             jobs: Vec::new(),
             lengths: Vec::new(),
             rows: 0,
@@ -336,6 +345,8 @@ struct Frames<'a, D: Device> {
     recipe: &'a Arc<dyn FrameRecipe>,
     local: Local,
     host_computed: u64,
+    /// Threads for the host copies (`host_copy`).
+    copy_threads: usize,
 }
 
 impl<D: Device> Frames<'_, D> {
@@ -404,15 +415,11 @@ impl<D: Device> Frames<'_, D> {
         }
         let s = &mut self.slots[self.open];
         debug_assert!(s.batch.is_none(), "the open slot is never busy");
-        // SAFETY: the open slot is idle: `submit` waited for the slot it
-        // opens, and nothing was issued on it since.
-        let pinned = unsafe { self.exec.samples_mut(&mut self.dev, &s.slot) }?;
-        pinned[s.samples..s.samples + len].copy_from_slice(&u.samples);
         s.samples += len;
         s.rows += u.rows;
         s.jobs.push(u.job);
         s.lengths.push(len);
-        let _full = self.free_samples.push(u.samples);
+        s.pending.push(u.samples);
         self.open_since.get_or_insert_with(Instant::now);
         if s.jobs.len() >= self.opts.batch_files.max(1) {
             self.submit()?;
@@ -445,8 +452,21 @@ impl<D: Device> Frames<'_, D> {
             .tables()
             .batch(&self.slots[i].lengths)
             .map_err(|e| DeviceError::new("issue", e))?;
-        let (exec, dev, slot) = (&self.exec, &mut self.dev, &self.slots[i].slot);
-        // SAFETY: slot i is the open one, idle since it was last harvested.
+        let (exec, dev, s) = (&self.exec, &mut self.dev, &mut self.slots[i]);
+        // SAFETY: slot i is the open one, idle since it was last harvested:
+        // `submit` waited for the slot it opened, nothing was issued since.
+        let pinned = unsafe { exec.samples_mut(dev, &s.slot) }?;
+        host_copy::gather(
+            &s.pending,
+            pinned,
+            self.copy_threads,
+            host_copy::PARALLEL_MIN_BYTES,
+        );
+        for v in s.pending.drain(..) {
+            let _full = self.free_samples.push(v);
+        }
+        let slot = &s.slot;
+        // SAFETY: as above.
         let r = self
             .local
             .time(Stage::Mel, || unsafe { exec.issue(dev, slot, &batch) });
@@ -482,19 +502,23 @@ impl<D: Device> Frames<'_, D> {
         let Some(batch) = self.slots[i].batch.take() else {
             return;
         };
-        for (u, &job) in self.slots[i].jobs.iter().enumerate() {
-            // SAFETY: the slot's done event completed after this batch was
-            // issued, and nothing was issued on the slot since.
-            let (values, pad) =
-                unsafe { self.exec.rows(&self.dev, &self.slots[i].slot, &batch, u) };
-            let mut row = self.free_rows.pop().unwrap_or_default();
-            row.clear();
-            row.extend(
-                values
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
-            row.extend(pad);
+        let n = self.slots[i].jobs.len();
+        let slot = &self.slots[i].slot;
+        // SAFETY: the slot's done event completed after this batch was
+        // issued, and nothing was issued on the slot since.
+        let src: Vec<_> = (0..n)
+            .map(|u| unsafe { self.exec.rows(&self.dev, slot, &batch, u) })
+            .collect();
+        let mut rows: Vec<Vec<f32>> = (0..n)
+            .map(|_| self.free_rows.pop().unwrap_or_default())
+            .collect();
+        host_copy::scatter(
+            &src,
+            &mut rows,
+            self.copy_threads,
+            host_copy::PARALLEL_MIN_BYTES,
+        );
+        for (&job, row) in self.slots[i].jobs.iter().zip(rows) {
             if self.output.push(Outcome { job, row: Ok(row) }).is_err() {
                 self.closed = true;
             }
@@ -539,6 +563,9 @@ impl<D: Device> Frames<'_, D> {
                 self.send(job, Err(Reject::Device(Arc::clone(&f))));
             }
             self.slots[i].lengths.clear();
+            for v in self.slots[i].pending.drain(..) {
+                let _full = self.free_samples.push(v);
+            }
         }
     }
 

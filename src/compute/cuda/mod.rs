@@ -52,6 +52,7 @@ pub mod feed;
 pub mod frames_exec;
 pub mod frames_stage;
 pub mod gpu;
+mod host_copy;
 pub mod kernels;
 pub mod libs;
 pub mod nvrtc;

@@ -192,3 +192,39 @@ fn two_manifests_with_one_stem_are_an_error() {
     let b = write(&d.path().join("x"), "train.json", "");
     assert!(matches!(plan(&[a, b]), Err(Error::SameSplit { .. })));
 }
+
+/// Shares of a manifest's lines (`build --shard`): together they plan every
+/// line once, each item and each bad line under its own line number, the
+/// lines outside a share neither parsed nor rejected.
+#[test]
+fn shares_of_the_lines_cover_every_line_once() {
+    let d = tempfile::tempdir().unwrap();
+    let mut text = Vec::new();
+    for i in 1..=11 {
+        text.push(match i {
+            4 => "not json".to_string(),
+            7 => String::new(),
+            _ => format!(r#"{{"audio_filepath": "a{i}.wav", "text": "t{i}"}}"#),
+        });
+    }
+    let f = write(d.path(), "train.jsonl", &(text.join("\n") + "\n"));
+    assert_eq!(count_lines(&f).unwrap(), 11);
+    let whole = plan(std::slice::from_ref(&f)).unwrap();
+    for n in 1..=5usize {
+        let (mut lines, mut rejected) = (Vec::new(), Vec::new());
+        for k in 0..n {
+            let share = move |total: usize| total * k / n..total * (k + 1) / n;
+            let m = plan_share(std::slice::from_ref(&f), Some(&share)).unwrap();
+            let seqs: Vec<u32> = m.plan.jobs.iter().map(|j| j.seq).collect();
+            assert_eq!(seqs, (0..seqs.len() as u32).collect::<Vec<_>>());
+            for (j, &line) in m.plan.jobs.iter().zip(m.lines.iter()) {
+                assert_eq!(m.plan.rel_path(j), format!("a{line}.wav"));
+                assert_eq!(meta(&m, j.path)["text"], format!("t{line}"));
+            }
+            lines.extend(m.lines.iter().copied());
+            rejected.extend(m.rejected.iter().map(|r| r.line));
+        }
+        assert_eq!(lines, whole.lines.to_vec(), "N = {n}");
+        assert_eq!(rejected, [4], "N = {n}");
+    }
+}

@@ -44,6 +44,8 @@
 //! appender's raw HDF5 calls are in `recover::raw` (those `h5clear` makes,
 //! `H5Fincrement_filesize`, `H5garbage_collect`) and `writer::direct::raw`.
 
+mod meta;
+mod names;
 mod recover;
 mod sink;
 mod splits;
@@ -54,6 +56,8 @@ mod tests;
 mod tests_crash;
 #[cfg(test)]
 mod tests_frames;
+#[cfg(test)]
+mod tests_meta;
 #[cfg(test)]
 mod tests_vlen;
 mod undo;
@@ -66,13 +70,14 @@ pub use splits::Dest;
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
-use hdf5::{Dataset, Extent, File, SimpleExtents};
+use hdf5::{Dataset, File};
 
-use super::h5::{Context, Header, create_file, vlen_strings, write_attrs, write_label_names_attr};
+use super::h5::{Context, Header, create_file, vlen_strings, write_attrs};
 use super::{Dtype, Error, PlanError};
 use crate::dsp::Spec;
 use crate::runtime::sys;
+use meta::MetaColumn;
+use names::{adopt_table, create_names_ds, replace_names_attr, rewrite_names};
 use recover::{open_existing, open_rw};
 use store::{Sets, Store};
 use vlen::StaleRefs;
@@ -136,6 +141,8 @@ pub struct Appender {
     /// writer's heap references (see [`vlen`]).
     path_refs: StaleRefs,
     names_refs: StaleRefs,
+    /// `meta`: each row's sidecar metadata, written with the rows.
+    meta: MetaColumn,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
     sync: std::fs::File,
@@ -211,6 +218,7 @@ impl Appender {
         let rows = report.rows_found - report.rows_dropped;
         let path_refs = StaleRefs::new(sets.path(), rows)
             .ctx(&path, || "read the chunking of dataset `path`".into())?;
+        let meta = MetaColumn::open(&file, &path, rows, spec.chunk_files)?;
         let mut names_refs = StaleRefs::new(&names_ds, names.len()).ctx(&path, || {
             "read the chunking of dataset `label_names`".into()
         })?;
@@ -238,6 +246,7 @@ impl Appender {
             chunk_files: spec.chunk_files,
             path_refs,
             names_refs,
+            meta,
             path,
             file,
             names_ds,
@@ -300,6 +309,18 @@ impl Appender {
     /// `label` (-1 for none). Returns its row index. The row is visible to readers
     /// and durable after the next [`Appender::flush`].
     pub fn append(&mut self, rel_path: &str, label: i32, row: &[f32]) -> Result<usize, Error> {
+        self.append_with_meta(rel_path, label, row, None)
+    }
+
+    /// [`Appender::append`] with the row's metadata: `meta`, a JSON object's
+    /// text, stored in `meta` (empty for `None`).
+    pub fn append_with_meta(
+        &mut self,
+        rel_path: &str,
+        label: i32,
+        row: &[f32],
+        meta: Option<&str>,
+    ) -> Result<usize, Error> {
         if self.failed {
             return Err(Error::Failed);
         }
@@ -320,13 +341,15 @@ impl Appender {
             }
             .into());
         }
+        let entry = MetaColumn::entry(meta)?;
         // A full chunk is written before the row is taken, so a refusal for
         // lack of space leaves the row with the caller and nothing changed.
         if self.store.is_full(self.chunk_files) {
-            self.reserve(self.store.rows(), rel_path.len())?;
+            self.reserve(self.store.rows(), rel_path.len() + entry.as_str().len())?;
             self.guard(|a| a.write_pending())?;
         }
         self.store.push(row, label, rel_path)?;
+        self.meta.push(entry);
         Ok(index)
     }
 
@@ -345,6 +368,7 @@ impl Appender {
                     .map(|n| n.len() + 32),
             )
             .sum::<usize>()
+            + self.meta.pending_bytes()
             + more_path;
         let rows_bytes = self
             .store
@@ -478,9 +502,10 @@ impl Appender {
             names_ds,
             label_names,
             names_in_attr,
+            meta,
             ..
         } = self;
-        drop((store, names_ds));
+        drop((store, names_ds, meta));
         file.close().ctx(&path, || "close the file".into())?;
         if names_in_attr != label_names.len() {
             let file = open_rw(&path, false).ctx(&path, || "reopen the file".into())?;
@@ -504,13 +529,14 @@ impl Appender {
             store,
             names_ds,
             sync,
+            meta,
             ..
         } = self;
         let armed = arm(&path).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
             None
         });
-        drop((store, names_ds));
+        drop((store, names_ds, meta));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
         }
@@ -536,6 +562,7 @@ impl Appender {
             self.path_refs
                 .grow(self.store.path(), end)
                 .ctx(&self.path, || format!("grow dataset `path` to {end} rows"))?;
+            self.meta.write(&self.path, self.rows_written)?;
             self.store.write(&self.path, self.rows_written)?;
             self.rows_written += rows;
         }
@@ -689,22 +716,6 @@ fn roll_back(p: &Path) -> Result<(), Error> {
     }
 }
 
-/// The resizable `label_names` dataset holding `names`.
-fn create_names_ds(file: &File, names: &[String]) -> hdf5::Result<Dataset> {
-    let d = file
-        .new_dataset::<VarLenUnicode>()
-        .shape(SimpleExtents::from_vec(vec![Extent::resizable(
-            names.len(),
-        )]))
-        .chunk(NAMES_CHUNK)
-        .obj_track_times(false)
-        .create("label_names")?;
-    if !names.is_empty() {
-        d.write_raw(&vlen_strings("label names", names)?)?;
-    }
-    Ok(d)
-}
-
 /// Frees the blocks reserved past the end of the file (truncating it to its
 /// own size drops them on ext4, XFS and tmpfs). Best effort: a failure only
 /// leaves the reservation allocated until the next close.
@@ -712,68 +723,6 @@ fn release_reservation(f: &std::fs::File) {
     if let Ok(m) = f.metadata() {
         let _ = f.set_len(m.len());
     }
-}
-
-/// The list a reopened file takes: `table` when the file's names in use
-/// (`names[..in_use]`) and `table` agree where both have entries (the longer
-/// of the two then), or None when they conflict.
-fn adopt_table(names: &[String], in_use: usize, table: &[String]) -> Option<Vec<String>> {
-    let used = &names[..in_use.min(names.len())];
-    let common = used.len().min(table.len());
-    (used[..common] == table[..common]).then(|| {
-        if table.len() >= used.len() {
-            table.to_vec()
-        } else {
-            used.to_vec()
-        }
-    })
-}
-
-/// Makes the `label_names` dataset `names`, whose first `keep` entries it
-/// already holds (the names in use; before SWMR starts). The entries after
-/// them are nulled and cut first: a killed writer may have left them naming
-/// heap objects that are not its own (see [`vlen`]).
-fn rewrite_names(
-    d: &Dataset,
-    refs: &mut StaleRefs,
-    names: &[String],
-    keep: usize,
-) -> hdf5::Result<()> {
-    vlen::clear_past(d, keep)?;
-    d.resize(keep)?;
-    *refs = StaleRefs::new(d, keep)?;
-    refs.grow(d, names.len())?;
-    d.resize(names.len())?;
-    if names.len() > keep {
-        d.write_slice(
-            &vlen_strings("label names", &names[keep..])?,
-            keep..names.len(),
-        )?;
-    }
-    Ok(())
-}
-
-/// Makes the root attribute `label_names` hold `names`, rewriting it only
-/// when it differs: the rewrite changes the root object header in place, and
-/// a writer killed inside the flush that follows leaves that header torn
-/// ("incorrect metadata checksum"), so an open that changes nothing must not
-/// write it (a kill -9 test found such a file after a kill during an open).
-fn replace_names_attr(file: &File, names: &[String]) -> hdf5::Result<()> {
-    if file.attr_names()?.iter().any(|n| n == "label_names") {
-        let same = file
-            .attr("label_names")
-            .and_then(|a| a.read_raw::<VarLenUnicode>())
-            .is_ok_and(|v| {
-                v.iter()
-                    .map(|n| n.as_str())
-                    .eq(names.iter().map(String::as_str))
-            });
-        if same {
-            return Ok(());
-        }
-        file.delete_attr("label_names")?;
-    }
-    write_label_names_attr(file, names)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Error> {

@@ -392,6 +392,7 @@ mod tests {
                 }
                 .into(),
             ),
+            meta: None,
         }
     }
 

@@ -26,6 +26,8 @@ pub struct Dest {
     pub rel: String,
     pub split: String,
     pub label: Option<String>,
+    /// The row's metadata, a JSON object's text (serve: the file's sidecar).
+    pub meta: Option<Box<str>>,
 }
 
 /// The appenders of every split seen so far.
@@ -181,6 +183,6 @@ impl Splits {
             Some(l) => app.label_id(l)?,
             None => -1,
         };
-        app.append(&file.rel, label_id, row)
+        app.append_with_meta(&file.rel, label_id, row, file.meta.as_deref())
     }
 }

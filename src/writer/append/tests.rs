@@ -2,6 +2,8 @@
 //! unconfirmed rows, refusing what cannot be trusted), appending to a build
 //! file, and an h5py SWMR reader seeing new rows.
 
+use hdf5::types::VarLenUnicode;
+
 use super::*;
 use crate::writer::h5;
 
@@ -307,6 +309,7 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         rel: format!("{split}/{label}/g.wav"),
         split: split.into(),
         label: Some(label.into()),
+        meta: None,
     };
     // After the restart the rows arrive in yet another order.
     for (split, label) in [

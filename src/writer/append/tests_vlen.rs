@@ -4,9 +4,13 @@
 //! name the heap objects of confirmed rows, as a kill inside H5Fflush leaves
 //! when the chunk reached the disk and the heap collection did not.
 
+use hdf5::types::VarLenUnicode;
+use hdf5::{Extent, SimpleExtents};
+
 use super::tests::{row, spec, strings};
 use super::*;
 use crate::writer::direct::raw;
+use crate::writer::h5::vlen_strings;
 
 fn file_name(i: usize) -> String {
     format!("train/a/f{i:03}.wav")

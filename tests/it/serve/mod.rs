@@ -34,6 +34,7 @@ mod input;
 mod intake;
 mod metrics;
 mod recipes;
+mod sidecar;
 use harness::*;
 
 both_stages!(dropped_files_become_rows_with_their_split_and_label);

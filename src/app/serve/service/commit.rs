@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use super::{Error, Service, rejected};
 use crate::app::serve::journal::FileStamp;
+use crate::app::serve::sidecar;
 use crate::compute::Rejection;
 use crate::runtime::telemetry::Stage;
 
@@ -188,11 +189,22 @@ impl Service {
         for a in after {
             match a {
                 After::Delete(p) => {
-                    if let Err(e) = std::fs::remove_file(&p) {
-                        self.note_error(format!("cannot delete {}: {e}", p.display()));
+                    // The sidecar first: a crash between the two leaves the
+                    // file, whose commit the journal holds, not an orphan.
+                    let side = sidecar::beside(&p);
+                    for p in side.iter().chain(std::iter::once(&p)) {
+                        if let Err(e) = std::fs::remove_file(p) {
+                            self.note_error(format!("cannot delete {}: {e}", p.display()));
+                        }
                     }
                 }
-                After::Move(from, to) => moves.push((from, to)),
+                After::Move(from, to) => {
+                    if let Some(side) = sidecar::beside(&from) {
+                        let side_to = sidecar::moved_to(&from, &side, &to);
+                        moves.push((side, side_to));
+                    }
+                    moves.push((from, to));
+                }
             }
         }
         // One fsync per directory for the whole commit, not one per file.

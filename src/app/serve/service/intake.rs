@@ -223,6 +223,7 @@ mod tests {
                 rel: rel.into(),
                 split: "TRAINING".into(),
                 label: None,
+                meta: None,
             },
             stamp: FileStamp {
                 size: 1,

@@ -88,7 +88,7 @@ use super::watch::{Ignore, scan_tree_each};
 use crate::app::control;
 use crate::app::metrics::{self, CommitClock};
 use crate::app::serve::journal::{FileStamp, Journal};
-use crate::compute::{Outcome, Reject, Rejection};
+use crate::compute::{Outcome, Reject, RejectKind, Rejection};
 use crate::config::Config;
 use crate::config::serve::{OnSuccess, ServeConfig};
 use crate::pipeline::{self, Delivered, Pipeline};
@@ -230,14 +230,29 @@ impl Service {
             return ControlFlow::Continue(());
         }
         if !utf8 {
-            self.reject_unusable(abs, rel, stamp);
+            let reason = "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot \
+                          be a row's path; rename it to UTF-8";
+            self.reject_unusable(abs, rel, stamp, RejectKind::BadPath, reason.into());
             return ControlFlow::Continue(());
         }
+        let meta = match super::sidecar::read(&abs) {
+            Ok(meta) => meta,
+            Err(e) => {
+                let reason = e.to_string();
+                self.reject_unusable(abs, rel, stamp, RejectKind::BadSidecar, reason);
+                return ControlFlow::Continue(());
+            }
+        };
         let parts: Vec<&str> = rel.split('/').collect();
         let (split, label) = crate::source::split_and_label(&parts);
         self.intake.admit(DropFile {
             abs,
-            dest: Dest { rel, split, label },
+            dest: Dest {
+                rel,
+                split,
+                label,
+                meta,
+            },
             stamp,
             seen: Instant::now(),
         });
@@ -277,14 +292,18 @@ impl Service {
         let _full = scan_tree_each(&dir, &ignore, &mut |f| self.offer(f));
     }
 
-    /// Rejects a dropped file whose path cannot be a row's `path` (not UTF-8;
-    /// `rel` is its escaped form) without reading it, like any rejection:
-    /// journalled, logged, listed in `rejected.jsonl`, quarantined if set.
-    fn reject_unusable(&mut self, abs: PathBuf, rel: String, stamp: FileStamp) {
-        let kind = crate::compute::RejectKind::BadPath;
-        let reason = "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot be \
-                      a row's path; rename it to UTF-8"
-            .to_string();
+    /// Rejects a dropped file it cannot take on (`kind`, `reason`: a name that is
+    /// not UTF-8, `rel` being its escaped form; a sidecar that cannot supply its
+    /// metadata) without reading it, like any rejection: journalled, logged,
+    /// listed in `rejected.jsonl`, quarantined if set.
+    fn reject_unusable(
+        &mut self,
+        abs: PathBuf,
+        rel: String,
+        stamp: FileStamp,
+        kind: RejectKind,
+        reason: String,
+    ) {
         tracing::warn!(path = %rel, kind = %kind, reason, "Rejected a dropped file.");
         self.journal.stage_reject(&rel, stamp, &reason);
         let quarantine = self.serve.quarantine_dir.as_ref().map(|q| {

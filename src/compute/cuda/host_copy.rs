@@ -1,0 +1,189 @@
+//! The CUDA stage thread's host copies, spread over a few threads: a batch's
+//! samples into its slot's pinned buffer ([`gather`]) and its rows out of
+//! the pinned output into the row buffers the writer takes ([`scatter`]).
+//!
+//! Why: on the 16-core GPU box the speech recipes' stage thread spent most
+//! of a build copying (about 0.7 MB of samples in and 0.35 MB of rows out
+//! per utterance, docs/BENCHMARKS.md, "The speech recipes at a size where
+//! start-up weighs less"), one thread's memory bandwidth, while the device
+//! waited on nothing. Both copies are plain byte moves between buffers the
+//! stage thread owns for the time of the call, so scoped threads over
+//! disjoint parts keep them safe Rust; below [`PARALLEL_MIN_BYTES`] a copy
+//! stays on the calling thread (a thread start costs more than it saves).
+
+/// Copies smaller than this stay on the calling thread.
+pub(super) const PARALLEL_MIN_BYTES: usize = 4 << 20;
+
+/// Threads for the host copies on a machine with `cores` cores: a quarter
+/// of them, 1 to 4 (memory bandwidth, not arithmetic, is what they use).
+pub(super) fn copy_threads(cores: usize) -> usize {
+    (cores / 4).clamp(1, 4)
+}
+
+/// Splits `sizes` into at most `threads` runs of consecutive items with
+/// about equal sums; returns each run's end.
+fn runs(sizes: impl Iterator<Item = usize> + Clone, threads: usize) -> Vec<usize> {
+    let total: usize = sizes.clone().sum();
+    let per = total.div_ceil(threads.max(1)).max(1);
+    let mut ends = Vec::with_capacity(threads);
+    let (mut acc, mut n) = (0, 0);
+    for s in sizes {
+        acc += s;
+        n += 1;
+        if acc >= per * (ends.len() + 1) {
+            ends.push(n);
+        }
+    }
+    if ends.last() != Some(&n) {
+        ends.push(n);
+    }
+    ends
+}
+
+/// Copies `parts` back to back into the start of `dst`, on up to `threads`
+/// threads when they hold at least `min_bytes`.
+///
+/// # Panics
+/// When `dst` is shorter than the parts together (a caller's bug: the slot
+/// was sized for them).
+pub(super) fn gather(parts: &[Vec<f32>], dst: &mut [f32], threads: usize, min_bytes: usize) {
+    let total: usize = parts.iter().map(Vec::len).sum();
+    if threads <= 1 || total * 4 < min_bytes {
+        let mut at = 0;
+        for p in parts {
+            dst[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        return;
+    }
+    let ends = runs(parts.iter().map(Vec::len), threads);
+    std::thread::scope(|s| {
+        let (mut rest, mut start) = (&mut dst[..total], 0);
+        for end in ends {
+            let group = &parts[start..end];
+            let n: usize = group.iter().map(Vec::len).sum();
+            let (mine, tail) = rest.split_at_mut(n);
+            rest = tail;
+            start = end;
+            s.spawn(move || gather(group, mine, 1, 0));
+        }
+    });
+}
+
+/// Fills each row of `rows` with its source: the native-endian `f32`
+/// values of `src[i].0`, then the pad value `src[i].1` when there is one.
+/// On up to `threads` threads when the sources hold at least `min_bytes`.
+pub(super) fn scatter(
+    src: &[(&[u8], Option<f32>)],
+    rows: &mut [Vec<f32>],
+    threads: usize,
+    min_bytes: usize,
+) {
+    assert_eq!(src.len(), rows.len(), "one row per source");
+    let total: usize = src.iter().map(|(v, _)| v.len()).sum();
+    if threads <= 1 || total < min_bytes {
+        for ((values, pad), row) in src.iter().zip(rows.iter_mut()) {
+            row.clear();
+            row.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+            );
+            row.extend(*pad);
+        }
+        return;
+    }
+    let ends = runs(src.iter().map(|(v, _)| v.len()), threads);
+    std::thread::scope(|s| {
+        let (mut rest, mut start) = (rows, 0);
+        for end in ends {
+            let (mine, tail) = rest.split_at_mut(end - start);
+            rest = tail;
+            let group = &src[start..end];
+            start = end;
+            s.spawn(move || scatter(group, mine, 1, 0));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(lens: &[usize]) -> Vec<Vec<f32>> {
+        let mut k = 0f32;
+        lens.iter()
+            .map(|&n| {
+                (0..n)
+                    .map(|_| {
+                        k += 1.0;
+                        k * 0.37 - 1.0e4
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_cover_every_item_once_in_order() {
+        for (sizes, threads) in [
+            (vec![5, 1, 1, 1, 9, 2], 3),
+            (vec![1; 10], 4),
+            (vec![100], 4),
+            (vec![0, 0, 3], 2),
+            (vec![], 3),
+        ] {
+            let ends = runs(sizes.iter().copied(), threads);
+            assert!(ends.len() <= threads.max(1), "{sizes:?}: {ends:?}");
+            assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ends:?}");
+            assert_eq!(ends.last().copied().unwrap_or(0), sizes.len());
+        }
+    }
+
+    /// The threaded copies give the bytes of the one-thread copy, for every
+    /// thread count, with empty parts, one part, and a destination longer
+    /// than the parts (its tail untouched).
+    #[test]
+    fn threaded_copies_equal_the_one_thread_copy() {
+        for lens in [
+            vec![3, 0, 700, 1, 4096, 5, 0, 999],
+            vec![10_000],
+            vec![0, 0],
+            (1..60).map(|i| i * 37 % 501).collect(),
+        ] {
+            let p = parts(&lens);
+            let total: usize = lens.iter().sum();
+            let mut want = vec![-1.0f32; total + 7];
+            gather(&p, &mut want, 1, 0);
+            let bytes: Vec<Vec<u8>> = p
+                .iter()
+                .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+                .collect();
+            let src: Vec<(&[u8], Option<f32>)> = bytes
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.as_slice(), (i % 2 == 0).then_some(i as f32)))
+                .collect();
+            let mut want_rows = vec![vec![9.0f32; 3]; src.len()];
+            scatter(&src, &mut want_rows, 1, 0);
+            for (i, (row, v)) in want_rows.iter().zip(&p).enumerate() {
+                assert_eq!(&row[..v.len()], v.as_slice());
+                assert_eq!(row.len(), v.len() + usize::from(i % 2 == 0));
+            }
+            for threads in 2..=5 {
+                let mut got = vec![-1.0f32; total + 7];
+                gather(&p, &mut got, threads, 0);
+                assert_eq!(got, want, "{threads} threads, {lens:?}");
+                let mut rows = vec![vec![9.0f32; 3]; src.len()];
+                scatter(&src, &mut rows, threads, 0);
+                assert_eq!(rows, want_rows, "{threads} threads, {lens:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_threads_are_a_quarter_of_the_cores_from_1_to_4() {
+        let got: Vec<usize> = [1, 2, 4, 8, 16, 64].map(copy_threads).to_vec();
+        assert_eq!(got, [1, 1, 1, 2, 4, 4]);
+    }
+}
