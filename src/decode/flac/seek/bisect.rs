@@ -72,9 +72,6 @@ fn header(
     info: &StreamInfo,
     (variable, fixed_block): (bool, u64),
 ) -> Option<(u64, u64, usize)> {
-    const RATES: [u32; 12] = [
-        0, 88_200, 176_400, 192_000, 8_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000, 96_000,
-    ];
     if b.len() < 6 || b[0] != 0xFF || b[1] != 0xF8 | u8::from(variable) {
         return None;
     }
@@ -107,6 +104,36 @@ fn header(
         number = number << 6 | u64::from(c & 0x3F);
         p += 1;
     }
+    let (block, rate, p) = block_and_rate(b, p, (bs, sr), info.sample_rate)?;
+    if rate != info.sample_rate || block > u64::from(info.max_block.max(16)) {
+        return None;
+    }
+    if *b.get(p)? != crc8(&b[..p]) {
+        return None;
+    }
+    let sample = if variable {
+        number
+    } else {
+        number * fixed_block
+    };
+    if info.total_samples != 0 && sample >= info.total_samples {
+        return None;
+    }
+    Some((sample, block, p + 1))
+}
+
+/// A frame header's block size and sample rate from their codes `(bs, sr)`
+/// and the bytes from `p` on that the codes may point to (`default`: the
+/// rate STREAMINFO gives); also where the header goes on.
+fn block_and_rate(
+    b: &[u8],
+    mut p: usize,
+    (bs, sr): (u8, u8),
+    default: u32,
+) -> Option<(u64, u32, usize)> {
+    const RATES: [u32; 12] = [
+        0, 88_200, 176_400, 192_000, 8_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000, 96_000,
+    ];
     let be = |p: usize, n: usize| {
         b.get(p..p + n)
             .map(|s| s.iter().fold(0u64, |a, &x| a << 8 | u64::from(x)))
@@ -124,7 +151,7 @@ fn header(
         _ => 0,
     };
     let rate = match sr {
-        0 => info.sample_rate,
+        0 => default,
         12 => be(p, 1)? as u32 * 1000,
         13 => be(p, 2)? as u32,
         14 => be(p, 2)? as u32 * 10,
@@ -135,21 +162,7 @@ fn header(
         13 | 14 => 2,
         _ => 0,
     };
-    if rate != info.sample_rate || block > u64::from(info.max_block.max(16)) {
-        return None;
-    }
-    if *b.get(p)? != crc8(&b[..p]) {
-        return None;
-    }
-    let sample = if variable {
-        number
-    } else {
-        number * fixed_block
-    };
-    if info.total_samples != 0 && sample >= info.total_samples {
-        return None;
-    }
-    Some((sample, block, p + 1))
+    Some((block, rate, p))
 }
 
 /// CRC-8 of a FLAC frame header (polynomial x^8 + x^2 + x + 1, init 0).
