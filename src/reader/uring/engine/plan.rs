@@ -313,7 +313,7 @@ mod tests {
         for (start, prefix) in [(4097, 1), (4097, 2), (8191, 4095), (3, 5000)] {
             let l = layout(start, start + 10, prefix, 4096, 4096);
             let at = l.lead + (start - l.base) as usize;
-            assert!(at >= prefix && l.lead % 4096 == 0 && l.base % 4096 == 0);
+            assert!(at >= prefix && l.lead.is_multiple_of(4096) && l.base.is_multiple_of(4096));
             assert!(at + 10 <= l.len);
         }
     }
