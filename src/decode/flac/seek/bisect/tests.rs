@@ -290,3 +290,59 @@ fn a_frame_header_is_believed_only_with_its_fields_and_crc() {
     assert_eq!(utf8(0x7FF), [0xDF, 0xBF]);
     assert_eq!(utf8(0x800), [0xE0, 0xA0, 0x80]);
 }
+
+/// Damaged frames, a cut-off file and noise instead of frames: every
+/// search ends (an extent inside the file, or None: read whole), nothing
+/// panics, and an extent that avoids the damage still decodes exactly.
+#[test]
+fn damaged_or_cut_files_never_mislead_the_search() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("a.wav");
+    wav(&src, 16_000, 1, 60);
+    let ff = d.path().join("ff.flac");
+    let args = ["-v", "error", "-i"].map(Path::new);
+    let mut ffmpeg = args.to_vec();
+    ffmpeg.extend([src.as_path(), Path::new("-y"), ff.as_path()]);
+    if !made("ffmpeg", &ffmpeg) {
+        return;
+    }
+    let good = std::fs::read(&ff).unwrap();
+    let mut whole = Vec::new();
+    decode(&good, Channels::Mean, usize::MAX, &mut whole).unwrap();
+    let audio = first_frame(&good).unwrap();
+    let mut x: u32 = 7;
+    let mut noisy = good.clone();
+    for b in &mut noisy[audio + 1000..] {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        *b = (x >> 16) as u8;
+    }
+    let mut holed = good.clone();
+    let mid = good.len() / 2;
+    holed[mid..mid + 60_000].fill(0);
+    let cut = good[..good.len() * 2 / 3].to_vec();
+    for (name, file) in [("noise", &noisy), ("hole", &holed), ("cut", &cut)] {
+        let mut h = super::super::head(&file[..64 << 10], file.len() as u64).unwrap();
+        let mut read = |at: u64, buf: &mut [u8]| {
+            let from = (at as usize).min(file.len());
+            let n = buf.len().min(file.len() - from);
+            buf[..n].copy_from_slice(&file[from..from + n]);
+            Ok(n)
+        };
+        for s in segments(60.0) {
+            let Some(e) = h.search(&s, &mut read) else {
+                continue;
+            };
+            assert!(e.start >= audio as u64 && e.start + e.len <= file.len() as u64);
+            let range = e.start as usize..(e.start + e.len) as usize;
+            if file[range.clone()] != good[range.clone()] {
+                continue; // damaged frames: the decoder's to reject
+            }
+            let mut part = e.prefix.clone();
+            part.extend_from_slice(&file[range]);
+            let mut got = Vec::new();
+            decode_from(&part, Channels::Mean, usize::MAX, e.base_frame, &mut got).unwrap();
+            let at = e.base_frame as usize;
+            assert!(got == whole[at..at + got.len()], "{name} {s:?}");
+        }
+    }
+}
