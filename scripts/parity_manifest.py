@@ -5,7 +5,8 @@ builds to the row librosa.load + kaldi-native-fbank give for it.
 espeak-ng speaks a few sentences, repeated into a recording of about 25 s;
 sox makes it 16, 44.1 and 48 kHz, mono and stereo (the second channel a
 delayed, quieter copy, so the mean and each channel differ); each becomes a
-WAV, a FLAC, and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
+WAV, a FLAC (sox's for mono, with a SEEKTABLE; ffmpeg's for stereo, without
+one), and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
 (AAC-LC). A seeded generator draws segments of each (offsets and durations
 with many decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
@@ -106,7 +107,12 @@ def corpus(work):
             else:
                 sh("sox", f"{work}/long.wav", "-r", str(rate), "-b", "16", "-c", "2", f"{base}.wav",
                    "remix", "1", "1v0.6", "delay", "0", "0.003")
-            sh("sox", f"{base}.wav", f"{base}.flac")
+            # Mono FLAC by sox (a SEEKTABLE: segments read from seek
+            # points), stereo by ffmpeg (none: the planner searches frames).
+            if ch == 1:
+                sh("sox", f"{base}.wav", f"{base}.flac")
+            else:
+                sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", f"{base}.flac")
             for ext, args in ENCODE.items():
                 sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", *args, f"{base}.{ext}")
             secs = float(sh("soxi", "-D", f"{base}.wav", capture_output=True, text=True).stdout)
