@@ -4,8 +4,9 @@ bytes of its segments, and segments per second.
 
 Writes one 16 kHz mono 16-bit recording of HOURS hours (default 2; a
 deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
-as a WAV and, with sox (which writes a SEEKTABLE with a point every 10 s),
-as a FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s) and an Ogg Opus
+as a WAV, with sox (which writes a SEEKTABLE with a point every 10 s) as a
+FLAC, with ffmpeg (which writes none: the planner searches the frames) as a
+second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s) and an Ogg Opus
 (libopus 24 kb/s); cuts it into N segments (default 1,000) of equal length with
 offsets and durations at microsecond resolution, in a shuffled line order
 (seeded), one NeMo manifest per container; builds each with
@@ -19,7 +20,11 @@ offsets and durations at microsecond resolution, in a shuffled line order
 * segments per second (`report.elapsed_s`, planning included; process
   start-up excluded) and the build's wall time.
 
+With `--io-engine std` the readers use plain reads (a segment: one `pread`)
+instead of io_uring.
+
 Usage: bench_manifest.py MELFORGE_BIN WORK [--hours H] [--segments N] [--seed S]
+                         [--io-engine uring|std]
 Prints a markdown table for docs/BENCHMARKS.md.
 """
 
@@ -91,13 +96,16 @@ def main():
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--segments", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=32)
+    ap.add_argument("--io-engine", default="uring", choices=["uring", "std"])
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     wav, flac = f"{a.work}/long.wav", f"{a.work}/long.flac"
+    ff = f"{a.work}/long-ffmpeg.flac"
     n = recording(wav, a.hours, a.seed)
     subprocess.run(["sox", wav, flac], check=True)
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
     with open(f"{a.work}/c.toml", "w") as f:
-        f.write(CONFIG)
+        f.write(CONFIG + f'[io]\nengine = "{a.io_engine}"\n')
     encoded = []
     for name, args in (("mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
                        ("opus", ["-c:a", "libopus", "-b:a", "24k"])):
@@ -105,7 +113,7 @@ def main():
         subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
         encoded.append((name, path))
     rows = []
-    for name, audio in (("wav", wav), ("flac", flac), *encoded):
+    for name, audio in (("wav", wav), ("flac", flac), ("flac-no-seektable", ff), *encoded):
         seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
         doc, wall, header = build(os.path.abspath(a.melforge), a.work, name)
         r = doc["report"]
@@ -113,7 +121,7 @@ def main():
         rows.append((name, size, seg_bytes, r["bytes_read"], header, r["files_ok"],
                      len(doc["rejected"]), r["elapsed_s"], wall))
     print(f"{a.hours:g} h at {RATE} Hz mono 16-bit, {a.segments} segments of "
-          f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins\n")
+          f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins, io.engine {a.io_engine}\n")
     print("| container | file MB | segment MB | read MB | read / segments | read / file | "
           "whole file per segment, MB | header KB | rows | rejected | elapsed s | segments/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

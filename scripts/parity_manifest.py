@@ -5,15 +5,15 @@ builds to the row librosa.load + kaldi-native-fbank give for it.
 espeak-ng speaks a few sentences, repeated into a recording of about 25 s;
 sox makes it 16, 44.1 and 48 kHz, mono and stereo (the second channel a
 delayed, quieter copy, so the mean and each channel differ); each becomes a
-WAV, a FLAC, and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
+WAV, a FLAC (sox's for mono, with a SEEKTABLE; ffmpeg's for stereo, without
+one), and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
 (AAC-LC); a 10-minute 16 kHz recording becomes an MP3, an Ogg Vorbis and an
 Ogg Opus whose segments are drawn from its last 40 % (melforge reads them
 from a frame or page before each, not from the file's start). A seeded
 generator draws segments of each (offsets and durations with many
 decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
-CutSet (`.jsonl.gz`) takes a channel per cut (any for WAV, 0 for the
-others, where melforge reads channel 0 only).
+CutSet (`.jsonl.gz`) takes a channel per cut (any channel of any container).
 Both carry text and speaker in Unicode.
 
 `melforge build nemo.jsonl cuts.jsonl.gz --out OUT` runs under
@@ -110,7 +110,12 @@ def corpus(work):
             else:
                 sh("sox", f"{work}/long.wav", "-r", str(rate), "-b", "16", "-c", "2", f"{base}.wav",
                    "remix", "1", "1v0.6", "delay", "0", "0.003")
-            sh("sox", f"{base}.wav", f"{base}.flac")
+            # Mono FLAC by sox (a SEEKTABLE: segments read from seek
+            # points), stereo by ffmpeg (none: the planner searches frames).
+            if ch == 1:
+                sh("sox", f"{base}.wav", f"{base}.flac")
+            else:
+                sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", f"{base}.flac")
             for ext, args in ENCODE.items():
                 sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", *args, f"{base}.{ext}")
             secs = float(sh("soxi", "-D", f"{base}.wav", capture_output=True, text=True).stdout)
@@ -184,7 +189,7 @@ def items(rng, files):
                              speaker=f"spk-{i}"))
         if i % 3 == 0:
             nemo.append(dict(audio_filepath=rel, duration=round(secs, 3), text="whole", speaker="w"))
-        channel = rng.randrange(ch) if ext == "wav" else 0
+        channel = rng.randrange(ch)
         start = round(rng.uniform(early, secs - 2.0), 4)
         duration = round(rng.uniform(0.5, 1.5), 4)
         cuts.append({

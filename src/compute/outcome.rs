@@ -143,7 +143,6 @@ fn input_kind(e: &clip::Error) -> RejectKind {
         clip::Error::OffsetPastEnd { .. }
         | clip::Error::DurationMismatch { .. }
         | clip::Error::NoSuchChannel { .. } => RejectKind::BadSegment,
-        clip::Error::ChannelOfCompressed { .. } => RejectKind::Unsupported,
     }
 }
 

@@ -64,11 +64,6 @@ pub enum Error {
     DurationMismatch { stated: f64, file_s: f64 },
     #[error("channel {channel} asked for, but the file has {channels} channel(s)")]
     NoSuchChannel { channel: u16, channels: u16 },
-    #[error(
-        "channel {channel} of a FLAC or compressed file is not supported (channel 0 is, and \
-         every channel of a WAV)"
-    )]
-    ChannelOfCompressed { channel: u16 },
 }
 
 /// What kind of file a clip came from.

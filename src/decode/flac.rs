@@ -16,9 +16,10 @@
 //! Scaling is what soundfile (libsndfile) returns as float32 for FLAC, i.e.
 //! what `librosa.load` sees: a `b`-bit sample `v` becomes `v / 2^(b-1)`
 //! (symphonia shifts samples to the top of an `i32`, so this is one exact
-//! multiply by 2^-31). Channels follow [`Channels`]: `Mean` sums the scaled
+//! multiply by 2^-31). Channels follow [`Mix`]: `Mean` sums the scaled
 //! channels left to right in `f32` and divides by the count (numpy's
-//! `mean(axis=0)` on float32), `First` keeps channel 0.
+//! `mean(axis=0)` on float32), `Channel(c)` keeps channel `c` alone
+//! (`input.channels = "first"`: channel 0; a lhotse cut: its channel).
 
 use std::io::Cursor;
 
@@ -30,7 +31,7 @@ use symphonia::core::io::MediaSourceStream;
 use symphonia::default::codecs::FlacDecoder;
 use symphonia::default::formats::FlacReader;
 
-use super::policy::Channels;
+use super::policy::Mix;
 use super::wav::ByteStr;
 
 /// The FLAC stream marker.
@@ -185,13 +186,14 @@ pub fn stream_info(bytes: &[u8]) -> Result<StreamInfo, Error> {
 }
 
 /// Decodes `bytes` into `out` (cleared first): mono samples at the file's rate
-/// (channels combined by `channels`; [`Channels::Reject`] is the caller's
-/// check and acts as `Mean` here). Stops once `max_frames` samples are out
+/// (channels combined by `channels`, an `input.channels` policy or one
+/// channel, [`Mix`]; `reject` is the caller's check and mixes as `Mean`
+/// here). Stops once `max_frames` samples are out
 /// (the rest is not needed); the length check needs the whole stream and only
 /// runs when it was decoded.
 pub fn decode(
     bytes: &[u8],
-    channels: Channels,
+    channels: impl Into<Mix>,
     max_frames: usize,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
@@ -202,12 +204,13 @@ pub fn decode(
 /// part of a file, [`seek::Extent`]): frames must follow on from there.
 pub fn decode_from(
     bytes: &[u8],
-    channels: Channels,
+    channels: impl Into<Mix>,
     max_frames: usize,
     first: u64,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
     out.clear();
+    let channels = channels.into();
     let info = stream_info(bytes)?;
     // A panic inside the third-party decoder on hostile bytes is one file's
     // rejection, never the worker's end.
@@ -227,7 +230,7 @@ pub fn decode_from(
 fn frames(
     bytes: &[u8],
     (info, first): (StreamInfo, u64),
-    channels: Channels,
+    channels: Mix,
     max_frames: usize,
     out: &mut Vec<f32>,
 ) -> Result<StreamInfo, Error> {
@@ -311,18 +314,18 @@ fn frames_only(bytes: &[u8]) -> Result<Vec<u8>, Error> {
     Ok(stream)
 }
 
-/// Appends one decoded frame to `out` as mono floats: the first channel, or
-/// the mean of all (`channels`).
-fn append_mono(
-    buf: &symphonia::core::audio::AudioBuffer<i32>,
-    channels: Channels,
-    out: &mut Vec<f32>,
-) {
+/// Appends one decoded frame to `out` as mono floats: one channel (the last
+/// where the frame has fewer), or the mean of all (`channels`).
+fn append_mono(buf: &symphonia::core::audio::AudioBuffer<i32>, channels: Mix, out: &mut Vec<f32>) {
     const S31: f32 = 1.0 / 2_147_483_648.0;
     let nch = buf.spec().channels.count();
     let start = out.len();
-    out.extend(buf.chan(0).iter().map(|&v| v as f32 * S31));
-    if nch > 1 && channels != Channels::First {
+    let one = match channels {
+        Mix::Channel(c) => Some(usize::from(c).min(nch - 1)),
+        Mix::Mean => None,
+    };
+    out.extend(buf.chan(one.unwrap_or(0)).iter().map(|&v| v as f32 * S31));
+    if nch > 1 && one.is_none() {
         let mono = &mut out[start..];
         for c in 1..nch {
             for (o, &v) in mono.iter_mut().zip(buf.chan(c)) {

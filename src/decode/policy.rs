@@ -47,6 +47,24 @@ impl Channels {
     }
 }
 
+/// How a decoder makes one channel of several: the mean of all, or one of
+/// them (channel 0 for `input.channels = "first"`, a lhotse cut's channel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    Mean,
+    Channel(u16),
+}
+
+impl From<Channels> for Mix {
+    /// `Reject` is the caller's check; it mixes as `Mean`.
+    fn from(c: Channels) -> Mix {
+        match c {
+            Channels::First => Mix::Channel(0),
+            Channels::Mean | Channels::Reject => Mix::Mean,
+        }
+    }
+}
+
 /// How files become clips (the decoding half of `[input]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Policy {

@@ -547,6 +547,7 @@ impl ArenaPart {
             part_offset: offset,
             spill: None,
             cap: len,
+            start: 0,
             len: 0,
         }
     }
@@ -598,6 +599,8 @@ pub struct Extent {
     /// A spill extent's own mapping (then `offset` means nothing).
     spill: Option<Mapping>,
     cap: usize,
+    /// First valid byte (a ranged read's view starts inside the extent).
+    start: usize,
     len: usize,
 }
 
@@ -613,6 +616,7 @@ impl std::fmt::Debug for Extent {
             .field("part", &self.part)
             .field("offset", &self.offset)
             .field("cap", &self.cap)
+            .field("start", &self.start)
             .field("len", &self.len)
             .finish()
     }
@@ -622,6 +626,12 @@ impl Extent {
     /// Bytes reserved (the most that may be written).
     pub fn capacity(&self) -> usize {
         self.cap
+    }
+
+    /// Bytes reserved from the first valid byte on (what may be read past
+    /// the valid bytes through `Deref`'s pointer, e.g. by a device copy).
+    pub fn room(&self) -> usize {
+        self.cap - self.start
     }
 
     /// Start of the reserved range, for the kernel to write into. The caller
@@ -653,11 +663,20 @@ impl Extent {
 
     /// Sets how many leading bytes are valid. Panics if `len > capacity()`.
     pub fn set_len(&mut self, len: usize) {
+        self.set_view(0, len);
+    }
+
+    /// Makes `[start, start + len)` of the reserved range the valid bytes
+    /// (what `Deref` shows): a ranged read keeps the aligned blocks around
+    /// its bytes in the extent but hands on only these. Panics past the
+    /// capacity.
+    pub fn set_view(&mut self, start: usize, len: usize) {
         assert!(
-            len <= self.cap,
-            "extent length {len} > capacity {}",
+            start.checked_add(len).is_some_and(|end| end <= self.cap),
+            "extent view {start}+{len} > capacity {}",
             self.cap
         );
+        self.start = start;
         self.len = len;
     }
 
@@ -681,9 +700,10 @@ impl std::ops::Deref for Extent {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: as in `as_mut_slice`; `len ≤ cap`, and by the contract of
-        // `as_mut_ptr` no write is in flight while the extent is read.
-        unsafe { std::slice::from_raw_parts(self.base(), self.len) }
+        // SAFETY: as in `as_mut_slice`; `start + len ≤ cap` (`set_view`), and
+        // by the contract of `as_mut_ptr` no write is in flight while the
+        // extent is read.
+        unsafe { std::slice::from_raw_parts(self.base().wrapping_add(self.start), self.len) }
     }
 }
 

@@ -1,4 +1,5 @@
-//! The reader stage: loads whole files into memory for compute.
+//! The reader stage: loads whole files — or a job's byte range behind a
+//! prefix ([`ReadRange`], a manifest's segment) — into memory for compute.
 //!
 //! Engines share one contract: every job index is pushed exactly once onto the
 //! `loaded` ring as a [`Loaded`], carrying either the file's bytes
@@ -8,10 +9,11 @@
 //!
 //! * [`stage`]: the stage every command starts — engine choice and fallback,
 //!   arena, threads placed by `io.pin`, jobs in from a ring, [`Loaded`] out.
-//! * [`std_engine`]: `open` + `fstat` + `read` per file into recycled heap
-//!   buffers.
+//! * [`std_engine`]: `open` + `fstat` + `read` per file (a range: `pread`)
+//!   into recycled heap buffers.
 //! * [`uring`]: one io_uring per reader thread; OPENAT → STATX → READ_FIXED →
-//!   CLOSE per file, all through the ring, into the registered [`arena`].
+//!   CLOSE per file (a range: its blocks only, the prefix placed in front),
+//!   all through the ring, into the registered [`arena`].
 //!   Bytes travel as [`FileBytes::Arena`] extents that free themselves on drop.
 
 pub mod arena;

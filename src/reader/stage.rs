@@ -12,7 +12,9 @@
 //! to `io.queue_depth` files in flight, taking new jobs as slots free up; a
 //! momentarily empty queue does not end the run while files are in flight
 //! (`Next::Later`), so a source that falls behind never drains the ring. The
-//! thread goes back to blocking only when nothing is queued or in flight. A ring that fails mid-run hands
+//! thread goes back to blocking only when nothing is queued or in flight.
+//! A job with a byte range goes through the same ring ([`Next::Range`]); the
+//! std engine reads it with one `pread`. A ring that fails mid-run hands
 //! its in-flight files on as read errors and its thread reads the rest of its
 //! jobs with plain `read()` (logged).
 
@@ -214,14 +216,13 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
     while let Some(first) = ctx.jobs.pop() {
         ctx.telemetry.mark_first_read();
         let mut first = Some(first);
-        // The segments of the files in flight, by job id (a manifest's; the
-        // ring reads whole files, so only jobs without a byte range).
+        // The segments of the files in flight, by job id (a manifest's).
         let segments = std::cell::RefCell::new(std::collections::HashMap::new());
         // While jobs keep coming, one run keeps the ring full; it ends only
         // when nothing is queued and nothing is in flight. A job with a byte
-        // range is read here, in place, with one `pread` (a segment of a
-        // long WAV: a few hundred KiB of a file of hundreds of MiB).
-        let mut next = || loop {
+        // range (a segment of a long WAV) goes through the ring too: its
+        // blocks only, then its prefix placed in front (`uring::engine`).
+        let mut next = || {
             let j = match first.take().or_else(|| ctx.jobs.try_pop()) {
                 Some(j) => j,
                 None if ctx.jobs.is_closed() => match ctx.jobs.try_pop() {
@@ -230,17 +231,13 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
                 },
                 None => return Next::Later,
             };
-            if j.range.is_some() {
-                // Untimed: the run's busy time below includes it.
-                if !read_ranged(j, ctx, local, false) {
-                    return Next::End; // downstream ended early
-                }
-                continue;
-            }
             if let Some(s) = j.segment {
                 segments.borrow_mut().insert(j.id, s);
             }
-            return Next::Job(j.id, j.path);
+            match j.range {
+                Some(r) => Next::Range(j.id, j.path, r),
+                None => Next::Job(j.id, j.path),
+            }
         };
         let done = |job, bytes, _latency| {
             let segment = segments.borrow_mut().remove(&job);
@@ -290,7 +287,7 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
     while let Some(j) = ctx.jobs.pop() {
         ctx.telemetry.mark_first_read();
         if j.range.is_some() {
-            if !read_ranged(j, ctx, local, true) {
+            if !read_ranged(j, ctx, local) {
                 return; // downstream ended early
             }
             continue;
@@ -315,19 +312,13 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
     }
 }
 
-/// Reads job `j`'s byte range into a recycled buffer and hands it on;
-/// `false` when downstream has ended. Bytes counted are the file's bytes
-/// read (the prefix is the source's, already in memory); the read counts
-/// as busy time when `timed`.
-fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local, timed: bool) -> bool {
+/// Reads job `j`'s byte range into a recycled buffer with `pread` and hands
+/// it on; `false` when downstream has ended. Bytes counted are the file's
+/// bytes read (the prefix is the source's, already in memory).
+fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local) -> bool {
     let range = j.range.expect("a ranged job");
     let mut buf = ctx.free.pop().unwrap_or_default();
-    let read = |buf: &mut Vec<u8>| read_range(&j.path, &range, buf);
-    let r = if timed {
-        local.time(Stage::Read, || read(&mut buf))
-    } else {
-        read(&mut buf)
-    };
+    let r = local.time(Stage::Read, || read_range(&j.path, &range, &mut buf));
     let bytes = r.map(|()| {
         local.add_bytes(range.len);
         FileBytes::Heap(buf)

@@ -31,7 +31,9 @@
 //! their manifest line numbers (`seq` counts the good lines of the share).
 //!
 //! A segment of a WAV file is read as its exact byte extent, one of a FLAC
-//! file from the seek point before it to the one after it: the header is
+//! file from the seek point before it to the one after it (without a
+//! SEEKTABLE: from the frame holding its first sample through the one
+//! holding its last, found with small reads, `seek::bisect`): the header is
 //! read here once per recording (the first 64 KiB, up to 1 MiB when its
 //! chunks or blocks before the samples are larger), and the job carries the
 //! header rewritten for the part and the extent (`decode::wav::extent`,
@@ -107,7 +109,8 @@ pub struct Manifests {
     /// By path index: the bytes to read instead of the whole file.
     pub ranges: Vec<Option<ReadRange>>,
     pub rejected: Vec<LineRejection>,
-    /// Bytes of headers and seek indexes read to plan ranges.
+    /// Bytes read to plan ranges: headers, the frame searches of FLAC
+    /// files without seek points, and the MP3/Ogg seek indexes.
     pub header_bytes: u64,
 }
 
@@ -471,9 +474,8 @@ enum Head {
 }
 
 /// Headers read so far, by the path opened (None: neither a WAV, a FLAC
-/// with seek points nor an MP3 or Ogg stream that could be indexed, or
-/// unreadable; such an item is read whole and the decoder says what is
-/// wrong, if anything).
+/// nor an MP3 or Ogg stream that could be indexed, or unreadable; such an
+/// item is read whole and the decoder says what is wrong, if anything).
 #[derive(Default)]
 struct Heads {
     by_path: HashMap<PathBuf, Option<Head>>,
@@ -489,7 +491,7 @@ impl Heads {
             self.bytes += bytes;
             self.by_path.insert(path.to_path_buf(), head);
         }
-        match self.by_path[path].as_ref()? {
+        match self.by_path.get_mut(path)?.as_mut()? {
             Head::Wav(h) => {
                 let e = h.extent(seg)?;
                 // A WAV cut to the segment decodes whole.
@@ -501,7 +503,10 @@ impl Heads {
                 Some((ReadRange::new(e.prefix, e.start, e.len), whole))
             }
             Head::Flac(h) => {
-                let e = h.extent(seg)?;
+                let e = match h.extent(seg) {
+                    Some(e) => e,
+                    None => search_flac(h, path, seg, &mut self.bytes)?,
+                };
                 let part = Segment {
                     base_frame: e.base_frame,
                     ..*seg
@@ -525,7 +530,32 @@ impl Heads {
     }
 }
 
-/// A WAV header or the metadata of a FLAC file with seek points.
+/// The frames of a FLAC file without seek points that `seg` needs, searched
+/// for with small reads of the file (`seek::bisect`), counted in `bytes`.
+fn search_flac(
+    h: &mut seek::Head,
+    path: &Path,
+    seg: &Segment,
+    bytes: &mut u64,
+) -> Option<seek::Extent> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    h.search(seg, &mut |at, buf: &mut [u8]| {
+        let mut n = 0;
+        while n < buf.len() {
+            match f.read_at(&mut buf[n..], at + n as u64) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        *bytes += n as u64;
+        Ok(n)
+    })
+}
+
+/// A WAV header or the metadata of a FLAC file.
 fn parse_head(buf: &[u8], len: u64) -> Option<Head> {
     extent::head(buf, len)
         .map(Head::Wav)

@@ -70,7 +70,7 @@ impl HostBytes for crate::reader::FileBytes {
     fn readable(&self) -> usize {
         match self {
             crate::reader::FileBytes::Heap(v) => v.len(),
-            crate::reader::FileBytes::Arena(e) => e.capacity().max(e.len()),
+            crate::reader::FileBytes::Arena(e) => e.room().max(e.len()),
         }
     }
 }

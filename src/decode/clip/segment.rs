@@ -22,7 +22,7 @@
 use super::{ClipDecoder, Container, Decoded, Error, Out, check_channels, container};
 use crate::decode::compressed;
 use crate::decode::flac;
-use crate::decode::policy::Channels;
+use crate::decode::policy::{Channels, Mix};
 use crate::decode::wav::{self, WavInfo};
 use crate::model::Segment;
 
@@ -55,7 +55,7 @@ impl ClipDecoder {
                 (head.sample_rate, head.channels)
             }
         };
-        let mode = self.channel_mode(seg, kind, channels)?;
+        let mode = self.channel_mode(seg, channels)?;
         self.check_rate(rate)?;
         let (first, count) = seg.frames(rate);
         // The last frame wanted, in the file (None: to the end).
@@ -108,7 +108,7 @@ impl ClipDecoder {
     }
 
     /// How the channels become one: the cut's channel, or the policy.
-    fn channel_mode(&self, seg: &Segment, kind: Container, channels: u16) -> Result<Mode, Error> {
+    fn channel_mode(&self, seg: &Segment, channels: u16) -> Result<Mode, Error> {
         let Some(c) = seg.channel else {
             check_channels(channels, self.policy)?;
             return Ok(match self.policy.channels {
@@ -121,9 +121,6 @@ impl ClipDecoder {
                 channel: c,
                 channels,
             });
-        }
-        if c > 0 && kind != Container::Wav {
-            return Err(Error::ChannelOfCompressed { channel: c });
         }
         Ok(if channels == 1 {
             Mode::Policy(Channels::Mean)
@@ -158,12 +155,11 @@ enum Mode {
 }
 
 impl Mode {
-    /// As the FLAC and compressed decoders take it (they know channel 0
-    /// alone, `First`; `channel_mode` refuses others for them).
-    fn policy(self) -> Channels {
+    /// As the FLAC and compressed decoders take it.
+    fn policy(self) -> Mix {
         match self {
-            Mode::One(_) => Channels::First,
-            Mode::Policy(c) => c,
+            Mode::One(c) => Mix::Channel(c),
+            Mode::Policy(c) => c.into(),
         }
     }
 }

@@ -122,3 +122,86 @@ fn natural_length_keeps_every_sample_or_the_first_max_and_resamples_whole() {
     dec.decode_natural(&bytes, Some(200), &mut natural).unwrap();
     assert_eq!(natural, clip[..200]);
 }
+
+/// `seg` of `bytes` at its natural length and native rate (no resampling).
+fn natural(bytes: &[u8], rate: u32, seg: &Segment) -> Vec<f32> {
+    let mut d = ClipDecoder::new(rate, policy(Resample::Off, Channels::Mean));
+    let mut out = Vec::new();
+    d.decode_natural_segment(bytes, Some(seg), None, &mut out)
+        .unwrap_or_else(|e| panic!("{seg:?}: {e}"));
+    out
+}
+
+fn cut(offset_s: f64, duration_s: f64, channel: Option<u16>) -> Segment {
+    Segment {
+        offset_s,
+        duration_s: Some(duration_s),
+        channel,
+        ..Segment::default()
+    }
+}
+
+/// A cut's channel > 0 of a stereo FLAC is that channel alone: exactly the
+/// WAV's samples of it (FLAC is lossless; sox wrote the FLAC). Of a stereo
+/// MP3 and Opus, each channel is its own (they differ) and their mean is
+/// bit for bit the mono mix the policy gives: the channel is picked from
+/// the same decoded frames the mean is made of. librosa's own channel is
+/// the parity script's check (scripts/parity_manifest.py).
+#[test]
+fn a_cuts_channel_is_that_channel_of_flac_mp3_and_opus() {
+    let rate = 16_000;
+    // Left and right differ: frame i's left is sample 2i, its right 2i + 1.
+    let pcm = wav(rate, 2, 40_000);
+    let d = tempfile::tempdir().unwrap();
+    let (w, f) = (d.path().join("s.wav"), d.path().join("s.flac"));
+    std::fs::write(&w, &pcm).unwrap();
+    let sox = std::process::Command::new("sox").arg(&w).arg(&f).status();
+    if sox.is_ok_and(|s| s.success()) {
+        let flac = std::fs::read(&f).unwrap();
+        for c in [0u16, 1] {
+            let got = natural(&flac, rate, &cut(0.5, 1.25, Some(c)));
+            let want: Vec<f32> = (8000..8000 + 20_000)
+                .map(|i| {
+                    let at = 44 + 4 * i + 2 * usize::from(c);
+                    f32::from(i16::from_le_bytes([pcm[at], pcm[at + 1]])) / 32768.0
+                })
+                .collect();
+            assert_eq!(got, want, "FLAC channel {c}");
+        }
+    } else {
+        eprintln!("no sox: the FLAC case is left out");
+    }
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/codecs/");
+    for (name, rate) in [
+        ("speech44k_stereo.mp3", 44_100),
+        ("speech44k_stereo.opus", 48_000),
+    ] {
+        let bytes = std::fs::read(format!("{data}{name}")).unwrap();
+        let one = |c| natural(&bytes, rate, &cut(0.3, 0.4, c));
+        let (left, right, mean) = (one(Some(0)), one(Some(1)), one(None));
+        assert_eq!(left.len(), mean.len(), "{name}");
+        assert_ne!(left, right, "{name}: the channels are the same");
+        let mixed: Vec<f32> = left
+            .iter()
+            .zip(&right)
+            .map(|(a, b)| (a + b) / 2.0)
+            .collect();
+        assert_eq!(mixed, mean, "{name}");
+    }
+    // A channel the file does not have is the item's reason.
+    let bytes = std::fs::read(format!("{data}speech44k_stereo.mp3")).unwrap();
+    let mut dec = ClipDecoder::new(44_100, Policy::default());
+    let e = dec
+        .decode_natural_segment(&bytes, Some(&cut(0.0, 0.1, Some(2))), None, &mut Vec::new())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NoSuchChannel {
+                channel: 2,
+                channels: 2
+            }
+        ),
+        "{e}"
+    );
+}

@@ -36,10 +36,10 @@
 //! runs past the end of the file, an Ogg stream without its end-of-stream
 //! page, an MP3 or MP4 stream that holds fewer samples than its header (Xing
 //! frame count, sample table) declares. A damaged packet the decoder refuses
-//! is [`Error::Malformed`]. Channels follow [`Channels`] as in
+//! is [`Error::Malformed`]. Channels follow [`Mix`] as in
 //! [`super::flac`]: `Mean` sums the channels left to right in `f32` and
-//! divides by the count (numpy's `mean(axis=0)` on float32), `First` keeps
-//! channel 0. A panic inside a third-party decoder on hostile bytes is one
+//! divides by the count (numpy's `mean(axis=0)` on float32), `Channel(c)`
+//! keeps channel `c` alone (`first`: channel 0; a lhotse cut's channel). A panic inside a third-party decoder on hostile bytes is one
 //! file's rejection, never the worker's end.
 
 mod frames;
@@ -51,7 +51,7 @@ mod symph;
 
 use std::fmt;
 
-use super::policy::Channels;
+use super::policy::Mix;
 use super::wav::ByteStr;
 
 pub use part::{Part, open_part};
@@ -283,14 +283,15 @@ impl Stream {
     }
 
     /// Decodes into `out` (cleared first): mono samples at
-    /// [`Head::sample_rate`], channels combined by `channels`
-    /// ([`Channels::Reject`] is the caller's check and acts as `Mean` here).
+    /// [`Head::sample_rate`], channels combined by `channels` (a policy or
+    /// one channel, [`Mix`]; `reject` is the caller's check and mixes as
+    /// `Mean` here).
     /// Stops once `max_frames` samples are out (the rest is not needed); the
     /// checks that need the whole stream (its declared length) only run when
     /// it was decoded.
     pub fn decode(
         self,
-        channels: Channels,
+        channels: impl Into<Mix>,
         max_frames: usize,
         out: &mut Vec<f32>,
     ) -> Result<Head, Error> {
@@ -298,7 +299,7 @@ impl Stream {
         let head = self.head;
         let mut sink = Sink {
             out,
-            mode: channels,
+            mode: channels.into(),
             max_frames,
         };
         let r = guarded(|| match self.inner {
@@ -328,10 +329,10 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     })
 }
 
-/// Where decoded frames go: mixed to mono under a [`Channels`] policy.
+/// Where decoded frames go: mixed to mono, or one channel kept ([`Mix`]).
 pub(crate) struct Sink<'a> {
     out: &'a mut Vec<f32>,
-    mode: Channels,
+    mode: Mix,
     max_frames: usize,
 }
 
@@ -354,9 +355,15 @@ impl Sink<'_> {
         let Some((first, rest)) = chans.split_first() else {
             return;
         };
+        if let Mix::Channel(c) = self.mode {
+            // One channel (the last where the stream has fewer).
+            let c = usize::from(c).min(chans.len() - 1);
+            self.out.extend_from_slice(chans[c]);
+            return;
+        }
         let start = self.out.len();
         self.out.extend_from_slice(first);
-        if rest.is_empty() || self.mode == Channels::First {
+        if rest.is_empty() {
             return;
         }
         let mono = &mut self.out[start..];
@@ -377,11 +384,14 @@ impl Sink<'_> {
             self.out.extend_from_slice(data);
             return;
         }
-        let first = self.mode == Channels::First;
+        let one = match self.mode {
+            Mix::Channel(c) => Some(usize::from(c).min(nch - 1)),
+            Mix::Mean => None,
+        };
         let divisor = nch as f32;
         self.out.extend(data.chunks_exact(nch).map(|f| {
-            if first {
-                f[0]
+            if let Some(c) = one {
+                f[c]
             } else {
                 let mut s = f[0];
                 for &v in &f[1..] {

@@ -22,7 +22,7 @@ use symphonia::core::formats::Packet;
 
 use super::frames::{Mp3Frame, OggPage, Packets};
 use super::{Codec, Error, Head, Sink, guarded, ogg_opus, symph};
-use crate::decode::policy::Channels;
+use crate::decode::policy::Mix;
 use crate::model::LossyPart;
 
 /// An opened part: its codec setup read, ready to decode.
@@ -205,12 +205,17 @@ impl Part<'_> {
     /// Decodes into `out` (cleared first) the whole-file samples from the
     /// part's first up to `end` (exclusive; the stream's end at most), and
     /// returns the whole-file index of `out[0]`.
-    pub fn decode(self, channels: Channels, end: u64, out: &mut Vec<f32>) -> Result<u64, Error> {
+    pub fn decode(
+        self,
+        channels: impl Into<Mix>,
+        end: u64,
+        out: &mut Vec<f32>,
+    ) -> Result<u64, Error> {
         out.clear();
         let stop = end.min(self.part.length.unwrap_or(u64::MAX));
         let mut sink = Sink {
             out,
-            mode: channels,
+            mode: channels.into(),
             max_frames: usize::MAX,
         };
         let mut place = Place {

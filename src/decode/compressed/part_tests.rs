@@ -9,6 +9,7 @@ use std::process::Command;
 
 use super::index::Index;
 use super::*;
+use crate::decode::policy::Channels;
 use crate::model::Segment;
 
 const SECONDS: usize = 61;

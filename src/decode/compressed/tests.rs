@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 
 use super::*;
+use crate::decode::policy::Channels;
 
 fn data(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,11 +7,14 @@
 //! first frame starts at the seek point's sample ([`Extent::base_frame`];
 //! `super::decode_from` expects the frames from there).
 //!
-//! A file without a SEEKTABLE (or whose seek points do not narrow the
-//! segment down) gets no extent: it is read whole and decoded from its start
-//! up to the segment's end.
+//! A file without a SEEKTABLE (ffmpeg writes none) has its frames searched
+//! for instead, with small reads at plan time ([`bisect`], [`Head::search`]);
+//! one whose seek points do not narrow the segment down gets no extent: it
+//! is read whole and decoded from its start up to the segment's end.
 
 use crate::model::Segment;
+
+pub mod bisect;
 
 /// Where one segment's frames are, and the metadata that goes in front.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,16 +33,20 @@ pub struct Extent {
 pub struct Head {
     prefix: Vec<u8>,
     pub sample_rate: u32,
+    info: super::StreamInfo,
     /// File offset of the first frame.
     audio: u64,
     file_len: u64,
-    /// (sample, offset from the first frame) of each seek point, in order.
+    /// (sample, offset from the first frame) of each seek point, in order;
+    /// empty: no SEEKTABLE (or one out of order), the frames are searched.
     points: Vec<(u64, u64)>,
+    /// What the searches learnt of the frames (no seek points).
+    frames: bisect::Frames,
 }
 
 /// The metadata of a FLAC file from its first bytes `head` (every metadata
 /// block must be in them) and the file's length; None when `head` is not
-/// one, is cut inside its metadata, or has no seek point.
+/// one or is cut inside its metadata.
 pub fn head(head: &[u8], file_len: u64) -> Option<Head> {
     let info = super::stream_info(head).ok()?;
     let audio = super::first_frame(head).ok()?;
@@ -60,8 +67,8 @@ pub fn head(head: &[u8], file_len: u64) -> Option<Head> {
         pos += 4 + len;
     }
     // Seek points are sorted by sample; a table that is not is not used.
-    if points.is_empty() || points.windows(2).any(|w| w[0] >= w[1]) {
-        return None;
+    if points.windows(2).any(|w| w[0] >= w[1]) {
+        points.clear();
     }
     let mut prefix = head[..audio].to_vec();
     // STREAMINFO bytes 18..26 pack rate, channels, bits and 36 bits of
@@ -71,9 +78,11 @@ pub fn head(head: &[u8], file_len: u64) -> Option<Head> {
     Some(Head {
         prefix,
         sample_rate: info.sample_rate,
+        info,
         audio: audio as u64,
         file_len,
         points,
+        frames: bisect::Frames::default(),
     })
 }
 
@@ -180,11 +189,12 @@ mod tests {
     }
 
     #[test]
-    fn no_seek_table_no_head() {
+    fn no_seek_table_no_extent_from_points() {
         let mut file = flac(100);
         file[42] = 0x81; // the SEEKTABLE becomes an unknown block type 1
         let audio = file.len() - 100;
-        assert_eq!(head(&file[..audio], file.len() as u64), None);
+        let h = head(&file[..audio], file.len() as u64).unwrap();
+        assert_eq!(h.extent(&seg(1.0, Some(1.0))), None);
         assert_eq!(head(b"RIFF\0\0\0\0WAVE", 12), None);
     }
 }

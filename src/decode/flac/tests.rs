@@ -1,4 +1,5 @@
 use super::*;
+use crate::decode::policy::Channels;
 
 fn fixture(rel: &str) -> Vec<u8> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

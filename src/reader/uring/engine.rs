@@ -20,6 +20,12 @@
 //! Closing:  CLOSE(slot)                                      1 CQE
 //! ```
 //!
+//! A ranged job ([`Next::Range`], a segment of a long WAV) lives the same
+//! life: its READ covers the blocks around the range, O_DIRECT where the
+//! file allows it, and its prefix is placed in front of the range's first
+//! byte when the READ completes; [`plan`] has the layout, the refusals and
+//! the extent planning shared by whole files and ranges.
+//!
 //! `user_data` = epoch (32 bits) | slot (24) | op kind (8); a slot is reused only
 //! after every CQE of its previous requests has arrived (`pending == 0`).
 //!
@@ -50,16 +56,20 @@ use io_uring::{IoUring, opcode, squeue, types};
 use super::slot::{CLOSE, OPEN, Phase, READ, STATX, Slot, Then, push_free, slot_of, user_data};
 use super::{RunStats, SetupError, UringOptions};
 use crate::reader::arena::ArenaPart;
-use crate::reader::{Error, FileBytes};
+use crate::reader::{Error, FileBytes, ReadRange};
+
+mod plan;
 
 const STATX_DIOALIGN: u32 = 0x2000;
 const STATX_DIO_READ_ALIGN: u32 = 0x2_0000;
 
-/// What `run` calls per finished file.
 /// What a job stream has for [`UringEngine::run_stream`].
 pub enum Next<P> {
     /// Read this file for this job.
     Job(usize, P),
+    /// Read this part of this file for this job: the bytes delivered are
+    /// the range's prefix, then exactly its bytes (see `plan`).
+    Range(usize, P, ReadRange),
     /// Nothing now; ask again after the next completion.
     Later,
     /// Nothing ever again.
@@ -241,7 +251,10 @@ impl UringEngine {
                 match next() {
                     Next::End => exhausted = true,
                     Next::Later => dry = true,
-                    Next::Job(job, path) => self.admit(job, path.as_ref(), done)?,
+                    Next::Job(job, path) => self.admit(job, path.as_ref(), None, done)?,
+                    Next::Range(job, path, r) => {
+                        self.admit(job, path.as_ref(), Some(r), done)?;
+                    }
                 }
             }
             let seen = self.part.releases();
@@ -268,8 +281,15 @@ impl UringEngine {
         }
     }
 
-    /// Takes a free slot for `job` and submits OPENAT → STATX.
-    fn admit(&mut self, job: usize, path: &Path, done: &mut Done<'_>) -> io::Result<()> {
+    /// Takes a free slot for `job` (the whole file, or `range` of it) and
+    /// submits OPENAT → STATX.
+    fn admit(
+        &mut self,
+        job: usize,
+        path: &Path,
+        range: Option<ReadRange>,
+        done: &mut Done<'_>,
+    ) -> io::Result<()> {
         let i = self.free.pop().expect("admit needs a free slot");
         let s = &mut self.slots[i];
         *s = Slot {
@@ -283,6 +303,7 @@ impl UringEngine {
             // read; callers resolve the links they mean to follow.
             flags: libc::O_RDONLY | libc::O_NOATIME | libc::O_NOFOLLOW,
             align: 1,
+            range,
             ..Slot::default()
         };
         if self.opts.direct {
@@ -346,18 +367,24 @@ impl UringEngine {
     }
 
     /// Submits READ_FIXED (from the aligned resume point) hard-linked to CLOSE.
+    /// File offset `off` lands at extent byte `lead + (off - base)`
+    /// (`plan::layout`); one read asks for at most 1 GiB (the kernel caps a
+    /// read below 2 GiB anyway) and a short one resumes.
     fn submit_read(&mut self, i: usize) -> io::Result<()> {
         let fixed = self.fixed_buffers();
         let s = &mut self.slots[i];
+        let target = s.target();
         let e = s.extent.as_mut().expect("a read needs an extent");
         let off = s.got / s.align * s.align;
         let end = if s.align == 1 {
-            s.size.unwrap_or(0)
+            target
         } else {
-            e.capacity() as u64
+            s.base + (e.capacity() - s.lead) as u64
         };
-        let len = (end - off) as u32;
-        let buf = e.as_mut_ptr().wrapping_add(off as usize);
+        let len = (end - off).min(1 << 30) as u32;
+        let buf = e
+            .as_mut_ptr()
+            .wrapping_add(s.lead + (off - s.base) as usize);
         s.read_off = off;
         s.phase = Phase::Reading;
         s.then = Then::Free;
@@ -379,8 +406,8 @@ impl UringEngine {
         let close = opcode::Close::new(types::Fixed(i as u32))
             .build()
             .user_data(user_data(i, s.epoch, CLOSE));
-        // SAFETY: `buf..buf+len` lies inside the extent held by slot i (off ≤
-        // end ≤ capacity), which is registered buffer `buf_index` when `fixed`
+        // SAFETY: `buf..buf+len` lies inside the extent held by slot i (base ≤
+        // off ≤ end ≤ base + capacity - lead), which is registered buffer `buf_index` when `fixed`
         // (otherwise memory the extent owns, read without registration); the slot
         // keeps the extent, unread, until the READ CQE arrives, and on drop
         // with busy slots the extent is leaked, never released for reuse.
@@ -489,7 +516,7 @@ impl UringEngine {
         }
         let s = &mut self.slots[i];
         s.size = Some(size);
-        if size == 0 {
+        if size == 0 && s.range.is_none() {
             let empty = FileBytes::Arena(self.part.empty());
             self.deliver(i, Ok(empty), done);
             return self.submit_close(i);
@@ -500,184 +527,16 @@ impl UringEngine {
         self.plan_extent(i, &st, done)
     }
 
-    /// Why the file just opened in slot `i` (its statx `st`) is not read:
-    /// statx failed, not a regular file, too large, or its size changed
-    /// since the first open (a reopen).
-    fn refusal(&self, i: usize, st: &libc::statx) -> Option<Error> {
-        let s = &self.slots[i];
-        let size = st.stx_size;
-        if s.statx_res < 0 {
-            Some(Error::Stat(io::Error::from_raw_os_error(-s.statx_res)))
-        } else if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            Some(Error::NotAFile)
-        } else if size > self.opts.max_file_bytes {
-            Some(Error::TooLarge {
-                size,
-                limit: self.opts.max_file_bytes,
-            })
-        } else {
-            match s.size {
-                Some(expected) if expected != size => Some(Error::SizeChanged {
-                    expected,
-                    got: size,
-                }),
-                _ => None,
-            }
-        }
-    }
-
-    /// The extent slot `i`'s file needs (its alignment for O_DIRECT, a spill
-    /// for a big file): the slot waits for arena space, or the file is
-    /// refused when no extent can ever hold it. A filesystem that opened
-    /// O_DIRECT but cannot do it for this file is reopened buffered.
-    fn plan_extent(&mut self, i: usize, st: &libc::statx, done: &mut Done<'_>) -> io::Result<()> {
-        let size = st.stx_size;
-        let (mem_align, off_align) = if self.slots[i].flags & libc::O_DIRECT != 0 {
-            match self.dio_align(st) {
-                Some(a) => a,
-                None => {
-                    // The filesystem opened O_DIRECT but cannot do it here.
-                    let s = &mut self.slots[i];
-                    s.flags &= !libc::O_DIRECT;
-                    s.buffered = true;
-                    s.align = 1;
-                    s.then = Then::Reopen;
-                    s.phase = Phase::Closing;
-                    s.pending = 1;
-                    let close = opcode::Close::new(types::Fixed(i as u32))
-                        .build()
-                        .user_data(user_data(i, s.epoch, CLOSE));
-                    // SAFETY: CLOSE references no memory.
-                    return unsafe { self.push(&[close]) };
-                }
-            }
-        } else {
-            (64, 1)
-        };
-        let s = &mut self.slots[i];
-        s.align = off_align;
-        let len = size.div_ceil(off_align) * off_align;
-        let align = mem_align.max(if off_align > 1 { 4096 } else { 64 }) as usize;
-        // A spill mapping is page-aligned: enough for any DIO memory alignment
-        // up to a page, which is all kernels ask.
-        let spill = len > self.part.spill_above(align) as u64 && align <= 4096;
-        let capacity = self.part.max_extent(align) as u64;
-        if !spill && len > capacity {
-            let e = Error::ArenaTooSmall {
-                need: len,
-                capacity,
-            };
-            self.deliver(i, Err(e), done);
-            return self.submit_close(i);
-        }
-        s.want = (align, len as usize, spill);
-        s.phase = Phase::WaitArena;
-        self.waiting.push_back(i);
-        Ok(())
-    }
-
-    /// Memory and offset alignment for O_DIRECT: STATX_DIOALIGN where the
-    /// kernel reports it (None: no direct I/O for this file), else the
-    /// device's logical block size, else 4096.
-    fn dio_align(&mut self, st: &libc::statx) -> Option<(u64, u64)> {
-        if st.stx_mask & STATX_DIOALIGN != 0 {
-            let off =
-                if st.stx_mask & STATX_DIO_READ_ALIGN != 0 && st.stx_dio_read_offset_align != 0 {
-                    st.stx_dio_read_offset_align
-                } else {
-                    st.stx_dio_offset_align
-                };
-            return (off != 0).then(|| (u64::from(st.stx_dio_mem_align.max(1)), u64::from(off)));
-        }
-        let dev = (st.stx_dev_major, st.stx_dev_minor);
-        let lbs = *self
-            .block_sizes
-            .entry(dev)
-            .or_insert_with(|| logical_block_size(dev.0, dev.1).unwrap_or(4096));
-        Some((lbs, lbs))
-    }
-
-    /// Gives extents to slots waiting for arena space, in arrival order.
-    fn service_waiters(&mut self, done: &mut Done<'_>) -> io::Result<()> {
-        while let Some(&i) = self.waiting.front() {
-            if self.stopping {
-                self.waiting.pop_front();
-                self.submit_close(i)?;
-                continue;
-            }
-            let (align, len, spill) = self.slots[i].want;
-            let e = if spill {
-                match self.part.alloc_spill(len) {
-                    Ok(e) => e,
-                    Err(why) => {
-                        // No memory for this file now: reject it, keep going.
-                        self.waiting.pop_front();
-                        let e = Error::Read(io::Error::other(why.to_string()));
-                        self.deliver(i, Err(e), done);
-                        self.submit_close(i)?;
-                        continue;
-                    }
-                }
-            } else {
-                self.part.alloc(len, align)
-            };
-            let Some(e) = e else {
-                break;
-            };
-            self.stats.spills += u64::from(spill);
-            self.waiting.pop_front();
-            self.slots[i].extent = Some(e);
-            self.submit_read(i)?;
-        }
-        Ok(())
-    }
-
-    fn on_read(&mut self, i: usize, res: i32, done: &mut Done<'_>) {
-        let s = &mut self.slots[i];
-        let size = s.size.unwrap_or(0);
-        if res < 0 {
-            let errno = -res;
-            if errno == libc::EINVAL && s.flags & libc::O_DIRECT != 0 {
-                s.flags &= !libc::O_DIRECT;
-                s.buffered = true;
-                s.align = 1;
-                s.then = Then::Reopen;
-            } else if errno == libc::EAGAIN || errno == libc::EINTR {
-                s.then = Then::Reopen;
-            } else {
-                s.extent = None;
-                let e = Error::Read(io::Error::from_raw_os_error(errno));
-                self.deliver(i, Err(e), done);
-            }
-            return;
-        }
-        let got = s.read_off + res as u64;
-        if got >= size {
-            let mut e = s.extent.take().expect("a read has an extent");
-            e.set_len(size as usize);
-            self.deliver(i, Ok(FileBytes::Arena(e)), done);
-        } else if res == 0 || got <= s.got {
-            s.extent = None;
-            let e = Error::SizeChanged {
-                expected: size,
-                got: got.max(s.got),
-            };
-            self.deliver(i, Err(e), done);
-        } else {
-            s.got = got;
-            s.then = Then::Reopen;
-            self.stats.short_reads += 1;
-        }
-    }
-
     fn deliver(&mut self, i: usize, r: Result<FileBytes, Error>, done: &mut Done<'_>) {
         self.slots[i].delivered = true;
         let s = &self.slots[i];
         let latency = s.started.map_or(Duration::ZERO, |t| t.elapsed());
         match &r {
             Ok(b) => {
+                // A range's prefix is the source's, not bytes read.
+                let prefix = s.range.as_ref().map_or(0, |r| r.prefix.len());
                 self.stats.files_ok += 1;
-                self.stats.bytes += b.len() as u64;
+                self.stats.bytes += (b.len() - prefix) as u64;
                 self.stats.buffered_fallbacks += u64::from(s.buffered && self.opts.direct);
             }
             Err(_) => self.stats.files_rejected += 1,
@@ -729,17 +588,4 @@ impl Drop for UringEngine {
             ManuallyDrop::drop(&mut self.statx);
         }
     }
-}
-
-/// The logical block size of block device `major:minor` (or of the disk a
-/// partition belongs to), from sysfs.
-fn logical_block_size(major: u32, minor: u32) -> Option<u64> {
-    let dev = format!("/sys/dev/block/{major}:{minor}");
-    ["queue", "../queue"].iter().find_map(|q| {
-        std::fs::read_to_string(format!("{dev}/{q}/logical_block_size"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    })
 }

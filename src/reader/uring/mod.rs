@@ -4,7 +4,8 @@
 //! partition of the registered [`Arena`](crate::reader::arena::Arena), and
 //! `io.queue_depth` direct-descriptor slots. Per file it submits OPENAT
 //! (O_DIRECT|O_NOATIME, straight into a fixed slot) linked to STATX, then
-//! READ_FIXED into an arena extent hard-linked to CLOSE — so a build makes no
+//! READ_FIXED into an arena extent hard-linked to CLOSE (a ranged job: the
+//! blocks around its range, its prefix placed in front) — so a build makes no
 //! per-file `openat`/`read`/`close` syscalls, only batched `io_uring_enter`s.
 //! Per-file fallbacks (O_NOATIME refused, O_DIRECT refused, short reads) and
 //! the state machine are described in [`engine`].
@@ -54,7 +55,8 @@ impl From<&IoConfig> for UringOptions {
 pub struct RunStats {
     pub files_ok: u64,
     pub files_rejected: u64,
-    /// Bytes delivered (file sizes, not aligned read lengths).
+    /// Bytes delivered (file sizes, or a range's length without its prefix;
+    /// not aligned read lengths).
     pub bytes: u64,
     /// Opens retried without O_NOATIME (EPERM: not the owner).
     pub noatime_retries: u64,

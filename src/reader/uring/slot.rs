@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+use crate::reader::ReadRange;
 use crate::reader::arena::Extent;
 
 pub(super) const OPEN: u64 = 1;
@@ -54,14 +55,22 @@ pub(super) struct Slot {
     pub(super) pending: u8,
     pub(super) open_res: i32,
     pub(super) statx_res: i32,
-    /// Size at the first open (bytes to deliver).
+    /// Size at the first open (bytes to deliver, for a whole file).
     pub(super) size: Option<u64>,
+    /// A ranged job's prefix and bytes (None: the whole file).
+    pub(super) range: Option<ReadRange>,
+    /// File offset of the extent's byte `lead`: where the read starts (0 for
+    /// a whole file; a range's start aligned down to the block).
+    pub(super) base: u64,
+    /// Extent bytes before file offset `base`: room for a range's prefix.
+    pub(super) lead: usize,
     /// Read offset/length granularity (1 when buffered).
     pub(super) align: u64,
     /// Address alignment and length of the extent to allocate (WaitArena),
     /// and whether it is a spill ([`ArenaPart::alloc_spill`]).
     pub(super) want: (usize, usize, bool),
-    /// Bytes known to be in the extent (short-read resume point).
+    /// File offset up to which bytes are known to be in the extent
+    /// (short-read resume point; starts at `base`).
     pub(super) got: u64,
     /// File offset of the read in flight.
     pub(super) read_off: u64,
@@ -70,6 +79,16 @@ pub(super) struct Slot {
     pub(super) buffered: bool,
     /// `done` has been called for this file.
     pub(super) delivered: bool,
+}
+
+impl Slot {
+    /// The file offset the read must reach: the range's end, or the size.
+    pub(super) fn target(&self) -> u64 {
+        match &self.range {
+            Some(r) => r.start.saturating_add(r.len),
+            None => self.size.unwrap_or(0),
+        }
+    }
 }
 
 /// The slot and op kind a completion belongs to.

@@ -10,6 +10,8 @@ use super::*;
 use crate::reader::FileBytes;
 use crate::reader::arena::Arena;
 
+mod ranges;
+
 fn usable(test: &str) -> bool {
     match probe() {
         Ok(_) => true,
