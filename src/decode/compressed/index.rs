@@ -17,7 +17,7 @@
 //!   packet only primes; Opus: 5 s — RFC 7845 §4.6 asks for at least 80 ms,
 //!   after which libopus restarted is close to the decoder that ran from
 //!   the start but, on near-silent frames, still 0.8 off on log fbank; 1 s
-//!   left 0.08 in scripts/parity_manifest.py, 5 s 7.5e-4) to the first page
+//!   left 0.08 in scripts/parity_manifest.py, 5 s 1.2e-3) to the first page
 //!   whose granule reaches the segment's end.
 //!
 //! Anything unexpected (a junk byte between frames, a last frame or page cut
