@@ -30,7 +30,8 @@
 //! decodes those (the codec setup, then the packets fed to the decoder
 //! directly), placed in the whole-file decode: MP3 and Vorbis bit for bit,
 //! Opus as close as libopus restarted 5 s early comes (exact on the tests'
-//! files, 1.2e-3 on log fbank in `scripts/parity_manifest.py`). MP4/AAC segments are still decoded from the start.
+//! files, 1.2e-3 on log fbank in `scripts/parity_manifest.py`). MP4/AAC
+//! segments are still decoded from the start.
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream
