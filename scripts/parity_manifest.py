@@ -7,9 +7,10 @@ sox makes it 16, 44.1 and 48 kHz, mono and stereo (the second channel a
 delayed, quieter copy, so the mean and each channel differ); each becomes a
 WAV, a FLAC (sox's for mono, with a SEEKTABLE; ffmpeg's for stereo, without
 one), and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
-(AAC-LC); a 10-minute 16 kHz recording becomes an MP3, an Ogg Vorbis and an
-Ogg Opus whose segments are drawn from its last 40 % (melforge reads them
-from a frame or page before each, not from the file's start). A seeded
+(AAC-LC); a 10-minute 16 kHz recording becomes an MP3, an Ogg Vorbis, an
+Ogg Opus and an M4A whose segments are drawn from its last 40 % (melforge
+reads them from a frame, page or access unit before each, not from the
+file's start). A seeded
 generator draws segments of each (offsets and durations with many
 decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
@@ -126,7 +127,7 @@ def corpus(work):
     # index.rs), not from the file's start.
     sh("sox", f"{work}/long.wav", "-r", "16000", "-b", "16", f"{work}/deep.wav", "repeat", "23")
     secs = float(sh("soxi", "-D", f"{work}/deep.wav", capture_output=True, text=True).stdout)
-    for ext in ("mp3", "ogg", "opus"):
+    for ext in ("mp3", "ogg", "opus", "m4a"):
         sh("ffmpeg", "-v", "error", "-y", "-i", f"{work}/deep.wav", *ENCODE[ext],
            f"{work}/deep.{ext}")
         out.append((f"{work}/deep.{ext}", ext, 16000, 1, secs))

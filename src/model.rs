@@ -158,19 +158,23 @@ pub struct Segment {
 }
 
 /// How part of a lossy stream lines up with its whole-file decode. Positions
-/// are in the stream's own units: decoded samples for MP3 (counted from the
-/// first audio frame, before the encoder delay is cut), granules for Ogg
-/// (48 kHz for Opus).
+/// are in the stream's own units: decoded samples for MP3 and MP4 AAC
+/// (counted from the first audio frame or access unit, before the encoder
+/// delay or the edit list's media time is cut), granules for Ogg (48 kHz
+/// for Opus).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LossyPart {
     /// The position of the whole-file decode's first sample (MP3: the
-    /// delay gapless decoding cuts; Vorbis: 0; Opus: the pre-skip).
+    /// delay gapless decoding cuts; AAC: the edit list's media time;
+    /// Vorbis: 0; Opus: the pre-skip).
     pub origin: u64,
     /// The position of the part's first decoded sample where the container
-    /// has no timestamps (MP3); `None`: from the pages' granule positions.
+    /// has no timestamps on its packets (MP3, MP4 AAC: the sample table's
+    /// durations before it); `None`: from the pages' granule positions.
     pub first: Option<u64>,
     /// The whole-file decode's length in samples, where it cuts the encoder
-    /// padding at the end (LAME tag, last granule position).
+    /// padding at the end (LAME tag, last granule position, MP4 track
+    /// duration).
     pub length: Option<u64>,
 }
 

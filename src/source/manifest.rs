@@ -37,12 +37,13 @@
 //! read here once per recording (the first 64 KiB, up to 1 MiB when its
 //! chunks or blocks before the samples are larger), and the job carries the
 //! header rewritten for the part and the extent (`decode::wav::extent`,
-//! `decode::flac::seek`). An MP3 or Ogg (Vorbis, Opus) recording gets a
-//! seek index here, once (`decode::compressed::index`: frame or page
-//! headers hopped over), and each segment reads the frames or pages from a
-//! pre-roll before it to its end, behind the Ogg header pages; the job's
-//! segment says how the part lines up with the whole-file decode
-//! ([`crate::model::LossyPart`]). MP4 and recordings whose index cannot be
+//! `decode::flac::seek`). An MP3, Ogg (Vorbis, Opus) or MP4 (AAC)
+//! recording gets a seek index here, once (`decode::compressed::index`:
+//! frame or page headers hopped over, or the MP4 `moov` box's sample
+//! table), and each segment reads the frames, pages or access units from a
+//! pre-roll before it to its end, behind the Ogg header pages or the AAC
+//! setup; the job's segment says how the part lines up with the whole-file
+//! decode ([`crate::model::LossyPart`]). Recordings whose index cannot be
 //! built (a damaged file) are read whole and decoded from their start up to
 //! the segment's end; the decoder names what is wrong, if anything.
 
@@ -474,7 +475,7 @@ enum Head {
 }
 
 /// Headers read so far, by the path opened (None: neither a WAV, a FLAC
-/// nor an MP3 or Ogg stream that could be indexed, or unreadable; such an
+/// nor an MP3, Ogg or MP4 stream that could be indexed, or unreadable; such an
 /// item is read whole and the decoder says what is wrong, if anything).
 #[derive(Default)]
 struct Heads {

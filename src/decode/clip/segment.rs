@@ -34,8 +34,14 @@ impl ClipDecoder {
         seg: &Segment,
         out: Out<'_>,
     ) -> Result<Decoded, Error> {
-        let kind = container(bytes)?;
-        // Part of an MP3 or Ogg stream (`compressed::index`).
+        // Part of an MP3, Ogg or MP4 AAC stream (`compressed::index`); an
+        // AAC part starts with its own header, no container's.
+        let kind = match seg.lossy {
+            Some(_) if compressed::is_aac_part(bytes) => {
+                Container::Compressed(compressed::Codec::Aac)
+            }
+            _ => container(bytes)?,
+        };
         let part = match (kind, seg.lossy) {
             (Container::Compressed(_), Some(p)) => Some(compressed::open_part(bytes, p)?),
             _ => None,

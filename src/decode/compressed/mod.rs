@@ -24,14 +24,16 @@
 //!   at or above the header's input rate), pre-skip and end trimming from the
 //!   granule positions, and the header's output gain.
 //!
-//! A segment of a long MP3 or Ogg recording need not be decoded from the
-//! start: [`index`] plans, once per recording and without decoding, the
-//! frames or pages from a pre-roll before each segment, and [`open_part`]
-//! decodes those (the codec setup, then the packets fed to the decoder
-//! directly), placed in the whole-file decode: MP3 and Vorbis bit for bit,
-//! Opus as close as libopus restarted 5 s early comes (exact on the tests'
-//! files, 1.2e-3 on log fbank in `scripts/parity_manifest.py`). MP4/AAC
-//! segments are still decoded from the start.
+//! A segment of a long recording need not be decoded from the start:
+//! [`index`] plans, once per recording and without decoding, the frames,
+//! pages or access units from a pre-roll before each segment (MP4: from
+//! the `moov` box's sample table alone), and [`open_part`] decodes those
+//! (the codec setup, then the packets fed to the decoder directly), placed
+//! in the whole-file decode: MP3 and Vorbis bit for bit, Opus as close as
+//! libopus restarted 5 s early comes (exact on the tests' files, 1.2e-3 on
+//! log fbank in `scripts/parity_manifest.py`), AAC bit for bit except in
+//! bands coded as perceptual noise (PNS: the decoder's noise generator has
+//! drawn less by then; noise of the same energy, other values).
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream
@@ -55,7 +57,7 @@ use std::fmt;
 use super::policy::Mix;
 use super::wav::ByteStr;
 
-pub use part::{Part, open_part};
+pub use part::{Part, is_aac_part, open_part};
 
 /// A codec this module decodes, with its container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

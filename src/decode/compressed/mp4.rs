@@ -8,6 +8,10 @@
 //! encoded by ffmpeg). The stream's length is the track's duration less that
 //! media time.
 
+mod table;
+
+pub(super) use table::{Read, Table, table};
+
 use super::Error;
 use crate::decode::wav::ByteStr;
 
@@ -47,6 +51,7 @@ pub(super) fn is_mp4(bytes: &[u8]) -> bool {
 }
 
 /// One box: its type and its body's range in the buffer.
+#[derive(Clone, Copy)]
 struct Box4<'a> {
     kind: [u8; 4],
     body: &'a [u8],
@@ -151,6 +156,11 @@ pub(super) fn audio_track(bytes: &[u8]) -> Result<Track, Error> {
             "no moov box (the file holds no track descriptions)",
         ));
     };
+    sound(moov).map(|(_, t)| t)
+}
+
+/// The first sound track of `moov` (checked to hold AAC) and its timing.
+fn sound<'a>(moov: &Box4<'a>) -> Result<(Box4<'a>, Track), Error> {
     let mut others = Vec::new();
     for trak in boxes(moov.body, moov.at)?
         .into_iter()
@@ -165,7 +175,7 @@ pub(super) fn audio_track(bytes: &[u8]) -> Result<Track, Error> {
             continue;
         }
         match entry {
-            Some(e) if &e == b"mp4a" => return sound_track(&trak),
+            Some(e) if &e == b"mp4a" => return Ok((trak, sound_track(&trak)?)),
             e => {
                 return Err(Error::Unsupported {
                     format: F,

@@ -1,14 +1,17 @@
-//! Part of an MP3 or Ogg stream, as [`super::index`] plans it: MP3 frames
-//! from a frame boundary, or an Ogg stream's header pages followed by its
-//! pages from a page boundary. The codec decoders are fed the packets
-//! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer.
+//! Part of an MP3, Ogg or MP4 AAC stream, as [`super::index`] plans it: MP3
+//! frames from a frame boundary, an Ogg stream's header pages followed by
+//! its pages from a page boundary, or MP4 access units behind a header
+//! that gives the AudioSpecificConfig and where each unit lies
+//! ([`aac_setup`]). The codec decoders are fed the packets directly
+//! (symphonia's MP3, Vorbis and AAC decoders, libopus), no demuxer.
 //!
-//! The part's first decoded sample is placed in the stream: MP3 and Opus by
-//! the planned position of its first packet ([`LossyPart::first`]), Vorbis
+//! The part's first decoded sample is placed in the stream: MP3, AAC and
+//! Opus by the planned position of its first packet ([`LossyPart::first`]), Vorbis
 //! by the first page in the part that ends a decoded packet (its granule
 //! less the samples decoded so far; the first packet only primes the
 //! overlap). Positions before the whole-file decode's first
-//! sample ([`LossyPart::origin`]: MP3's encoder delay, Opus's pre-skip) are
+//! sample ([`LossyPart::origin`]: MP3's encoder delay, the MP4 edit list's
+//! media time, Opus's pre-skip) are
 //! dropped as it drops them, and the part ends where it ends
 //! ([`LossyPart::length`]), so sample `i` of the output is sample
 //! `base + i` of the whole-file decode. The caller drops the pre-roll (the
@@ -16,7 +19,7 @@
 
 use symphonia::core::audio::{AudioBufferRef, Channels as SymChannels, Signal};
 use symphonia::core::codecs::{
-    CODEC_TYPE_MP3, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
+    CODEC_TYPE_AAC, CODEC_TYPE_MP3, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
 };
 use symphonia::core::formats::Packet;
 
@@ -35,6 +38,11 @@ pub struct Part<'a> {
 
 enum PartCodec {
     Mp3(Box<dyn Decoder>),
+    Aac {
+        decoder: Box<dyn Decoder>,
+        /// Each access unit's offset and size in the bytes.
+        units: Vec<(usize, usize)>,
+    },
     Vorbis {
         decoder: Box<dyn Decoder>,
         serial: u32,
@@ -52,7 +60,9 @@ enum PartCodec {
 /// Opens a part: the first MP3 frame header, or the Ogg header packets.
 pub fn open_part(bytes: &[u8], part: LossyPart) -> Result<Part<'_>, Error> {
     guarded(|| {
-        let (head, codec) = if bytes.starts_with(b"OggS") {
+        let (head, codec) = if bytes.starts_with(AAC_PART) {
+            aac_open(bytes)?
+        } else if bytes.starts_with(b"OggS") {
             ogg_setup(bytes)?
         } else {
             mp3_setup(bytes)?
@@ -228,6 +238,9 @@ impl Part<'_> {
         let codec = self.head.codec;
         let r = guarded(|| match self.codec {
             PartCodec::Mp3(d) => mp3(self.bytes, self.part, d, &mut place, &mut sink),
+            PartCodec::Aac { decoder, units } => aac(
+                self.bytes, &units, self.part, decoder, &mut place, &mut sink,
+            ),
             PartCodec::Vorbis {
                 mut decoder,
                 serial,
@@ -280,6 +293,95 @@ impl Part<'_> {
         sink.out.truncate(keep);
         Ok(base)
     }
+}
+
+/// The start of an AAC part's header ([`aac_setup`]); no MP3 frame sync.
+const AAC_PART: &[u8; 8] = b"\0AACpart";
+
+/// The bytes are an AAC part ([`aac_setup`]'s header, then its access
+/// units), not a file.
+pub fn is_aac_part(bytes: &[u8]) -> bool {
+    bytes.starts_with(AAC_PART)
+}
+
+/// The header of every part of an MP4 AAC track: [`AAC_PART`], the rate
+/// (u32), channels (u16) and the AudioSpecificConfig (u16 length, bytes).
+/// [`super::index`] appends the part's access units: their count (u32),
+/// then each one's offset in the bytes that follow the header (u64) and
+/// size (u32).
+pub(super) fn aac_setup(rate: u32, channels: u16, asc: &[u8]) -> Option<Vec<u8>> {
+    let mut h = AAC_PART.to_vec();
+    h.extend_from_slice(&rate.to_be_bytes());
+    h.extend_from_slice(&channels.to_be_bytes());
+    h.extend_from_slice(&u16::try_from(asc.len()).ok()?.to_be_bytes());
+    h.extend_from_slice(asc);
+    Some(h)
+}
+
+/// An AAC part's header read: the decoder made from the AudioSpecificConfig
+/// (as symphonia's MP4 demuxer makes it for the whole-file decode) and the
+/// access units located in the bytes.
+fn aac_open(bytes: &[u8]) -> Result<(Head, PartCodec), Error> {
+    const F: &str = "MP4 AAC";
+    let cut = || Error::truncated(F, "the part ends inside its header");
+    let mut at = AAC_PART.len();
+    let mut take = |n: usize| -> Result<&[u8], Error> {
+        let b = bytes.get(at..at + n).ok_or_else(cut)?;
+        at += n;
+        Ok(b)
+    };
+    let be = |b: &[u8]| b.iter().fold(0u64, |a, &v| (a << 8) | u64::from(v));
+    let rate = be(take(4)?) as u32;
+    let channels = be(take(2)?) as u16;
+    let asc_len = be(take(2)?) as usize;
+    let asc = take(asc_len)?.to_vec();
+    let n = be(take(4)?) as usize;
+    let mut units = Vec::with_capacity(n.min(bytes.len() / 12));
+    for _ in 0..n {
+        let (off, size) = (be(take(8)?), be(take(4)?));
+        units.push((usize::try_from(off).unwrap_or(usize::MAX), size as usize));
+    }
+    let body = at;
+    let units = units.into_iter().map(|(o, s)| (body.saturating_add(o), s));
+    let mut params = CodecParameters::new();
+    params
+        .for_codec(CODEC_TYPE_AAC)
+        .with_sample_rate(rate)
+        .with_extra_data(asc.into_boxed_slice());
+    let decoder = make(&params, F)?;
+    let head = Head {
+        codec: Codec::Aac,
+        sample_rate: rate,
+        channels,
+    };
+    let units = units.collect();
+    Ok((head, PartCodec::Aac { decoder, units }))
+}
+
+/// Access unit after access unit of an AAC part, the first placed at
+/// [`LossyPart::first`] (the sum of the durations before it).
+fn aac(
+    bytes: &[u8],
+    units: &[(usize, usize)],
+    part: LossyPart,
+    mut decoder: Box<dyn Decoder>,
+    place: &mut Place,
+    sink: &mut Sink<'_>,
+) -> Result<(), Error> {
+    const F: &str = "MP4 AAC";
+    place.start(part.first.unwrap_or(0), sink);
+    for &(at, size) in units {
+        if sink.full() {
+            break;
+        }
+        let data = bytes
+            .get(at..at.saturating_add(size))
+            .ok_or_else(|| Error::truncated(F, "the part ends inside an access unit"))?;
+        let packet = Packet::new_from_slice(0, 0, 1024, data);
+        let buf = decoder.decode(&packet).map_err(|e| symph::map_err(F, e))?;
+        place.push(sink, |s| planar(buf, s));
+    }
+    Ok(())
 }
 
 /// Frame after frame of an MP3 part.

@@ -184,7 +184,7 @@ fn pick_track(
 
 /// The channel count of an AAC AudioSpecificConfig (ISO 14496-3 1.6.2.1:
 /// object type, sampling frequency index, channel configuration 1–7).
-fn asc_channels(asc: &[u8]) -> Option<usize> {
+pub(super) fn asc_channels(asc: &[u8]) -> Option<usize> {
     let bits = |from: usize, n: usize| -> Option<u32> {
         let mut v = 0u32;
         for i in from..from + n {
