@@ -6,8 +6,8 @@ Writes one 16 kHz mono 16-bit recording of HOURS hours (default 2; a
 deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
 as a WAV, with sox (which writes a SEEKTABLE with a point every 10 s) as a
 FLAC, with ffmpeg (which writes none: the planner searches the frames) as a
-second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s), an Ogg Opus
-(libopus 24 kb/s) and an M4A (ffmpeg's aac, 32 kb/s); cuts it into N segments (default 1,000) of equal length with
+second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s) and an Ogg Opus
+(libopus 24 kb/s); cuts it into N segments (default 1,000) of equal length with
 offsets and durations at microsecond resolution, in a shuffled line order
 (seeded), one NeMo manifest per container; builds each with
 `recipe = "kaldi-fbank"` (80 bins) and reports from the build's JSON report:
@@ -21,11 +21,10 @@ offsets and durations at microsecond resolution, in a shuffled line order
   start-up excluded) and the build's wall time.
 
 With `--io-engine std` the readers use plain reads (a segment: one `pread`)
-instead of io_uring. `--only wav,m4a` builds only those containers' manifests
-(names as in the table).
+instead of io_uring.
 
 Usage: bench_manifest.py MELFORGE_BIN WORK [--hours H] [--segments N] [--seed S]
-                         [--io-engine uring|std] [--only NAME,...]
+                         [--io-engine uring|std]
 Prints a markdown table for docs/BENCHMARKS.md.
 """
 
@@ -98,33 +97,23 @@ def main():
     ap.add_argument("--segments", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--io-engine", default="uring", choices=["uring", "std"])
-    ap.add_argument("--only", default="", help="comma-separated container names")
     a = ap.parse_args()
-    only = set(filter(None, a.only.split(",")))
-    wanted = lambda name: not only or name in only  # noqa: E731
     os.makedirs(a.work, exist_ok=True)
     wav, flac = f"{a.work}/long.wav", f"{a.work}/long.flac"
     ff = f"{a.work}/long-ffmpeg.flac"
     n = recording(wav, a.hours, a.seed)
-    if wanted("flac"):
-        subprocess.run(["sox", wav, flac], check=True)
-    if wanted("flac-no-seektable"):
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
+    subprocess.run(["sox", wav, flac], check=True)
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
     with open(f"{a.work}/c.toml", "w") as f:
         f.write(CONFIG + f'[io]\nengine = "{a.io_engine}"\n')
     encoded = []
     for name, args in (("mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
-                       ("opus", ["-c:a", "libopus", "-b:a", "24k"]),
-                       ("m4a", ["-c:a", "aac", "-b:a", "32k"])):
-        if not wanted(name):
-            continue
+                       ("opus", ["-c:a", "libopus", "-b:a", "24k"])):
         path = f"{a.work}/long.{name}"
         subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
         encoded.append((name, path))
     rows = []
     for name, audio in (("wav", wav), ("flac", flac), ("flac-no-seektable", ff), *encoded):
-        if not wanted(name):
-            continue
         seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
         doc, wall, header = build(os.path.abspath(a.melforge), a.work, name)
         r = doc["report"]

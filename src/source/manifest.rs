@@ -37,15 +37,15 @@
 //! read here once per recording (the first 64 KiB, up to 1 MiB when its
 //! chunks or blocks before the samples are larger), and the job carries the
 //! header rewritten for the part and the extent (`decode::wav::extent`,
-//! `decode::flac::seek`). An MP3, Ogg (Vorbis, Opus) or MP4 (AAC)
-//! recording gets a seek index here, once (`decode::compressed::index`:
-//! frame or page headers hopped over, or the MP4 `moov` box's sample
-//! table), and each segment reads the frames, pages or access units from a
-//! pre-roll before it to its end, behind the Ogg header pages or the AAC
-//! setup; the job's segment says how the part lines up with the whole-file
-//! decode ([`crate::model::LossyPart`]). Recordings whose index cannot be
-//! built (a damaged file) are read whole and decoded from their start up to
-//! the segment's end; the decoder names what is wrong, if anything.
+//! `decode::flac::seek`). An MP3 or Ogg (Vorbis, Opus) recording gets a
+//! seek index here, once (`decode::compressed::index`: frame or page
+//! headers hopped over), and each segment reads the frames or pages from a
+//! pre-roll before it to its end, behind the Ogg header pages; the job's
+//! segment says how the part lines up with the whole-file decode
+//! ([`crate::model::LossyPart`]). M4A (whose index and parts exist but are
+//! left off, see [`AAC_PARTS`]) and recordings whose index cannot be built
+//! (a damaged file) are read whole and decoded from their start up to the
+//! segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -467,6 +467,18 @@ fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
         })
 }
 
+/// Whether an M4A recording's segments are read from their access units
+/// (`decode::compressed::index`) rather than decoded from the file's start.
+/// Off: where the encoder coded bands as perceptual noise (PNS; ffmpeg's
+/// `aac` encoder does on speech even at 128 kb/s), the decoder's noise
+/// generator has drawn less by a part's start than by the same point of
+/// the whole-file decode, and those bands come out as other noise of the
+/// same energy: up to 3.2 on log fbank against ffmpeg's whole-file samples
+/// in `scripts/parity_manifest.py` (most M4A segment rows over the 5e-2
+/// bound), where decoding from the start is within it. Without PNS the
+/// parts are the whole decode's bit for bit (`part_tests`).
+const AAC_PARTS: bool = false;
+
 /// How a recording's segments are placed in it.
 enum Head {
     Wav(extent::Head),
@@ -582,7 +594,7 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
         }
         let got = buf.len() as u64;
         if compressed::sniff(&buf).is_some() {
-            let (index, bytes) = index::Index::build(&f, len, &buf);
+            let (index, bytes) = index::Index::build(&f, len, &buf, AAC_PARTS);
             return (index.map(Head::Lossy), got + bytes);
         }
         match parse_head(&buf, len) {

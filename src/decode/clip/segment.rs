@@ -13,7 +13,8 @@
 //! `lossy` placement: the part's decoder says which whole-file sample its
 //! first output is, and the pre-roll before the segment is dropped
 //! (`source::manifest`, `decode::compressed::index`). Any other compressed
-//! stream (MP4, or a recording without an index) is decoded from its start
+//! stream (MP4, whose parts the manifest source leaves off, or a recording
+//! without an index) is decoded from its start
 //! up to the segment's end, its frames before the segment dropped.
 //!
 //! A whole-file item that states its duration ([`Segment::expect_s`]) is
@@ -26,6 +27,18 @@ use crate::decode::policy::{Channels, Mix};
 use crate::decode::wav::{self, WavInfo};
 use crate::model::Segment;
 
+/// The container of `bytes`; a part of an MP3, Ogg or MP4 AAC stream
+/// (`compressed::index`) is its codec's, an AAC part starting with its own
+/// header, no container's.
+fn part_container(bytes: &[u8], seg: &Segment) -> Result<Container, Error> {
+    match seg.lossy {
+        Some(_) if compressed::is_aac_part(bytes) => {
+            Ok(Container::Compressed(compressed::Codec::Aac))
+        }
+        _ => container(bytes),
+    }
+}
+
 impl ClipDecoder {
     /// The samples of `seg` of the file in `bytes` into `out`.
     pub(super) fn segment(
@@ -34,14 +47,7 @@ impl ClipDecoder {
         seg: &Segment,
         out: Out<'_>,
     ) -> Result<Decoded, Error> {
-        // Part of an MP3, Ogg or MP4 AAC stream (`compressed::index`); an
-        // AAC part starts with its own header, no container's.
-        let kind = match seg.lossy {
-            Some(_) if compressed::is_aac_part(bytes) => {
-                Container::Compressed(compressed::Codec::Aac)
-            }
-            _ => container(bytes)?,
-        };
+        let kind = part_container(bytes, seg)?;
         let part = match (kind, seg.lossy) {
             (Container::Compressed(_), Some(p)) => Some(compressed::open_part(bytes, p)?),
             _ => None,

@@ -29,7 +29,10 @@
 //!   (where another track's samples are interleaved, they are read too and
 //!   skipped), behind a header that carries the AudioSpecificConfig and
 //!   each unit's place in the span. The whole-file decode's origin and
-//!   length are the edit list's media time and the track's duration.
+//!   length are the edit list's media time and the track's duration. Bit
+//!   for bit the whole decode's, except in bands coded as perceptual noise
+//!   (PNS), whose noise depends on every band drawn since the stream's
+//!   start: built only where the caller asks (`aac`).
 //!
 //! Anything unexpected (a junk byte between frames, a last frame or page cut
 //! short, no end-of-stream page, free-format MP3, a Vorbis stream that
@@ -122,8 +125,9 @@ struct Page {
 impl Index {
     /// The index of the file `f` (`len` bytes, starting with `head`), or
     /// `None` (with the bytes read trying) when it is neither an MP3 nor an
-    /// Ogg Vorbis/Opus stream that can be placed.
-    pub fn build(f: &File, len: u64, head: &[u8]) -> (Option<Index>, u64) {
+    /// Ogg Vorbis/Opus stream that can be placed, nor (with `aac`) an MP4
+    /// AAC track.
+    pub fn build(f: &File, len: u64, head: &[u8], aac: bool) -> (Option<Index>, u64) {
         let mut bytes = 0u64;
         let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
             let mut buf = vec![0u8; n.min(usize::try_from(len.saturating_sub(at)).ok()?)];
@@ -134,7 +138,7 @@ impl Index {
         let index = match super::sniff(head) {
             Some(super::Codec::Mp3) => mp3(head, len, &mut read),
             Some(super::Codec::Vorbis | super::Codec::Opus) => ogg(head, len, &mut read),
-            Some(super::Codec::Aac) => aac(len, &mut read),
+            Some(super::Codec::Aac) if aac => aac_index(len, &mut read),
             _ => None,
         };
         (
@@ -238,7 +242,7 @@ impl Index {
 use super::mp4::Read;
 
 /// The access units of an MP4 AAC track, from its sample table.
-fn aac(len: u64, read: &mut Read<'_>) -> Option<Index> {
+fn aac_index(len: u64, read: &mut Read<'_>) -> Option<Index> {
     let table = super::mp4::table(read, len)?;
     let (origin, length) = table.track.trim(table.rate);
     length?; // a track of unknown duration: read whole

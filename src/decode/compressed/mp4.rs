@@ -10,7 +10,7 @@
 
 mod table;
 
-pub(super) use table::{Read, Table, table};
+pub(super) use table::{Read, Table, asc_channels, table};
 
 use super::Error;
 use crate::decode::wav::ByteStr;

@@ -110,7 +110,12 @@ fn check(path: &Path) -> Measured {
         .decode(Channels::Mean, usize::MAX, &mut whole)
         .unwrap();
     let f = std::fs::File::open(path).unwrap();
-    let (index, _) = Index::build(&f, bytes.len() as u64, &bytes[..bytes.len().min(64 << 10)]);
+    let (index, _) = Index::build(
+        &f,
+        bytes.len() as u64,
+        &bytes[..bytes.len().min(64 << 10)],
+        true,
+    );
     let index = index.unwrap_or_else(|| panic!("{}: no index", path.display()));
     let mut worst = 0f32;
     let mut read = 0u64;
@@ -334,7 +339,13 @@ fn damaged_recordings_get_no_index() {
         let p = d.path().join("x");
         std::fs::write(&p, bytes).unwrap();
         let f = std::fs::File::open(&p).unwrap();
-        Index::build(&f, bytes.len() as u64, &bytes[..bytes.len().min(64 << 10)]).0
+        Index::build(
+            &f,
+            bytes.len() as u64,
+            &bytes[..bytes.len().min(64 << 10)],
+            true,
+        )
+        .0
     };
     assert!(index(&mp3).is_some() && index(&ogg).is_some());
     let mut junk = mp3.clone();

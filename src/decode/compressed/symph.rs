@@ -74,7 +74,7 @@ impl Stream {
         let channels = params
             .channels
             .map(|c| c.count())
-            .or_else(|| params.extra_data.as_deref().and_then(asc_channels))
+            .or_else(|| params.extra_data.as_deref().and_then(mp4::asc_channels))
             .filter(|&c| c > 0)
             .ok_or_else(|| Error::malformed(f, "the stream declares no channels"))?;
         let (skip, expected) = match track_info {
@@ -180,30 +180,6 @@ fn pick_track(
         },
         _ => Error::malformed(f, "no audio track"),
     })
-}
-
-/// The channel count of an AAC AudioSpecificConfig (ISO 14496-3 1.6.2.1:
-/// object type, sampling frequency index, channel configuration 1–7).
-pub(super) fn asc_channels(asc: &[u8]) -> Option<usize> {
-    let bits = |from: usize, n: usize| -> Option<u32> {
-        let mut v = 0u32;
-        for i in from..from + n {
-            let byte = *asc.get(i / 8)?;
-            v = (v << 1) | u32::from((byte >> (7 - i % 8)) & 1);
-        }
-        Some(v)
-    };
-    let mut at = 5;
-    if bits(0, 5)? == 31 {
-        at += 6;
-    }
-    let freq = bits(at, 4)?;
-    at += if freq == 15 { 28 } else { 4 };
-    match bits(at, 4)? {
-        c @ 1..=6 => Some(c as usize),
-        7 => Some(8),
-        _ => None,
-    }
 }
 
 /// Length of an ID3v2 tag at the start (header, body, optional footer), or 0.

@@ -43,7 +43,7 @@ pub(in crate::decode::compressed) fn table(read: &mut Read<'_>, len: u64) -> Opt
     let stbl = find(&trak, &[b"mdia", b"minf", b"stbl"]).ok()??;
     let child = |k: &[u8; 4]| find(&stbl, &[k]).ok().flatten().map(|b| b.body);
     let (asc, rate) = sample_entry(child(b"stsd")?)?;
-    let channels = u16::try_from(super::super::symph::asc_channels(&asc)?).ok()?;
+    let channels = u16::try_from(asc_channels(&asc)?).ok()?;
     if track.timescale != rate || asc_rate(&asc)? != rate || asc.first()? >> 3 != 2 {
         return None;
     }
@@ -256,5 +256,29 @@ fn asc_rate(asc: &[u8]) -> Option<u32> {
             Some((raw >> 7) & 0xFF_FFFF)
         }
         i => RATES.get(usize::from(i)).copied(),
+    }
+}
+
+/// The channel count of an AAC AudioSpecificConfig (ISO 14496-3 1.6.2.1:
+/// object type, sampling frequency index, channel configuration 1–7).
+pub(in crate::decode::compressed) fn asc_channels(asc: &[u8]) -> Option<usize> {
+    let bits = |from: usize, n: usize| -> Option<u32> {
+        let mut v = 0u32;
+        for i in from..from + n {
+            let byte = *asc.get(i / 8)?;
+            v = (v << 1) | u32::from((byte >> (7 - i % 8)) & 1);
+        }
+        Some(v)
+    };
+    let mut at = 5;
+    if bits(0, 5)? == 31 {
+        at += 6;
+    }
+    let freq = bits(at, 4)?;
+    at += if freq == 15 { 28 } else { 4 };
+    match bits(at, 4)? {
+        c @ 1..=6 => Some(c as usize),
+        7 => Some(8),
+        _ => None,
     }
 }
