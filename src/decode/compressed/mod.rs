@@ -49,6 +49,7 @@
 mod frames;
 pub mod index;
 mod mp4;
+mod mp4_tables;
 mod ogg_opus;
 mod part;
 mod symph;

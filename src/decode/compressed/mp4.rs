@@ -15,7 +15,7 @@ pub(super) use table::{Read, Table, asc_channels, table};
 use super::Error;
 use crate::decode::wav::ByteStr;
 
-const F: &str = "MP4";
+pub(super) const F: &str = "MP4";
 
 /// What the walk found for the sound track.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,15 +52,15 @@ pub(super) fn is_mp4(bytes: &[u8]) -> bool {
 
 /// One box: its type and its body's range in the buffer.
 #[derive(Clone, Copy)]
-struct Box4<'a> {
-    kind: [u8; 4],
-    body: &'a [u8],
-    at: usize,
+pub(super) struct Box4<'a> {
+    pub(super) kind: [u8; 4],
+    pub(super) body: &'a [u8],
+    pub(super) at: usize,
 }
 
 /// The boxes inside `data` (which starts at file offset `base`), each
 /// checked to end inside it.
-fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
+pub(super) fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -139,7 +139,7 @@ fn find<'a>(root: &Box4<'a>, path: &[&[u8; 4]]) -> Result<Option<Box4<'a>>, Erro
     Ok(Some(cur))
 }
 
-fn be32(b: &[u8], at: usize) -> Option<u32> {
+pub(super) fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
@@ -150,6 +150,7 @@ fn be64(b: &[u8], at: usize) -> Option<u64> {
 /// The sound track of an MP4 file, checked to hold AAC (`mp4a`).
 pub(super) fn audio_track(bytes: &[u8]) -> Result<Track, Error> {
     let top = boxes(bytes, 0)?;
+    super::mp4_tables::check(&top)?;
     let Some(moov) = top.iter().find(|b| &b.kind == b"moov") else {
         return Err(Error::malformed(
             F,

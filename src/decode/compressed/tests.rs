@@ -181,6 +181,29 @@ fn streams_cut_short_are_truncated_with_a_reason() {
     assert!(e.to_string().starts_with("truncated Ogg stream"), "{e}");
 }
 
+/// A sample table whose count cannot fit its box is a rejection before
+/// symphonia sizes a vector from it (a 2³¹-entry `stts` made it allocate
+/// 30 GB and abort the process: the proptest below found it).
+#[test]
+fn an_mp4_table_count_past_its_box_is_malformed_not_an_allocation() {
+    for table in [b"stts", b"stsc", b"stco", b"stsz"] {
+        let mut bytes = data("speech16k_mono.m4a");
+        let at = bytes
+            .windows(4)
+            .position(|w| w == table)
+            .unwrap_or_else(|| panic!("no {table:?}"));
+        // type, version and flags, then the count (stsz: after the size).
+        let count_at = at + 8 + if table == b"stsz" { 4 } else { 0 };
+        bytes[count_at..count_at + 4].copy_from_slice(&0x7FFF_FFFFu32.to_be_bytes());
+        let e = open(&bytes).err().expect("refused");
+        let name = std::str::from_utf8(table).unwrap();
+        assert!(
+            e.to_string().contains(name) && e.to_string().contains("2147483647 entries"),
+            "{e}"
+        );
+    }
+}
+
 /// Decodes hostile bytes: Ok or an error, never a panic (the decoders run
 /// under `guarded`, but `open`'s own parsing must not need it either).
 fn no_panic(bytes: &[u8]) {
