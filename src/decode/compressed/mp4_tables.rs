@@ -15,8 +15,10 @@ const CONTAINERS: [&[u8; 4]; 9] = [
     b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"moof", b"traf", b"mvex",
 ];
 
-/// Checks every table below the top-level boxes `top`.
-pub(super) fn check(top: &[Box4<'_>]) -> Result<(), Error> {
+/// Checks every table of the MP4 file `bytes` (called before symphonia's
+/// demuxer opens it).
+pub(super) fn check(bytes: &[u8]) -> Result<(), Error> {
+    let top = boxes(bytes, 0)?;
     for b in top
         .iter()
         .filter(|b| &b.kind == b"moov" || &b.kind == b"moof")

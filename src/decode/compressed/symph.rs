@@ -14,7 +14,7 @@ use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::MediaSourceStream;
 use symphonia::default::formats::{IsoMp4Reader, MpaReader, OggReader};
 
-use super::{Codec, Error, Head, Sink, mp4};
+use super::{Codec, Error, Head, Sink, mp4, mp4_tables};
 
 /// An opened symphonia stream.
 pub(super) struct Stream {
@@ -40,7 +40,10 @@ impl Stream {
     ) -> Result<(Stream, Head), Error> {
         let f = codec.stream();
         let track_info = match codec {
-            Codec::Aac => Some(mp4::audio_track(bytes)?),
+            Codec::Aac => {
+                mp4_tables::check(bytes)?;
+                Some(mp4::audio_track(bytes)?)
+            }
             _ => None,
         };
         let body = match codec {
