@@ -42,10 +42,13 @@
 //! headers hopped over), and each segment reads the frames or pages from a
 //! pre-roll before it to its end, behind the Ogg header pages; the job's
 //! segment says how the part lines up with the whole-file decode
-//! ([`crate::model::LossyPart`]). M4A (whose index and parts exist but are
-//! left off, see [`AAC_PARTS`]) and recordings whose index cannot be built
-//! (a damaged file) are read whole and decoded from their start up to the
-//! segment's end; the decoder names what is wrong, if anything.
+//! ([`crate::model::LossyPart`]). An M4A recording's index is its sample
+//! table, and a segment reads its access units from a pre-roll before it
+//! where that is exact: not past the first unit that may code a band as
+//! perceptual noise (whose generator the part would start afresh). Later
+//! segments of such a recording, and recordings whose index cannot be
+//! built (a damaged file), are read whole and decoded from their start up
+//! to the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -467,18 +470,6 @@ fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
         })
 }
 
-/// Whether an M4A recording's segments are read from their access units
-/// (`decode::compressed::index`) rather than decoded from the file's start.
-/// Off: where the encoder coded bands as perceptual noise (PNS; ffmpeg's
-/// `aac` encoder does on speech even at 128 kb/s), the decoder's noise
-/// generator has drawn less by a part's start than by the same point of
-/// the whole-file decode, and those bands come out as other noise of the
-/// same energy: up to 3.2 on log fbank against ffmpeg's whole-file samples
-/// in `scripts/parity_manifest.py` (most M4A segment rows over the 5e-2
-/// bound), where decoding from the start is within it. Without PNS the
-/// parts are the whole decode's bit for bit (`part_tests`).
-const AAC_PARTS: bool = false;
-
 /// How a recording's segments are placed in it.
 enum Head {
     Wav(extent::Head),
@@ -594,7 +585,7 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
         }
         let got = buf.len() as u64;
         if compressed::sniff(&buf).is_some() {
-            let (index, bytes) = index::Index::build(&f, len, &buf, AAC_PARTS);
+            let (index, bytes) = index::Index::build(&f, len, &buf);
             return (index.map(Head::Lossy), got + bytes);
         }
         match parse_head(&buf, len) {

@@ -31,8 +31,17 @@
 //!   each unit's place in the span. The whole-file decode's origin and
 //!   length are the edit list's media time and the track's duration. Bit
 //!   for bit the whole decode's, except in bands coded as perceptual noise
-//!   (PNS), whose noise depends on every band drawn since the stream's
-//!   start: built only where the caller asks (`aac`).
+//!   (PNS): the decoder fills them from a generator whose state depends on
+//!   every band drawn since the stream's start. So the index also reads
+//!   the start of every access unit of a mono track, in reads of up to 1
+//!   MiB ([`super::mp4::mono_unit`]: its section codebooks), up to the
+//!   first that may draw noise (any unit of a stereo track may: its second
+//!   channel's sections lie past the first's spectrum). Before that unit
+//!   the generator is untouched, in the whole decode and in a part's fresh
+//!   decoder alike, and from the part's first unit on both draw the same:
+//!   a part is planned only where it starts at or before that unit; a
+//!   later segment gets no extent and is read whole. On a track without
+//!   noise bands (ffmpeg's `aac -aac_pns 0`) that is every segment.
 //!
 //! Anything unexpected (a junk byte between frames, a last frame or page cut
 //! short, no end-of-stream page, free-format MP3, a Vorbis stream that
@@ -108,6 +117,10 @@ enum Kind {
         /// [`super::part`]'s header of every AAC part: the rate, channels
         /// and AudioSpecificConfig.
         setup: Vec<u8>,
+        /// The first access unit that may draw from the decoder's noise
+        /// generator (the count of units when none does): a part must not
+        /// start past it.
+        first_noise: usize,
     },
 }
 
@@ -125,9 +138,8 @@ struct Page {
 impl Index {
     /// The index of the file `f` (`len` bytes, starting with `head`), or
     /// `None` (with the bytes read trying) when it is neither an MP3 nor an
-    /// Ogg Vorbis/Opus stream that can be placed, nor (with `aac`) an MP4
-    /// AAC track.
-    pub fn build(f: &File, len: u64, head: &[u8], aac: bool) -> (Option<Index>, u64) {
+    /// Ogg Vorbis/Opus stream that can be placed, nor an MP4 AAC track.
+    pub fn build(f: &File, len: u64, head: &[u8]) -> (Option<Index>, u64) {
         let mut bytes = 0u64;
         let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
             let mut buf = vec![0u8; n.min(usize::try_from(len.saturating_sub(at)).ok()?)];
@@ -138,7 +150,7 @@ impl Index {
         let index = match super::sniff(head) {
             Some(super::Codec::Mp3) => mp3(head, len, &mut read),
             Some(super::Codec::Vorbis | super::Codec::Opus) => ogg(head, len, &mut read),
-            Some(super::Codec::Aac) if aac => aac_index(len, &mut read),
+            Some(super::Codec::Aac) => aac_index(len, &mut read),
             _ => None,
         };
         (
@@ -156,8 +168,21 @@ impl Index {
     }
 
     /// The bytes `seg` needs, or `None` when it starts past the stream's
-    /// end (the whole-file decoder then says so).
+    /// end (the whole-file decoder then says so) or, in an AAC track, its
+    /// part would start past the first access unit that may draw noise
+    /// (the segment is then read whole and decoded from the start).
     pub fn extent(&self, seg: &Segment) -> Option<Extent> {
+        self.plan(seg, false)
+    }
+
+    /// [`Self::extent`] without the AAC noise rule (whose parts may then
+    /// differ from the whole decode in noise bands).
+    #[cfg(test)]
+    pub(super) fn planned(&self, seg: &Segment) -> Option<Extent> {
+        self.plan(seg, true)
+    }
+
+    fn plan(&self, seg: &Segment, any: bool) -> Option<Extent> {
         let (s, count) = seg.frames(self.sample_rate);
         if self.length.is_some_and(|n| s >= n) {
             return None;
@@ -197,7 +222,14 @@ impl Index {
                     },
                 })
             }
-            Kind::Aac { table, setup } => Some(aac_extent(table, setup, s, count, part)),
+            Kind::Aac {
+                table,
+                setup,
+                first_noise,
+            } => {
+                let (e, k0) = aac_extent(table, setup, s, count, part);
+                (any || k0 <= *first_noise).then_some(e)
+            }
             Kind::Ogg {
                 prefix,
                 pages,
@@ -247,26 +279,80 @@ fn aac_index(len: u64, read: &mut Read<'_>) -> Option<Index> {
     let (origin, length) = table.track.trim(table.rate);
     length?; // a track of unknown duration: read whole
     let setup = super::part::aac_setup(table.rate, table.channels, &table.asc)?;
+    let first_noise = first_noise(&table, read);
     Some(Index {
         sample_rate: table.rate,
         origin,
         length,
         bytes_read: 0,
-        kind: Kind::Aac { table, setup },
+        kind: Kind::Aac {
+            table,
+            setup,
+            first_noise,
+        },
     })
+}
+
+/// The first access unit of `t` that may draw from the AAC decoder's noise
+/// generator: one that codes a band as noise, or that the section reading
+/// cannot follow (0 for a track of more than one channel), or one that
+/// cannot be read. The units' first [`UNIT_HEAD`] bytes are read in spans
+/// of up to [`SPAN`] bytes (the units of an audio-only file are adjacent,
+/// so that is the file once, and only up to that unit); a unit whose
+/// sections run past its head is read whole.
+fn first_noise(t: &super::mp4::Table, read: &mut Read<'_>) -> usize {
+    use super::mp4::{Verdict, mono_unit};
+    const UNIT_HEAD: u64 = 256;
+    const SPAN: u64 = 1 << 20;
+    if t.channels != 1 {
+        return 0;
+    }
+    let n = t.sizes.len();
+    let head = |k: usize| u64::from(t.sizes[k]).min(UNIT_HEAD);
+    let mut k = 0;
+    while k < n {
+        let start = t.offsets[k];
+        let mut end = start + head(k);
+        let mut j = k + 1;
+        while j < n && t.offsets[j] >= start && t.offsets[j] + head(j) - start <= SPAN {
+            end = end.max(t.offsets[j] + head(j));
+            j += 1;
+        }
+        let Some(span) = usize::try_from(end - start)
+            .ok()
+            .and_then(|l| read(start, l))
+        else {
+            return k;
+        };
+        for i in k..j {
+            let at = (t.offsets[i] - start) as usize;
+            let unit = span.get(at..at + head(i) as usize);
+            let mut verdict = unit.map_or(Verdict::Short, mono_unit);
+            if verdict == Verdict::Short && head(i) < u64::from(t.sizes[i]) {
+                let whole = read(t.offsets[i], t.sizes[i] as usize);
+                verdict = whole.as_deref().map_or(Verdict::Short, mono_unit);
+            }
+            if verdict != Verdict::Clean {
+                return i;
+            }
+        }
+        k = j;
+    }
+    n
 }
 
 /// The access units from [`AAC_PREROLL`] before the one holding the
 /// segment's first sample through the one holding its last: the file's
 /// span that covers them (all of it, where another track's samples lie
-/// between them), and the header [`super::part`] reads them by.
+/// between them), and the header [`super::part`] reads them by; and the
+/// first of those units.
 fn aac_extent(
     t: &super::mp4::Table,
     setup: &[u8],
     s: u64,
     count: Option<u64>,
     part: LossyPart,
-) -> Extent {
+) -> (Extent, usize) {
     let n = t.sizes.len();
     let unit = |at: u64| (t.starts.partition_point(|&v| v <= at).max(1) - 1).min(n - 1);
     let raw = part.origin + s;
@@ -288,7 +374,7 @@ fn aac_extent(
         prefix.extend_from_slice(&(t.offsets[k] - start).to_be_bytes());
         prefix.extend_from_slice(&t.sizes[k].to_be_bytes());
     }
-    Extent {
+    let e = Extent {
         prefix: prefix.into(),
         start,
         len: end - start,
@@ -296,7 +382,8 @@ fn aac_extent(
             first: Some(t.starts[k0]),
             ..part
         },
-    }
+    };
+    (e, k0)
 }
 
 /// The audio frames of an MP3 file, hopping from header to header.

@@ -6,10 +6,13 @@
 //! and duration (`mdhd`), and the media time of its edit list (`elst`): the
 //! samples ffmpeg drops at the start, the encoder's priming (1,024 for AAC
 //! encoded by ffmpeg). The stream's length is the track's duration less that
-//! media time.
+//! media time. [`table`] reads the sample table for segments, and
+//! [`sections`] whether an access unit codes bands as perceptual noise.
 
+mod sections;
 mod table;
 
+pub(super) use sections::{Verdict, mono_unit};
 pub(super) use table::{Read, Table, asc_channels, table};
 
 use super::Error;

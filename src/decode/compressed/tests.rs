@@ -239,4 +239,36 @@ proptest! {
         }
         no_panic(&bytes);
     }
+
+    /// The seek index of a corrupted or cut recording (its AAC access
+    /// units' section data read too), and the extents it plans: never a
+    /// panic.
+    #[test]
+    fn corrupted_recordings_index_without_panic(
+        which in 0usize..4,
+        cut in 0.5f64..=1.0,
+        hits in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..24),
+    ) {
+        use std::io::Write;
+        let (ext, _) = EXTS[which];
+        let mut bytes = data(&format!("speech16k_mono.{ext}"));
+        for (at, v) in hits {
+            let i = ((bytes.len() - 1) as f64 * at) as usize;
+            bytes[i] = v;
+        }
+        bytes.truncate((bytes.len() as f64 * cut) as usize);
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        let head = &bytes[..bytes.len().min(64 << 10)];
+        if let (Some(i), _) = index::Index::build(&f, bytes.len() as u64, head) {
+            for offset_s in [0.0, 0.7, 2.5, 1e6] {
+                let seg = crate::model::Segment {
+                    offset_s,
+                    duration_s: Some(0.5),
+                    ..Default::default()
+                };
+                let _ = i.extent(&seg);
+            }
+        }
+    }
 }
