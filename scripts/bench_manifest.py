@@ -6,8 +6,11 @@ Writes one 16 kHz mono 16-bit recording of HOURS hours (default 2; a
 deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
 as a WAV, with sox (which writes a SEEKTABLE with a point every 10 s) as a
 FLAC, with ffmpeg (which writes none: the planner searches the frames) as a
-second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s) and an Ogg Opus
-(libopus 24 kb/s); cuts it into N segments (default 1,000) of equal length with
+second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s), an Ogg Opus
+(libopus 24 kb/s) and an M4A (aac 32 kb/s with `-aac_pns 0`: no band coded as
+perceptual noise, so every segment gets a part; with PNS, ffmpeg's default,
+each segment past the first noisy access unit is decoded from the start);
+cuts it into N segments (default 1,000) of equal length with
 offsets and durations at microsecond resolution, in a shuffled line order
 (seeded), one NeMo manifest per container; builds each with
 `recipe = "kaldi-fbank"` (80 bins) and reports from the build's JSON report:
@@ -16,7 +19,8 @@ offsets and durations at microsecond resolution, in a shuffled line order
   segments' samples (frames x 2), against the segments' share of the file's
   own bytes (for the compressed ones) and against reading the whole
   recording once per segment (what a build without ranges reads);
-* the planner's header and seek-index reads (logged, one per recording);
+* the planner's header and seek-index reads (logged, one per recording),
+  the segments it gave a byte range ("ranged") and its time;
 * segments per second (`report.elapsed_s`, planning included; process
   start-up excluded) and the build's wall time.
 
@@ -24,7 +28,7 @@ With `--io-engine std` the readers use plain reads (a segment: one `pread`)
 instead of io_uring.
 
 Usage: bench_manifest.py MELFORGE_BIN WORK [--hours H] [--segments N] [--seed S]
-                         [--io-engine uring|std]
+                         [--io-engine uring|std] [--only NAME,...]
 Prints a markdown table for docs/BENCHMARKS.md.
 """
 
@@ -82,11 +86,13 @@ def build(melforge, work, name):
                           env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"))
     wall = time.perf_counter() - t
     doc = json.loads(done.stdout)
-    header = 0
+    header, ranged, plan_s = 0, 0, 0.0
     for line in done.stderr.splitlines():
         if "header_bytes=" in line:
             header = int(line.split("header_bytes=")[1].split()[0])
-    return doc, wall, header
+            ranged = int(line.split("ranged=")[1].split()[0])
+            plan_s = float(line.split("seconds=")[1].split()[0])
+    return doc, wall, header, ranged, plan_s
 
 
 def main():
@@ -97,38 +103,49 @@ def main():
     ap.add_argument("--segments", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--io-engine", default="uring", choices=["uring", "std"])
+    ap.add_argument("--only", default="wav,flac,flac-no-seektable,mp3,opus,m4a",
+                    help="the containers to build, comma-separated")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     os.makedirs(a.work, exist_ok=True)
     wav, flac = f"{a.work}/long.wav", f"{a.work}/long.flac"
     ff = f"{a.work}/long-ffmpeg.flac"
     n = recording(wav, a.hours, a.seed)
-    subprocess.run(["sox", wav, flac], check=True)
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
+    if "flac" in only:
+        subprocess.run(["sox", wav, flac], check=True)
+    if "flac-no-seektable" in only:
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
     with open(f"{a.work}/c.toml", "w") as f:
         f.write(CONFIG + f'[io]\nengine = "{a.io_engine}"\n')
     encoded = []
     for name, args in (("mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
-                       ("opus", ["-c:a", "libopus", "-b:a", "24k"])):
+                       ("opus", ["-c:a", "libopus", "-b:a", "24k"]),
+                       ("m4a", ["-c:a", "aac", "-aac_pns", "0", "-b:a", "32k"])):
+        if name not in only:
+            continue
         path = f"{a.work}/long.{name}"
         subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
         encoded.append((name, path))
     rows = []
     for name, audio in (("wav", wav), ("flac", flac), ("flac-no-seektable", ff), *encoded):
+        if name not in only:
+            continue
         seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
-        doc, wall, header = build(os.path.abspath(a.melforge), a.work, name)
+        doc, wall, header, ranged, plan_s = build(os.path.abspath(a.melforge), a.work, name)
         r = doc["report"]
         size = os.path.getsize(audio)
-        rows.append((name, size, seg_bytes, r["bytes_read"], header, r["files_ok"],
-                     len(doc["rejected"]), r["elapsed_s"], wall))
+        rows.append((name, size, seg_bytes, r["bytes_read"], header, ranged, plan_s,
+                     r["files_ok"], len(doc["rejected"]), r["elapsed_s"], wall))
     print(f"{a.hours:g} h at {RATE} Hz mono 16-bit, {a.segments} segments of "
           f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins, io.engine {a.io_engine}\n")
     print("| container | file MB | segment MB | read MB | read / segments | read / file | "
-          "whole file per segment, MB | header KB | rows | rejected | elapsed s | segments/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, size, seg, read, header, ok, rej, el, wall in rows:
+          "whole file per segment, MB | header KB | ranged | plan s | rows | rejected | elapsed s "
+          "| segments/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, size, seg, read, header, ranged, plan_s, ok, rej, el, wall in rows:
         print(f"| {name} | {size / 1e6:.1f} | {seg / 1e6:.1f} | {read / 1e6:.1f} | {read / seg:.3f} "
-              f"| {read / size:.3f} | {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ok} "
-              f"| {rej} | {el:.1f} | {ok / el:.0f} |")
+              f"| {read / size:.3f} | {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ranged} "
+              f"| {plan_s:.2f} | {ok} | {rej} | {el:.1f} | {ok / el:.0f} |")
 
 
 if __name__ == "__main__":

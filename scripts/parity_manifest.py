@@ -6,11 +6,14 @@ espeak-ng speaks a few sentences, repeated into a recording of about 25 s;
 sox makes it 16, 44.1 and 48 kHz, mono and stereo (the second channel a
 delayed, quieter copy, so the mean and each channel differ); each becomes a
 WAV, a FLAC (sox's for mono, with a SEEKTABLE; ffmpeg's for stereo, without
-one), and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and an M4A
-(AAC-LC); a 10-minute 16 kHz recording becomes an MP3, an Ogg Vorbis, an
-Ogg Opus and an M4A whose segments are drawn from its last 40 % (melforge
-reads them from a frame, page or access unit before each, not from the
-file's start). A seeded
+one), and with ffmpeg an MP3, an Ogg Vorbis, an Ogg Opus and two M4A
+(AAC-LC): ffmpeg's default, which codes noisy bands as perceptual noise
+(PNS), and `-aac_pns 0` ("m4a0"), which does not; a 10-minute 16 kHz
+recording becomes an MP3, an Ogg Vorbis, an Ogg Opus and the two M4A, whose
+segments are drawn from its last 40 % (melforge reads them from a frame,
+page or access unit before each, not from the file's start; an M4A segment
+past the first access unit coding noise, and any of a stereo M4A, from the
+file's start: decode/compressed/index.rs). A seeded
 generator draws segments of each (offsets and durations with many
 decimals, some running past the end) and whole-file items;
 one NeMo manifest (`.jsonl`) takes the mean of the channels, one lhotse
@@ -73,16 +76,22 @@ TEXT = (
     "Long recordings are cut into segments. Each segment of a manifest is one "
     "row, and its row must be what librosa and Kaldi compute for it."
 )
-LOSSY = {"mp3", "ogg", "opus", "m4a"}
+LOSSY = {"mp3", "ogg", "opus", "m4a", "m4a0"}
 # Containers whose reference is the whole file's samples cut with librosa's
 # frame arithmetic rather than librosa.load's own seek (see the module doc).
-WHOLE = {"ogg", "opus", "m4a"}
+WHOLE = {"ogg", "opus", "m4a", "m4a0"}
 ENCODE = {
     "mp3": ["-c:a", "libmp3lame", "-b:a", "128k"],
     "ogg": ["-c:a", "libvorbis", "-b:a", "96k"],
     "opus": ["-c:a", "libopus", "-b:a", "48k"],
     "m4a": ["-c:a", "aac", "-b:a", "128k"],
+    "m4a0": ["-c:a", "aac", "-aac_pns", "0", "-b:a", "128k"],
 }
+
+
+def fname(base, ext):
+    """The file of a container (ffmpeg picks the muxer by the name)."""
+    return f"{base}-nopns.m4a" if ext == "m4a0" else f"{base}.{ext}"
 BINS = 40
 CONFIG = f"""[input]
 resample = "soxr_hq"
@@ -118,19 +127,19 @@ def corpus(work):
             else:
                 sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", f"{base}.flac")
             for ext, args in ENCODE.items():
-                sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", *args, f"{base}.{ext}")
+                sh("ffmpeg", "-v", "error", "-y", "-i", f"{base}.wav", *args, fname(base, ext))
             secs = float(sh("soxi", "-D", f"{base}.wav", capture_output=True, text=True).stdout)
             for ext in ["wav", "flac", *ENCODE]:
-                out.append((f"{base}.{ext}", ext, rate, ch, secs))
+                out.append((fname(base, ext), ext, rate, ch, secs))
     # A 10-minute recording whose lossy encodes are cut late: melforge reads
     # those segments from a frame or page before them (decode/compressed/
     # index.rs), not from the file's start.
     sh("sox", f"{work}/long.wav", "-r", "16000", "-b", "16", f"{work}/deep.wav", "repeat", "23")
     secs = float(sh("soxi", "-D", f"{work}/deep.wav", capture_output=True, text=True).stdout)
-    for ext in ("mp3", "ogg", "opus", "m4a"):
+    for ext in ("mp3", "ogg", "opus", "m4a", "m4a0"):
         sh("ffmpeg", "-v", "error", "-y", "-i", f"{work}/deep.wav", *ENCODE[ext],
-           f"{work}/deep.{ext}")
-        out.append((f"{work}/deep.{ext}", ext, 16000, 1, secs))
+           fname(f"{work}/deep", ext))
+        out.append((fname(f"{work}/deep", ext), ext, 16000, 1, secs))
     return out
 
 
@@ -152,7 +161,7 @@ def melforge_length(melforge, path):
 def reference(path, ext, offset, duration, channel, melforge):
     """The 16 kHz samples librosa.load gives for the item (see WHOLE)."""
     if ext in WHOLE:
-        if ext == "m4a":
+        if ext in ("m4a", "m4a0"):
             y, sr = ffmpeg_samples(path)
             # ffmpeg 5 keeps the last access unit's padding: the track ends
             # where melforge ends it (scripts/parity_decoders.py checks that).

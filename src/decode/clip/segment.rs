@@ -9,13 +9,14 @@
 //! that could read only a segment's bytes hands over a WAV cut to them, with
 //! a segment that starts at 0; part of a FLAC stream from a seek point,
 //! whose sample is the segment's `base_frame`; or part of an MP3 or Ogg
-//! stream from a frame or page a pre-roll before the segment, with its
-//! `lossy` placement: the part's decoder says which whole-file sample its
-//! first output is, and the pre-roll before the segment is dropped
-//! (`source::manifest`, `decode::compressed::index`). Any other compressed
-//! stream (MP4, whose parts the manifest source leaves off, or a recording
-//! without an index) is decoded from its start
-//! up to the segment's end, its frames before the segment dropped.
+//! stream from a frame or page (MP4: access unit) a pre-roll before the
+//! segment, with its `lossy` placement: the part's decoder says which
+//! whole-file sample its first output is, and the pre-roll before the
+//! segment is dropped (`source::manifest`, `decode::compressed::index`).
+//! Any other compressed stream (an MP4 segment past the first access unit
+//! that may code perceptual noise, or a recording without an index) is
+//! decoded from its start up to the segment's end, its frames before the
+//! segment dropped.
 //!
 //! A whole-file item that states its duration ([`Segment::expect_s`]) is
 //! decoded whole and checked against it.

@@ -197,31 +197,7 @@ impl Index {
                 offsets,
                 spf,
                 open_end,
-            } => {
-                let frames = offsets.len() - 1;
-                let raw = self.origin + s;
-                let ks = usize::try_from(raw / spf).ok().filter(|&k| k < frames)?;
-                let mut k0 = ks;
-                while k0 > 0 && (ks - k0 < 4 || offsets[ks] - offsets[k0] < 1536) {
-                    k0 -= 1;
-                }
-                let ke = match count {
-                    Some(n) => ((raw + n.max(1) - 1) / spf).min(frames as u64 - 1) as usize,
-                    None => frames - 1,
-                };
-                if *open_end && ke + 1 == frames {
-                    return None;
-                }
-                Some(Extent {
-                    prefix: Arc::from(&[][..]),
-                    start: offsets[k0],
-                    len: offsets[ke + 1] - offsets[k0],
-                    part: LossyPart {
-                        first: Some(k0 as u64 * spf),
-                        ..part
-                    },
-                })
-            }
+            } => mp3_extent(offsets, *spf, *open_end, self.origin + s, count, part),
             Kind::Aac {
                 table,
                 setup,
@@ -272,6 +248,42 @@ impl Index {
 }
 
 use super::mp4::Read;
+
+/// The MP3 frames from at least 4 frames and 1,536 bytes before the one
+/// holding raw sample `raw` (the bit reservoir's reach) through the one
+/// holding the segment's last sample; `None` where that is the last frame
+/// of a stream whose end no tag states.
+fn mp3_extent(
+    offsets: &[u64],
+    spf: u64,
+    open_end: bool,
+    raw: u64,
+    count: Option<u64>,
+    part: LossyPart,
+) -> Option<Extent> {
+    let frames = offsets.len() - 1;
+    let ks = usize::try_from(raw / spf).ok().filter(|&k| k < frames)?;
+    let mut k0 = ks;
+    while k0 > 0 && (ks - k0 < 4 || offsets[ks] - offsets[k0] < 1536) {
+        k0 -= 1;
+    }
+    let ke = match count {
+        Some(n) => ((raw + n.max(1) - 1) / spf).min(frames as u64 - 1) as usize,
+        None => frames - 1,
+    };
+    if open_end && ke + 1 == frames {
+        return None;
+    }
+    Some(Extent {
+        prefix: Arc::from(&[][..]),
+        start: offsets[k0],
+        len: offsets[ke + 1] - offsets[k0],
+        part: LossyPart {
+            first: Some(k0 as u64 * spf),
+            ..part
+        },
+    })
+}
 
 /// The access units of an MP4 AAC track, from its sample table.
 fn aac_index(len: u64, read: &mut Read<'_>) -> Option<Index> {

@@ -33,8 +33,10 @@
 //! libopus restarted 5 s early comes (exact on the tests' files, 1.2e-3 on
 //! log fbank in `scripts/parity_manifest.py`), AAC bit for bit except in
 //! bands coded as perceptual noise (PNS: the decoder's noise generator has
-//! drawn less by then; noise of the same energy, other values — which is
-//! why `source::manifest` leaves AAC parts off for now).
+//! drawn less by then; noise of the same energy, other values), so an AAC
+//! part is planned only where no access unit before it codes noise (a mono
+//! track's section codebooks, read by [`index`]); other segments of such a
+//! recording are decoded from its start.
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream
