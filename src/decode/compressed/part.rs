@@ -1,7 +1,9 @@
 //! Part of an MP3 or Ogg stream, as [`super::index`] plans it: MP3 frames
 //! from a frame boundary, or an Ogg stream's header pages followed by its
 //! pages from a page boundary. The codec decoders are fed the packets
-//! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer.
+//! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer;
+//! so each Ogg page's checksum is checked here, as the demuxers check it
+//! on the whole-file path, and a damaged page is [`Error::Malformed`].
 //!
 //! The part's first decoded sample is placed in the stream: MP3 and Opus by
 //! the planned position of its first packet ([`LossyPart::first`]), Vorbis
