@@ -15,7 +15,7 @@ struct W {
 impl W {
     fn put(&mut self, v: u32, n: u32) -> &mut Self {
         for i in (0..n).rev() {
-            if self.bits % 8 == 0 {
+            if self.bits.is_multiple_of(8) {
                 self.bytes.push(0);
             }
             let bit = ((v >> i) & 1) as u8;
