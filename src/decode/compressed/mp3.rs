@@ -67,7 +67,19 @@ pub(super) struct Stream {
 
 impl Stream {
     pub(super) fn open(bytes: &[u8]) -> Result<(Stream, Head), Error> {
-        let body = &bytes[id3v2_len(bytes).min(bytes.len())..];
+        let id3 = id3v2_len(bytes);
+        let body = bytes.get(id3..).ok_or_else(|| {
+            Error::truncated(
+                F,
+                format!(
+                    "the ID3v2 tag declares {id3} bytes, the file has {}",
+                    bytes.len()
+                ),
+            )
+        })?;
+        if body.is_empty() {
+            return Err(Error::truncated(F, "the file ends after its ID3v2 tag"));
+        }
         let first = body
             .iter()
             .position(|&b| b == 0xFF)
