@@ -2,7 +2,9 @@
 //! from a frame boundary, or an Ogg stream's header pages followed by its
 //! pages from a page boundary. The codec decoders are fed the packets
 //! directly (nanomp3's MP3 frame decoder, as in [`super::mp3`];
-//! symphonia's Vorbis decoder; libopus), no demuxer. An MP3 frame whose bit
+//! symphonia's Vorbis decoder; libopus), no demuxer; so each Ogg page's
+//! checksum is checked here, as the demuxers check it on the whole-file
+//! path, and a damaged page is [`Error::Malformed`]. An MP3 frame whose bit
 //! reservoir lies before the part decodes to the frame's length in silence
 //! (pre-roll, dropped); from the frames the index's pre-roll covers on, the
 //! decoder's state (reservoir, overlap, synthesis window) is the whole-file
@@ -98,6 +100,7 @@ fn ogg_setup(bytes: &[u8]) -> Result<(Head, PartCodec), Error> {
         let page = OggPage::parse(&bytes[pos..])
             .filter(|p| pos + p.len() <= bytes.len())
             .ok_or_else(|| Error::truncated(F, "the part ends inside its header pages"))?;
+        check_page(&page, &bytes[pos..], pos)?;
         let this = *serial.get_or_insert(page.serial);
         if page.serial == this {
             let body = &bytes[pos..pos + page.len()];
@@ -333,6 +336,21 @@ fn planar(buf: AudioBufferRef<'_>, sink: &mut Sink<'_>) {
     sink.planar(&chans[..nch]);
 }
 
+/// A page of a part whose bytes are not the ones its checksum was made
+/// over is damaged: malformed, as the whole-file decode finds it (the `ogg`
+/// crate and symphonia's Ogg reader check every page's checksum).
+fn check_page(page: &OggPage, bytes: &[u8], pos: usize) -> Result<(), Error> {
+    if page.checksum_ok(bytes) {
+        return Ok(());
+    }
+    Err(Error::malformed(
+        "Ogg",
+        format!(
+            "the page at byte {pos} of the segment's pages fails its CRC check (damaged bytes)"
+        ),
+    ))
+}
+
 /// The audio pages of an Ogg part: `packet` decodes each packet of stream
 /// `serial` into the sink; the first page that ends a decoded packet
 /// places what came out.
@@ -354,6 +372,7 @@ fn ogg(
             .ok_or_else(|| {
                 Error::truncated(F, format!("the part ends inside a page at byte {pos}"))
             })?;
+        check_page(&page, &bytes[pos..], pos)?;
         let body = &bytes[pos..pos + page.len()];
         pos += page.len();
         if page.serial != serial {
