@@ -337,17 +337,17 @@ mod tests {
 
     use super::*;
 
-    /// A stage over `cfg` with a 2 MiB arena: its job ring (2 × `ring`),
-    /// its output ring (`ring`), its telemetry and the stage.
-    fn started(
-        cfg: &IoConfig,
-        ring: usize,
-    ) -> (
+    /// A running stage with its job ring, output ring and telemetry.
+    type Started = (
         Arc<Ring<ReadJob>>,
         Arc<Ring<Loaded>>,
         Arc<Telemetry>,
         ReaderStage,
-    ) {
+    );
+
+    /// A stage over `cfg` with a 2 MiB arena: its job ring (2 × `ring`),
+    /// its output ring (`ring`), its telemetry and the stage.
+    fn started(cfg: &IoConfig, ring: usize) -> Started {
         let jobs = Arc::new(Ring::new(2 * ring));
         let out = Arc::new(Ring::new(ring));
         let telemetry = Arc::new(Telemetry::default());

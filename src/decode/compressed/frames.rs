@@ -56,20 +56,6 @@ impl Mp3Frame {
             kind: b & 0x18 | c & 0x0C,
         })
     }
-
-    /// Whether `frame` (whole, header first) carries a Xing/Info or VBRI
-    /// tag instead of audio, as symphonia tells them (it skips such a frame).
-    pub fn is_tag(&self, frame: &[u8]) -> bool {
-        let side = match (self.samples, self.channels) {
-            (1152, 1) => 17,
-            (1152, _) => 32,
-            (_, 1) => 9,
-            _ => 17,
-        };
-        let at = |o: usize| frame.get(o..o + 4);
-        matches!(at(4 + side), Some(b"Xing" | b"Info"))
-            || (at(36) == Some(b"VBRI") && frame[4..36].iter().all(|&b| b == 0))
-    }
 }
 
 /// Trailing tags an MP3 file may end with after its last frame.

@@ -5,7 +5,8 @@
 //! * MP3 has no timestamps: the frame headers are hopped over once (4 bytes
 //!   read per frame, [`Index::bytes_read`]), which gives every audio frame's
 //!   offset; frame `k` decodes to samples `k · spf …` before the encoder
-//!   delay (the LAME tag's, read by symphonia from the first frame) is cut.
+//!   delay (the LAME tag's, read from the first frame by [`super::mp3::tag`]
+//!   as the whole-file decode reads it) is cut.
 //!   A part starts at least 4 frames and 1,536 bytes before the segment's
 //!   frame: the bit reservoir (≤ 511 bytes of earlier frames) of the frames
 //!   whose overlap and synthesis state reach the segment is then complete.
@@ -49,13 +50,8 @@
 //! and the whole-file decoder names what is wrong, if anything.
 
 use std::fs::File;
-use std::io::Cursor;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-
-use symphonia::core::formats::{FormatOptions, FormatReader};
-use symphonia::core::io::MediaSourceStream;
-use symphonia::default::formats::MpaReader;
 
 use super::frames::{Mp3Frame, OggPage, Packets, is_trailing_tag};
 use crate::model::{LossyPart, Segment};
@@ -400,27 +396,15 @@ fn aac_extent(
 
 /// The audio frames of an MP3 file, hopping from header to header.
 fn mp3(head: &[u8], len: u64, read: &mut Read<'_>) -> Option<Index> {
-    let id3 = super::symph::id3v2_len(head) as u64;
+    let id3 = super::mp3::id3v2_len(head) as u64;
     // The first frame follows the ID3v2 tag (which may hold a picture).
     let first = Mp3Frame::parse(&read(id3, 4)?)?;
     let frame0 = read(id3, first.size)?;
-    let tag = first.is_tag(&frame0);
-    let (origin, length) = if tag {
-        // symphonia's own reading of the Xing/Info/LAME tag, so that the
-        // delay and length are the whole-file decode's.
-        let mut probe = frame0.clone();
-        probe.extend(read(id3 + first.size as u64, 4 << 10).unwrap_or_default());
-        let src = MediaSourceStream::new(Box::new(Cursor::new(probe)), Default::default());
-        let opts = FormatOptions {
-            enable_gapless: true,
-            ..Default::default()
-        };
-        let r = MpaReader::try_new(src, &opts).ok()?;
-        let p = &r.tracks().first()?.codec_params;
-        (u64::from(p.delay.unwrap_or(0)), p.n_frames)
-    } else {
-        (0, None)
-    };
+    // The whole-file decode's own reading of the Xing/Info/LAME tag, so
+    // that the delay and length are the same.
+    let tag = super::mp3::tag(&frame0);
+    let (origin, length) = tag.map_or((0, None), |g| (g.origin, g.length));
+    let tag = tag.is_some();
     let mut offsets = Vec::new();
     let mut pos = id3 + if tag { first.size as u64 } else { 0 };
     while pos < len {

@@ -12,8 +12,12 @@
 //! Sample alignment is the references': soundfile (libsndfile) for MP3,
 //! Vorbis and Opus, ffmpeg for MP4 — the encoder delay and padding are
 //! removed, as their gapless decoding does:
-//! * MP3 and Vorbis: symphonia with gapless decoding on (the LAME/Xing tag's
-//!   delay and padding; the Ogg granule positions) — libsndfile's length;
+//! * MP3: [`mp3`], nanomp3's frame decoder (a safe Rust port of minimp3,
+//!   faster per core than mpg123, see docs/BENCHMARKS.md) with the LAME
+//!   tag's delay + 529 and padding cut as mpg123 cuts them — libsndfile's
+//!   length; samples past full scale are kept, as mpg123 keeps them;
+//! * Vorbis: symphonia with gapless decoding on (the Ogg granule
+//!   positions) — libsndfile's length;
 //! * AAC in MP4: symphonia decodes every access unit, and the edit list's
 //!   media time (the encoder's 1,024 priming samples, which symphonia keeps)
 //!   is cut here as ffmpeg cuts it; the stream then ends at the track's
@@ -50,6 +54,7 @@
 
 mod frames;
 pub mod index;
+mod mp3;
 mod mp4;
 mod mp4_tables;
 mod ogg_opus;
@@ -235,6 +240,7 @@ pub struct Stream {
 }
 
 enum Inner {
+    Mp3(Box<mp3::Stream>),
     Symphonia(Box<symph::Stream>),
     Opus(Box<ogg_opus::Stream>),
 }
@@ -266,6 +272,13 @@ fn open_unguarded(bytes: &[u8]) -> Result<Stream, Error> {
         };
     }
     match sniff(bytes) {
+        Some(Codec::Mp3) => {
+            let (s, head) = mp3::Stream::open(bytes)?;
+            Ok(Stream {
+                head,
+                inner: Inner::Mp3(Box::new(s)),
+            })
+        }
         Some(codec) => symphonia(bytes, codec, None),
         None => Err(Error::malformed(
             "audio",
@@ -310,6 +323,7 @@ impl Stream {
             max_frames,
         };
         let r = guarded(|| match self.inner {
+            Inner::Mp3(s) => s.decode(&mut sink),
             Inner::Symphonia(s) => s.decode(&mut sink),
             Inner::Opus(s) => s.decode(&mut sink),
         });

@@ -3,9 +3,14 @@
 //! its pages from a page boundary, or MP4 access units behind a header
 //! that gives the AudioSpecificConfig and where each unit lies
 //! ([`aac_setup`]). The codec decoders are fed the packets directly
-//! (symphonia's MP3, Vorbis and AAC decoders, libopus), no demuxer; so
-//! each Ogg page's checksum is checked here, as the demuxers check it on
-//! the whole-file path, and a damaged page is [`Error::Malformed`].
+//! (nanomp3's MP3 frame decoder, as in [`super::mp3`]; symphonia's Vorbis
+//! and AAC decoders; libopus), no demuxer; so each Ogg page's checksum is
+//! checked here, as the demuxers check it on the whole-file path, and a
+//! damaged page is [`Error::Malformed`]. An MP3 frame whose bit reservoir
+//! lies before the part decodes to the frame's length in silence
+//! (pre-roll, dropped); from the frames the index's pre-roll covers on, the
+//! decoder's state (reservoir, overlap, synthesis window) is the whole-file
+//! decode's, so the samples are bit for bit the same.
 //!
 //! The part's first decoded sample is placed in the stream: MP3, AAC and
 //! Opus by the planned position of its first packet ([`LossyPart::first`]), Vorbis
@@ -19,14 +24,14 @@
 //! `base + i` of the whole-file decode. The caller drops the pre-roll (the
 //! samples between `base` and the segment).
 
-use symphonia::core::audio::{AudioBufferRef, Channels as SymChannels, Signal};
+use symphonia::core::audio::{AudioBufferRef, Signal};
 use symphonia::core::codecs::{
-    CODEC_TYPE_AAC, CODEC_TYPE_MP3, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
+    CODEC_TYPE_AAC, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
 };
 use symphonia::core::formats::Packet;
 
 use super::frames::{Mp3Frame, OggPage, Packets};
-use super::{Codec, Error, Head, Sink, guarded, ogg_opus, symph};
+use super::{Codec, Error, Head, Sink, guarded, mp3, ogg_opus, symph};
 use crate::decode::policy::Mix;
 use crate::model::LossyPart;
 
@@ -39,7 +44,7 @@ pub struct Part<'a> {
 }
 
 enum PartCodec {
-    Mp3(Box<dyn Decoder>),
+    Mp3(mp3::Frames),
     Aac {
         decoder: Box<dyn Decoder>,
         /// Each access unit's offset and size in the bytes.
@@ -82,23 +87,12 @@ fn mp3_setup(bytes: &[u8]) -> Result<(Head, PartCodec), Error> {
     const F: &str = "MP3";
     let fr = Mp3Frame::parse(bytes)
         .ok_or_else(|| Error::malformed(F, "the part does not start with a frame header"))?;
-    let layout = if fr.channels == 1 {
-        SymChannels::FRONT_LEFT
-    } else {
-        SymChannels::FRONT_LEFT | SymChannels::FRONT_RIGHT
-    };
-    let mut params = CodecParameters::new();
-    params
-        .for_codec(CODEC_TYPE_MP3)
-        .with_sample_rate(fr.sample_rate)
-        .with_channels(layout);
-    let decoder = make(&params, F)?;
     let head = Head {
         codec: Codec::Mp3,
         sample_rate: fr.sample_rate,
         channels: fr.channels,
     };
-    Ok((head, PartCodec::Mp3(decoder)))
+    Ok((head, PartCodec::Mp3(mp3::Frames::new(fr.sample_rate))))
 }
 
 fn make(params: &CodecParameters, f: &'static str) -> Result<Box<dyn Decoder>, Error> {
@@ -240,7 +234,7 @@ impl Part<'_> {
         };
         let codec = self.head.codec;
         let r = guarded(|| match self.codec {
-            PartCodec::Mp3(d) => mp3(self.bytes, self.part, d, &mut place, &mut sink),
+            PartCodec::Mp3(f) => mp3(self.bytes, self.part, f, &mut place, &mut sink),
             PartCodec::Aac { decoder, units } => aac(
                 self.bytes, &units, self.part, decoder, &mut place, &mut sink,
             ),
@@ -391,7 +385,7 @@ fn aac(
 fn mp3(
     bytes: &[u8],
     part: LossyPart,
-    mut decoder: Box<dyn Decoder>,
+    mut frames: mp3::Frames,
     place: &mut Place,
     sink: &mut Sink<'_>,
 ) -> Result<(), Error> {
@@ -402,12 +396,18 @@ fn mp3(
         let fr = Mp3Frame::parse(&bytes[pos..]).ok_or_else(|| {
             Error::malformed(F, format!("no frame header at byte {pos} of the part"))
         })?;
-        let data = bytes
-            .get(pos..pos + fr.size)
-            .ok_or_else(|| Error::truncated(F, "the part ends inside a frame"))?;
-        let packet = Packet::new_from_slice(0, 0, u64::from(fr.samples), data);
-        let buf = decoder.decode(&packet).map_err(|e| symph::map_err(F, e))?;
-        place.push(sink, |s| planar(buf, s));
+        if bytes.len() - pos < fr.size {
+            return Err(Error::truncated(F, "the part ends inside a frame"));
+        }
+        // The rest of the part, so that the decoder sees the next header.
+        let (used, pcm, nch) = frames.next(&bytes[pos..], pos)?;
+        if used != fr.size || pcm.len() != fr.samples as usize * nch {
+            return Err(Error::malformed(
+                F,
+                format!("the frame at byte {pos} of the part does not decode to one frame"),
+            ));
+        }
+        place.push(sink, |s| s.interleaved(pcm, nch));
         pos += fr.size;
     }
     Ok(())

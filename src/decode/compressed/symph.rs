@@ -1,9 +1,9 @@
-//! MP3, Ogg Vorbis and MP4 AAC through symphonia: the demuxer and decoder
-//! made for the codec, gapless decoding on, packets decoded in order into a
-//! [`Sink`], and the length checks each container allows (the LAME tag's
-//! frame count for MP3, the sample table and edit list for MP4, see
-//! [`super::mp4`]). Ogg page integrity was checked before
-//! ([`super::check_ogg_pages`]).
+//! Ogg Vorbis and MP4 AAC through symphonia: the demuxer and decoder made
+//! for the codec, gapless decoding on, packets decoded in order into a
+//! [`Sink`], and the length checks each container allows (the sample table
+//! and edit list for MP4, see [`super::mp4`]; the last granule for Vorbis).
+//! Ogg page integrity was checked before ([`super::check_ogg_pages`]). MP3
+//! is [`super::mp3`]'s.
 
 use std::io::Cursor;
 
@@ -12,7 +12,7 @@ use symphonia::core::codecs::{CODEC_TYPE_AAC, CodecType, Decoder, DecoderOptions
 use symphonia::core::errors::Error as SymError;
 use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::MediaSourceStream;
-use symphonia::default::formats::{IsoMp4Reader, MpaReader, OggReader};
+use symphonia::default::formats::{IsoMp4Reader, OggReader};
 
 use super::{Codec, Error, Head, Sink, mp4, mp4_tables};
 
@@ -46,20 +46,15 @@ impl Stream {
             }
             _ => None,
         };
-        let body = match codec {
-            Codec::Mp3 => &bytes[id3v2_len(bytes).min(bytes.len())..],
-            _ => bytes,
-        };
-        let src = MediaSourceStream::new(Box::new(Cursor::new(body.to_vec())), Default::default());
+        let src = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
         let opts = FormatOptions {
             enable_gapless: true,
             ..Default::default()
         };
         let reader: Box<dyn FormatReader> = match codec {
-            Codec::Mp3 => Box::new(MpaReader::try_new(src, &opts).map_err(|e| map_err(f, e))?),
             Codec::Vorbis => Box::new(OggReader::try_new(src, &opts).map_err(|e| map_err(f, e))?),
             Codec::Aac => Box::new(IsoMp4Reader::try_new(src, &opts).map_err(|e| map_err(f, e))?),
-            Codec::Opus => unreachable!("Opus goes to libopus"),
+            Codec::Opus | Codec::Mp3 => unreachable!("Opus goes to libopus, MP3 to nanomp3"),
         };
         let track = pick_track(reader.as_ref(), codec)?;
         let params = track.codec_params.clone();
@@ -82,9 +77,6 @@ impl Stream {
             .ok_or_else(|| Error::malformed(f, "the stream declares no channels"))?;
         let (skip, expected) = match track_info {
             Some(t) => t.trim(sample_rate),
-            // The LAME tag's frame count is exact (without it the count is
-            // an estimate from the bitrate, so no length check).
-            None if codec == Codec::Mp3 && params.delay.is_some() => (0, params.n_frames),
             None => (0, None),
         };
         let head = Head {
@@ -183,20 +175,6 @@ fn pick_track(
         },
         _ => Error::malformed(f, "no audio track"),
     })
-}
-
-/// Length of an ID3v2 tag at the start (header, body, optional footer), or 0.
-pub(super) fn id3v2_len(bytes: &[u8]) -> usize {
-    match bytes.first_chunk::<10>() {
-        Some(h) if h.starts_with(b"ID3") => {
-            let size = h[6..10]
-                .iter()
-                .fold(0usize, |a, &b| (a << 7) | usize::from(b & 0x7F));
-            let footer = if h[5] & 0x10 != 0 { 10 } else { 0 };
-            10 + size + footer
-        }
-        _ => 0,
-    }
 }
 
 /// A symphonia error as a specific [`Error`] about stream `f`.

@@ -95,8 +95,8 @@ fn lengths_rates_and_channels_are_the_references() {
     assert_eq!(s.len(), 15434);
 }
 
-/// Samples against the reference decodes. Tolerances: symphonia's MP3,
-/// Vorbis and AAC decoders are float implementations of the same standard
+/// Samples against the reference decodes. Tolerances: nanomp3's MP3 and
+/// symphonia's Vorbis and AAC decoders are float implementations of the same standard
 /// transforms as mpg123/libvorbis/ffmpeg (1e-5: a few float32 ulps of
 /// accumulated rounding); Opus is libopus itself (a different libopus
 /// version than soundfile's may differ in the last bits: 1e-4).
@@ -121,6 +121,27 @@ fn samples_match_the_references() {
             "{file}: silent reference"
         );
     }
+}
+
+/// MP3 samples past full scale (a source louder than full scale) are kept,
+/// as mpg123, soundfile's decoder, keeps them: no clamping to [-1, 1].
+#[test]
+fn mp3_keeps_samples_past_full_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/codecs/speech16k_mono.mp3");
+    let loud = dir.path().join("loud.mp3");
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-loglevel", "error", "-y", "-i"])
+        .arg(&src)
+        .args(["-af", "volume=24dB", "-c:a", "libmp3lame"])
+        .arg(&loud)
+        .status()
+        .expect("ffmpeg runs");
+    assert!(st.success());
+    let (_, x) = decode_all(&std::fs::read(&loud).unwrap(), Channels::Mean).unwrap();
+    let peak = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(peak > 1.05, "peak {peak}");
 }
 
 #[test]
