@@ -61,6 +61,10 @@ use crate::decode::wav::extent;
 use crate::model::{RejectKind, Segment};
 use crate::reader::ReadRange;
 
+pub mod spill;
+
+pub use spill::SpillDir;
+
 /// A manifest that cannot be used at all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -110,8 +114,12 @@ pub struct Manifests {
     pub ranges: Vec<Option<ReadRange>>,
     pub rejected: Vec<LineRejection>,
     /// Bytes read to plan ranges: headers, the frame searches of FLAC
-    /// files without seek points, and the MP3/Ogg seek indexes.
+    /// files without seek points, the MP3/Ogg seek indexes, and the
+    /// recordings read whole to spill them ([`spill`]).
     pub header_bytes: u64,
+    /// Recordings decoded once into a spill, and the bytes written ([`spill`]).
+    pub spilled: usize,
+    pub spill_bytes: u64,
 }
 
 /// Whether `input` is a manifest (a regular file) rather than a tree.
@@ -165,6 +173,17 @@ pub type Share<'a> = Option<&'a dyn Fn(usize) -> Range<usize>>;
 /// outside the share are not parsed (their audio headers are not read
 /// either) and leave no rejection: they are another shard's.
 pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, Error> {
+    plan_spilling(manifests, share, None)
+}
+
+/// [`plan_share`], and with `spill` the segments of compressed recordings
+/// that cannot be cut into parts served from one decode of each, written
+/// there ([`spill`]).
+pub fn plan_spilling(
+    manifests: &[PathBuf],
+    share: Share<'_>,
+    spill: Option<&SpillDir>,
+) -> Result<Manifests, Error> {
     let mut b = Builder::default();
     for (split, file) in manifests.iter().enumerate() {
         let name = split_name(file).ok_or_else(|| Error::NoStem(file.clone()))?;
@@ -193,11 +212,15 @@ pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, 
         meta,
         lines,
         heads,
+        pending,
     } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
     m.lines = lines.into();
     m.header_bytes = heads.bytes;
+    if let Some(dir) = spill {
+        spill::resolve(&mut m, pending, dir);
+    }
     Ok(m)
 }
 
@@ -221,6 +244,8 @@ struct Builder {
     meta: PathTable,
     lines: Vec<u32>,
     heads: Heads,
+    /// Segments of recordings read whole ([`spill`]).
+    pending: spill::Pending,
 }
 
 impl Builder {
@@ -271,6 +296,11 @@ impl Builder {
             None => (None, item.segment),
         };
         let path = self.paths.push(&item.audio);
+        if range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
+            if let Some(Some(Head::Whole)) = self.heads.by_path.get(&open) {
+                self.pending.push(&open, path);
+            }
+        }
         self.meta.push(&Value::Object(item.meta).to_string());
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
         if open != Path::new(&item.audio) {
@@ -471,6 +501,9 @@ enum Head {
     Wav(extent::Head),
     Flac(seek::Head),
     Lossy(index::Index),
+    /// A compressed stream without an index (M4A, or damaged): read whole,
+    /// or spilled ([`spill`]).
+    Whole,
 }
 
 /// Headers read so far, by the path opened (None: neither a WAV, a FLAC
@@ -526,6 +559,7 @@ impl Heads {
                 };
                 Some((range, part))
             }
+            Head::Whole => None,
         }
     }
 }
@@ -582,7 +616,7 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
         let got = buf.len() as u64;
         if compressed::sniff(&buf).is_some() {
             let (index, bytes) = index::Index::build(&f, len, &buf);
-            return (index.map(Head::Lossy), got + bytes);
+            return (Some(index.map_or(Head::Whole, Head::Lossy)), got + bytes);
         }
         match parse_head(&buf, len) {
             Some(h) => return (Some(h), got),
