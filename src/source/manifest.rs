@@ -43,8 +43,14 @@
 //! pre-roll before it to its end, behind the Ogg header pages; the job's
 //! segment says how the part lines up with the whole-file decode
 //! ([`crate::model::LossyPart`]). MP4 and recordings whose index cannot be
-//! built (a damaged file) are read whole and decoded from their start up to
-//! the segment's end; the decoder names what is wrong, if anything.
+//! built (a damaged file) cannot be cut into parts: with a spill folder
+//! ([`plan_spilling`], `build`'s `OUT/.melforge-spill`) such a recording
+//! with two or more segments is decoded once, after every line is planned,
+//! into a float WAV there, and its segments become extents of that WAV, the
+//! rows bit for bit those of decoding the recording itself ([`spill`]).
+//! Otherwise (no folder, a decode over `input.spill_max_mib`, a decode
+//! error, one segment) they are read whole and decoded from their start up
+//! to the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};

@@ -172,3 +172,50 @@ fn spilled_segments_are_the_old_paths_rows_bit_for_bit() {
     assert_eq!(new.report.bytes_read, want);
     assert!(old.report.bytes_read > 9 * whole("a.m4a"));
 }
+
+/// Shards building into one folder each spill their own (and remove only
+/// their own stale folder); their rows are the unsharded old path's.
+#[test]
+fn shards_spill_their_own() {
+    use melforge::app::merge::shard::Shard;
+    let d = tempfile::tempdir().unwrap();
+    let wav = put(
+        d.path(),
+        "src.wav",
+        &pcm16(&signal(16_000 * 20, 1, 13), 1, 16_000),
+    );
+    ffmpeg(&wav, &["-c:a", "aac"], &d.path().join("a.m4a"));
+    let lines: Vec<String> = (0..8)
+        .map(|k| nemo("a.m4a", 0.3 + 2.41 * k as f64, Some(1.5)))
+        .collect();
+    let manifest = put(d.path(), "train.jsonl", lines.join("\n").as_bytes());
+    let mut old_cfg = kaldi();
+    old_cfg.input.spill_max_mib = 0;
+    let (_, old_out) = run(std::slice::from_ref(&manifest), &old_cfg);
+    let out = tempfile::tempdir().unwrap();
+    let stale = out.path().join(".melforge-spill.shard-0-of-2");
+    put(&stale, "0.wav", b"a killed build's");
+    put(out.path(), ".melforge-spill/0.wav", b"not this shard's");
+    let input = Input::of(std::slice::from_ref(&manifest));
+    let mut got = Vec::new();
+    for k in 0..2 {
+        let s = Some(Shard { index: k, count: 2 });
+        let done =
+            build::build_input(&input, out.path(), &kaldi(), &Default::default(), s).unwrap();
+        assert!(done.rejected.is_empty(), "{:?}", done.rejected);
+        // Four segments of 1.5 s, each its extent of the shard's spill
+        // (24,000 float samples), where the old path reads the file 4 times.
+        assert_eq!(done.report.bytes_read, 4 * 24_000 * 4, "shard {k}");
+        assert!(!stale.exists(), "shard {k}");
+        got.extend(rows(&out.path().join(format!("train.shard-{k}-of-2.h5"))).rows);
+    }
+    assert!(out.path().join(".melforge-spill/0.wav").exists());
+    let want = rows(&old_out.path().join("train.h5")).rows;
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()) && g.len() == w.len(),
+            "row {i}"
+        );
+    }
+}

@@ -14,7 +14,9 @@
 //! first output is, and the pre-roll before the segment is dropped
 //! (`source::manifest`, `decode::compressed::index`). Any other compressed
 //! stream (MP4, or a recording without an index) is decoded from its start
-//! up to the segment's end, its frames before the segment dropped.
+//! up to the segment's end, its frames before the segment dropped, unless
+//! the source spilled the recording's decode to a float WAV: the segment
+//! is then a WAV cut to it (`source::manifest::spill`).
 //!
 //! A whole-file item that states its duration ([`Segment::expect_s`]) is
 //! decoded whole and checked against it.

@@ -31,7 +31,9 @@
 //! directly), placed in the whole-file decode: MP3 and Vorbis bit for bit,
 //! Opus as close as libopus restarted 5 s early comes (exact on the tests'
 //! files, 1.2e-3 on log fbank in `scripts/parity_manifest.py`). MP4/AAC
-//! segments are still decoded from the start.
+//! segments are decoded from the start, or served from one decode of the
+//! recording that the manifest planner spilled ([`Stream::decode_all`]:
+//! every channel kept, interleaved; `source::manifest::spill`).
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream
