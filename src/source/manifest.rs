@@ -302,10 +302,9 @@ impl Builder {
             None => (None, item.segment),
         };
         let path = self.paths.push(&item.audio);
-        if range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
-            if let Some(Some(Head::Whole)) = self.heads.by_path.get(&open) {
-                self.pending.push(&open, path);
-            }
+        let whole = matches!(self.heads.by_path.get(&open), Some(Some(Head::Whole)));
+        if whole && range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
+            self.pending.push(&open, path);
         }
         self.meta.push(&Value::Object(item.meta).to_string());
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));

@@ -119,7 +119,8 @@ fn recordings_that_do_not_qualify_keep_their_plan() {
     std::fs::write(d.path().join("a.m4a"), &bytes).unwrap();
     std::fs::write(d.path().join("cut.m4a"), &bytes[..bytes.len() * 2 / 3]).unwrap();
     let old = |m: &Manifests| m.ranges.iter().all(Option::is_none) && m.spilled == 0;
-    let cases: [(&str, &[(f64, f64)], u64); 4] = [
+    type Case<'a> = (&'a str, &'a [(f64, f64)], u64);
+    let cases: [Case<'_>; 4] = [
         ("a.m4a", &SEGMENTS[..1], 1 << 30),
         ("a.m4a", &SEGMENTS, 1000),
         ("a.m4a", &SEGMENTS, 0),
