@@ -11,7 +11,7 @@ usage: scripts/check_deploy.py [DIR]   (default deploy/kubernetes)
    completions, parallelism and MELFORGE_SHARDS agree; its --shard argument is
    $(JOB_COMPLETION_INDEX)/$(MELFORGE_SHARDS); the merge Job merges the build's
    --out directory; both mount the ReadWriteMany claim of pvc.yaml at a path
-   that holds the input and output directories.
+   that holds every input (a tree, or manifests) and the output directory.
 Prints every problem and exits 1 if there is one.
 """
 import sys
@@ -110,8 +110,13 @@ def wiring_problems(d):
         bad(f"build-job.yaml: --shard is {flag(args, '--shard')!r}, "
             "expected $(JOB_COMPLETION_INDEX)/$(MELFORGE_SHARDS)")
     out = flag(args, "--out")
-    input_dir = args[2] if len(args) > 2 else None
-    mounted_claim(build, claim, [input_dir, out], bad, "build-job.yaml")
+    # The inputs: a tree, or one or more NeMo/lhotse manifests, before the
+    # first option.
+    rest = args[2:]
+    inputs = rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))]
+    if not inputs:
+        bad("build-job.yaml: names no input (a tree or manifests) before its options")
+    mounted_claim(build, claim, inputs + [out], bad, "build-job.yaml")
 
     margs = container(merge).get("command", []) + container(merge).get("args", [])
     if merge.get("kind") != "Job" or merge["spec"].get("completions", 1) != 1:

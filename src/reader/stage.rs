@@ -337,6 +337,34 @@ mod tests {
 
     use super::*;
 
+    /// A stage over `cfg` with a 2 MiB arena: its job ring (2 × `ring`),
+    /// its output ring (`ring`), its telemetry and the stage.
+    fn started(
+        cfg: &IoConfig,
+        ring: usize,
+    ) -> (
+        Arc<Ring<ReadJob>>,
+        Arc<Ring<Loaded>>,
+        Arc<Telemetry>,
+        ReaderStage,
+    ) {
+        let jobs = Arc::new(Ring::new(2 * ring));
+        let out = Arc::new(Ring::new(ring));
+        let telemetry = Arc::new(Telemetry::default());
+        let free = Arc::new(ArrayQueue::new(4));
+        let stage = ReaderStage::start(
+            cfg,
+            2 << 20,
+            &[],
+            Arc::clone(&jobs),
+            &out,
+            free,
+            Arc::clone(&telemetry),
+        )
+        .unwrap();
+        (jobs, out, telemetry, stage)
+    }
+
     fn files(dir: &std::path::Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
         (0..n)
             .map(|i| {
@@ -360,20 +388,7 @@ mod tests {
             cfg.engine = engine;
             cfg.threads = 2;
             cfg.queue_depth = 8;
-            let jobs = Arc::new(Ring::new(16));
-            let out = Arc::new(Ring::new(8));
-            let telemetry = Arc::new(Telemetry::default());
-            let free = Arc::new(ArrayQueue::new(4));
-            let stage = ReaderStage::start(
-                &cfg,
-                2 << 20,
-                &[],
-                Arc::clone(&jobs),
-                &out,
-                free,
-                Arc::clone(&telemetry),
-            )
-            .unwrap();
+            let (jobs, out, telemetry, stage) = started(&cfg, 8);
             let source = {
                 let (jobs, fs) = (jobs.producer(), fs.clone());
                 std::thread::spawn(move || {
@@ -419,20 +434,7 @@ mod tests {
             let mut cfg = crate::config::Config::default().io;
             cfg.engine = engine;
             cfg.queue_depth = 4;
-            let jobs = Arc::new(Ring::new(8));
-            let out = Arc::new(Ring::new(4));
-            let telemetry = Arc::new(Telemetry::default());
-            let free = Arc::new(ArrayQueue::new(4));
-            let stage = ReaderStage::start(
-                &cfg,
-                2 << 20,
-                &[],
-                Arc::clone(&jobs),
-                &out,
-                free,
-                Arc::clone(&telemetry),
-            )
-            .unwrap();
+            let (jobs, out, telemetry, stage) = started(&cfg, 4);
             let source = {
                 let (jobs, fs) = (jobs.producer(), fs.clone());
                 std::thread::spawn(move || {

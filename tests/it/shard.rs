@@ -433,7 +433,12 @@ fn kubernetes_manifests_pass_the_schema_and_wiring_checks() {
 #[test]
 fn kubernetes_checks_catch_miswired_manifests() {
     type Case = (&'static str, fn(&str) -> String, &'static str);
-    let cases: [Case; 4] = [
+    let cases: [Case; 5] = [
+        (
+            "build-job.yaml",
+            |t| t.replace("\"/data/input\"", "\"/srv/input\""),
+            "'/srv/input' is not on the mounted claim",
+        ),
         (
             "build-job.yaml",
             |t| t.replace("  parallelism: 4", "  parallelism: 3"),
@@ -463,4 +468,56 @@ fn kubernetes_checks_catch_miswired_manifests() {
             "{file}: expected {expect:?} in {text}"
         );
     }
+}
+
+/// `submit --input` puts manifests in the build Job's arguments in place of
+/// the default tree (checked on the manifests it would apply: `--dry-run`),
+/// and refuses a path the pods cannot see.
+#[test]
+fn kubernetes_submit_names_manifests_as_the_input() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let submit = |args: &[&str]| {
+        Command::new(root.join("deploy/kubernetes/submit"))
+            .args(args)
+            .output()
+            .expect("submit runs")
+    };
+    let dir = d.path().to_str().unwrap();
+    let out = submit(&[
+        "3",
+        "--input",
+        "/data/lists/train.jsonl",
+        "--input",
+        "/data/lists/dev cuts.jsonl.gz",
+        "--dry-run",
+        dir,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let job = std::fs::read_to_string(d.path().join("build-job.yaml")).unwrap();
+    let args: Vec<&str> = job
+        .lines()
+        .skip_while(|l| !l.contains("args:"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with("- "))
+        .map(|l| l.trim().trim_start_matches("- ").trim_matches('"'))
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "build",
+            "/data/lists/train.jsonl",
+            "/data/lists/dev cuts.jsonl.gz",
+            "--out",
+            "/data/out",
+            "--shard",
+            "$(JOB_COMPLETION_INDEX)/$(MELFORGE_SHARDS)"
+        ]
+    );
+    let (ok, text) = check_deploy(d.path());
+    assert!(ok, "{text}");
+    let out = submit(&["3", "--input", "/home/me/train.jsonl", "--dry-run", dir]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not on the claim"), "{err}");
 }

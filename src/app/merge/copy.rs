@@ -13,9 +13,9 @@ use ndarray::IxDyn;
 
 use crate::app::interrupt::Stopped;
 
-use super::attrs::{self, Value};
+use super::attrs::Value;
 use super::open::{Axis, Part};
-use super::{Ctx, Error, create_file, offsets};
+use super::{Ctx, Error, create_split, offsets};
 
 /// Bytes copied per read/write call: about 64 MiB, in whole chunks.
 const BLOCK_BYTES: usize = 64 << 20;
@@ -205,8 +205,7 @@ pub(super) fn write(
     split_attrs: &[(String, Value)],
     out: &Path,
 ) -> Result<(), Error> {
-    let file = create_file(out)?;
-    attrs::write_all(&file, split_attrs).ctx(out, || "write the root attributes".into())?;
+    let file = create_split(out, split_attrs)?;
     for &d in &parts[0].datasets {
         standalone(dir, parts, (&file, out), d)?;
     }

@@ -36,18 +36,23 @@ fn read_error(dir: &Path, name: &str) -> impl Fn(std::io::Error) -> Error {
     }
 }
 
-fn write_lines(out: &Path, lines: impl IntoIterator<Item = String>) -> Result<(), Error> {
-    let io = |cause| Error::Io {
+/// A write error at `out`.
+fn write_error(out: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |cause| Error::Io {
         path: out.to_path_buf(),
         action: "write",
         cause,
-    };
-    let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(io)?);
-    for line in lines {
-        f.write_all(line.as_bytes()).map_err(io)?;
-        f.write_all(b"\n").map_err(io)?;
     }
-    f.flush().map_err(io)
+}
+
+fn write_lines(out: &Path, lines: impl IntoIterator<Item = String>) -> Result<(), Error> {
+    let io = write_error(out);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(&io)?);
+    for line in lines {
+        f.write_all(line.as_bytes()).map_err(&io)?;
+        f.write_all(b"\n").map_err(&io)?;
+    }
+    f.flush().map_err(&io)
 }
 
 /// Joins the shard rejection logs, sorted by line and path as a build sorts
@@ -196,13 +201,9 @@ pub(super) fn check_write_back(dir: &Path, w: &WriteBack) -> Result<(), Error> {
 
 /// Writes `w`'s merged manifest at `out`.
 pub(super) fn merge_write_back(dir: &Path, w: &WriteBack, out: &Path) -> Result<(), Error> {
-    let io = |cause| Error::Io {
-        path: out.to_path_buf(),
-        action: "write",
-        cause,
-    };
-    let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(io)?);
-    join(dir, w, |line| writeln!(f, "{line}").map_err(io))?;
+    let io = write_error(out);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(&io)?);
+    join(dir, w, |line| writeln!(f, "{line}").map_err(&io))?;
     f.flush().map_err(io)
 }
 

@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use super::attrs::{self, Value};
+use super::attrs::Value;
 use super::open::{Axis, Part};
-use super::{Ctx, Error, copy, create_file, vds};
+use super::{Ctx, Error, copy, create_split, vds};
 
 /// Writes the virtual merged file of one split at `out` (its shards named
 /// relative to it, so they must stay in `dir`).
@@ -20,8 +20,7 @@ pub(super) fn write(
     split_attrs: &[(String, Value)],
     out: &Path,
 ) -> Result<(), Error> {
-    let file = create_file(out)?;
-    attrs::write_all(&file, split_attrs).ctx(out, || "write the root attributes".into())?;
+    let file = create_split(out, split_attrs)?;
     for &(name, axis) in &parts[0].datasets {
         let total: usize = parts.iter().map(|p| p.len(axis)).sum();
         if axis == Axis::Offsets || total == 0 {

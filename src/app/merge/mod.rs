@@ -252,6 +252,14 @@ pub(crate) fn create_file(p: &Path) -> Result<File, Error> {
         .ctx(p, || "create the file".into())
 }
 
+/// Creates the merged file of a split at `p` with the split's root
+/// attributes (both layouts start so).
+fn create_split(p: &Path, split_attrs: &[(String, attrs::Value)]) -> Result<File, Error> {
+    let file = create_file(p)?;
+    attrs::write_all(&file, split_attrs).ctx(p, || "write the root attributes".into())?;
+    Ok(file)
+}
+
 /// Merges the shards in `dir` into `<split>.h5` (virtual, or standalone when
 /// `copy`), `rejected.jsonl` and the written-back `<split>.jsonl`.
 pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {

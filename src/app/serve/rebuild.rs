@@ -101,7 +101,8 @@ impl Rebuild {
             extensions: cfg.input.extensions.clone(),
         };
         let mut total = 0;
-        let _all = super::watch::scan_tree_each(&serve.watch_dir, &ignore, &mut |_| {
+        let seen = super::sidecar::Seen::default();
+        let _all = super::watch::scan_tree_each(&serve.watch_dir, &ignore, &seen, &mut |_| {
             total += 1;
             std::ops::ControlFlow::Continue(())
         });

@@ -39,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
+use super::sidecar;
+
 /// What the watcher reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
@@ -129,7 +131,7 @@ impl Ignore {
 /// and the rescan after an overflow).
 pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let _all = scan_tree_each(dir, ignore, &mut |p| {
+    let _all = scan_tree_each(dir, ignore, &sidecar::Seen::default(), &mut |p| {
         out.push(p);
         ControlFlow::Continue(())
     });
@@ -141,10 +143,12 @@ pub fn scan_tree(dir: &Path, ignore: &Ignore) -> Vec<PathBuf> {
 /// order), until `f` breaks (serve's intake is full: the rest waits for the
 /// next rescan). Holds one directory listing per level, not the tree: with
 /// `on_success = "keep"` the drop tree holds every file ever ingested.
+/// Notes each directory's names in `seen` before reporting its files.
 /// Returns whether `f` broke the walk.
 pub fn scan_tree_each(
     dir: &Path,
     ignore: &Ignore,
+    seen: &sidecar::Seen,
     f: &mut dyn FnMut(PathBuf) -> ControlFlow<()>,
 ) -> ControlFlow<()> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -152,6 +156,9 @@ pub fn scan_tree_each(
     };
     let mut entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
+    for e in &entries {
+        seen.note(&e.file_name().to_string_lossy());
+    }
     for e in entries {
         let name = e.file_name();
         // Names that are not UTF-8 are matched by their lossy text and
@@ -164,7 +171,7 @@ pub fn scan_tree_each(
             }
         } else if t.is_dir() {
             if !ignore.ignores(name) {
-                scan_tree_each(&e.path(), ignore, f)?;
+                scan_tree_each(&e.path(), ignore, seen, f)?;
             }
         } else if ignore.wants(name) {
             f(e.path())?;
@@ -191,6 +198,7 @@ struct State {
     inotify: Inotify,
     dirs: HashMap<WatchDescriptor, PathBuf>,
     ignore: Ignore,
+    seen: sidecar::Seen,
     tx: Sender<WatchEvent>,
     /// The drop directory and the identity it had when watched (None while
     /// it is missing).
@@ -256,7 +264,12 @@ impl State {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return true;
         };
-        for e in entries.flatten() {
+        // Every name noted before any file is reported.
+        let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        for e in &entries {
+            self.seen.note(&e.file_name().to_string_lossy());
+        }
+        for e in entries {
             let name = e.file_name();
             // Names that are not UTF-8 are matched by their lossy text and
             // reported: the consumer rejects them with a reason.
@@ -311,15 +324,24 @@ impl State {
                     {
                         new_dirs.push(path);
                     }
-                } else if ev
-                    .mask
-                    .intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
-                    && self.ignore.wants(name)
-                {
-                    if is_symlink(&path) {
-                        skip_symlink(&path);
-                    } else {
-                        files.push(path);
+                } else {
+                    // A sidecar's name counts however it arrives (a hard
+                    // link makes only IN_CREATE).
+                    if ev.mask.intersects(
+                        EventMask::CREATE | EventMask::CLOSE_WRITE | EventMask::MOVED_TO,
+                    ) {
+                        self.seen.note(name);
+                    }
+                    if ev
+                        .mask
+                        .intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
+                        && self.ignore.wants(name)
+                    {
+                        if is_symlink(&path) {
+                            skip_symlink(&path);
+                        } else {
+                            files.push(path);
+                        }
                     }
                 }
             }
@@ -354,7 +376,14 @@ impl Watcher {
     /// Starts watching `root` (which must exist). Files already present are
     /// not reported: the consumer does its own initial [`scan_tree`] after
     /// this returns, so nothing that lands in between is missed.
-    pub fn start(root: &Path, ignore: Ignore, tx: Sender<WatchEvent>) -> std::io::Result<Watcher> {
+    /// Watches `root` for `ignore`'s files, reported on `tx`, noting names
+    /// in `seen`.
+    pub fn start(
+        root: &Path,
+        ignore: Ignore,
+        seen: sidecar::Seen,
+        tx: Sender<WatchEvent>,
+    ) -> std::io::Result<Watcher> {
         let inotify = Inotify::init()?;
         let Some(root_id) = dir_identity(root) else {
             return Err(std::io::Error::new(
@@ -366,6 +395,7 @@ impl Watcher {
             inotify,
             dirs: HashMap::new(),
             ignore,
+            seen,
             tx,
             root: root.to_path_buf(),
             root_id: Some(root_id),
@@ -465,7 +495,7 @@ mod tests {
         let root = d.path().join("drop");
         std::fs::create_dir(&root).unwrap();
         let (tx, rx) = channel();
-        let w = Watcher::start(&root, Ignore::default(), tx).unwrap();
+        let w = Watcher::start(&root, Ignore::default(), sidecar::Seen::default(), tx).unwrap();
 
         // Renamed in (the recommended contract), from a temp name.
         std::fs::write(root.join("a.wav.part"), b"x").unwrap();
@@ -523,5 +553,59 @@ mod tests {
             scan_tree(d.path(), &Ignore::default()),
             [d.path().join("e.WAV"), d.path().join("x/a.wav")]
         );
+    }
+
+    /// A sidecar's name is noted before the files it may belong to are
+    /// reported: by the watch (the `.json` moved in, then its audio; a new
+    /// directory whose listing holds both), and by the tree walk, where
+    /// `clip.mp3.json` sorts after `clip.mp3`.
+    #[test]
+    fn sidecar_names_are_seen_before_their_files() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("drop");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/clip.mp3"), b"x").unwrap();
+        // A tree without any `.json`: never seen.
+        let seen = sidecar::Seen::default();
+        let _all = scan_tree_each(&root, &Ignore::default(), &seen, &mut |_| {
+            ControlFlow::Continue(())
+        });
+        assert!(!seen.any());
+        std::fs::write(root.join("a/clip.mp3.json"), b"{}").unwrap();
+        let seen = sidecar::Seen::default();
+        let mut at_report = Vec::new();
+        let _all = scan_tree_each(&root, &Ignore::default(), &seen, &mut |p| {
+            at_report.push((p, seen.any()));
+            ControlFlow::Continue(())
+        });
+        assert_eq!(at_report, [(root.join("a/clip.mp3"), true)]);
+
+        for how in ["moved in", "new directory"] {
+            let root = d.path().join(how.replace(' ', "_"));
+            std::fs::create_dir(&root).unwrap();
+            let (tx, rx) = channel();
+            let seen = sidecar::Seen::default();
+            let w = Watcher::start(&root, Ignore::default(), seen.clone(), tx).unwrap();
+            std::fs::write(root.join("x.wav"), b"x").unwrap();
+            assert_eq!(collect(&rx, 1), [WatchEvent::File(root.join("x.wav"))]);
+            assert!(!seen.any(), "{how}");
+            let side = d.path().join(format!("{how}.json"));
+            std::fs::write(&side, b"{}").unwrap();
+            if how == "moved in" {
+                std::fs::rename(&side, root.join("y.wav.json")).unwrap();
+                std::fs::write(root.join("y.wav"), b"x").unwrap();
+            } else {
+                let sub = d.path().join("sub");
+                std::fs::create_dir(&sub).unwrap();
+                std::fs::write(sub.join("y.wav"), b"x").unwrap();
+                std::fs::rename(&side, sub.join("y.json")).unwrap();
+                std::fs::rename(&sub, root.join("sub")).unwrap();
+            }
+            let got = collect(&rx, 1);
+            assert!(matches!(&got[..], [WatchEvent::File(_)]), "{how}: {got:?}");
+            // The receiver saw the file after the flag was set.
+            assert!(seen.any(), "{how}");
+            w.stop();
+        }
     }
 }

@@ -52,6 +52,7 @@ use super::kernels::compile_kernels;
 use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, Staged};
 use super::recipe::MelRecipe;
 use super::tables::Tables;
+use super::workers::spawn_stage;
 pub use super::workers::{
     CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
 };
@@ -173,30 +174,20 @@ where
         rate: plan.spec().sample_rate,
         staging: Arc::clone(&staging),
     };
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
-    let stage = StageThread {
-        plan,
-        opts,
-        tables,
-        wiring,
-        fed,
-        staging,
-        output,
-        ready: ready_tx,
-        report,
-    };
-    let thread = std::thread::Builder::new()
-        .name("cuda".into())
-        .spawn(move || stage.run(make))
-        .map_err(|e| Cause::host("start the CUDA thread", e))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let _ = thread.join();
-            return Err(e);
-        }
-        Err(_) => return Err(Cause::ThreadDied.into()),
-    }
+    let thread = spawn_stage(move |ready| {
+        let stage = StageThread {
+            plan,
+            opts,
+            tables,
+            wiring,
+            fed,
+            staging,
+            output,
+            ready,
+            report,
+        };
+        stage.run(make)
+    })?;
     start_pool(feed_wiring, pool_fed, pool_out, thread)
 }
 

@@ -43,7 +43,7 @@ use super::frames_exec::{Capacity, FrameExec, FrameSlot, FrameTables};
 use super::host_copy;
 use super::orchestrate::RunnerStats;
 use super::recipe_tables::Batch;
-use super::workers::{CudaOptions, CudaReport, CudaWorkers};
+use super::workers::{CudaOptions, CudaReport, CudaWorkers, spawn_stage};
 use super::{Error, device};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
@@ -107,30 +107,21 @@ where
         tables: tables.clone(),
         recipe: layout.recipe.clone(),
     });
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
-    let stage = StageThread {
-        tables,
-        recipe: Arc::clone(recipe),
-        opts,
-        wiring,
-        fed,
-        free_samples,
-        output,
-        ready: ready_tx,
-        report,
-    };
-    let thread = std::thread::Builder::new()
-        .name("cuda".into())
-        .spawn(move || stage.run(make))
-        .map_err(|e| Cause::host("start the CUDA thread", e))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let _ = thread.join();
-            return Err(e);
-        }
-        Err(_) => return Err(Cause::ThreadDied.into()),
-    }
+    let recipe = Arc::clone(recipe);
+    let thread = spawn_stage(move |ready| {
+        let stage = StageThread {
+            tables,
+            recipe,
+            opts,
+            wiring,
+            fed,
+            free_samples,
+            output,
+            ready,
+            report,
+        };
+        stage.run(make)
+    })?;
     let bodies = pool_fed.into_iter().zip(pool_out).map(|(fed, out)| {
         let ctx = Arc::clone(&ctx);
         move || decode(&ctx, &fed, &out)

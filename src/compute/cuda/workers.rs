@@ -3,10 +3,12 @@
 //! sizes ([`CudaOptions`]), the running stage ([`CudaWorkers`]: the decode
 //! pool and the stage thread) and its report ([`CudaReport`]).
 
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::Error;
+use super::cause::Cause;
 use super::feed::Feed;
 use super::orchestrate::RunnerStats;
 
@@ -84,15 +86,40 @@ pub struct CudaReport {
     pub host_computed_files: u64,
 }
 
+/// The stage thread's handle.
+pub(super) type StageHandle = JoinHandle<Result<CudaReport, Error>>;
+
+/// Starts the stage thread `body` (named `cuda`) and waits for it to be
+/// ready: `body` reports its start-up (device, kernels, buffers) on the
+/// sender it is given, `Ok` once it runs, else the error, after which the
+/// thread is joined and the error returned.
+pub(super) fn spawn_stage(
+    body: impl FnOnce(mpsc::Sender<Result<(), Error>>) -> Result<CudaReport, Error> + Send + 'static,
+) -> Result<StageHandle, Error> {
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let thread = std::thread::Builder::new()
+        .name("cuda".into())
+        .spawn(move || body(ready_tx))
+        .map_err(|e| Cause::host("start the CUDA thread", e))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err(Cause::ThreadDied.into()),
+    }
+}
+
 /// The running CUDA stage: the decode pool and the stage thread.
 pub struct CudaWorkers {
     feed: Feed,
-    thread: JoinHandle<Result<CudaReport, Error>>,
+    thread: StageHandle,
 }
 
 impl CudaWorkers {
     /// The decode pool and the stage thread of a running stage.
-    pub(super) fn new(feed: Feed, thread: JoinHandle<Result<CudaReport, Error>>) -> CudaWorkers {
+    pub(super) fn new(feed: Feed, thread: StageHandle) -> CudaWorkers {
         CudaWorkers { feed, thread }
     }
 

@@ -127,6 +127,34 @@ impl OggPage {
     pub fn has_granule(&self) -> bool {
         self.granule != u64::MAX
     }
+
+    /// Whether `page` (this page's bytes, header first) carries the
+    /// checksum of its bytes, as libogg computes it: CRC-32 with the
+    /// polynomial 0x04c11db7, unreflected, from 0, over the page with its
+    /// checksum field (bytes 22..26) read as zeros.
+    pub fn checksum_ok(&self, page: &[u8]) -> bool {
+        const OGG: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::Algorithm {
+            width: 32,
+            poly: 0x04c1_1db7,
+            init: 0,
+            refin: false,
+            refout: false,
+            xorout: 0,
+            check: 0x89a1_897f,
+            residue: 0,
+        });
+        let Some((head, rest)) = page.get(..self.len()).and_then(|p| p.split_at_checked(22)) else {
+            return false;
+        };
+        let Some((stored, body)) = rest.split_first_chunk::<4>() else {
+            return false;
+        };
+        let mut d = OGG.digest();
+        d.update(head);
+        d.update(&[0; 4]);
+        d.update(body);
+        d.finalize() == u32::from_le_bytes(*stored)
+    }
 }
 
 /// The packets of consecutive pages of one stream, joined across page
@@ -190,6 +218,24 @@ mod tests {
         assert_eq!(Mp3Frame::parse(&[0xFF, 0xFB, 0x00, 0x44]), None);
         assert_eq!(Mp3Frame::parse(&[0xFF, 0xFB, 0x9C, 0x44]), None);
         assert_eq!(Mp3Frame::parse(&[0xFF, 0xFF, 0x90, 0x44]), None);
+    }
+
+    #[test]
+    fn a_page_checksum_is_libogg_s() {
+        // The first page of an Ogg Vorbis file ffmpeg wrote (tests/data).
+        let bytes = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/codecs/speech16k_mono.ogg"),
+        )
+        .unwrap();
+        let page = OggPage::parse(&bytes).unwrap();
+        assert!(page.checksum_ok(&bytes));
+        for at in [0, 5, 21, 22, 26, page.len() - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 1;
+            assert!(!page.checksum_ok(&bad), "byte {at}");
+        }
+        assert!(!page.checksum_ok(&bytes[..page.len() - 1]));
     }
 
     #[test]

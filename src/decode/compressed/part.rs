@@ -1,7 +1,9 @@
 //! Part of an MP3 or Ogg stream, as [`super::index`] plans it: MP3 frames
 //! from a frame boundary, or an Ogg stream's header pages followed by its
 //! pages from a page boundary. The codec decoders are fed the packets
-//! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer.
+//! directly (symphonia's MP3 and Vorbis decoders, libopus), no demuxer;
+//! so each Ogg page's checksum is checked here, as the demuxers check it
+//! on the whole-file path, and a damaged page is [`Error::Malformed`].
 //!
 //! The part's first decoded sample is placed in the stream: MP3 and Opus by
 //! the planned position of its first packet ([`LossyPart::first`]), Vorbis
@@ -106,6 +108,7 @@ fn ogg_setup(bytes: &[u8]) -> Result<(Head, PartCodec), Error> {
         let page = OggPage::parse(&bytes[pos..])
             .filter(|p| pos + p.len() <= bytes.len())
             .ok_or_else(|| Error::truncated(F, "the part ends inside its header pages"))?;
+        check_page(&page, &bytes[pos..], pos)?;
         let this = *serial.get_or_insert(page.serial);
         if page.serial == this {
             let body = &bytes[pos..pos + page.len()];
@@ -337,6 +340,21 @@ fn planar(buf: AudioBufferRef<'_>, sink: &mut Sink<'_>) {
     sink.planar(&chans[..nch]);
 }
 
+/// A page of a part whose bytes are not the ones its checksum was made
+/// over is damaged: malformed, as the whole-file decode finds it (the `ogg`
+/// crate and symphonia's Ogg reader check every page's checksum).
+fn check_page(page: &OggPage, bytes: &[u8], pos: usize) -> Result<(), Error> {
+    if page.checksum_ok(bytes) {
+        return Ok(());
+    }
+    Err(Error::malformed(
+        "Ogg",
+        format!(
+            "the page at byte {pos} of the segment's pages fails its CRC check (damaged bytes)"
+        ),
+    ))
+}
+
 /// The audio pages of an Ogg part: `packet` decodes each packet of stream
 /// `serial` into the sink; the first page that ends a decoded packet
 /// places what came out.
@@ -358,6 +376,7 @@ fn ogg(
             .ok_or_else(|| {
                 Error::truncated(F, format!("the part ends inside a page at byte {pos}"))
             })?;
+        check_page(&page, &bytes[pos..], pos)?;
         let body = &bytes[pos..pos + page.len()];
         pos += page.len();
         if page.serial != serial {

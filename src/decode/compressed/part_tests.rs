@@ -278,3 +278,44 @@ fn data(name: &str) -> Vec<u8> {
         .join(name);
     std::fs::read(&p).unwrap()
 }
+
+/// A byte flipped inside a part's audio pages or its header pages fails
+/// that page's checksum: the part is malformed, naming the check, never
+/// decoded into other samples.
+#[test]
+fn a_damaged_page_in_a_part_fails_its_checksum() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, name) in [
+        (&["-c:a", "libvorbis"][..], "v.ogg"),
+        (&["-c:a", "libopus"][..], "o.opus"),
+    ] {
+        let path = encode(d.path(), 16_000, 1, args, name);
+        let bytes = std::fs::read(&path).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let (index, _) = Index::build(&f, bytes.len() as u64, &bytes[..bytes.len().min(64 << 10)]);
+        let index = index.unwrap();
+        let seg = Segment {
+            offset_s: 20.0,
+            duration_s: Some(3.0),
+            ..Segment::default()
+        };
+        let e = index.extent(&seg).unwrap();
+        let mut part = e.prefix.to_vec();
+        part.extend_from_slice(&bytes[e.start as usize..(e.start + e.len) as usize]);
+        let decode = |part: &[u8]| -> Result<usize, Error> {
+            let mut out = Vec::new();
+            open_part(part, e.part)?.decode(Channels::Mean, u64::MAX, &mut out)?;
+            Ok(out.len())
+        };
+        assert!(decode(&part).unwrap() > 0, "{name}");
+        // The middle of the audio pages, then the last byte of the header
+        // pages (the codec setup).
+        for at in [e.prefix.len() + e.len as usize / 2, e.prefix.len() - 1] {
+            let mut bad = part.clone();
+            bad[at] ^= 0x20;
+            let err = decode(&bad).expect_err(name);
+            let msg = err.to_string();
+            assert!(msg.contains("CRC check"), "{name} byte {at}: {msg}");
+        }
+    }
+}

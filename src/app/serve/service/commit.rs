@@ -183,6 +183,11 @@ impl Service {
         Ok(())
     }
 
+    /// The sidecar beside `p`, if the tree has held any (`sidecar::Seen`).
+    fn sidecar_of(&self, p: &std::path::Path) -> Option<std::path::PathBuf> {
+        self.sidecars.any().then(|| sidecar::beside(p)).flatten()
+    }
+
     /// Moves and deletes of committed source files.
     fn run_after(&mut self, after: Vec<After>) {
         let mut moves = Vec::new();
@@ -191,7 +196,7 @@ impl Service {
                 After::Delete(p) => {
                     // The sidecar first: a crash between the two leaves the
                     // file, whose commit the journal holds, not an orphan.
-                    let side = sidecar::beside(&p);
+                    let side = self.sidecar_of(&p);
                     for p in side.iter().chain(std::iter::once(&p)) {
                         if let Err(e) = std::fs::remove_file(p) {
                             self.note_error(format!("cannot delete {}: {e}", p.display()));
@@ -199,7 +204,7 @@ impl Service {
                     }
                 }
                 After::Move(from, to) => {
-                    if let Some(side) = sidecar::beside(&from) {
+                    if let Some(side) = self.sidecar_of(&from) {
                         let side_to = sidecar::moved_to(&from, &side, &to);
                         moves.push((side, side_to));
                     }

@@ -173,6 +173,8 @@ pub struct Service {
     rebuild: Option<Rebuild>,
     rebuild_report: Option<RebuildStatus>,
     last_error: Option<String>,
+    /// Whether the drop tree has held a sidecar's name (`sidecar::Seen`).
+    sidecars: super::sidecar::Seen,
 }
 
 impl Service {
@@ -235,7 +237,13 @@ impl Service {
             self.reject_unusable(abs, rel, stamp, RejectKind::BadPath, reason.into());
             return ControlFlow::Continue(());
         }
-        let meta = match super::sidecar::read(&abs) {
+        // No `.json` name in the tree yet: no sidecar to look for.
+        let sidecar = if self.sidecars.any() {
+            super::sidecar::read(&abs)
+        } else {
+            Ok(None)
+        };
+        let meta = match sidecar {
             Ok(meta) => meta,
             Err(e) => {
                 let reason = e.to_string();
@@ -289,7 +297,8 @@ impl Service {
         };
         let dir = self.serve.watch_dir.clone();
         self.intake.rescan_started();
-        let _full = scan_tree_each(&dir, &ignore, &mut |f| self.offer(f));
+        let seen = self.sidecars.clone();
+        let _full = scan_tree_each(&dir, &ignore, &seen, &mut |f| self.offer(f));
     }
 
     /// Rejects a dropped file it cannot take on (`kind`, `reason`: a name that is

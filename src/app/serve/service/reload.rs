@@ -58,6 +58,7 @@ impl Service {
                             patterns: s.ignore.clone(),
                             extensions: self.cfg.input.extensions.clone(),
                         },
+                        self.sidecars.clone(),
                         watch_tx.clone(),
                     ) {
                         Ok(w) => *watcher = Some(w),

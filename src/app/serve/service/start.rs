@@ -62,11 +62,15 @@ fn start(svc: &mut Service, tx: &control::Sender) -> Result<Started, Error> {
         extensions: svc.cfg.input.extensions.clone(),
     };
     let watcher = Some(
-        Watcher::start(&svc.serve.watch_dir, ignore, watch_tx.clone()).map_err(|source| {
-            Error::Dir {
-                path: svc.serve.watch_dir.clone(),
-                source,
-            }
+        Watcher::start(
+            &svc.serve.watch_dir,
+            ignore,
+            svc.sidecars.clone(),
+            watch_tx.clone(),
+        )
+        .map_err(|source| Error::Dir {
+            path: svc.serve.watch_dir.clone(),
+            source,
         })?,
     );
     // The watch exists before the scan, so nothing landing in between is missed.
@@ -191,6 +195,7 @@ impl Service {
             rebuild: None,
             rebuild_report: None,
             last_error: None,
+            sidecars: Default::default(),
         };
         svc.open_journal_splits()?;
         svc.maybe_compact();
