@@ -7,9 +7,10 @@ deterministic mix of tones and noise, so FLAC cannot shrink it to nothing)
 as a WAV, with sox (which writes a SEEKTABLE with a point every 10 s) as a
 FLAC, with ffmpeg (which writes none: the planner searches the frames) as a
 second FLAC, and with ffmpeg as an MP3 (libmp3lame 32 kb/s), an Ogg Opus
-(libopus 24 kb/s) and an M4A (aac 32 kb/s with `-aac_pns 0`: no band coded as
-perceptual noise, so every segment gets a part; with PNS, ffmpeg's default,
-each segment past the first noisy access unit is decoded from the start);
+(libopus 24 kb/s), an M4A (aac 32 kb/s with `-aac_pns 0`, "m4a-nopns": no
+band coded as perceptual noise, so every segment gets a part) and an M4A
+(ffmpeg's default `aac` encoder and bit rate, "m4a": PNS from the first
+access unit on, so its segments are spilled: decoded once);
 cuts it into N segments (default 1,000) of equal length with
 offsets and durations at microsecond resolution, in a shuffled line order
 (seeded), one NeMo manifest per container; builds each with
@@ -20,15 +21,22 @@ offsets and durations at microsecond resolution, in a shuffled line order
   own bytes (for the compressed ones) and against reading the whole
   recording once per segment (what a build without ranges reads);
 * the planner's header and seek-index reads (logged, one per recording),
-  the segments it gave a byte range ("ranged") and its time;
+  which include the recordings it reads whole to decode once into a spill
+  (an M4A with PNS: `source::manifest::spill`), the segments it gave a byte
+  range of the recording ("ranged"), its time, and the spill's bytes
+  written;
 * segments per second (`report.elapsed_s`, planning included; process
   start-up excluded) and the build's wall time.
 
 With `--io-engine std` the readers use plain reads (a segment: one `pread`)
-instead of io_uring.
+instead of io_uring. `--containers` picks the rows (default all);
+`--spill-max-mib 0` turns the spill off (each M4A segment is then decoded
+from the recording's start, as before the spill). A WAV already in WORK
+with the right length is reused.
 
 Usage: bench_manifest.py MELFORGE_BIN WORK [--hours H] [--segments N] [--seed S]
-                         [--io-engine uring|std] [--only NAME,...]
+                         [--io-engine uring|std] [--containers wav,flac,...]
+                         [--spill-max-mib M]
 Prints a markdown table for docs/BENCHMARKS.md.
 """
 
@@ -86,13 +94,16 @@ def build(melforge, work, name):
                           env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"))
     wall = time.perf_counter() - t
     doc = json.loads(done.stdout)
-    header, ranged, plan_s = 0, 0, 0.0
+    header = spill = ranged = 0
+    plan_s = 0.0
     for line in done.stderr.splitlines():
         if "header_bytes=" in line:
             header = int(line.split("header_bytes=")[1].split()[0])
             ranged = int(line.split("ranged=")[1].split()[0])
             plan_s = float(line.split("seconds=")[1].split()[0])
-    return doc, wall, header, ranged, plan_s
+        if "spill_bytes=" in line:
+            spill = int(line.split("spill_bytes=")[1].split()[0])
+    return doc, wall, header, ranged, plan_s, spill
 
 
 def main():
@@ -103,49 +114,59 @@ def main():
     ap.add_argument("--segments", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--io-engine", default="uring", choices=["uring", "std"])
-    ap.add_argument("--only", default="wav,flac,flac-no-seektable,mp3,opus,m4a",
+    ap.add_argument("--containers", "--only",
+                    default="wav,flac,flac-no-seektable,mp3,opus,m4a-nopns,m4a",
                     help="the containers to build, comma-separated")
+    ap.add_argument("--spill-max-mib", type=int, default=None)
     a = ap.parse_args()
-    only = set(a.only.split(","))
+    want = a.containers.split(",")
     os.makedirs(a.work, exist_ok=True)
     wav, flac = f"{a.work}/long.wav", f"{a.work}/long.flac"
     ff = f"{a.work}/long-ffmpeg.flac"
-    n = recording(wav, a.hours, a.seed)
-    if "flac" in only:
+    n = int(a.hours * 3600 * RATE)
+    if not (os.path.exists(wav) and os.path.getsize(wav) == 44 + 2 * n):
+        recording(wav, a.hours, a.seed)
+    if "flac" in want:
         subprocess.run(["sox", wav, flac], check=True)
-    if "flac-no-seektable" in only:
+    if "flac-no-seektable" in want:
         subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, ff], check=True)
     with open(f"{a.work}/c.toml", "w") as f:
         f.write(CONFIG + f'[io]\nengine = "{a.io_engine}"\n')
+        if a.spill_max_mib is not None:
+            f.write(f"[input]\nspill_max_mib = {a.spill_max_mib}\n")
     encoded = []
-    for name, args in (("mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
-                       ("opus", ["-c:a", "libopus", "-b:a", "24k"]),
-                       ("m4a", ["-c:a", "aac", "-aac_pns", "0", "-b:a", "32k"])):
-        if name not in only:
-            continue
-        path = f"{a.work}/long.{name}"
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
+    for name, ext, args in (("mp3", "mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
+                            ("opus", "opus", ["-c:a", "libopus", "-b:a", "24k"]),
+                            ("m4a-nopns", "nopns.m4a",
+                             ["-c:a", "aac", "-aac_pns", "0", "-b:a", "32k"]),
+                            ("m4a", "m4a", ["-c:a", "aac"])):
+        path = f"{a.work}/long.{ext}"
+        if name in want:
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", wav, *args, path], check=True)
         encoded.append((name, path))
     rows = []
     for name, audio in (("wav", wav), ("flac", flac), ("flac-no-seektable", ff), *encoded):
-        if name not in only:
+        if name not in want:
             continue
         seg_bytes = manifest(f"{a.work}/{name}.jsonl", audio, n, a.segments, a.seed)
-        doc, wall, header, ranged, plan_s = build(os.path.abspath(a.melforge), a.work, name)
+        doc, wall, header, ranged, plan_s, spill = build(os.path.abspath(a.melforge), a.work,
+                                                         name)
         r = doc["report"]
         size = os.path.getsize(audio)
-        rows.append((name, size, seg_bytes, r["bytes_read"], header, ranged, plan_s,
+        rows.append((name, size, seg_bytes, r["bytes_read"], header, ranged, plan_s, spill,
                      r["files_ok"], len(doc["rejected"]), r["elapsed_s"], wall))
     print(f"{a.hours:g} h at {RATE} Hz mono 16-bit, {a.segments} segments of "
-          f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins, io.engine {a.io_engine}\n")
+          f"{a.hours * 3600 / a.segments:.2f} s, kaldi-fbank 80 bins, io.engine {a.io_engine}"
+          f", spill_max_mib {a.spill_max_mib if a.spill_max_mib is not None else 'default'}\n")
     print("| container | file MB | segment MB | read MB | read / segments | read / file | "
-          "whole file per segment, MB | header KB | ranged | plan s | rows | rejected | elapsed s "
-          "| segments/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, size, seg, read, header, ranged, plan_s, ok, rej, el, wall in rows:
+          "whole file per segment, MB | header KB | ranged | plan s | spill MB | rows | rejected "
+          "| elapsed s | wall s | segments/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, size, seg, read, header, ranged, plan_s, spill, ok, rej, el, wall in rows:
         print(f"| {name} | {size / 1e6:.1f} | {seg / 1e6:.1f} | {read / 1e6:.1f} | {read / seg:.3f} "
               f"| {read / size:.3f} | {size * a.segments / 1e6:,.0f} | {header / 1e3:.1f} | {ranged} "
-              f"| {plan_s:.2f} | {ok} | {rej} | {el:.1f} | {ok / el:.0f} |")
+              f"| {plan_s:.2f} | {spill / 1e6:.1f} | {ok} | {rej} | {el:.1f} | {wall:.1f} "
+              f"| {ok / el:.0f} |")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ use crate::pipeline::{self, Delivered, Pipeline};
 use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Local, Report, Telemetry};
 use crate::runtime::window::{CloseOnDrop, Window};
+use crate::source::manifest::SpillDir;
 use crate::source::{self, Job, PathTable, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
@@ -275,12 +276,17 @@ pub fn build_input(
     // run while the tree is walked.
     let probe = compute::Probe::spawn(cfg.compute.backend);
     crate::runtime::pin::discover_in_background();
-    let planned = plan(input, out, cfg, shard)?;
+    // Held until the build ends: dropping it removes the spill folder.
+    let spill = manifest::spill_dir(input, out, cfg.input.spill_max_mib, shard);
+    let planned = plan(input, out, cfg, (shard, spill.as_ref()))?;
     let attempt =
         start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));
     let outcomes = match attempt {
         Err(e) if cfg.compute.backend == Backend::Auto => match gpu_failure(&e) {
-            Some(why) => again_on_the_cpu(input, out, cfg, opts, shard, &why, started)?,
+            Some(why) => {
+                let again = (shard, spill.as_ref());
+                again_on_the_cpu(input, out, cfg, opts, again, &why, started)?
+            }
             None => return Err(e),
         },
         r => r?,
@@ -310,7 +316,7 @@ fn again_on_the_cpu(
     out: &Path,
     cfg: &Config,
     opts: &Options,
-    shard: Option<Shard>,
+    (shard, spill): (Option<Shard>, Option<&SpillDir>),
     why: &str,
     started: Instant,
 ) -> Result<Outcomes, Error> {
@@ -325,7 +331,7 @@ fn again_on_the_cpu(
         "compute.backend = \"auto\": the GPU failed during this build ({why}), so it ran again \
          on the CPU"
     )));
-    let planned = plan(input, out, cfg, shard)?;
+    let planned = plan(input, out, cfg, (shard, spill))?;
     let running = start(planned, cfg, opts, probe, started)?;
     supervise(running, opts, started)
 }
@@ -344,14 +350,20 @@ struct Planned {
 }
 
 /// The walk (and this shard's share of it), the rejections it found, the
-/// output plan and the writer's `.partial` files.
-fn plan(input: &Input, out: &Path, cfg: &Config, shard: Option<Shard>) -> Result<Planned, Error> {
+/// output plan and the writer's `.partial` files; a manifest build's
+/// spills go into `spill`.
+fn plan(
+    input: &Input,
+    out: &Path,
+    cfg: &Config,
+    (shard, spill): (Option<Shard>, Option<&SpillDir>),
+) -> Result<Planned, Error> {
     let (mut plan, walk_rejected, walk_s, items) = match input {
         Input::Tree(dir) => {
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
             (plan, rejected, s, None)
         }
-        Input::Manifests(files) => manifest::read(files, shard)?,
+        Input::Manifests(files) => manifest::read(files, shard, spill)?,
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),

@@ -156,6 +156,12 @@ pub mod input {
     pub const RESAMPLE: Resample = Resample::Off;
     /// `input.channels`: librosa's mono.
     pub const CHANNELS: Channels = Channels::Mean;
+    /// `input.spill_max_mib`: the largest whole-recording decode a manifest
+    /// build spills (`source::manifest::spill`): 2 GiB, 9.7 h of 16 kHz
+    /// mono or 1.6 h of 48 kHz stereo as 32-bit floats.
+    pub const SPILL_MAX_MIB: u64 = 2048;
+    /// The most `input.spill_max_mib` may be: a WAV's sizes are 32-bit.
+    pub const SPILL_MAX_MIB_LIMIT: u64 = 4095;
 }
 
 // A `[serve]` section that sets no interval must accept the default delay.

@@ -19,6 +19,8 @@ pub struct RawInput {
     pub resample: Option<String>,
     /// "mean" | "first" | "reject" (default [`defaults::input::CHANNELS`]).
     pub channels: Option<String>,
+    /// MiB (default [`defaults::input::SPILL_MAX_MIB`]; 0: never spill).
+    pub spill_max_mib: Option<u64>,
 }
 
 /// Validated input settings.
@@ -29,6 +31,12 @@ pub struct InputConfig {
     /// `resample` and `channels` (flattened: shown as `[input]` keys).
     #[serde(flatten)]
     pub policy: Policy,
+    /// A manifest build decodes a compressed recording that cannot be cut
+    /// into parts once, into a float WAV under the output folder, when it
+    /// has several segments and its decode is at most this many MiB
+    /// (`source::manifest::spill`); 0: never (each segment is decoded
+    /// from the recording's start).
+    pub spill_max_mib: u64,
 }
 
 impl Default for InputConfig {
@@ -84,9 +92,20 @@ impl InputConfig {
                 ("reject", Channels::Reject),
             ],
         )?;
+        let spill_max_mib = i.spill_max_mib.unwrap_or(defaults::input::SPILL_MAX_MIB);
+        if spill_max_mib > defaults::input::SPILL_MAX_MIB_LIMIT {
+            return Err(cx.invalid(
+                "input.spill_max_mib",
+                format!(
+                    "{spill_max_mib}; expected at most {} (a WAV's sizes are 32-bit)",
+                    defaults::input::SPILL_MAX_MIB_LIMIT
+                ),
+            ));
+        }
         Ok(InputConfig {
             extensions,
             policy: Policy { resample, channels },
+            spill_max_mib,
         })
     }
 
@@ -138,6 +157,11 @@ mod tests {
             e.to_string()
                 .starts_with("f.toml:3: invalid value for `input.channels`")
         );
+        let c = Config::parse("[input]\nspill_max_mib = 0\n", "t").unwrap();
+        assert_eq!(c.input.spill_max_mib, 0);
+        assert_eq!(Config::parse("", "t").unwrap().input.spill_max_mib, 2048);
+        let e = Config::parse("[input]\nspill_max_mib = 4096\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("input.spill_max_mib"), "{e}");
         let e = Config::parse("[input]\nextensions = []\n", "f.toml").unwrap_err();
         assert!(e.to_string().contains("at least one extension"), "{e}");
         let e = Config::parse("[input]\nextensions = [\"*.wav\"]\n", "f.toml").unwrap_err();

@@ -45,9 +45,15 @@
 //! ([`crate::model::LossyPart`]). An M4A recording's index is its sample
 //! table, and a segment reads its access units from a pre-roll before it
 //! where that is exact: not past the first unit that may code a band as
-//! perceptual noise (whose generator the part would start afresh). Later
-//! segments of such a recording, and recordings whose index cannot be
-//! built (a damaged file), are read whole and decoded from their start up
+//! perceptual noise (whose generator the part would start afresh). The
+//! other segments of such a recording, and recordings whose index cannot
+//! be built (a damaged file), cannot be cut into parts: with a spill folder
+//! ([`plan_spilling`], `build`'s `OUT/.melforge-spill`) such a recording
+//! with two or more of them is decoded once, after every line is planned,
+//! into a float WAV there, and those segments become extents of that WAV,
+//! the rows bit for bit those of decoding the recording itself ([`spill`]).
+//! Otherwise (no folder, a decode over `input.spill_max_mib`, a decode
+//! error, one segment) they are read whole and decoded from their start up
 //! to the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
@@ -64,6 +70,10 @@ use crate::decode::flac::seek;
 use crate::decode::wav::extent;
 use crate::model::{RejectKind, Segment};
 use crate::reader::ReadRange;
+
+pub mod spill;
+
+pub use spill::SpillDir;
 
 /// A manifest that cannot be used at all.
 #[derive(Debug, thiserror::Error)]
@@ -114,8 +124,12 @@ pub struct Manifests {
     pub ranges: Vec<Option<ReadRange>>,
     pub rejected: Vec<LineRejection>,
     /// Bytes read to plan ranges: headers, the frame searches of FLAC
-    /// files without seek points, and the MP3/Ogg seek indexes.
+    /// files without seek points, the MP3/Ogg seek indexes, and the
+    /// recordings read whole to spill them ([`spill`]).
     pub header_bytes: u64,
+    /// Recordings decoded once into a spill, and the bytes written ([`spill`]).
+    pub spilled: usize,
+    pub spill_bytes: u64,
 }
 
 /// Whether `input` is a manifest (a regular file) rather than a tree.
@@ -169,6 +183,17 @@ pub type Share<'a> = Option<&'a dyn Fn(usize) -> Range<usize>>;
 /// outside the share are not parsed (their audio headers are not read
 /// either) and leave no rejection: they are another shard's.
 pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, Error> {
+    plan_spilling(manifests, share, None)
+}
+
+/// [`plan_share`], and with `spill` the segments of compressed recordings
+/// that cannot be cut into parts served from one decode of each, written
+/// there ([`spill`]).
+pub fn plan_spilling(
+    manifests: &[PathBuf],
+    share: Share<'_>,
+    spill: Option<&SpillDir>,
+) -> Result<Manifests, Error> {
     let mut b = Builder::default();
     for (split, file) in manifests.iter().enumerate() {
         let name = split_name(file).ok_or_else(|| Error::NoStem(file.clone()))?;
@@ -197,11 +222,15 @@ pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, 
         meta,
         lines,
         heads,
+        pending,
     } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
     m.lines = lines.into();
     m.header_bytes = heads.bytes;
+    if let Some(dir) = spill {
+        spill::resolve(&mut m, pending, dir);
+    }
     Ok(m)
 }
 
@@ -225,6 +254,8 @@ struct Builder {
     meta: PathTable,
     lines: Vec<u32>,
     heads: Heads,
+    /// Segments of recordings read whole ([`spill`]).
+    pending: spill::Pending,
 }
 
 impl Builder {
@@ -275,6 +306,16 @@ impl Builder {
             None => (None, item.segment),
         };
         let path = self.paths.push(&item.audio);
+        // A compressed recording's segment without a part: the recording
+        // has no index, or the index gives this segment none (an M4A past
+        // its first access unit coding noise).
+        let compressed = matches!(
+            self.heads.by_path.get(&open),
+            Some(Some(Head::Whole | Head::Lossy(_)))
+        );
+        if compressed && range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
+            self.pending.push(&open, path);
+        }
         self.meta.push(&Value::Object(item.meta).to_string());
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
         if open != Path::new(&item.audio) {
@@ -475,6 +516,9 @@ enum Head {
     Wav(extent::Head),
     Flac(seek::Head),
     Lossy(index::Index),
+    /// A compressed stream without an index (M4A, or damaged): read whole,
+    /// or spilled ([`spill`]).
+    Whole,
 }
 
 /// Headers read so far, by the path opened (None: neither a WAV, a FLAC
@@ -530,6 +574,7 @@ impl Heads {
                 };
                 Some((range, part))
             }
+            Head::Whole => None,
         }
     }
 }
@@ -586,7 +631,7 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
         let got = buf.len() as u64;
         if compressed::sniff(&buf).is_some() {
             let (index, bytes) = index::Index::build(&f, len, &buf);
-            return (index.map(Head::Lossy), got + bytes);
+            return (Some(index.map_or(Head::Whole, Head::Lossy)), got + bytes);
         }
         match parse_head(&buf, len) {
             Some(h) => return (Some(h), got),

@@ -23,7 +23,7 @@ use crate::common::{put, wav_with};
 const KALDI: &str = "[features]\nrecipe = \"kaldi-fbank\"\nnum_mel_bins = 40\n\n\
                      [input]\nresample = \"soxr_hq\"\n";
 
-fn kaldi() -> Config {
+pub(crate) fn kaldi() -> Config {
     let mut c = Config::parse(KALDI, "test").unwrap();
     c.compute.workers = 2;
     c
@@ -86,9 +86,9 @@ fn cut(
 }
 
 /// The rows of a variable-length split file, with `path`, `meta`, `line`.
-struct Rows {
-    rows: Vec<Vec<f32>>,
-    path: Vec<String>,
+pub(crate) struct Rows {
+    pub rows: Vec<Vec<f32>>,
+    pub path: Vec<String>,
     meta: Vec<serde_json::Value>,
     line: Vec<u32>,
 }
@@ -103,7 +103,7 @@ fn strings(f: &hdf5::File, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn rows(path: &Path) -> Rows {
+pub(crate) fn rows(path: &Path) -> Rows {
     let f = hdf5::File::open(path).unwrap();
     let feats = f.dataset("features").unwrap();
     let bins = feats.shape()[1];

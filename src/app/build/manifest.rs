@@ -4,6 +4,10 @@
 //! * [`read`]: the manifests' plan (`source::manifest`): one split per
 //!   manifest, items in line order, the lines left out as rejections with
 //!   their line numbers.
+//! * [`spill_dir`]: the folder (`OUT/.melforge-spill`, a shard's own)
+//!   where the planner writes one decode of each compressed recording that
+//!   cannot be cut into parts (`source::manifest::spill`); the build holds
+//!   its guard until it ends, which removes it, on error too.
 //! * [`Items::describe`]: each job's segment and byte range, handed to the
 //!   readers with the job.
 //! * [`Items::row_meta`]: the metadata and line numbers the writer stores
@@ -31,7 +35,7 @@ use crate::app::merge::shard::Shard;
 use crate::compute::Rejection;
 use crate::model::Segment;
 use crate::reader::{ReadJob, ReadRange};
-use crate::source::manifest::{self, Manifests};
+use crate::source::manifest::{self, Manifests, SpillDir};
 use crate::source::{Job, PathTable, Plan};
 use crate::writer::meta::RowMeta;
 
@@ -89,14 +93,36 @@ impl Items {
 /// and the items (the shape of a tree walk's result, items added).
 pub(super) type Read = (Plan, Vec<Rejection>, f64, Option<Arc<Items>>);
 
+/// The spill folder of a manifest build into `out` (`shard`'s own), its
+/// stale copy removed; None for a tree, or with `input.spill_max_mib = 0`.
+pub(super) fn spill_dir(
+    input: &Input,
+    out: &Path,
+    max_mib: u64,
+    shard: Option<Shard>,
+) -> Option<SpillDir> {
+    if !matches!(input, Input::Manifests(_)) || max_mib == 0 {
+        return None;
+    }
+    let infix = shard.map_or(String::new(), |s| s.infix());
+    let path = out.join(SpillDir::name(&infix));
+    Some(SpillDir::new(path, max_mib << 20))
+}
+
 /// The plan of `files` (with `shard`, its share of each manifest's lines:
 /// [`Shard::range`] of them, contiguous blocks in line order), the lines
-/// left out, the seconds it took, and the items.
-pub(super) fn read(files: &[PathBuf], shard: Option<Shard>) -> Result<Read, Error> {
+/// left out, the seconds it took, and the items; segments of compressed
+/// recordings that cannot be cut into parts are spilled into `spill`
+/// (`source::manifest::spill`).
+pub(super) fn read(
+    files: &[PathBuf],
+    shard: Option<Shard>,
+    spill: Option<&SpillDir>,
+) -> Result<Read, Error> {
     let t = Instant::now();
     let share = shard.map(|s| move |lines: usize| s.range(lines));
     let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
-    let m: Manifests = manifest::plan_share(files, share)?;
+    let m: Manifests = manifest::plan_spilling(files, share, spill)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
         return Err(Error::RejectedSplit(files[i].clone()));
     }
@@ -117,6 +143,8 @@ pub(super) fn read(files: &[PathBuf], shard: Option<Shard>) -> Result<Read, Erro
         splits = m.plan.splits.len(),
         ranged = m.ranges.iter().filter(|r| r.is_some()).count(),
         header_bytes = m.header_bytes,
+        spilled = m.spilled,
+        spill_bytes = m.spill_bytes,
         seconds,
         "Read the manifests."
     );

@@ -128,7 +128,8 @@ impl Shard {
         format!("rejected{}.jsonl", self.infix())
     }
 
-    fn infix(self) -> String {
+    /// `.shard-K-of-N`: what a shard's file names add.
+    pub fn infix(self) -> String {
         format!(".shard-{}-of-{}", self.index, self.count)
     }
 }

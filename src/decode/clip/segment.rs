@@ -16,7 +16,9 @@
 //! Any other compressed stream (an MP4 segment past the first access unit
 //! that may code perceptual noise, or a recording without an index) is
 //! decoded from its start up to the segment's end, its frames before the
-//! segment dropped.
+//! segment dropped, unless the source spilled the recording's decode to a
+//! float WAV: the segment is then a WAV cut to it
+//! (`source::manifest::spill`).
 //!
 //! A whole-file item that states its duration ([`Segment::expect_s`]) is
 //! decoded whole and checked against it.

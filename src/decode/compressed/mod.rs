@@ -39,8 +39,10 @@
 //! bands coded as perceptual noise (PNS: the decoder's noise generator has
 //! drawn less by then; noise of the same energy, other values), so an AAC
 //! part is planned only where no access unit before it codes noise (a mono
-//! track's section codebooks, read by [`index`]); other segments of such a
-//! recording are decoded from its start.
+//! track's section codebooks, read by [`index`]). Other segments of such a
+//! recording are decoded from its start, or served from one decode of the
+//! recording that the manifest planner spilled ([`Stream::decode_all`]:
+//! every channel kept, interleaved; `source::manifest::spill`).
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream
@@ -321,6 +323,8 @@ impl Stream {
             out,
             mode: channels.into(),
             max_frames,
+            all: None,
+            odd: false,
         };
         let r = guarded(|| match self.inner {
             Inner::Mp3(s) => s.decode(&mut sink),
@@ -331,6 +335,51 @@ impl Stream {
             sink.out.clear();
         }
         r?;
+        if sink.out.is_empty() {
+            return Err(Error::Empty {
+                format: head.codec.stream(),
+            });
+        }
+        Ok(head)
+    }
+
+    /// Decodes the whole stream into `out` (cleared first) as [`decode`]
+    /// does, the same trimming, but with every channel kept: frames of
+    /// [`Head::channels`] samples, interleaved. Stops once `max_frames`
+    /// frames are out. A decoded buffer with another channel count than
+    /// the header's is [`Error::Malformed`] (such a stream has no one
+    /// layout to keep).
+    ///
+    /// [`decode`]: Stream::decode
+    pub fn decode_all(self, max_frames: usize, out: &mut Vec<f32>) -> Result<Head, Error> {
+        out.clear();
+        let head = self.head;
+        let mut sink = Sink {
+            out,
+            mode: Mix::Mean,
+            max_frames,
+            all: Some(usize::from(head.channels).max(1)),
+            odd: false,
+        };
+        let r = guarded(|| match self.inner {
+            Inner::Mp3(s) => s.decode(&mut sink),
+            Inner::Symphonia(s) => s.decode(&mut sink),
+            Inner::Opus(s) => s.decode(&mut sink),
+        });
+        let odd = sink.odd;
+        if r.is_err() || odd {
+            sink.out.clear();
+        }
+        r?;
+        if odd {
+            return Err(Error::malformed(
+                head.codec.stream(),
+                format!(
+                    "a decoded buffer's channels are not the header's {}",
+                    head.channels
+                ),
+            ));
+        }
         if sink.out.is_empty() {
             return Err(Error::Empty {
                 format: head.codec.stream(),
@@ -350,29 +399,53 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     })
 }
 
-/// Where decoded frames go: mixed to mono, or one channel kept ([`Mix`]).
+/// Where decoded frames go: mixed to mono, or one channel kept ([`Mix`]),
+/// or every channel kept, interleaved (`all`; [`Stream::decode_all`]).
 pub(crate) struct Sink<'a> {
     out: &'a mut Vec<f32>,
     mode: Mix,
     max_frames: usize,
+    /// Every channel kept: the stream's channel count (`mode` unused).
+    all: Option<usize>,
+    /// With `all`: a buffer came with another channel count (left out).
+    odd: bool,
 }
 
 impl Sink<'_> {
+    /// Samples per frame in `out`.
+    fn width(&self) -> usize {
+        self.all.unwrap_or(1)
+    }
+
     /// Enough frames are out; the decoder may stop.
     fn full(&self) -> bool {
-        self.out.len() >= self.max_frames
+        self.len() >= self.max_frames
     }
 
+    /// Frames out.
     fn len(&self) -> usize {
-        self.out.len()
+        self.out.len() / self.width()
     }
 
+    /// Keeps the first `n` frames.
     fn truncate(&mut self, n: usize) {
-        self.out.truncate(n);
+        self.out.truncate(n.saturating_mul(self.width()));
     }
 
     /// Appends planar frames (`chans[c]` is channel `c`, all one length).
     fn planar(&mut self, chans: &[&[f32]]) {
+        if let Some(n) = self.all {
+            if chans.len() != n {
+                self.odd = true;
+                return;
+            }
+            let frames = chans.first().map_or(0, |c| c.len());
+            self.out.reserve(frames * n);
+            for i in 0..frames {
+                self.out.extend(chans.iter().map(|c| c[i]));
+            }
+            return;
+        }
         let Some((first, rest)) = chans.split_first() else {
             return;
         };
@@ -401,6 +474,14 @@ impl Sink<'_> {
 
     /// Appends interleaved frames of `nch` channels.
     fn interleaved(&mut self, data: &[f32], nch: usize) {
+        if let Some(n) = self.all {
+            if nch == n {
+                self.out.extend_from_slice(data);
+            } else {
+                self.odd = true;
+            }
+            return;
+        }
         if nch == 1 {
             self.out.extend_from_slice(data);
             return;

@@ -224,6 +224,8 @@ impl Part<'_> {
             out,
             mode: channels.into(),
             max_frames: usize::MAX,
+            all: None,
+            odd: false,
         };
         let mut place = Place {
             origin: self.part.origin,

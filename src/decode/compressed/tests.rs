@@ -293,3 +293,58 @@ proptest! {
         }
     }
 }
+
+/// `decode_all` keeps every channel, interleaved: channel `c` of its frames
+/// is `decode(Channel(c))` and their left-to-right mean is `decode(Mean)`,
+/// bit for bit, with the same length (the same trimming), for each codec,
+/// mono and stereo; `max_frames` stops it in frames.
+#[test]
+fn decode_all_interleaves_what_decode_mixes() {
+    for ext in ["mp3", "ogg", "opus", "m4a"] {
+        for name in [
+            format!("speech16k_mono.{ext}"),
+            format!("speech44k_stereo.{ext}"),
+        ] {
+            let bytes = data(&name);
+            let mut all = Vec::new();
+            let head = open(&bytes)
+                .unwrap()
+                .decode_all(usize::MAX, &mut all)
+                .unwrap();
+            let n = usize::from(head.channels);
+            assert_eq!(all.len() % n, 0, "{name}");
+            let frames: Vec<&[f32]> = all.chunks_exact(n).collect();
+            let mut mean = Vec::new();
+            open(&bytes)
+                .unwrap()
+                .decode(Mix::Mean, usize::MAX, &mut mean)
+                .unwrap();
+            assert_eq!(mean.len(), frames.len(), "{name}");
+            for (i, f) in frames.iter().enumerate() {
+                let mut s = f[0];
+                for &v in &f[1..] {
+                    s += v;
+                }
+                let m = if n == 1 { s } else { s / n as f32 };
+                assert_eq!(m.to_bits(), mean[i].to_bits(), "{name} frame {i}");
+            }
+            for c in 0..n {
+                let mut one = Vec::new();
+                let m = Mix::Channel(c as u16);
+                open(&bytes)
+                    .unwrap()
+                    .decode(m, usize::MAX, &mut one)
+                    .unwrap();
+                assert!(
+                    one.iter()
+                        .zip(&frames)
+                        .all(|(a, f)| a.to_bits() == f[c].to_bits())
+                );
+            }
+            let mut part = Vec::new();
+            open(&bytes).unwrap().decode_all(1000, &mut part).unwrap();
+            assert!(part.len() >= 1000 * n && part.len() % n == 0, "{name}");
+            assert_eq!(part[..1000 * n], all[..1000 * n], "{name}");
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Segments of a compressed recording that cannot be cut into parts, served
+//! from one decode of it: the spill.
+//!
+//! The segments of an M4A recording past its first access unit that may
+//! code perceptual noise (AAC's noise generator runs on from the stream's
+//! start, so no part can start there: `decode::compressed::index`), and
+//! those of an MP3 or Ogg recording whose seek index cannot be built, would
+//! each read the whole file and decode it from its start up to the
+//! segment's end: 1,000 segments of a 2-hour recording are about 500 whole
+//! decodes and 1,000 whole reads. Instead, once every manifest line is
+//! planned, [`resolve`] decodes each such recording that has at least
+//! [`MIN_SEGMENTS`] of those segments once, with the
+//! worker's whole-file decoder (`decode::compressed::open`, the same
+//! gapless trimming; [`crate::decode::compressed::Stream::decode_all`]
+//! keeps every channel), and writes the samples as a 32-bit float WAV
+//! (`WAVE_FORMAT_IEEE_FLOAT`, interleaved, the stream's own rate) into the
+//! build's [`SpillDir`]. Each segment of the recording is then planned as
+//! the exact extent of that WAV (`decode::wav::extent`, read through the
+//! ring like any WAV segment): the decoder sees the same `f32` samples,
+//! takes the cut's channel or the same left-to-right mean, so the row is
+//! the one the whole-file decode gives, bit for bit.
+//!
+//! Nothing changes for a recording when spilling it is not sure to give
+//! the same rows or is not worth it, and its segments are planned as
+//! before: fewer than [`MIN_SEGMENTS`] segments; a decode larger than the
+//! limit (`input.spill_max_mib`, default 2 GiB), found by stopping the
+//! decode there; any decode error (a truncated or malformed stream: the
+//! worker then rejects each segment with the decoder's own reason, or
+//! builds the segments before the damage, as before); a non-finite sample
+//! (the WAV decoder refuses those); a spill that cannot be written. A
+//! segment that starts past the decoded end keeps its old plan too, so the
+//! decoder says so in its words.
+//!
+//! The spill folder is `OUT/.melforge-spill` (`.melforge-spill.shard-K-of-N`
+//! for a shard, so shards building into one folder each spill their own):
+//! hidden, never an output, removed when the build ends, on error too (the
+//! [`SpillDir`] guard), and a stale one, left by a killed build, removed
+//! when the next build of the same shard starts. Its bytes are counted:
+//! the recordings read whole to decode them are part of the planner's
+//! bytes read (`header_bytes`), and the bytes written are `spill_bytes`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::Manifests;
+use crate::decode::compressed;
+use crate::decode::wav::extent;
+use crate::model::Segment;
+use crate::reader::ReadRange;
+
+/// A recording is spilled only when it has at least this many segments:
+/// one segment is decoded at most once either way.
+pub const MIN_SEGMENTS: usize = 2;
+
+/// Recordings decoded at once (each holds its decode in memory).
+const THREADS: usize = 4;
+
+/// A build's spill folder: created when the first recording is spilled,
+/// removed with everything in it when dropped. Creating the guard removes
+/// a stale folder of the same name.
+#[derive(Debug)]
+pub struct SpillDir {
+    path: PathBuf,
+    max_bytes: u64,
+}
+
+impl SpillDir {
+    /// The folder's name in the output folder: `.melforge-spill`, with the
+    /// shard's `infix` (`.shard-K-of-N`) after it.
+    pub fn name(infix: &str) -> String {
+        format!(".melforge-spill{infix}")
+    }
+
+    /// The guard of `path`, spilling decodes of at most `max_bytes`;
+    /// whatever a killed build left there is removed.
+    pub fn new(path: PathBuf, max_bytes: u64) -> SpillDir {
+        let d = SpillDir { path, max_bytes };
+        d.remove();
+        d
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn remove(&self) {
+        match std::fs::remove_dir_all(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                path = %self.path.display(),
+                error = %e,
+                "Cannot remove the spill folder."
+            ),
+        }
+    }
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// The recordings whose segments may be spilled, with their jobs (path
+/// indices), in the order met.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    recordings: Vec<(PathBuf, Vec<u32>)>,
+    by_path: std::collections::HashMap<PathBuf, usize>,
+}
+
+impl Pending {
+    /// Job `path` is a segment of the recording at `open`.
+    pub fn push(&mut self, open: &Path, path: u32) {
+        let next = self.recordings.len();
+        let i = *self.by_path.entry(open.to_path_buf()).or_insert(next);
+        if i == next {
+            self.recordings.push((open.to_path_buf(), Vec::new()));
+        }
+        self.recordings[i].1.push(path);
+    }
+}
+
+/// One recording's spill, written.
+struct Spilled {
+    file: PathBuf,
+    head: extent::Head,
+    /// The recording's bytes, read to decode it.
+    read: u64,
+}
+
+/// Spills the recordings of `pending` that qualify into `dir` and plans
+/// their segments as extents of the spills (module doc); the others keep
+/// their plan.
+pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
+    let todo: Vec<(usize, &(PathBuf, Vec<u32>))> = pending
+        .recordings
+        .iter()
+        .filter(|(_, jobs)| jobs.len() >= MIN_SEGMENTS)
+        .enumerate()
+        .collect();
+    if todo.is_empty() || dir.max_bytes == 0 {
+        return;
+    }
+    if let Err(e) = std::fs::create_dir_all(&dir.path) {
+        tracing::warn!(path = %dir.path.display(), error = %e,
+            "Cannot create the spill folder; segments are decoded from their recordings' start.");
+        return;
+    }
+    let done: Mutex<Vec<Option<Spilled>>> = Mutex::new(todo.iter().map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let threads = THREADS
+        .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(todo.len());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(&(k, (path, _))) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let file = dir.path.join(format!("{k}.wav"));
+                    let r = spill_one(path, &file, dir.max_bytes);
+                    done.lock().expect("no spill thread panics holding it")[k] = r;
+                }
+            });
+        }
+    });
+    let done = done.into_inner().expect("no spill thread panicked");
+    for (spilled, (_, (_, jobs))) in done.into_iter().zip(&todo) {
+        if let Some(s) = spilled {
+            plan_jobs(m, &s, jobs);
+        }
+    }
+}
+
+/// Each of `jobs` (segments of the spilled recording) as an extent of the
+/// spill, where it starts before the spill's end.
+fn plan_jobs(m: &mut Manifests, s: &Spilled, jobs: &[u32]) {
+    m.header_bytes += s.read;
+    m.spilled += 1;
+    m.spill_bytes += s.head.bytes.len() as u64 + s.head.frames * u64::from(s.head.block_align);
+    for &j in jobs {
+        let i = j as usize;
+        let Some(seg) = m.segments[i] else { continue };
+        let Some(e) = s.head.extent(&seg) else {
+            continue;
+        };
+        m.ranges[i] = Some(ReadRange::new(e.prefix, e.start, e.len));
+        m.segments[i] = Some(Segment {
+            offset_s: 0.0,
+            duration_s: None,
+            ..seg
+        });
+        m.plan.targets.insert(j, s.file.clone());
+    }
+}
+
+/// Decodes the recording at `path` whole and writes it to `file`; None
+/// (logged) when it does not qualify (module doc).
+fn spill_one(path: &Path, file: &Path, max_bytes: u64) -> Option<Spilled> {
+    let skip = |why: String| {
+        tracing::info!(path = %path.display(), why = %why,
+            "Not spilling the recording; its segments are decoded from its start.");
+        None
+    };
+    match std::fs::metadata(path) {
+        Ok(md) if md.len() > max_bytes => {
+            return skip(format!("the file is over {max_bytes} bytes"));
+        }
+        Ok(_) => {}
+        Err(e) => return skip(format!("cannot read it: {e}")),
+    }
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return skip(format!("cannot read it: {e}")),
+    };
+    let stream = match compressed::open(&bytes) {
+        Ok(s) => s,
+        Err(e) => return skip(e.to_string()),
+    };
+    let head = stream.head();
+    let width = u64::from(head.channels.max(1));
+    let max_frames = usize::try_from(max_bytes / (4 * width)).unwrap_or(usize::MAX);
+    let mut samples = Vec::new();
+    if let Err(e) = stream.decode_all(max_frames.saturating_add(1), &mut samples) {
+        return skip(e.to_string());
+    }
+    let frames = samples.len() as u64 / width;
+    if frames > max_frames as u64 {
+        return skip(format!("its decode is over {max_bytes} bytes"));
+    }
+    if let Some(i) = samples.iter().position(|v| !v.is_finite()) {
+        return skip(format!("sample {i} of its decode is not finite"));
+    }
+    let header = float_wav_header(head.sample_rate, head.channels, frames);
+    if let Err(e) = write(file, &header, &samples) {
+        let _ = std::fs::remove_file(file);
+        return skip(format!("cannot write {}: {e}", file.display()));
+    }
+    let len = header.len() as u64 + 4 * samples.len() as u64;
+    let head = extent::head(&header, len)?;
+    tracing::debug!(path = %path.display(), spill = %file.display(), frames, "Spilled.");
+    Some(Spilled {
+        file: file.to_path_buf(),
+        head,
+        read: bytes.len() as u64,
+    })
+}
+
+fn write(file: &Path, header: &[u8], samples: &[f32]) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(file)?);
+    w.write_all(header)?;
+    for chunk in samples.chunks(1 << 16) {
+        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.write_all(&bytes)?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?;
+    Ok(())
+}
+
+/// The 44-byte header of a WAV of `frames` frames of `channels` 32-bit
+/// float samples (`WAVE_FORMAT_IEEE_FLOAT`) at `rate` Hz.
+fn float_wav_header(rate: u32, channels: u16, frames: u64) -> Vec<u8> {
+    let align = 4 * channels;
+    let data = u32::try_from(frames * u64::from(align)).unwrap_or(u32::MAX);
+    let mut h = Vec::with_capacity(44);
+    h.extend_from_slice(b"RIFF");
+    h.extend_from_slice(&data.saturating_add(36).to_le_bytes());
+    h.extend_from_slice(b"WAVEfmt ");
+    h.extend_from_slice(&16u32.to_le_bytes());
+    h.extend_from_slice(&3u16.to_le_bytes());
+    h.extend_from_slice(&channels.to_le_bytes());
+    h.extend_from_slice(&rate.to_le_bytes());
+    h.extend_from_slice(&rate.saturating_mul(u32::from(align)).to_le_bytes());
+    h.extend_from_slice(&align.to_le_bytes());
+    h.extend_from_slice(&32u16.to_le_bytes());
+    h.extend_from_slice(b"data");
+    h.extend_from_slice(&data.to_le_bytes());
+    h
+}
+
+#[cfg(test)]
+mod tests;
