@@ -319,13 +319,7 @@ impl Stream {
     ) -> Result<Head, Error> {
         out.clear();
         let head = self.head;
-        let mut sink = Sink {
-            out,
-            mode: channels.into(),
-            max_frames,
-            all: None,
-            odd: false,
-        };
+        let mut sink = Sink::new(out, channels.into(), max_frames);
         let r = guarded(|| match self.inner {
             Inner::Mp3(s) => s.decode(&mut sink),
             Inner::Symphonia(s) => s.decode(&mut sink),
@@ -352,19 +346,50 @@ impl Stream {
     ///
     /// [`decode`]: Stream::decode
     pub fn decode_all(self, max_frames: usize, out: &mut Vec<f32>) -> Result<Head, Error> {
-        out.clear();
+        let mut sink = Sink::new(out, Mix::Mean, max_frames);
+        self.decode_every_channel(&mut sink).map(|(head, _)| head)
+    }
+
+    /// [`decode_all`](Stream::decode_all) without holding the decode: the
+    /// frames go to `write` as they pile up, in pieces of at least `chunk`
+    /// frames, all but the last [`Sink::KEEP`] (a decoder's end trim may
+    /// still cut those), then the rest. `write` returning false stops the
+    /// decode (the writer failed). Memory stays at about `chunk` +
+    /// [`Sink::KEEP`] frames whatever the stream's length.
+    pub fn decode_all_to(
+        self,
+        max_frames: usize,
+        chunk: usize,
+        write: &mut dyn FnMut(&[f32]) -> bool,
+    ) -> Result<Drained, Error> {
+        let mut out = Vec::new();
+        let mut sink = Sink::new(&mut out, Mix::Mean, max_frames);
+        sink.drain = Some(write);
+        sink.chunk = chunk.max(1);
+        let (head, frames) = self.decode_every_channel(&mut sink)?;
+        let trimmed_late = sink.cut;
+        if !trimmed_late && !sink.stopped && !sink.out.is_empty() {
+            let rest = std::mem::take(sink.out);
+            if let Some(w) = sink.drain.as_mut() {
+                w(&rest);
+            }
+        }
+        Ok(Drained {
+            head,
+            frames: frames as u64,
+            trimmed_late,
+        })
+    }
+
+    /// Decodes into `sink` with every channel kept; the frames out.
+    fn decode_every_channel(self, sink: &mut Sink<'_>) -> Result<(Head, usize), Error> {
+        sink.out.clear();
         let head = self.head;
-        let mut sink = Sink {
-            out,
-            mode: Mix::Mean,
-            max_frames,
-            all: Some(usize::from(head.channels).max(1)),
-            odd: false,
-        };
+        sink.all = Some(usize::from(head.channels).max(1));
         let r = guarded(|| match self.inner {
-            Inner::Mp3(s) => s.decode(&mut sink),
-            Inner::Symphonia(s) => s.decode(&mut sink),
-            Inner::Opus(s) => s.decode(&mut sink),
+            Inner::Mp3(s) => s.decode(sink),
+            Inner::Symphonia(s) => s.decode(sink),
+            Inner::Opus(s) => s.decode(sink),
         });
         let odd = sink.odd;
         if r.is_err() || odd {
@@ -380,13 +405,24 @@ impl Stream {
                 ),
             ));
         }
-        if sink.out.is_empty() {
+        if sink.len() == 0 {
             return Err(Error::Empty {
                 format: head.codec.stream(),
             });
         }
-        Ok(head)
+        Ok((head, sink.len()))
     }
+}
+
+/// What [`Stream::decode_all_to`] handed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drained {
+    pub head: Head,
+    /// Frames of the decode (those written, unless `trimmed_late`).
+    pub frames: u64,
+    /// The decoder's end trim reached frames already written: what was
+    /// written is longer than the decode, and unusable.
+    pub trimmed_late: bool,
 }
 
 /// Runs `f`, turning a panic inside a third-party decoder into an error.
@@ -400,7 +436,9 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
 }
 
 /// Where decoded frames go: mixed to mono, or one channel kept ([`Mix`]),
-/// or every channel kept, interleaved (`all`; [`Stream::decode_all`]).
+/// or every channel kept, interleaved (`all`; [`Stream::decode_all`]), and
+/// then perhaps handed on as they pile up (`drain`;
+/// [`Stream::decode_all_to`]).
 pub(crate) struct Sink<'a> {
     out: &'a mut Vec<f32>,
     mode: Mix,
@@ -409,27 +447,81 @@ pub(crate) struct Sink<'a> {
     all: Option<usize>,
     /// With `all`: a buffer came with another channel count (left out).
     odd: bool,
+    /// With `all`: where frames go once `chunk` + [`Sink::KEEP`] are out.
+    drain: Option<&'a mut dyn FnMut(&[f32]) -> bool>,
+    chunk: usize,
+    /// Frames handed to `drain` (no longer in `out`).
+    drained: usize,
+    /// `drain` refused a piece: the decode stops.
+    stopped: bool,
+    /// A trim reached into the drained frames.
+    cut: bool,
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    /// Frames kept back from `drain`: more than any decoder trims from the
+    /// end of a stream (MP3's padding, an MP4 track's last access unit).
+    pub(crate) const KEEP: usize = 1 << 15;
+
+    /// A sink into `out` mixing by `mode`, full at `max_frames`.
+    fn new(out: &'a mut Vec<f32>, mode: Mix, max_frames: usize) -> Sink<'a> {
+        Sink {
+            out,
+            mode,
+            max_frames,
+            all: None,
+            odd: false,
+            drain: None,
+            chunk: usize::MAX,
+            drained: 0,
+            stopped: false,
+            cut: false,
+        }
+    }
+
     /// Samples per frame in `out`.
     fn width(&self) -> usize {
         self.all.unwrap_or(1)
     }
 
-    /// Enough frames are out; the decoder may stop.
+    /// Enough frames are out, or the drain failed; the decoder may stop.
     fn full(&self) -> bool {
-        self.len() >= self.max_frames
+        self.stopped || self.len() >= self.max_frames
     }
 
-    /// Frames out.
+    /// Frames out (drained ones included).
     fn len(&self) -> usize {
-        self.out.len() / self.width()
+        self.drained + self.out.len() / self.width()
     }
 
     /// Keeps the first `n` frames.
     fn truncate(&mut self, n: usize) {
-        self.out.truncate(n.saturating_mul(self.width()));
+        match n.checked_sub(self.drained) {
+            Some(k) => self.out.truncate(k.saturating_mul(self.width())),
+            None => {
+                self.cut = true;
+                self.out.clear();
+            }
+        }
+    }
+
+    /// Hands all but the last [`Sink::KEEP`] frames to `drain` once
+    /// `chunk` more have piled up.
+    fn pass_on(&mut self) {
+        let w = self.width();
+        let have = self.out.len() / w;
+        let Some(write) = self.drain.as_mut() else {
+            return;
+        };
+        if self.stopped || have < Sink::KEEP.saturating_add(self.chunk) {
+            return;
+        }
+        let n = (have - Sink::KEEP) * w;
+        if !write(&self.out[..n]) {
+            self.stopped = true;
+        }
+        self.out.drain(..n);
+        self.drained += n / w;
     }
 
     /// Appends planar frames (`chans[c]` is channel `c`, all one length).
@@ -444,6 +536,7 @@ impl Sink<'_> {
             for i in 0..frames {
                 self.out.extend(chans.iter().map(|c| c[i]));
             }
+            self.pass_on();
             return;
         }
         let Some((first, rest)) = chans.split_first() else {
@@ -477,6 +570,7 @@ impl Sink<'_> {
         if let Some(n) = self.all {
             if nch == n {
                 self.out.extend_from_slice(data);
+                self.pass_on();
             } else {
                 self.odd = true;
             }

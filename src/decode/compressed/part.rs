@@ -220,13 +220,7 @@ impl Part<'_> {
     ) -> Result<u64, Error> {
         out.clear();
         let stop = end.min(self.part.length.unwrap_or(u64::MAX));
-        let mut sink = Sink {
-            out,
-            mode: channels.into(),
-            max_frames: usize::MAX,
-            all: None,
-            odd: false,
-        };
+        let mut sink = Sink::new(out, channels.into(), usize::MAX);
         let mut place = Place {
             origin: self.part.origin,
             factor: 1,

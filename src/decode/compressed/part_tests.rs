@@ -58,7 +58,7 @@ fn write_wav(path: &Path, rate: usize, ch: usize, samples: &[i16]) {
 }
 
 /// `ffmpeg -i <wav> <args> <out>`.
-fn encode(dir: &Path, rate: usize, ch: usize, args: &[&str], out: &str) -> PathBuf {
+pub(super) fn encode(dir: &Path, rate: usize, ch: usize, args: &[&str], out: &str) -> PathBuf {
     let src = dir.join(format!("src{rate}_{ch}.wav"));
     if !src.exists() {
         wav(&src, rate, ch);

@@ -348,3 +348,97 @@ fn decode_all_interleaves_what_decode_mixes() {
         }
     }
 }
+
+/// `decode_all_to` hands on, in pieces, exactly what `decode_all` holds,
+/// for each codec on streams long enough to be handed on many times; a
+/// writer that refuses a piece stops the decode there.
+#[test]
+fn decode_all_to_writes_what_decode_all_holds() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: [(usize, usize, &[&str], &str); 4] = [
+        (16_000, 1, &["-c:a", "libmp3lame", "-b:a", "32k"], "l.mp3"),
+        (44_100, 2, &["-c:a", "libvorbis"], "l.ogg"),
+        (48_000, 2, &["-c:a", "libopus"], "l.opus"),
+        (16_000, 1, &["-c:a", "aac"], "l.m4a"),
+    ];
+    for (rate, ch, args, name) in cases {
+        let bytes =
+            std::fs::read(super::part_tests::encode(d.path(), rate, ch, args, name)).unwrap();
+        let mut all = Vec::new();
+        let head = open(&bytes)
+            .unwrap()
+            .decode_all(usize::MAX, &mut all)
+            .unwrap();
+        let mut got = Vec::new();
+        let mut pieces = 0;
+        let mut put = |s: &[f32]| {
+            got.extend_from_slice(s);
+            pieces += 1;
+            true
+        };
+        let done = open(&bytes)
+            .unwrap()
+            .decode_all_to(usize::MAX, 20_000, &mut put)
+            .unwrap();
+        assert_eq!((done.head, done.trimmed_late), (head, false), "{name}");
+        assert_eq!(done.frames as usize * usize::from(head.channels), all.len());
+        assert!(pieces > 10, "{name}: {pieces} pieces");
+        assert_eq!(got.len(), all.len(), "{name}");
+        assert!(
+            got.iter()
+                .zip(&all)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}"
+        );
+        let mut calls = 0;
+        let mut refuse = |_: &[f32]| {
+            calls += 1;
+            false
+        };
+        let r = open(&bytes)
+            .unwrap()
+            .decode_all_to(usize::MAX, 20_000, &mut refuse);
+        assert_eq!(calls, 1, "{name}");
+        if let Ok(done) = r {
+            assert!((done.frames as usize) < all.len() / 4, "{name}");
+        }
+    }
+}
+
+/// An end trim that reaches into frames already handed on (here a LAME
+/// tag declaring half the MP3's frames) is reported, not written short.
+#[test]
+fn decode_all_to_reports_a_trim_into_frames_handed_on() {
+    let d = tempfile::tempdir().unwrap();
+    let path = super::part_tests::encode(
+        d.path(),
+        16_000,
+        1,
+        &["-c:a", "libmp3lame", "-b:a", "32k"],
+        "t.mp3",
+    );
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"Info" || w == b"Xing")
+        .expect("ffmpeg writes a Xing/Info tag");
+    let flags = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+    assert!(flags & 1 != 0, "the tag holds a frame count");
+    let frames = u32::from_be_bytes(bytes[at + 8..at + 12].try_into().unwrap());
+    bytes[at + 8..at + 12].copy_from_slice(&(frames / 2).to_be_bytes());
+    let mut whole = Vec::new();
+    open(&bytes)
+        .unwrap()
+        .decode_all(usize::MAX, &mut whole)
+        .unwrap();
+    let mut put = |_: &[f32]| true;
+    let done = open(&bytes)
+        .unwrap()
+        .decode_all_to(usize::MAX, 20_000, &mut put)
+        .unwrap();
+    assert!(
+        done.trimmed_late,
+        "{} frames kept of a longer decode",
+        whole.len()
+    );
+}

@@ -11,8 +11,9 @@
 //! planned, [`resolve`] decodes each such recording that has at least
 //! [`MIN_SEGMENTS`] of those segments once, with the
 //! worker's whole-file decoder (`decode::compressed::open`, the same
-//! gapless trimming; [`crate::decode::compressed::Stream::decode_all`]
-//! keeps every channel), and writes the samples as a 32-bit float WAV
+//! gapless trimming; [`crate::decode::compressed::Stream::decode_all_to`]
+//! keeps every channel and hands the frames on as they pile up), and
+//! writes the samples as they come as a 32-bit float WAV
 //! (`WAVE_FORMAT_IEEE_FLOAT`, interleaved, the stream's own rate) into the
 //! build's [`SpillDir`]. Each segment of the recording is then planned as
 //! the exact extent of that WAV (`decode::wav::extent`, read through the
@@ -54,7 +55,8 @@ use crate::reader::ReadRange;
 /// one segment is decoded at most once either way.
 pub const MIN_SEGMENTS: usize = 2;
 
-/// Recordings decoded at once (each holds its decode in memory).
+/// Recordings decoded at once (each holds about [`CHUNK`] +
+/// `Sink::KEEP` frames in memory).
 const THREADS: usize = 4;
 
 /// A build's spill folder: created when the first recording is spilled,
@@ -222,25 +224,17 @@ fn spill_one(path: &Path, file: &Path, max_bytes: u64) -> Option<Spilled> {
     let head = stream.head();
     let width = u64::from(head.channels.max(1));
     let max_frames = usize::try_from(max_bytes / (4 * width)).unwrap_or(usize::MAX);
-    let mut samples = Vec::new();
-    if let Err(e) = stream.decode_all(max_frames.saturating_add(1), &mut samples) {
-        return skip(e.to_string());
-    }
-    let frames = samples.len() as u64 / width;
-    if frames > max_frames as u64 {
-        return skip(format!("its decode is over {max_bytes} bytes"));
-    }
-    if let Some(i) = samples.iter().position(|v| !v.is_finite()) {
-        return skip(format!("sample {i} of its decode is not finite"));
-    }
-    let header = float_wav_header(head.sample_rate, head.channels, frames);
-    if let Err(e) = write(file, &header, &samples) {
-        let _ = std::fs::remove_file(file);
-        return skip(format!("cannot write {}: {e}", file.display()));
-    }
-    let len = header.len() as u64 + 4 * samples.len() as u64;
+    let written = match write(file, &head, stream, max_frames) {
+        Ok(Ok(frames)) => frames,
+        Ok(Err(why)) | Err(why) => {
+            let _ = std::fs::remove_file(file);
+            return skip(why);
+        }
+    };
+    let len = 44 + 4 * width * written;
+    let header = float_wav_header(head.sample_rate, head.channels, written);
     let head = extent::head(&header, len)?;
-    tracing::debug!(path = %path.display(), spill = %file.display(), frames, "Spilled.");
+    tracing::debug!(path = %path.display(), spill = %file.display(), frames = written, "Spilled.");
     Some(Spilled {
         file: file.to_path_buf(),
         head,
@@ -248,15 +242,71 @@ fn spill_one(path: &Path, file: &Path, max_bytes: u64) -> Option<Spilled> {
     })
 }
 
-fn write(file: &Path, header: &[u8], samples: &[f32]) -> std::io::Result<()> {
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(file)?);
-    w.write_all(header)?;
-    for chunk in samples.chunks(1 << 16) {
-        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
-        w.write_all(&bytes)?;
+/// Frames decoded and written to the spill at a time.
+const CHUNK: usize = 1 << 18;
+
+/// Decodes `stream` into the float WAV `file` as it goes (memory: about
+/// [`CHUNK`] frames, whatever the recording's length), then writes the
+/// header's sizes: `Ok(Ok(frames))`; `Ok(Err(why))` when the recording does
+/// not qualify (a decode error, over `max_frames`, a sample that is not
+/// finite, a trim into frames written); `Err(why)` when the file cannot be
+/// written.
+fn write(
+    file: &Path,
+    head: &compressed::Head,
+    stream: compressed::Stream,
+    max_frames: usize,
+) -> Result<Result<u64, String>, String> {
+    use std::io::{Seek, SeekFrom};
+    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
+    let mut w =
+        std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(file).map_err(cannot)?);
+    w.write_all(&float_wav_header(head.sample_rate, head.channels, 0))
+        .map_err(cannot)?;
+    let mut samples = 0u64;
+    let mut failed: Option<Result<String, String>> = None;
+    let mut bytes = Vec::with_capacity(4 << 16);
+    let mut put = |s: &[f32]| -> bool {
+        if let Some(i) = s.iter().position(|v| !v.is_finite()) {
+            failed = Some(Ok(format!(
+                "sample {} of its decode is not finite",
+                samples + i as u64
+            )));
+            return false;
+        }
+        for piece in s.chunks(1 << 16) {
+            bytes.clear();
+            bytes.extend(piece.iter().flat_map(|v| v.to_le_bytes()));
+            if let Err(e) = w.write_all(&bytes) {
+                failed = Some(Err(cannot(e)));
+                return false;
+            }
+        }
+        samples += s.len() as u64;
+        true
+    };
+    let done = stream.decode_all_to(max_frames.saturating_add(1), CHUNK, &mut put);
+    match (done, failed) {
+        (_, Some(Ok(why))) => return Ok(Err(why)),
+        (_, Some(Err(why))) => return Err(why),
+        (Err(e), None) => return Ok(Err(e.to_string())),
+        (Ok(d), None) if d.trimmed_late => {
+            return Ok(Err("its end trim reaches samples already spilled".into()));
+        }
+        (Ok(d), None) if d.frames > max_frames as u64 => {
+            return Ok(Err(format!(
+                "its decode is over {} bytes",
+                max_frames as u64 * 4 * u64::from(head.channels.max(1))
+            )));
+        }
+        (Ok(_), None) => {}
     }
-    w.into_inner().map_err(|e| e.into_error())?;
-    Ok(())
+    let frames = samples / u64::from(head.channels.max(1));
+    let mut f = w.into_inner().map_err(|e| cannot(e.into_error()))?;
+    f.seek(SeekFrom::Start(0)).map_err(cannot)?;
+    f.write_all(&float_wav_header(head.sample_rate, head.channels, frames))
+        .map_err(cannot)?;
+    Ok(Ok(frames))
 }
 
 /// The 44-byte header of a WAV of `frames` frames of `channels` 32-bit
