@@ -360,7 +360,7 @@ impl Stream {
         self,
         max_frames: usize,
         chunk: usize,
-        write: &mut dyn FnMut(&[f32]) -> bool,
+        write: &mut Writer<'_>,
     ) -> Result<Drained, Error> {
         let mut out = Vec::new();
         let mut sink = Sink::new(&mut out, Mix::Mean, max_frames);
@@ -435,6 +435,9 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     })
 }
 
+/// Takes interleaved frames as a decode hands them on; false: stop.
+pub type Writer<'a> = dyn FnMut(&[f32]) -> bool + 'a;
+
 /// Where decoded frames go: mixed to mono, or one channel kept ([`Mix`]),
 /// or every channel kept, interleaved (`all`; [`Stream::decode_all`]), and
 /// then perhaps handed on as they pile up (`drain`;
@@ -448,7 +451,7 @@ pub(crate) struct Sink<'a> {
     /// With `all`: a buffer came with another channel count (left out).
     odd: bool,
     /// With `all`: where frames go once `chunk` + [`Sink::KEEP`] are out.
-    drain: Option<&'a mut dyn FnMut(&[f32]) -> bool>,
+    drain: Option<&'a mut Writer<'a>>,
     chunk: usize,
     /// Frames handed to `drain` (no longer in `out`).
     drained: usize,
