@@ -317,24 +317,7 @@ impl Stream {
         max_frames: usize,
         out: &mut Vec<f32>,
     ) -> Result<Head, Error> {
-        out.clear();
-        let head = self.head;
-        let mut sink = Sink::new(out, channels.into(), max_frames);
-        let r = guarded(|| match self.inner {
-            Inner::Mp3(s) => s.decode(&mut sink),
-            Inner::Symphonia(s) => s.decode(&mut sink),
-            Inner::Opus(s) => s.decode(&mut sink),
-        });
-        if r.is_err() {
-            sink.out.clear();
-        }
-        r?;
-        if sink.out.is_empty() {
-            return Err(Error::Empty {
-                format: head.codec.stream(),
-            });
-        }
-        Ok(head)
+        self.run(&mut Sink::new(out, channels.into(), max_frames))
     }
 
     /// Decodes the whole stream into `out` (cleared first) as [`decode`]
@@ -383,9 +366,17 @@ impl Stream {
 
     /// Decodes into `sink` with every channel kept; the frames out.
     fn decode_every_channel(self, sink: &mut Sink<'_>) -> Result<(Head, usize), Error> {
+        sink.all = Some(usize::from(self.head.channels).max(1));
+        let head = self.run(sink)?;
+        Ok((head, sink.len()))
+    }
+
+    /// Decodes into `sink` (its `out` cleared first), leaving nothing in
+    /// it on an error; a buffer of the wrong channel count (`all`) is
+    /// [`Error::Malformed`], a stream without a frame [`Error::Empty`].
+    fn run(self, sink: &mut Sink<'_>) -> Result<Head, Error> {
         sink.out.clear();
         let head = self.head;
-        sink.all = Some(usize::from(head.channels).max(1));
         let r = guarded(|| match self.inner {
             Inner::Mp3(s) => s.decode(sink),
             Inner::Symphonia(s) => s.decode(sink),
@@ -410,7 +401,7 @@ impl Stream {
                 format: head.codec.stream(),
             });
         }
-        Ok((head, sink.len()))
+        Ok(head)
     }
 }
 
