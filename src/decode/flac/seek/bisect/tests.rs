@@ -52,6 +52,18 @@ fn made(tool: &str, args: &[&Path]) -> bool {
     ok
 }
 
+/// A FLAC of `secs` s of 16 kHz mono written by ffmpeg (no SEEKTABLE), in
+/// `dir`; None without ffmpeg.
+fn ffmpeg_flac(dir: &Path, secs: u32) -> Option<Vec<u8>> {
+    let src = dir.join("a.wav");
+    wav(&src, 16_000, 1, secs);
+    let ff = dir.join("ff.flac");
+    let args = ["-v", "error", "-i"].map(Path::new);
+    let mut ffmpeg = args.to_vec();
+    ffmpeg.extend([src.as_path(), Path::new("-y"), ff.as_path()]);
+    made("ffmpeg", &ffmpeg).then(|| std::fs::read(&ff).unwrap())
+}
+
 /// The file with its SEEKTABLE turned into PADDING (same length).
 fn without_seek_table(mut file: Vec<u8>) -> Vec<u8> {
     let audio = first_frame(&file).unwrap();
@@ -216,17 +228,10 @@ fn segments(secs: f64) -> Vec<Segment> {
 #[test]
 fn segments_of_flac_without_a_seek_table_decode_as_the_whole_file() {
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("a.wav");
     let secs = 240;
-    wav(&src, 16_000, 1, secs);
-    let ff = d.path().join("ff.flac");
-    let args = ["-v", "error", "-i"].map(Path::new);
-    let mut ffmpeg = args.to_vec();
-    ffmpeg.extend([src.as_path(), Path::new("-y"), ff.as_path()]);
-    if !made("ffmpeg", &ffmpeg) {
+    let Some(file) = ffmpeg_flac(d.path(), secs) else {
         return;
-    }
-    let file = std::fs::read(&ff).unwrap();
+    };
     let segs = segments(f64::from(secs));
     let (probed, extents) = check(&file, &segs);
     eprintln!(
@@ -297,16 +302,9 @@ fn a_frame_header_is_believed_only_with_its_fields_and_crc() {
 #[test]
 fn damaged_or_cut_files_never_mislead_the_search() {
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("a.wav");
-    wav(&src, 16_000, 1, 60);
-    let ff = d.path().join("ff.flac");
-    let args = ["-v", "error", "-i"].map(Path::new);
-    let mut ffmpeg = args.to_vec();
-    ffmpeg.extend([src.as_path(), Path::new("-y"), ff.as_path()]);
-    if !made("ffmpeg", &ffmpeg) {
+    let Some(good) = ffmpeg_flac(d.path(), 60) else {
         return;
-    }
-    let good = std::fs::read(&ff).unwrap();
+    };
     let mut whole = Vec::new();
     decode(&good, Channels::Mean, usize::MAX, &mut whole).unwrap();
     let audio = first_frame(&good).unwrap();
