@@ -12,6 +12,14 @@
 //!
 //! `MELFORGE_CRASH_SEED`, `MELFORGE_CRASH_RUNS` and `MELFORGE_CRASH_SECS` vary
 //! the kill delays and lengthen the run for a soak.
+//!
+//! [`kill_9_before_every_write`] is the deterministic twin: the same child,
+//! stopped by the split files' driver itself (`MELFORGE_CRASH_AT_WRITE=k`:
+//! SIGKILL just before its `k`-th write or truncate, the `test-hooks` crash
+//! point of `writer::append::vfd`), for every `k` from 1 to
+//! `MELFORGE_CRASH_WRITES` (default 240), each run going on from what the one
+//! before left. Every place between two writes of an open, an append, a
+//! flush or a close is a kill point in turn, and a failure names its `k`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -217,6 +225,62 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
         }
     }
     k
+}
+
+/// Runs the child writer until the driver kills it before write `k`; panics
+/// when it ends any other way.
+fn run_child_to_write(exe: &Path, dir: &Path, k: u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = Command::new(exe)
+        .args([
+            "--exact",
+            "crash::child_writer",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("MELFORGE_CRASH_DIR", dir)
+        .env("MELFORGE_CRASH_AT_WRITE", k.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the child writer was to be killed before write {k}, but ended with {status}"
+    );
+}
+
+#[test]
+fn kill_9_before_every_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let exe = std::env::current_exe().unwrap();
+    let points = std::env::var("MELFORGE_CRASH_WRITES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(240);
+    let mut last = 0;
+    let mut cut_total = 0;
+    for k in 1..=points {
+        run_child_to_write(&exe, dir, k);
+        let (journal, _, apps, cut) = recover(dir);
+        let confirmed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&journal, &apps)))
+                .unwrap_or_else(|e| {
+                    eprintln!("kill before write {k} of a fresh writer broke the files");
+                    std::panic::resume_unwind(e)
+                });
+        assert!(
+            confirmed >= last,
+            "kill before write {k}: confirmed files went from {last} to {confirmed}"
+        );
+        last = confirmed;
+        cut_total += cut;
+    }
+    assert!(last > 0, "no batch was ever committed");
+    println!("{points} kill points: {last} files confirmed, {cut_total} unconfirmed HDF5 rows cut");
 }
 
 #[test]

@@ -11,6 +11,13 @@
 //! older one, so the struct is declared here and the driver is only
 //! registered on a 1.10 library from 1.10.8 on ([`available`]). Elsewhere the
 //! files are opened with `sec2` and arming does nothing (logged once).
+//!
+//! With the `test-hooks` feature (on for `cargo test` only), the driver is
+//! also where a crash-point test stops the process: with
+//! `MELFORGE_CRASH_AT_WRITE=k` the process SIGKILLs itself just before its
+//! `k`-th write or truncate of any split file ([`crash_point`]). Every byte
+//! HDF5 puts in a file passes here, so sweeping `k` kills a writer between
+//! every pair of its writes: the exact places a kill -9 can land.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::fs::{File, OpenOptions};
@@ -337,6 +344,7 @@ unsafe extern "C" fn write(
 ) -> herr_t {
     // SAFETY: an open file of this driver; HDF5 passes a buffer of `size` bytes.
     let (o, buf) = unsafe { (this(f), std::slice::from_raw_parts(buf.cast::<u8>(), size)) };
+    crash_point();
     if let Err(e) = undo::record(o.key, &o.file, addr, size as u64) {
         return fail(o, "undo log write", &e);
     }
@@ -353,6 +361,7 @@ unsafe extern "C" fn truncate(f: *mut Public, _dxpl: hid_t, _closing: hbool_t) -
     if o.eoa == o.eof {
         return 0;
     }
+    crash_point();
     if o.eoa < o.eof
         && let Err(e) = undo::record(o.key, &o.file, o.eoa, o.eof - o.eoa)
     {
@@ -363,6 +372,33 @@ unsafe extern "C" fn truncate(f: *mut Public, _dxpl: hid_t, _closing: hbool_t) -
     }
     o.eof = o.eoa;
     0
+}
+
+/// Test hook: SIGKILLs this process before its `k`-th write or truncate of
+/// a split file when `MELFORGE_CRASH_AT_WRITE` is `k` (only with the
+/// `test-hooks` feature; a no-op otherwise). See the module doc.
+#[inline]
+fn crash_point() {
+    #[cfg(feature = "test-hooks")]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static AT: OnceLock<Option<u64>> = OnceLock::new();
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let at = AT.get_or_init(|| {
+            std::env::var("MELFORGE_CRASH_AT_WRITE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        if let Some(k) = *at
+            && WRITES.fetch_add(1, Ordering::Relaxed) + 1 == k
+        {
+            let _ = crate::runtime::sys::kill_self(libc::SIGKILL);
+            // SIGKILL cannot be caught; nothing runs past it.
+            loop {
+                std::thread::park();
+            }
+        }
+    }
 }
 
 unsafe extern "C" fn lock(f: *mut Public, rw: hbool_t) -> herr_t {
