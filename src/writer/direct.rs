@@ -4,9 +4,10 @@
 //!
 //! Layers (docs/CONVENTIONS.md, "Unsafe and FFI": raw call → thin `Result`
 //! wrapper → safe type):
-//! * [`raw`] holds the `unsafe` calls (`H5Dwrite_chunk`, and `H5Dread_chunk`
-//!   and `H5Dget_chunk_info_by_coord` for the appender's `vlen` module and
-//!   its page-cache drop), each
+//! * [`raw`] holds the `unsafe` calls (`H5Dwrite_chunk`,
+//!   `H5Dget_chunk_info_by_coord` for the appender's page-cache drop, and
+//!   `H5Dread_chunk` for the tests that make a killed writer's chunks by
+//!   hand), each
 //!   under hdf5-metno's global lock like every other HDF5 call of the program;
 //! * [`MelChunks`] decides *when* each chunk reaches the file.
 //!
@@ -37,11 +38,13 @@ use ndarray::ArrayView5;
 use super::chunk::MelBuf;
 
 /// Raw HDF5 chunk calls the high-level crate does not offer (also used by
-/// the appender's `vlen` module).
+/// the appender).
 pub(super) mod raw {
     use hdf5::Dataset;
     use hdf5_sys::h5::HADDR_UNDEF;
-    use hdf5_sys::h5d::{H5Dget_chunk_info_by_coord, H5Dread_chunk, H5Dwrite_chunk};
+    #[cfg(test)]
+    use hdf5_sys::h5d::H5Dread_chunk;
+    use hdf5_sys::h5d::{H5Dget_chunk_info_by_coord, H5Dwrite_chunk};
     use hdf5_sys::h5p::H5P_DEFAULT;
 
     fn check_rank(ds: &Dataset, offset: &[u64], what: &str) -> hdf5::Result<()> {
@@ -59,6 +62,7 @@ pub(super) mod raw {
     /// The stored size in bytes of the chunk of `ds` whose first element is
     /// at `offset` (inside the dataset's extent), or None when that chunk was
     /// never allocated.
+    #[cfg(test)]
     pub(in crate::writer) fn chunk_bytes_at(
         ds: &Dataset,
         offset: &[u64],
@@ -91,6 +95,7 @@ pub(super) mod raw {
     /// Reads the stored bytes of the chunk of `ds` at `offset` (no filters)
     /// into `buf`, which must be exactly the chunk's stored size
     /// ([`chunk_bytes_at`]).
+    #[cfg(test)]
     pub(in crate::writer) fn read_chunk(
         ds: &Dataset,
         offset: &[u64],

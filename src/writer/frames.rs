@@ -27,7 +27,7 @@ use hdf5::{Dataset, Extent, File, SimpleExtents};
 
 use super::chunk::MelBuf;
 use super::direct::raw;
-use super::h5::{Context, Header, create_1d, create_file, finish_file, write_attrs};
+use super::h5::{Context, Header, PathColumn, create_1d, create_file, finish_file, write_attrs};
 use super::{Dtype, Error};
 use crate::frames::FrameLayout;
 
@@ -42,7 +42,8 @@ pub(super) struct FrameSets {
     pub offsets: Dataset,
     pub lengths: Dataset,
     pub label: Dataset,
-    pub path: Dataset,
+    /// As `writer::h5::Datasets::path`: None in a serve file.
+    pub path: Option<Dataset>,
     pub pad: Option<Dataset>,
 }
 
@@ -53,6 +54,7 @@ impl FrameSets {
         p: &Path,
         h: &Header<'_>,
         l: &FrameLayout,
+        paths: PathColumn,
     ) -> Result<Self, Error> {
         let builder = match h.dtype {
             Dtype::Float32 => file.new_dataset::<f32>(),
@@ -80,7 +82,10 @@ impl FrameSets {
             offsets: one("offsets", create_1d::<i64>(file, "offsets", c))?,
             lengths: one("lengths", create_1d::<i32>(file, "lengths", c))?,
             label: one("label", create_1d::<i32>(file, "label", c))?,
-            path: one("path", create_1d::<VarLenUnicode>(file, "path", c))?,
+            path: match paths {
+                PathColumn::Vlen => Some(one("path", create_1d::<VarLenUnicode>(file, "path", c))?),
+                PathColumn::Caller => None,
+            },
             pad,
         })
     }
@@ -96,7 +101,10 @@ impl FrameSets {
             offsets: open("offsets")?,
             lengths: open("lengths")?,
             label: open("label")?,
-            path: open("path")?,
+            path: match file.link_exists("path") {
+                true => Some(open("path")?),
+                false => None,
+            },
             pad: if padded {
                 Some(open("pad_value")?)
             } else {
@@ -107,12 +115,8 @@ impl FrameSets {
 
     /// The per-row datasets, for length checks.
     pub(super) fn row_lens(&self) -> Vec<usize> {
-        let mut v = vec![
-            self.offsets.size(),
-            self.lengths.size(),
-            self.label.size(),
-            self.path.size(),
-        ];
+        let mut v = vec![self.offsets.size(), self.lengths.size(), self.label.size()];
+        v.extend(self.path.as_ref().map(|d| d.size()));
         v.extend(self.pad.as_ref().map(|d| d.size()));
         v
     }
@@ -135,8 +139,8 @@ impl FrameSets {
             ("offsets", &self.offsets),
             ("lengths", &self.lengths),
             ("label", &self.label),
-            ("path", &self.path),
         ];
+        v.extend(self.path.as_ref().map(|d| ("path", d)));
         v.extend(self.pad.as_ref().map(|d| ("pad_value", d)));
         v
     }
@@ -220,9 +224,10 @@ impl FrameSets {
             d.write_slice(&buf.pads, rows..end)
                 .ctx(p, what("pad_value"))?;
         }
-        self.path
-            .write_slice(&buf.paths, rows..end)
-            .ctx(p, what("path"))
+        match &self.path {
+            Some(d) => d.write_slice(&buf.paths, rows..end).ctx(p, what("path")),
+            None => Ok(()),
+        }
     }
 }
 
@@ -294,11 +299,6 @@ impl FrameBuf {
             MelBuf::F16(b) => b.len(),
         };
         values / self.bins
-    }
-
-    /// Paths of the buffered rows (space reservations).
-    pub(super) fn paths(&self) -> &[VarLenUnicode] {
-        &self.paths
     }
 
     /// Forgets the per-row values (written).
@@ -394,7 +394,7 @@ impl FrameSplit {
         let p = partial.as_path();
         let file = create_file(p)?;
         write_attrs(&file, h).ctx(p, || "write the root attributes".into())?;
-        let ds = FrameSets::create(&file, p, h, l)?;
+        let ds = FrameSets::create(&file, p, h, l, PathColumn::Vlen)?;
         Ok(FrameSplit {
             buf: FrameBuf::new(h.dtype, l),
             chunk_frames: chunk_frames(l, h.dtype),

@@ -93,11 +93,24 @@ impl Drain {
     }
 }
 
-/// The three per-row datasets of a split file.
+/// Who makes a new file's `path`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PathColumn {
+    /// A variable-length string dataset `path`, written with the rows (`build`).
+    Vlen,
+    /// The caller (`serve`'s appender: a `writer::strings` column).
+    Caller,
+}
+
+/// The per-row datasets of a split file.
 pub(super) struct Datasets {
     pub mel: Dataset,
     pub label: Dataset,
-    pub path: Dataset,
+    /// The variable-length `path` of a build file (and of a serve file from
+    /// before `writer::strings`, until the appender converts it); None in a
+    /// serve file, whose paths are a `writer::strings` column the appender
+    /// writes itself.
+    pub path: Option<Dataset>,
 }
 
 /// Attaches the file and the action to an HDF5 error.
@@ -129,7 +142,7 @@ impl SplitFile {
         let p = partial.as_path();
         let file = create_file(p)?;
         write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
-        let ds = Datasets::create(&file, p, header)?;
+        let ds = Datasets::create(&file, p, header, PathColumn::Vlen)?;
         let mel_chunks = match how {
             ChunkWrite::Direct => {
                 MelChunks::new(&ds.mel, header.chunk_files, header.spec.row_len(), true)
@@ -251,8 +264,14 @@ pub(super) fn create_file(p: &Path) -> Result<File, Error> {
 }
 
 impl Datasets {
-    /// Creates `mel`, `label` and `path` with N = 0, chunked by `chunk_files` rows.
-    pub(super) fn create(file: &File, p: &Path, header: &Header<'_>) -> Result<Self, Error> {
+    /// Creates `mel`, `label` and (with [`PathColumn::Vlen`]) `path` with
+    /// N = 0, chunked by `chunk_files` rows.
+    pub(super) fn create(
+        file: &File,
+        p: &Path,
+        header: &Header<'_>,
+        paths: PathColumn,
+    ) -> Result<Self, Error> {
         let [n_long, n_short, n_mels, n_frames] = header.spec.row_shape();
         let c = header.chunk_files;
         let mel_shape = [
@@ -274,12 +293,17 @@ impl Datasets {
             .ctx(p, || "create dataset `mel`".into())?;
         let label =
             create_1d::<i32>(file, "label", c).ctx(p, || "create dataset `label`".into())?;
-        let path = create_1d::<VarLenUnicode>(file, "path", c)
-            .ctx(p, || "create dataset `path`".into())?;
+        let path = match paths {
+            PathColumn::Vlen => Some(
+                create_1d::<VarLenUnicode>(file, "path", c)
+                    .ctx(p, || "create dataset `path`".into())?,
+            ),
+            PathColumn::Caller => None,
+        };
         Ok(Datasets { mel, label, path })
     }
 
-    /// Opens the three datasets of an existing file.
+    /// Opens the datasets of an existing file (`path` when it is there).
     pub(super) fn open(file: &File, p: &Path) -> Result<Self, Error> {
         let open = |name: &'static str| {
             file.dataset(name)
@@ -288,7 +312,10 @@ impl Datasets {
         Ok(Datasets {
             mel: open("mel")?,
             label: open("label")?,
-            path: open("path")?,
+            path: match file.link_exists("path") {
+                true => Some(open("path")?),
+                false => None,
+            },
         })
     }
 
@@ -302,13 +329,17 @@ impl Datasets {
         self.label
             .resize(rows)
             .ctx(p, || format!("resize dataset `label` to {rows} rows"))?;
-        self.path
-            .resize(rows)
-            .ctx(p, || format!("resize dataset `path` to {rows} rows"))
+        match &self.path {
+            Some(path) => path
+                .resize(rows)
+                .ctx(p, || format!("resize dataset `path` to {rows} rows")),
+            None => Ok(()),
+        }
     }
 
     /// Grows every dataset to `start + chunk.rows()` rows and writes the chunk's
-    /// rows at `start..`, one call per dataset (`mel`, `label`, then `path`).
+    /// rows at `start..`, one call per dataset (`mel`, `label`, then `path`
+    /// where the file has it).
     ///
     /// With `direct`, `mel` goes by a direct chunk write, which takes the mel
     /// values out of `chunk`: the caller passes it only when `start` is a
@@ -350,11 +381,12 @@ impl Datasets {
         self.label
             .write_slice(chunk.labels(), start..end)
             .ctx(p, what("label"))?;
-        self.path
-            .resize(end)
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        path.resize(end)
             .ctx(p, || format!("grow dataset `path` to {end} rows"))?;
-        self.path
-            .write_slice(chunk.paths(), start..end)
+        path.write_slice(chunk.paths(), start..end)
             .ctx(p, what("path"))
     }
 }

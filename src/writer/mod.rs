@@ -64,6 +64,7 @@ pub(crate) mod h5;
 pub mod meta;
 mod plan_error;
 pub mod sink;
+pub mod strings;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

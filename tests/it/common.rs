@@ -49,14 +49,7 @@ pub fn read_split(path: &Path) -> Split {
     let file = hdf5::File::open(path).unwrap();
     let mel = file.dataset("mel").unwrap().read_dyn::<f32>().unwrap();
     let label = file.dataset("label").unwrap().read_raw::<i32>().unwrap();
-    let path = file
-        .dataset("path")
-        .unwrap()
-        .read_raw::<VarLenUnicode>()
-        .unwrap()
-        .into_iter()
-        .map(|s| s.as_str().to_string())
-        .collect();
+    let path = melforge::writer::strings::read(&file, "path").unwrap();
     let label_names = file
         .attr("label_names")
         .unwrap()
@@ -127,8 +120,7 @@ pub fn frame_rows(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
         let values = feats.read_raw::<f32>().unwrap();
         let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
         let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
-        let paths = f.dataset("path").unwrap();
-        let paths = paths.read_raw::<hdf5::types::VarLenUnicode>().unwrap();
+        let paths = melforge::writer::strings::read(&f, "path").unwrap();
         for ((o, n), p) in offsets.iter().zip(&lengths).zip(paths) {
             let (o, n) = (*o as usize, *n as usize);
             rows.insert(p.to_string(), values[o * bins..(o + n) * bins].to_vec());

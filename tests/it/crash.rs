@@ -26,7 +26,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hdf5::types::VarLenUnicode;
 use melforge::app::serve::journal::{FileStamp, Journal, Known, RecoveredState};
 use melforge::dsp::{Segmentation, Spec};
 use melforge::writer::Dtype;
@@ -180,16 +179,8 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
         assert_eq!(mel.shape()[0], rows);
         let values = mel.read_raw::<f32>().unwrap();
         let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
-        let paths = f
-            .dataset("path")
-            .unwrap()
-            .read_raw::<VarLenUnicode>()
-            .unwrap();
-        let names = f
-            .dataset("label_names")
-            .unwrap()
-            .read_raw::<VarLenUnicode>()
-            .unwrap();
+        let paths = melforge::writer::strings::read(&f, "path").unwrap();
+        let names = melforge::writer::strings::read(&f, "label_names").unwrap();
         assert_eq!(labels.len(), rows);
         assert_eq!(paths.len(), rows);
         let mut seen = HashMap::new();
@@ -198,7 +189,7 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
             if let Some(first) = seen.insert(p.to_string(), i) {
                 let around = |r: usize| {
                     (r.saturating_sub(2)..(r + 3).min(rows))
-                        .map(|j| format!("{j}: {}", paths[j].as_str()))
+                        .map(|j| format!("{j}: {}", paths[j]))
                         .collect::<Vec<_>>()
                         .join(", ")
                 };

@@ -26,8 +26,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use hdf5::types::VarLenUnicode;
-
 use super::status::RebuildStatus;
 use crate::app::build::{self, Outcomes};
 use crate::app::serve::journal::{FileStamp, Journal};
@@ -276,13 +274,9 @@ impl Finished {
                 source,
             };
             let file = hdf5::File::open(&out.path).map_err(read)?;
-            let paths = file
-                .dataset("path")
-                .and_then(|d| d.read_raw::<VarLenUnicode>())
-                .map_err(read)?;
+            let paths = crate::writer::strings::read(&file, "path").map_err(read)?;
             drop(file);
             for (row, rel) in paths.iter().enumerate() {
-                let rel = rel.as_str();
                 staged.stage_row(rel, stamp_of(&serve.watch_dir.join(rel)), &out.split, row);
             }
             rows += paths.len();

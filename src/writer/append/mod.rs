@@ -70,20 +70,23 @@ pub use splits::Dest;
 
 use std::path::{Path, PathBuf};
 
-use hdf5::{Dataset, File};
+use hdf5::File;
 
-use super::h5::{Context, Header, create_file, vlen_strings, write_attrs};
+use super::h5::{Context, Header, create_file, write_attrs};
+use super::strings::Column;
 use super::{Dtype, Error, PlanError};
 use crate::dsp::Spec;
 use crate::runtime::sys;
 use meta::MetaColumn;
-use names::{adopt_table, create_names_ds, replace_names_attr, rewrite_names};
+use names::{adopt_table, create_names, replace_names_attr, rewrite_names};
 use recover::{open_existing, open_rw};
 use store::{Sets, Store};
-use vlen::StaleRefs;
 
-/// Rows per chunk of the `label_names` dataset.
+/// Rows per chunk of the `label_names` column's ends.
 const NAMES_CHUNK: usize = 64;
+
+/// The name of the per-row path column.
+const PATH: &str = "path";
 
 /// Space reserved past the end of the file beyond the rows themselves: HDF5's
 /// metadata (chunk index, object headers, the global heap holding the path
@@ -125,9 +128,12 @@ pub struct Appender {
     file: File,
     /// The row datasets and the rows not yet written to them.
     store: Store,
-    names_ds: Dataset,
+    /// `path`: each row's path, written with the rows (`writer::strings`).
+    paths: Column,
+    /// `label_names`, the live list of names (`writer::strings`).
+    names_col: Column,
     label_names: Vec<String>,
-    /// Names in `names_ds` (the rest are pending).
+    /// Names in `names_col` (the rest are pending).
     names_written: usize,
     /// Names in the root attribute.
     names_in_attr: usize,
@@ -137,10 +143,6 @@ pub struct Appender {
     rows_flushed: usize,
     /// Rows per HDF5 chunk of the datasets.
     chunk_files: usize,
-    /// Keeps the chunks `path` and `label_names` grow into free of a killed
-    /// writer's heap references (see [`vlen`]).
-    path_refs: StaleRefs,
-    names_refs: StaleRefs,
     /// `meta`: each row's sidecar metadata, written with the rows.
     meta: MetaColumn,
     /// A plain descriptor of the same file, for `fdatasync` and space
@@ -212,22 +214,22 @@ impl Appender {
         // Recovery, the label list and starting SWMR write in place outside
         // SWMR's ordering: armed until the file is synced in SWMR mode.
         let armed = arm(&path)?;
-        let (file, sets, names_ds, mut names, mut report) =
-            open_existing(&path, &header, confirmed_rows)?;
+        let Opened {
+            file,
+            sets,
+            paths,
+            mut names_col,
+            mut names,
+            mut report,
+        } = open_existing(&path, &header, confirmed_rows)?;
         report.created = !exists;
         let rows = report.rows_found - report.rows_dropped;
-        let path_refs = StaleRefs::new(sets.path(), rows)
-            .ctx(&path, || "read the chunking of dataset `path`".into())?;
         let meta = MetaColumn::open(&file, &path, rows, spec.chunk_files)?;
-        let mut names_refs = StaleRefs::new(&names_ds, names.len()).ctx(&path, || {
-            "read the chunking of dataset `label_names`".into()
-        })?;
         if let Some(list) = adopt_table(&names, report.labels_in_use, label_names)
             && list != names
         {
             let keep = report.labels_in_use.min(names.len());
-            rewrite_names(&names_ds, &mut names_refs, &list, keep)
-                .ctx(&path, || "rewrite dataset `label_names`".into())?;
+            rewrite_names(&mut names_col, &path, &list, keep)?;
             names = list;
         }
         // Writable: fallocate needs a descriptor open for writing.
@@ -244,12 +246,11 @@ impl Appender {
         let mut app = Appender {
             store: Store::new(sets, spec)?,
             chunk_files: spec.chunk_files,
-            path_refs,
-            names_refs,
+            paths,
+            names_col,
             meta,
             path,
             file,
-            names_ds,
             names_written: names.len(),
             names_in_attr,
             label_names: names,
@@ -349,7 +350,8 @@ impl Appender {
             self.guard(|a| a.write_pending())?;
         }
         self.store.push(row, label, rel_path)?;
-        self.meta.push(entry);
+        self.paths.push(rel_path);
+        self.meta.push(&entry);
         Ok(index)
     }
 
@@ -357,19 +359,16 @@ impl Appender {
     /// `more_path` bytes of path), pending names and a flush can take;
     /// [`Error::NoSpace`] when it is not there.
     fn reserve(&self, rows: usize, more_path: usize) -> Result<(), Error> {
-        let strings: usize = self
-            .store
-            .paths()
+        // Each string column may start a new chunk of its bytes and of its
+        // ends: counted in the headroom.
+        let strings: usize = self.label_names[self.names_written..]
             .iter()
-            .map(|p| p.as_str().len() + 32)
-            .chain(
-                self.label_names[self.names_written..]
-                    .iter()
-                    .map(|n| n.len() + 32),
-            )
+            .map(|n| n.len() + 8)
             .sum::<usize>()
+            + self.paths.pending_bytes()
             + self.meta.pending_bytes()
-            + more_path;
+            + more_path
+            + 8;
         let rows_bytes = self
             .store
             .bytes_to_write(rows, self.chunk_files, self.value_bytes);
@@ -499,13 +498,14 @@ impl Appender {
             path,
             file,
             store,
-            names_ds,
+            paths,
+            names_col,
             label_names,
             names_in_attr,
             meta,
             ..
         } = self;
-        drop((store, names_ds, meta));
+        drop((store, paths, names_col, meta));
         file.close().ctx(&path, || "close the file".into())?;
         if names_in_attr != label_names.len() {
             let file = open_rw(&path, false).ctx(&path, || "reopen the file".into())?;
@@ -527,7 +527,8 @@ impl Appender {
             path,
             file,
             store,
-            names_ds,
+            paths,
+            names_col,
             sync,
             meta,
             ..
@@ -536,7 +537,7 @@ impl Appender {
             tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
             None
         });
-        drop((store, names_ds, meta));
+        drop((store, paths, names_col, meta));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
         }
@@ -558,10 +559,8 @@ impl Appender {
     fn write_pending(&mut self) -> Result<(), Error> {
         let rows = self.store.rows();
         if rows > 0 {
-            let end = self.rows_written + rows;
-            self.path_refs
-                .grow(self.store.path(), end)
-                .ctx(&self.path, || format!("grow dataset `path` to {end} rows"))?;
+            // The strings first: a SWMR reader that sees a row sees its path.
+            self.paths.write(&self.path)?;
             self.meta.write(&self.path, self.rows_written)?;
             self.store.write(&self.path, self.rows_written)?;
             self.rows_written += rows;
@@ -574,18 +573,10 @@ impl Appender {
         if start == end {
             return Ok(());
         }
-        let p = self.path.as_path();
-        let new = vlen_strings("label names", &self.label_names[start..])
-            .ctx(p, || "encode label names".into())?;
-        self.names_refs
-            .grow(&self.names_ds, end)
-            .ctx(p, || format!("grow dataset `label_names` to {end}"))?;
-        self.names_ds
-            .resize(end)
-            .ctx(p, || format!("grow dataset `label_names` to {end}"))?;
-        self.names_ds
-            .write_slice(&new, start..end)
-            .ctx(p, || "write dataset `label_names`".into())?;
+        for n in &self.label_names[start..end] {
+            self.names_col.push(n);
+        }
+        self.names_col.write(&self.path)?;
         self.names_written = end;
         Ok(())
     }
@@ -625,7 +616,17 @@ fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-type Opened = (File, Sets, Dataset, Vec<String>, OpenReport);
+/// What [`recover::open_existing`] hands the appender.
+struct Opened {
+    file: File,
+    sets: Sets,
+    /// The `path` column, cut to the confirmed rows.
+    paths: Column,
+    /// The `label_names` column and the names it holds.
+    names_col: Column,
+    names: Vec<String>,
+    report: OpenReport,
+}
 
 /// Creates `p` atomically: the file is made complete (datasets, attributes)
 /// under a temporary name, synced, renamed into place (the caller then opens
@@ -646,7 +647,14 @@ fn create_new(out_dir: &Path, p: &Path, header: &Header<'_>) -> Result<(), Error
         let file = create_file(&tmp)?;
         write_attrs(&file, header).ctx(&tmp, || "write the root attributes".into())?;
         Sets::create(&file, &tmp, header)?;
-        drop(create_names_ds(&file, &[]).ctx(&tmp, || "create dataset `label_names`".into())?);
+        drop(Column::create::<&str>(
+            &file,
+            &tmp,
+            PATH,
+            header.chunk_files,
+            &[],
+        )?);
+        drop(create_names(&file, &tmp, &[])?);
         file.close().ctx(&tmp, || "close the new file".into())?;
         std::fs::File::open(&tmp)
             .and_then(|f| f.sync_all())

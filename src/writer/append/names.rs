@@ -1,29 +1,47 @@
-//! The appender's label list: the growing 1-D dataset `label_names` and the
-//! root attribute of the same name (module doc of [`super`], "Label ids never
-//! change"), and how a reopened file's list is reconciled with the sink's
-//! table.
+//! The appender's label list: the growing string column `label_names`
+//! (`writer::strings`) and the root attribute of the same name (module doc
+//! of [`super`], "Label ids never change"), and how a reopened file's list
+//! is reconciled with the sink's table.
 
+use std::path::Path;
+
+use hdf5::File;
 use hdf5::types::VarLenUnicode;
-use hdf5::{Dataset, Extent, File, SimpleExtents};
 
 use super::NAMES_CHUNK;
-use super::vlen::{self, StaleRefs};
-use crate::writer::h5::{vlen_strings, write_label_names_attr};
+use crate::writer::Error;
+use crate::writer::h5::write_label_names_attr;
+use crate::writer::strings::{self, Column};
 
-/// The resizable `label_names` dataset holding `names`.
-pub(super) fn create_names_ds(file: &File, names: &[String]) -> hdf5::Result<Dataset> {
-    let d = file
-        .new_dataset::<VarLenUnicode>()
-        .shape(SimpleExtents::from_vec(vec![Extent::resizable(
-            names.len(),
-        )]))
-        .chunk(NAMES_CHUNK)
-        .obj_track_times(false)
-        .create("label_names")?;
-    if !names.is_empty() {
-        d.write_raw(&vlen_strings("label names", names)?)?;
+/// The column's name.
+pub(super) const NAME: &str = "label_names";
+
+/// Creates the `label_names` column holding `names`.
+pub(super) fn create_names(file: &File, p: &Path, names: &[String]) -> Result<Column, Error> {
+    Column::create(file, p, NAME, NAMES_CHUNK, names)
+}
+
+/// Opens the file's label list: the column (cut to its longest prefix of
+/// whole names: the names past those its kept rows use may be torn by a
+/// killed flush, and are rewritten anyway), the variable-length dataset of
+/// an older serve file (converted), or the root attribute of a build file.
+pub(super) fn open_names(file: &File, p: &Path) -> Result<(Column, Vec<String>), Error> {
+    if strings::exists(file, NAME) {
+        return Column::open_whole_prefix(file, p, NAME);
     }
-    Ok(d)
+    let names = if file.link_exists(NAME) {
+        super::vlen::take_strings(file, p, NAME, usize::MAX)?
+    } else {
+        // A build file: the attribute is the list.
+        use crate::writer::h5::Context;
+        file.attr(NAME)
+            .and_then(|a| a.read_raw::<VarLenUnicode>())
+            .ctx(p, || "read attribute `label_names`".into())?
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect()
+    };
+    Ok((create_names(file, p, &names)?, names))
 }
 
 /// The list a reopened file takes: `table` when the file's names in use
@@ -45,28 +63,20 @@ pub(super) fn adopt_table(
     })
 }
 
-/// Makes the `label_names` dataset `names`, whose first `keep` entries it
-/// already holds (the names in use; before SWMR starts). The entries after
-/// them are nulled and cut first: a killed writer may have left them naming
-/// heap objects that are not its own (see [`super::vlen`]).
+/// Makes the `label_names` column `names`, whose first `keep` entries it
+/// already holds (the names in use; before SWMR starts): the entries after
+/// them are cut, then the rest of `names` written.
 pub(super) fn rewrite_names(
-    d: &Dataset,
-    refs: &mut StaleRefs,
+    col: &mut Column,
+    p: &Path,
     names: &[String],
     keep: usize,
-) -> hdf5::Result<()> {
-    vlen::clear_past(d, keep)?;
-    d.resize(keep)?;
-    *refs = StaleRefs::new(d, keep)?;
-    refs.grow(d, names.len())?;
-    d.resize(names.len())?;
-    if names.len() > keep {
-        d.write_slice(
-            &vlen_strings("label names", &names[keep..])?,
-            keep..names.len(),
-        )?;
+) -> Result<(), Error> {
+    col.cut(p, keep)?;
+    for n in &names[keep.min(names.len())..] {
+        col.push(n);
     }
-    Ok(())
+    col.write(p)
 }
 
 /// Makes the root attribute `label_names` hold `names`, rewriting it only

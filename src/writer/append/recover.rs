@@ -28,12 +28,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use hdf5::File;
-use hdf5::types::VarLenUnicode;
 
+use super::names::open_names;
 use super::store::Sets;
-use super::{OpenReport, Opened, create_names_ds};
+use super::{OpenReport, Opened, PATH};
 use crate::writer::Error;
 use crate::writer::h5::{self, Context, Header};
+use crate::writer::strings::{self, Column};
 
 /// Opens the existing file at `p`, clearing a killed writer's status flags,
 /// checks it against `header`, and cuts it to the `confirmed` rows.
@@ -51,9 +52,17 @@ pub(super) fn open_existing(
     hdf5::sync::sync(|| raw::eoa_to_end_of_file(file.id())).ctx(p, || {
         "move the end of allocation to the end of the file".into()
     })?;
-    let ds = Sets::open(&file, p, header)?;
+    let mut ds = Sets::open(&file, p, header)?;
     check_compatible(&file, &ds, p, header)?;
-    let lens = ds.row_lens();
+    let mut lens = ds.row_lens();
+    if strings::exists(&file, PATH) {
+        let e = strings::ends_name(PATH);
+        lens.push(
+            file.dataset(&e)
+                .ctx(p, || format!("open dataset `{e}`"))?
+                .size(),
+        );
+    }
     let found = lens.iter().copied().max().unwrap_or(0);
     let shortest = lens.iter().copied().min().unwrap_or(0);
     if shortest < confirmed {
@@ -65,10 +74,9 @@ pub(super) fn open_existing(
             ),
         });
     }
-    // Before the cut: the references a killed writer left from the first row
-    // not kept on must not be freed by the next write there (`super::vlen`).
-    super::vlen::clear_past(ds.path(), confirmed)
-        .ctx(p, || "clear dataset `path` past the confirmed rows".into())?;
+    // An older file's variable-length `path` is converted, not cut: no
+    // element of it is written again (`super::vlen`).
+    let old_path = ds.take_vlen_path();
     if found != confirmed {
         tracing::warn!(
             file = %p.display(),
@@ -78,28 +86,16 @@ pub(super) fn open_existing(
         );
         ds.cut(p, confirmed)?;
     }
-    let (names_ds, names) = if file.link_exists("label_names") {
-        let d = file
-            .dataset("label_names")
-            .ctx(p, || "open dataset `label_names`".into())?;
-        super::vlen::clear_past(&d, d.size())
-            .ctx(p, || "clear dataset `label_names` past its end".into())?;
-        let names = d
-            .read_raw::<VarLenUnicode>()
-            .ctx(p, || "read dataset `label_names`".into())?;
-        (d, names.iter().map(|n| n.as_str().to_string()).collect())
-    } else {
-        // A build file: the attribute is the list; add the dataset.
-        let names: Vec<String> = file
-            .attr("label_names")
-            .and_then(|a| a.read_raw::<VarLenUnicode>())
-            .ctx(p, || "read attribute `label_names`".into())?
-            .iter()
-            .map(|n| n.as_str().to_string())
-            .collect();
-        let d = create_names_ds(&file, &names).ctx(p, || "create dataset `label_names`".into())?;
-        (d, names)
+    let paths = match old_path {
+        Some(old) => {
+            drop(old);
+            let v = super::vlen::take_strings(&file, p, PATH, confirmed)?;
+            Column::create(&file, p, PATH, header.chunk_files, &v)?
+        }
+        None => Column::open(&file, p, PATH, confirmed)?,
     };
+    let (names_col, names) = open_names(&file, p)?;
+    set_layout_version(&file, p)?;
     let labels_in_use = labels_in_use(&ds, p, confirmed, names.len())?;
     let report = OpenReport {
         created: false,
@@ -107,7 +103,35 @@ pub(super) fn open_existing(
         rows_dropped: found - confirmed,
         labels_in_use,
     };
-    Ok((file, ds, names_ds, names, report))
+    Ok(Opened {
+        file,
+        sets: ds,
+        paths,
+        names_col,
+        names,
+        report,
+    })
+}
+
+/// Marks `file` as holding `writer::strings` columns (root attribute
+/// `layout_version`), rewriting the attribute only when it differs (an
+/// in-place write of the root object header: `replace_names_attr` says why
+/// that matters).
+fn set_layout_version(file: &File, p: &Path) -> Result<(), Error> {
+    let name = "layout_version";
+    let have = file.attr(name).and_then(|a| a.read_scalar::<i64>()).ok();
+    if have == Some(strings::LAYOUT_VERSION) {
+        return Ok(());
+    }
+    (|| {
+        if have.is_some() || file.attr_names()?.iter().any(|n| n == name) {
+            file.delete_attr(name)?;
+        }
+        file.new_attr::<i64>()
+            .create(name)?
+            .write_scalar(&strings::LAYOUT_VERSION)
+    })()
+    .ctx(p, || format!("write attribute `{name}`"))
 }
 
 /// How many of the file's `n_names` label names its first `rows` rows use:
@@ -142,6 +166,7 @@ fn check_compatible(file: &File, ds: &Sets, p: &Path, h: &Header<'_>) -> Result<
     for (name, want) in expected {
         let informational = [
             "label_names",
+            "layout_version",
             "melforge_version",
             "chunk_files",
             "chunk_frames",

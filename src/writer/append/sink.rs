@@ -416,7 +416,7 @@ mod tests {
     fn rows_of(path: &Path) -> (Vec<f32>, Vec<String>, Vec<i32>) {
         let f = hdf5::File::open(path).unwrap();
         let mel = f.dataset("mel").unwrap().read_raw::<f32>().unwrap();
-        let paths = super::super::tests::strings(&f.dataset("path").unwrap());
+        let paths = super::super::tests::strings(&f, "path");
         let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
         (mel, paths, labels)
     }

@@ -13,12 +13,11 @@
 use std::path::Path;
 
 use hdf5::Dataset;
-use hdf5::types::VarLenUnicode;
 
 use crate::frames::FrameLayout;
 use crate::writer::chunk::ChunkBuf;
 use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
-use crate::writer::h5::{Datasets, Header};
+use crate::writer::h5::{Datasets, Header, PathColumn};
 use crate::writer::{Dtype, Error};
 
 /// The datasets of an open split file, either layout.
@@ -56,11 +55,12 @@ impl Sets {
         }
     }
 
-    /// Creates the datasets of a new file.
+    /// Creates the datasets of a new file, all but `path` (the appender's
+    /// `writer::strings` column).
     pub(super) fn create(file: &hdf5::File, p: &Path, h: &Header<'_>) -> Result<(), Error> {
         match h.frames {
-            None => Datasets::create(file, p, h).map(drop),
-            Some(l) => FrameSets::create(file, p, h, l).map(drop),
+            None => Datasets::create(file, p, h, PathColumn::Caller).map(drop),
+            Some(l) => FrameSets::create(file, p, h, l, PathColumn::Caller).map(drop),
         }
     }
 
@@ -71,17 +71,23 @@ impl Sets {
         }
     }
 
-    pub(super) fn path(&self) -> &Dataset {
+    /// The variable-length `path` of a file from before `writer::strings`
+    /// (or made by `build`), which the appender converts and then unlinks.
+    pub(super) fn take_vlen_path(&mut self) -> Option<Dataset> {
         match self {
-            Sets::Mel(d) => &d.path,
-            Sets::Frames(d) => &d.path,
+            Sets::Mel(d) => d.path.take(),
+            Sets::Frames(d) => d.path.take(),
         }
     }
 
     /// Rows in each per-row dataset (`mel`'s first for librosa).
     pub(super) fn row_lens(&self) -> Vec<usize> {
         match self {
-            Sets::Mel(d) => vec![d.mel.shape()[0], d.label.size(), d.path.size()],
+            Sets::Mel(d) => {
+                let mut v = vec![d.mel.shape()[0], d.label.size()];
+                v.extend(d.path.as_ref().map(|p| p.size()));
+                v
+            }
             Sets::Frames(d) => d.row_lens(),
         }
     }
@@ -168,13 +174,6 @@ impl Store {
         }
     }
 
-    pub(super) fn path(&self) -> &Dataset {
-        match self {
-            Store::Mel { ds, .. } => &ds.path,
-            Store::Frames { ds, .. } => &ds.path,
-        }
-    }
-
     /// `mel`, whose synced chunks leave the page cache (librosa only).
     pub(super) fn mel(&self) -> Option<&Dataset> {
         match self {
@@ -188,14 +187,6 @@ impl Store {
         match self {
             Store::Mel { chunk, .. } => chunk.rows(),
             Store::Frames { buf, .. } => buf.rows(),
-        }
-    }
-
-    /// Paths of the buffered rows.
-    pub(super) fn paths(&self) -> &[VarLenUnicode] {
-        match self {
-            Store::Mel { chunk, .. } => chunk.paths(),
-            Store::Frames { buf, .. } => buf.paths(),
         }
     }
 
@@ -264,7 +255,8 @@ impl Store {
     }
 
     /// Writes the buffered rows at row `rows` (resizing every dataset) and
-    /// empties the buffer.
+    /// empties the buffer; their paths are the caller's to write (the
+    /// appender's `writer::strings` column).
     pub(super) fn write(&mut self, p: &Path, rows: usize) -> Result<(), Error> {
         match self {
             Store::Mel { ds, chunk, .. } => {

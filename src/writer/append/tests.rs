@@ -29,12 +29,9 @@ fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-pub(super) fn strings(d: &Dataset) -> Vec<String> {
-    d.read_raw::<VarLenUnicode>()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().to_string())
-        .collect()
+/// Column `name` of `f`, either layout (`writer::strings::read`).
+pub(super) fn strings(f: &File, name: &str) -> Vec<String> {
+    crate::writer::strings::read(f, name).unwrap()
 }
 
 fn attr_names_of(f: &File) -> Vec<String> {
@@ -87,12 +84,9 @@ fn round_trip_with_label_growth() {
     }
     let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
     assert_eq!(labels, [0, 0, 0, 0, 0, 0, 1, -1]);
-    let paths = strings(&f.dataset("path").unwrap());
+    let paths = strings(&f, "path");
     assert_eq!(paths[6], "train/noleak/g.wav");
-    assert_eq!(
-        strings(&f.dataset("label_names").unwrap()),
-        ["leak", "noleak"]
-    );
+    assert_eq!(strings(&f, "label_names"), ["leak", "noleak"]);
     // Rewritten at close.
     assert_eq!(attr_names_of(&f), ["leak", "noleak"]);
     // The same attributes a build writes.
@@ -131,7 +125,7 @@ fn reopen_cuts_unconfirmed_rows_and_keeps_ids() {
     a.close().unwrap();
     let f = File::open(d.path().join("train.h5")).unwrap();
     assert_eq!(f.dataset("mel").unwrap().shape()[0], 6);
-    let paths = strings(&f.dataset("path").unwrap());
+    let paths = strings(&f, "path");
     assert_eq!(
         paths,
         ["f0.wav", "f1.wav", "f2.wav", "f3.wav", "f4.wav", "new.wav"]
@@ -211,7 +205,7 @@ fn appends_to_a_build_file() {
     assert_eq!(a.append("train/y/3.wav", 1, &row(3)).unwrap(), 3);
     a.close().unwrap();
     let f = File::open(d.path().join("train.h5")).unwrap();
-    assert_eq!(strings(&f.dataset("label_names").unwrap()), ["x", "y"]);
+    assert_eq!(strings(&f, "label_names"), ["x", "y"]);
     assert_eq!(
         f.dataset("label").unwrap().read_raw::<i32>().unwrap(),
         [0, 0, 0, 1]
@@ -241,14 +235,18 @@ fn h5py_swmr_reader_sees_new_rows() {
     let script = r#"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r", libver="latest", swmr=True)
-ds = [f["mel"], f["label"], f["path"], f["label_names"]]
+ds = [f[k] for k in ("mel", "label", "path_utf8", "path_end", "label_names_utf8", "label_names_end")]
+def column(name):
+    end = f[name + "_end"][:]
+    data = f[name + "_utf8"][: end[-1] if len(end) else 0].tobytes()
+    return [data[s:e].decode() for s, e in zip([0, *end[:-1]], end)]
 print(f["mel"].shape[0], flush=True)
 sys.stdin.readline()
 for d in ds:
     d.refresh()
-n = min(f["mel"].shape[0], f["label"].shape[0], f["path"].shape[0])
-names = [s.decode() for s in f["label_names"][:]]
-print(n, f["path"].asstr()[n - 1], names[f["label"][n - 1]], float(f["mel"][n - 1].flat[0]), flush=True)
+n = min(f["mel"].shape[0], f["label"].shape[0], f["path_end"].shape[0])
+names = column("label_names")
+print(n, column("path")[n - 1], names[f["label"][n - 1]], float(f["mel"][n - 1].flat[0]), flush=True)
 "#;
     let mut child = Command::new("python3")
         .args(["-c", script])
@@ -324,7 +322,7 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
     sink.close_all().unwrap();
     let read = |split: &str| {
         let f = File::open(d.path().join(format!("{split}.h5"))).unwrap();
-        let names = strings(&f.dataset("label_names").unwrap());
+        let names = strings(&f, "label_names");
         assert_eq!(attr_names_of(&f), names, "{split}");
         let ids = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
         let labels: Vec<String> = ids.iter().map(|&i| names[i as usize].clone()).collect();
@@ -402,7 +400,7 @@ fn rows_round_trip_across_partial_flushes_and_direct_whole_chunks() {
                 "{dtype:?} row {i}"
             );
         }
-        let paths = strings(&f.dataset("path").unwrap());
+        let paths = strings(&f, "path");
         assert_eq!(paths[17], "f17.wav");
     }
 }
@@ -425,7 +423,16 @@ fn split_files_are_open_with_bounded_caches() {
     let store::Store::Mel { ds, .. } = &a.store else {
         panic!("a librosa spec makes a mel store")
     };
-    for ds in [&ds.mel, &ds.label, &ds.path, &a.names_ds] {
+    let columns: Vec<hdf5::Dataset> = [
+        "path_utf8",
+        "path_end",
+        "label_names_utf8",
+        "label_names_end",
+    ]
+    .iter()
+    .map(|n| a.file.dataset(n).unwrap())
+    .collect();
+    for ds in [&ds.mel, &ds.label].into_iter().chain(&columns) {
         let c = ds.access_plist().unwrap().chunk_cache();
         assert_eq!((c.nslots, c.nbytes), recover::CHUNK_CACHE, "{}", ds.name());
     }

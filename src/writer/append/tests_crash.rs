@@ -81,7 +81,7 @@ fn stale_eoa_round_trip(lost: usize) {
         .map(|i| file_name(0, i))
         .chain((8..400).map(|i| file_name(2, i)))
         .collect();
-    assert_eq!(strings(&f.dataset("path").unwrap()), want);
+    assert_eq!(strings(&f, "path"), want);
     let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
     assert!(labels.iter().all(|&l| l == 0), "labels {labels:?}");
     let mel = f.dataset("mel").unwrap().read_raw::<f32>().unwrap();
@@ -120,5 +120,5 @@ fn an_uncommitted_in_place_rewrite_is_rolled_back_at_the_next_open() {
     b.close().unwrap();
     let f = File::open(&p).unwrap();
     let want: Vec<String> = (0..6).map(|i| file_name(0, i)).collect();
-    assert_eq!(strings(&f.dataset("path").unwrap()), want);
+    assert_eq!(strings(&f, "path"), want);
 }

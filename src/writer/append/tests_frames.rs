@@ -53,7 +53,7 @@ fn check(d: &Path, ids: &[usize]) {
         at += frames(i);
     }
     assert_eq!(features.shape(), vec![at, BINS]);
-    let paths = strings(&f.dataset("path").unwrap());
+    let paths = strings(&f, "path");
     let want: Vec<String> = ids.iter().map(|i| format!("f{i}.wav")).collect();
     assert_eq!(paths, want);
 }

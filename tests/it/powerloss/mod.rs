@@ -187,13 +187,7 @@ fn h5_paths(dir: &Path) -> BTreeMap<String, Vec<String>> {
 /// The `path` column of one file (through h5py's C library, as in the tests).
 fn read_paths(p: &Path) -> Vec<String> {
     let file = hdf5::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    file.dataset("path")
-        .unwrap()
-        .read_raw::<hdf5::types::VarLenUnicode>()
-        .unwrap()
-        .into_iter()
-        .map(|s| s.as_str().to_string())
-        .collect()
+    melforge::writer::strings::read(&file, "path").unwrap()
 }
 
 /// The names in `dir`, sorted.

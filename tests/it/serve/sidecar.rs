@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hdf5::types::VarLenUnicode;
 use serde_json::Value;
 
 use super::harness::{self, *};
@@ -33,15 +32,7 @@ fn write_config(svc: &Svc) {
 /// Each row's `meta` entry by its path, in one split file.
 fn meta_by_path(out: &Path, split: &str) -> BTreeMap<String, String> {
     let f = hdf5::File::open(out.join(format!("{split}.h5"))).unwrap();
-    let strings = |name: &str| -> Vec<String> {
-        f.dataset(name)
-            .unwrap()
-            .read_raw::<VarLenUnicode>()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().to_string())
-            .collect()
-    };
+    let strings = |name: &str| melforge::writer::strings::read(&f, name).unwrap();
     let (paths, meta) = (strings("path"), strings("meta"));
     assert_eq!(paths.len(), meta.len(), "one meta entry per row");
     paths.into_iter().zip(meta).collect()
