@@ -7,7 +7,10 @@ Opens each <split>.h5 with h5py and checks: the three datasets and their dtypes;
 mel's shape against the n_long/n_short/n_mels/n_frames attributes; chunking along N
 (chunk = (chunk_files, n_long, n_short, n_mels, n_frames), N resizable); label and
 path lengths equal N; label in -1..len(label_names); every path decodes as a UTF-8
-str; every documented root attribute present with the right kind; optionally the
+str (a variable-length string dataset `path`, or, in a file `serve` appends to,
+layout_version 2, the column `path_utf8` + `path_end`, with `meta` and
+`label_names` columns of the same kind, their ends in order and within their
+bytes); every documented root attribute present with the right kind; optionally the
 row count of named splits. Prints one summary line per file and every problem found;
 exits 1 if there was any problem (2 for usage errors). Leftover *.h5.partial files
 are reported as problems too (an interrupted build).
@@ -41,6 +44,40 @@ STR_ATTRS = {
     "dtype": {"float32", "float16"},
 }
 MEL_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def is_column(f, name):
+    """Whether `name` is a string column of UTF-8 bytes and ends (serve's
+    layout_version 2) rather than a variable-length string dataset."""
+    return f"{name}_end" in f
+
+
+def check_column(f, name, n, chunk_files, bad):
+    """Checks string column `name` (bytes `name_utf8`, ends `name_end`):
+    dtypes, `n` rows (None: any), chunking, ends in order and within the
+    bytes, every string UTF-8. Returns the strings."""
+    data, ends = f[f"{name}_utf8"], f[f"{name}_end"]
+    if data.dtype != np.uint8 or data.ndim != 1 or data.maxshape != (None,):
+        bad(f"{name}_utf8 is {data.dtype}{data.shape} max {data.maxshape}, expected resizable 1-D uint8")
+    if ends.dtype != np.int64 or ends.ndim != 1 or ends.maxshape != (None,):
+        bad(f"{name}_end is {ends.dtype}{ends.shape} max {ends.maxshape}, expected resizable 1-D int64")
+    if n is not None and ends.shape != (n,):
+        bad(f"{name}_end has shape {ends.shape}, expected ({n},)")
+    if n is not None and ends.chunks != (chunk_files,):
+        bad(f"{name}_end chunks {ends.chunks}, expected ({chunk_files},)")
+    e = ends[:].astype(np.int64)
+    if len(e) and (e[0] < 0 or (np.diff(e) < 0).any() or e[-1] > data.shape[0]):
+        bad(f"{name}_end is not non-decreasing within the {data.shape[0]} bytes of {name}_utf8")
+        return []
+    raw = data[: int(e[-1]) if len(e) else 0].tobytes()
+    out = []
+    for i, (a, b) in enumerate(zip([0, *e[:-1].tolist()], e.tolist())):
+        try:
+            out.append(raw[a:b].decode("utf-8"))
+        except UnicodeDecodeError as err:
+            bad(f"{name} row {i} is not valid UTF-8: {err}")
+            return out
+    return out
 
 
 def as_str(v):
@@ -96,7 +133,12 @@ def check_file(path, expect_rows):
             bad("attribute label_names missing")
         else:
             label_names = [as_str(x) for x in np.asarray(a["label_names"]).reshape(-1)]
-            if label_names != sorted(set(label_names)):
+            # serve appends names in arrival order (ids never change): only
+            # a build's list is sorted.
+            served = "label_names" in f or "label_names_end" in f
+            if served and len(set(label_names)) != len(label_names):
+                bad("label_names are not distinct")
+            elif not served and label_names != sorted(set(label_names)):
                 bad("label_names are not sorted and distinct")
         if problems:
             return f"{path}: unreadable attributes", problems
@@ -114,12 +156,14 @@ def check_file(path, expect_rows):
             bad(f"segmentation off but (n_long, n_short) = {row_shape[:2]}")
 
         # --- datasets ---
-        for name in ("mel", "label", "path"):
+        column_paths = is_column(f, "path")
+        for name in ("mel", "label") + (() if column_paths else ("path",)):
             if name not in f or not isinstance(f[name], h5py.Dataset):
                 bad(f"dataset {name} missing")
         if problems:
             return f"{path}: missing datasets", problems
-        mel, label, paths = f["mel"], f["label"], f["path"]
+        mel, label = f["mel"], f["label"]
+        paths = None if column_paths else f["path"]
         n = mel.shape[0] if mel.ndim == 5 else -1
 
         want_dtype = MEL_DTYPES[as_str(a["dtype"])]
@@ -129,9 +173,11 @@ def check_file(path, expect_rows):
             bad(f"mel shape {mel.shape}, attributes give (N, {', '.join(map(str, row_shape))})")
         if label.dtype != np.int32:
             bad(f"label is {label.dtype}, expected int32")
-        info = h5py.check_string_dtype(paths.dtype)
-        if info is None or info.encoding != "utf-8" or info.length is not None:
-            bad(f"path is {paths.dtype}, expected variable-length UTF-8 strings")
+        if paths is not None:
+            info = h5py.check_string_dtype(paths.dtype)
+            if info is None or info.encoding != "utf-8" or info.length is not None:
+                bad(f"path is {paths.dtype}, expected variable-length UTF-8 strings")
+        served = served_columns(f, n, chunk_files, bad)
         for name in manifest_datasets(f):
             if f[name].shape != (n,):
                 bad(f"{name} has shape {f[name].shape}, mel has {n} rows")
@@ -139,8 +185,7 @@ def check_file(path, expect_rows):
         for name, ds, chunk in (
             ("mel", mel, (chunk_files,) + row_shape),
             ("label", label, (chunk_files,)),
-            ("path", paths, (chunk_files,)),
-        ):
+        ) + ((("path", paths, (chunk_files,)),) if paths is not None else ()):
             if ds.shape[0] != n:
                 bad(f"{name} has {ds.shape[0]} rows, mel has {n}")
             if ds.is_virtual:
@@ -165,11 +210,14 @@ def check_file(path, expect_rows):
             bad(f"{out.size} labels outside -1..{hi}, e.g. {out[0]}")
         if not label_names and (labels != -1).any():
             bad("labels set but label_names is empty")
-        try:
-            strs = paths.asstr()[:]
-        except UnicodeDecodeError as e:
-            bad(f"a path is not valid UTF-8: {e}")
-            strs = []
+        if paths is None:
+            strs = served.get("path", [])
+        else:
+            try:
+                strs = paths.asstr()[:]
+            except UnicodeDecodeError as e:
+                bad(f"a path is not valid UTF-8: {e}")
+                strs = []
         for p in strs:
             if not p or p.startswith("/") or "\\" in p:
                 bad(f"path {p!r} is not a relative '/'-separated path")
@@ -190,6 +238,25 @@ def check_file(path, expect_rows):
             f"unlabelled={int((labels == -1).sum())} version={as_str(a['melforge_version'])}"
         )
         return summary, problems
+
+
+def served_columns(f, n, chunk_files, bad):
+    """Checks the string columns of a file `serve` appends to (none in a
+    build file): `path` and `meta` with `n` rows, `label_names`, and that
+    the file says layout_version 2. Returns the strings by column."""
+    out = {}
+    for name in ("path", "meta", "label_names"):
+        if is_column(f, name):
+            rows = None if name == "label_names" else n
+            out[name] = check_column(f, name, rows, chunk_files, bad)
+    if out and int(f.attrs.get("layout_version", 0)) != 2:
+        bad(f"string columns {sorted(out)} but layout_version = {f.attrs.get('layout_version')}")
+    if "meta" in out:
+        for i, m in enumerate(out["meta"]):
+            if m and not m.startswith("{"):
+                bad(f"meta row {i} is not a JSON object: {m[:40]!r}")
+                break
+    return out
 
 
 def manifest_datasets(f):
@@ -225,7 +292,9 @@ def check_frames(path, f, split, expect_rows):
     if as_str(a.get("split")) != split:
         bad(f"attribute split = {as_str(a.get('split'))!r}, file name says {split!r}")
     padded = "padded_frames" in a
-    names = ["features", "offsets", "lengths", "label", "path"] + (["pad_value"] if padded else [])
+    column_paths = is_column(f, "path")
+    names = ["features", "offsets", "lengths", "label"] + ([] if column_paths else ["path"])
+    names += ["pad_value"] if padded else []
     for name in names:
         if name not in f:
             bad(f"dataset {name} missing")
@@ -244,6 +313,7 @@ def check_frames(path, f, split, expect_rows):
     elif feats.chunks != (chunk_frames, bins):
         bad(f"features chunks {feats.chunks}, expected {(chunk_frames, bins)}")
     n = len(offsets)
+    served_columns(f, n, int(a["chunk_files"]), bad)
     for name in names[1:] + manifest_datasets(f):
         if f[name].shape != (n,):
             bad(f"{name} has shape {f[name].shape}, offsets has {n} rows")

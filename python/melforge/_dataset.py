@@ -26,9 +26,11 @@ Invariants:
   the stored frames, transposed, padded to `padded_frames` with the row's
   `pad_value`. `lengths` (frames per row) is read once like the labels.
 * `refresh()` follows a running `melforge serve` (SWMR): it reopens the file
-  (variable-length strings, `path` and `label_names`, are not covered by SWMR,
-  so a long-open handle can fail to read new ones) and picks up the new rows,
-  labels, paths and label names.
+  and picks up the new rows, labels, paths and label names.
+* Two layouts of the string columns `path`, `meta` and `label_names`
+  (docs/FORMAT.md): variable-length string datasets (files of `build`), or,
+  in every file `serve` appends to (`layout_version` 2), UTF-8 bytes
+  `C_utf8` with per-row ends `C_end` (`_column` reads both).
 """
 
 from __future__ import annotations
@@ -50,6 +52,32 @@ Index = Union[int, np.integer]
 
 def _decode(values: Any) -> List[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def _has_meta(f: h5py.File) -> bool:
+    return "meta" in f or "meta_end" in f
+
+
+def _column_len(f: h5py.File, name: str) -> int:
+    """Rows of string column `name`, either layout."""
+    return f[name + "_end"].shape[0] if name + "_end" in f else f[name].shape[0]
+
+
+def _column(f: h5py.File, name: str, lo: int = 0, hi: Optional[int] = None) -> List[str]:
+    """Strings `lo..hi` of column `name`: a variable-length string dataset,
+    or `name_utf8` bytes with `name_end` ends (string i is
+    `utf8[end[i-1]:end[i]]`, from 0 for i = 0)."""
+    if name + "_end" not in f:
+        return _decode(f[name][lo:hi])
+    ends = f[name + "_end"]
+    hi = ends.shape[0] if hi is None else min(hi, ends.shape[0])
+    if hi <= lo:
+        return []
+    end = ends[lo:hi].astype(np.int64)
+    start = int(ends[lo - 1]) if lo else 0
+    data = f[name + "_utf8"][start : int(end[-1])].tobytes()
+    cuts = [0, *(end - start).tolist()]
+    return [data[a:b].decode("utf-8") for a, b in zip(cuts, cuts[1:])]
 
 
 def _meta_doc(raw: Any) -> Dict[str, Any]:
@@ -195,11 +223,11 @@ class MelDataset:
         self.swmr = swmr
         self.frames_layout = "features" in f and "mel" not in f
         mel = f["features"] if self.frames_layout else f["mel"]
-        label, path = f["label"], f["path"]
-        per_row = [label, path] + ([f["offsets"], f["lengths"]] if self.frames_layout else [mel])
+        label = f["label"]
+        per_row = [label] + ([f["offsets"], f["lengths"]] if self.frames_layout else [mel])
         if self.frames_layout and "pad_value" in f:
             per_row.append(f["pad_value"])
-        n = min(d.shape[0] for d in per_row)
+        n = min([d.shape[0] for d in per_row] + [_column_len(f, "path")])
         if n < have:
             # The file shrank (a serve restarted after a crash and cut
             # unconfirmed rows): start over.
@@ -208,11 +236,11 @@ class MelDataset:
             self._paths = []
         if n > have:
             self._labels = np.concatenate([self._labels[:have], label[have:n]])
-            self._paths = self._paths[:have] + _decode(path[have:n])
+            self._paths = self._paths[:have] + _column(f, "path", have, n)
         if self.frames_layout:
             self._load_frames(f, have, n)
-        if "label_names" in f:
-            self.label_names = _decode(f["label_names"][:])
+        if "label_names" in f or "label_names_end" in f:
+            self.label_names = _column(f, "label_names")
         else:
             self.label_names = _decode(f.attrs.get("label_names", []))
         self.attrs = {k: f.attrs[k] for k in f.attrs.keys()}
@@ -302,10 +330,10 @@ class MelDataset:
             f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
             self._adopt(f)
             f = self._file
-        if f is not None and "meta" in f and j < f["meta"].shape[0]:
+        if f is not None and _has_meta(f) and j < _column_len(f, "meta"):
             # The manifest's (or sidecar's) own fields win over the ones
             # derived above; serve stores "" for a file without a sidecar.
-            out.update(_meta_doc(f["meta"][j]))
+            out.update(_meta_doc(_column(f, "meta", j, j + 1)[0]))
             if "line" in f:
                 out["line"] = int(f["line"][j])
         return out
@@ -320,10 +348,10 @@ class MelDataset:
             f, _ = _open(self.path, self.swmr, self._rdcc_nbytes)
             self._adopt(f)
             f = self._file
-        if f is None or "meta" not in f:
+        if f is None or not _has_meta(f):
             raise KeyError(f"{self.path} has no `meta` (neither built from a manifest nor served)")
         out: Dict[Any, int] = {}
-        for i, raw in enumerate(f["meta"][: self._n]):
+        for i, raw in enumerate(_column(f, "meta", 0, self._n)):
             doc = _meta_doc(raw)
             if field in doc:
                 out[doc[field]] = i

@@ -1,7 +1,9 @@
 //! SWMR appends for `serve`: one [`Appender`] per `<out>/<split>.h5`.
 //!
-//! The file has the build schema (`docs/FORMAT.md`: `mel`, `label`, `path`, every
-//! root attribute) plus a growing 1-D string dataset `label_names`; the writer
+//! The file has the build schema (`docs/FORMAT.md`: `mel`, `label`, every root
+//! attribute) with its strings (`path`, `meta`, and a growing `label_names`) as
+//! `writer::strings` columns, which hold no global-heap object (root attribute
+//! `layout_version` 2; `vlen` converts an older file's on open); the writer
 //! holds it open in HDF5 single-writer/multiple-reader mode, so an h5py reader
 //! opened with `swmr=True` sees new rows after `refresh()`.
 //!
@@ -89,8 +91,8 @@ const NAMES_CHUNK: usize = 64;
 const PATH: &str = "path";
 
 /// Space reserved past the end of the file beyond the rows themselves: HDF5's
-/// metadata (chunk index, object headers, the global heap holding the path
-/// and label strings, free-space sections) and a close.
+/// metadata (chunk index, object headers, free-space sections, a new chunk
+/// of each string column's bytes and ends) and a close.
 pub const METADATA_HEADROOM: u64 = 1 << 20;
 
 /// What an [`Appender`] needs to create or check `<out_dir>/<split>.h5`.

@@ -186,10 +186,9 @@ fn check_compatible(file: &File, ds: &Sets, p: &Path, h: &Header<'_>) -> Result<
 }
 
 /// Most bytes HDF5's metadata cache may hold per open split file. An
-/// appender's working set is the newest global heap collection (the `path`
-/// strings), the tail of each chunk index and the object headers, far below
-/// this; anything more is old heap collections, which were written at their
-/// flush and are never read again. 1 MiB, so that memory grows with the
+/// appender's working set is the tail of each chunk index and the object
+/// headers, far below this; anything more is metadata written at an earlier
+/// flush and never read again. 1 MiB, so that memory grows with the
 /// number of splits, not with the rows in them (at 4 MiB, three splits took
 /// ~240,000 files to fill their caches: docs/BENCHMARKS.md).
 pub const METADATA_CACHE_BYTES: usize = 1 << 20;
