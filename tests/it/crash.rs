@@ -11,7 +11,9 @@
 //! child also compacts the journal, so kills land inside compactions too.
 //!
 //! `MELFORGE_CRASH_SEED`, `MELFORGE_CRASH_RUNS` and `MELFORGE_CRASH_SECS` vary
-//! the kill delays and lengthen the run for a soak.
+//! the kill delays and lengthen the run for a soak;
+//! `MELFORGE_CRASH_DELAY_MS=LO-HI` sets the range of the delays (default
+//! 50-650: short ranges kill more often in recovery and the first batches).
 //!
 //! [`kill_9_before_every_write`] is the deterministic twin: the same child,
 //! stopped by the split files' driver itself (`MELFORGE_CRASH_AT_WRITE=k`:
@@ -297,6 +299,13 @@ fn kill_9_at_random_points() {
     let mut seed = env("MELFORGE_CRASH_SEED", 0x9E37_79B9_7F4A_7C15).max(1);
     let max_runs = env("MELFORGE_CRASH_RUNS", 20);
     let max_time = Duration::from_secs(env("MELFORGE_CRASH_SECS", 20));
+    let (lo, hi) = std::env::var("MELFORGE_CRASH_DELAY_MS")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('-')?;
+            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        })
+        .unwrap_or((50, 650));
     let mut last = 0;
     let mut runs = 0;
     let mut torn_total = 0;
@@ -307,7 +316,7 @@ fn kill_9_at_random_points() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let delay = Duration::from_millis(50 + seed % 600);
+        let delay = Duration::from_millis(lo + seed % (hi - lo).max(1));
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
