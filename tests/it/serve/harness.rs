@@ -397,13 +397,18 @@ pub(super) fn have_h5py(test: &str) -> bool {
     ok
 }
 
-/// Opens `path` with h5py (SWMR read when `swmr`) and returns its row count.
+/// Opens `path` (a file serve appends to: string columns) with h5py (SWMR
+/// read when `swmr`), checks its paths are distinct and returns its row
+/// count.
 pub(super) fn h5py_rows(path: &Path, swmr: bool) -> Result<usize, String> {
     let script = "import sys, h5py\n\
         swmr = sys.argv[2] == '1'\n\
         f = h5py.File(sys.argv[1], 'r', libver='latest', swmr=swmr)\n\
-        n = min(f[k].shape[0] for k in ('mel', 'label', 'path'))\n\
-        assert len(set(f['path'].asstr()[:n])) == n, 'duplicate paths'\n\
+        n = min(f[k].shape[0] for k in ('mel', 'label', 'path_end'))\n\
+        end = f['path_end'][:n]\n\
+        data = f['path_utf8'][:end[-1] if n else 0].tobytes()\n\
+        paths = [data[a:b].decode() for a, b in zip([0, *end[:-1]], end)]\n\
+        assert len(set(paths)) == n, 'duplicate paths'\n\
         print(n)\n";
     let out = Command::new("python3")
         .args(["-c", script])
