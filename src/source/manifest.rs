@@ -130,6 +130,10 @@ pub struct Manifests {
     /// Recordings decoded once into a spill, and the bytes written ([`spill`]).
     pub spilled: usize,
     pub spill_bytes: u64,
+    /// Recordings not spilled for want of room on the disk under the
+    /// output folder: the free-space check refused them, or writing the
+    /// spill met ENOSPC, EDQUOT or EFBIG ([`spill`]).
+    pub spill_no_room: usize,
 }
 
 /// Whether `input` is a manifest (a regular file) rather than a tree.

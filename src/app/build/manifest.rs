@@ -145,6 +145,7 @@ pub(super) fn read(
         header_bytes = m.header_bytes,
         spilled = m.spilled,
         spill_bytes = m.spill_bytes,
+        spill_no_room = m.spill_no_room,
         seconds,
         "Read the manifests."
     );
