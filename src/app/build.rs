@@ -363,7 +363,9 @@ fn plan(
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
             (plan, rejected, s, None)
         }
-        Input::Manifests(files) => manifest::read(files, shard, spill)?,
+        Input::Manifests(files) => {
+            manifest::read(files, shard, spill, manifest::first_seconds(cfg))?
+        }
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),

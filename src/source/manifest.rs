@@ -130,6 +130,10 @@ pub struct Manifests {
     /// Recordings decoded once into a spill, and the bytes written ([`spill`]).
     pub spilled: usize,
     pub spill_bytes: u64,
+    /// Recordings not spilled for want of room on the disk under the
+    /// output folder: the free-space check refused them, or writing the
+    /// spill met ENOSPC, EDQUOT or EFBIG ([`spill`]).
+    pub spill_no_room: usize,
 }
 
 /// Whether `input` is a manifest (a regular file) rather than a tree.
@@ -183,18 +187,39 @@ pub type Share<'a> = Option<&'a dyn Fn(usize) -> Range<usize>>;
 /// outside the share are not parsed (their audio headers are not read
 /// either) and leave no rejection: they are another shard's.
 pub fn plan_share(manifests: &[PathBuf], share: Share<'_>) -> Result<Manifests, Error> {
-    plan_spilling(manifests, share, None)
+    plan_spilling(manifests, share, None, None)
+}
+
+/// A recipe that reads only the first `seconds` of a recording at
+/// `rate_hz` (Whisper: 30 s at 16 kHz). A whole-file item of a WAV or FLAC
+/// recording at that rate and over `over_bytes` (`io.max_file_bytes`) is
+/// planned as the range holding those seconds, as a segment of them is:
+/// the reader reads only them (instead of rejecting the file as too large)
+/// and the decoder gives the samples of the whole-file decode's start, bit
+/// for bit, so the row is the same. A recording at another rate is left
+/// whole (a part resampled alone is not the whole one's start), and so is
+/// a compressed one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstSeconds {
+    pub rate_hz: u32,
+    pub seconds: f64,
+    pub over_bytes: u64,
 }
 
 /// [`plan_share`], and with `spill` the segments of compressed recordings
 /// that cannot be cut into parts served from one decode of each, written
-/// there ([`spill`]).
+/// there ([`spill`]); with `first`, whole-file items over the size limit
+/// read for their first seconds only ([`FirstSeconds`]).
 pub fn plan_spilling(
     manifests: &[PathBuf],
     share: Share<'_>,
     spill: Option<&SpillDir>,
+    first: Option<FirstSeconds>,
 ) -> Result<Manifests, Error> {
-    let mut b = Builder::default();
+    let mut b = Builder {
+        first,
+        ..Builder::default()
+    };
     for (split, file) in manifests.iter().enumerate() {
         let name = split_name(file).ok_or_else(|| Error::NoStem(file.clone()))?;
         if let Some(i) = b.m.plan.splits.iter().position(|s| *s == name) {
@@ -223,6 +248,7 @@ pub fn plan_spilling(
         lines,
         heads,
         pending,
+        ..
     } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
@@ -256,6 +282,7 @@ struct Builder {
     heads: Heads,
     /// Segments of recordings read whole ([`spill`]).
     pending: spill::Pending,
+    first: Option<FirstSeconds>,
 }
 
 impl Builder {
@@ -297,10 +324,12 @@ impl Builder {
     /// segment and byte range.
     fn item(&mut self, item: Item, dir: &Path, split: u32, seq: u32, line_no: u64) {
         let open = dir.join(&item.audio);
-        let ranged = item
-            .segment
-            .filter(|s| s.expect_s.is_none())
-            .and_then(|s| self.heads.range(&open, &s));
+        let ranged = match item.segment {
+            Some(s) => Some(s)
+                .filter(|s| s.expect_s.is_none())
+                .and_then(|s| self.heads.range(&open, &s)),
+            None => self.first_seconds(&open),
+        };
         let (range, segment) = match ranged {
             Some((r, s)) => (Some(r), Some(s)),
             None => (None, item.segment),
@@ -329,6 +358,29 @@ impl Builder {
             seq,
             label: -1,
         });
+    }
+}
+
+impl Builder {
+    /// The range of the first seconds of the whole-file item at `open`,
+    /// when [`FirstSeconds`] applies to it.
+    fn first_seconds(&mut self, open: &Path) -> Option<(ReadRange, Segment)> {
+        let first = self.first?;
+        if std::fs::metadata(open).ok()?.len() <= first.over_bytes {
+            return None;
+        }
+        let seg = Segment {
+            offset_s: 0.0,
+            duration_s: Some(first.seconds),
+            ..Segment::default()
+        };
+        let ranged = self.heads.range(open, &seg)?;
+        let rate = match self.heads.by_path.get(open)?.as_ref()? {
+            Head::Wav(h) => h.sample_rate,
+            Head::Flac(h) => h.sample_rate,
+            Head::Lossy(_) | Head::Whole => return None,
+        };
+        (rate == first.rate_hz).then_some(ranged)
     }
 }
 

@@ -128,3 +128,45 @@ pub fn frame_rows(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
     }
     rows
 }
+
+/// A tmpfs of `mib` MiB mounted at `dir` (unmounted on drop), or None with
+/// the reason printed when this host cannot mount one (not root, no
+/// CAP_SYS_ADMIN).
+pub struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &std::path::Path, mib: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "skipped: cannot mount a tmpfs (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+
+    pub fn resize(&self, mib: u64) {
+        let st = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(st.success(), "remount failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}

@@ -612,3 +612,86 @@ print("ok")
         String::from_utf8_lossy(&run.stderr)
     );
 }
+
+/// Regression: a whole-file item over `io.max_file_bytes` was rejected as
+/// `too_large` under Whisper, which reads only its first 30 s. A 40 s WAV
+/// and FLAC at 16 kHz over a 100 kB limit are now read for their first
+/// 30 s (the bytes read say so) and give the rows of a build whose limit
+/// holds them whole, bit for bit; a WAV at 22,050 Hz (resampled, so its
+/// start alone is not the whole one's start) is still rejected as too
+/// large.
+#[test]
+fn whisper_reads_the_first_30_s_of_a_whole_file_item_over_the_size_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let wav = put(
+        d.path(),
+        "a.wav",
+        &pcm16(&signal(16_000 * 40, 2, 31), 2, 16_000),
+    );
+    let st = Command::new("ffmpeg")
+        .args(["-loglevel", "error", "-y", "-i"])
+        .arg(&wav)
+        .arg(d.path().join("a.flac"))
+        .status()
+        .expect("ffmpeg runs");
+    assert!(st.success());
+    put(
+        d.path(),
+        "b.wav",
+        &pcm16(&signal(22_050 * 40, 1, 32), 1, 22_050),
+    );
+    let lines: Vec<String> = ["a.wav", "a.flac", "b.wav"]
+        .iter()
+        .map(|a| serde_json::json!({ "audio_filepath": a }).to_string())
+        .collect();
+    let manifest = put(d.path(), "train.jsonl", lines.join("\n").as_bytes());
+    let cfg = |limit: u64| {
+        let mut c = Config::parse(
+            "[features]\nrecipe = \"whisper\"\n\n[input]\nresample = \"soxr_hq\"\n",
+            "test",
+        )
+        .unwrap();
+        c.compute.workers = 2;
+        c.io.max_file_bytes = limit;
+        c
+    };
+    let input = Input::of(std::slice::from_ref(&manifest));
+    let build = |limit: u64| {
+        let out = tempfile::tempdir().unwrap();
+        let done =
+            build::build_input(&input, out.path(), &cfg(limit), &Default::default(), None).unwrap();
+        (done, out)
+    };
+    let (whole, whole_out) = build(1 << 30);
+    assert!(whole.rejected.is_empty(), "{:?}", whole.rejected);
+    let (first, first_out) = build(100_000);
+    let rejected: Vec<_> = first
+        .rejected
+        .iter()
+        .map(|r| (r.path.as_str(), r.kind))
+        .collect();
+    assert_eq!(
+        rejected,
+        [("b.wav", melforge::model::RejectKind::TooLarge)],
+        "{:?}",
+        first.rejected
+    );
+    // 30 s of 16-bit stereo is 1,920,000 bytes of the WAV; the FLAC's
+    // first 30 s are less than the file.
+    let len = |n: &str| std::fs::metadata(d.path().join(n)).unwrap().len();
+    assert!(
+        first.report.bytes_read < 1_920_100 + len("a.flac"),
+        "{}",
+        first.report.bytes_read
+    );
+    assert!(whole.report.bytes_read >= len("a.wav") + len("a.flac") + len("b.wav"));
+    let got = rows(&first_out.path().join("train.h5"));
+    let want = rows(&whole_out.path().join("train.h5"));
+    assert_eq!(got.rows.len(), 2);
+    for (i, g) in got.rows.iter().enumerate() {
+        let w = &want.rows[i];
+        assert!(!g.is_empty(), "row {i}");
+        let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "row {i} ({})", got.path[i]);
+    }
+}

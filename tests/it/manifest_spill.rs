@@ -15,7 +15,7 @@ use melforge::app::build::{self, Input, Outcomes};
 use melforge::config::Config;
 use melforge::decode::policy::Channels;
 
-use crate::common::put;
+use crate::common::{Tmpfs, put};
 use crate::manifest::{cut_line, kaldi, pcm16, rows, signal};
 
 fn ffmpeg(src: &Path, args: &[&str], dst: &Path) {
@@ -220,5 +220,100 @@ fn shards_spill_their_own() {
             g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()) && g.len() == w.len(),
             "row {i}"
         );
+    }
+}
+
+/// `melforge build --config CFG --out OUT MANIFESTS…` (Kaldi fbank, 40
+/// bins, two workers, `spill_max_mib` as given): its stderr, after it
+/// succeeded with nothing rejected and nothing hidden left in OUT.
+fn build_bin(manifests: &[PathBuf], out: &Path, spill_max_mib: u64) -> String {
+    let cfg = out.with_extension("toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[features]\nrecipe = \"kaldi-fbank\"\nnum_mel_bins = 40\n\n[input]\n\
+             resample = \"soxr_hq\"\nspill_max_mib = {spill_max_mib}\n\n\
+             [compute]\nworkers = 2\n"
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_melforge"))
+        .args(["build", "--strict", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(out)
+        .args(manifests)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let left: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".melforge-spill"))
+        .collect();
+    assert!(left.is_empty(), "left in the output folder: {left:?}");
+    err
+}
+
+/// Regression: the spill (a 2-hour mono recording spills 461 MB) could
+/// fill the disk under OUT. On a 4 MiB tmpfs (the split file takes about
+/// 1 MiB), a 40 s M4A whose segments reach its end is refused by the
+/// free-space check (its 2.56 MB spill and as much again for the rows do
+/// not fit), and an 80 s one whose segments end at 6 s passes the check on
+/// that estimate and meets ENOSPC while written (5.12 MB); both fall back
+/// to the old path with the reason logged, the rows are those of a build
+/// with the spill off on a roomy disk, bit for bit, and no spill file or
+/// folder is left.
+#[test]
+fn a_full_disk_under_out_falls_back_from_the_spill_with_the_same_rows() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, seconds, seed) in [("early", 80, 21), ("late", 40, 22)] {
+        let wav = put(
+            d.path(),
+            &format!("{name}.wav"),
+            &pcm16(&signal(16_000 * seconds, 1, seed), 1, 16_000),
+        );
+        ffmpeg(
+            &wav,
+            &["-c:a", "aac"],
+            &d.path().join(format!("{name}.m4a")),
+        );
+    }
+    let lines: Vec<String> = (0..6)
+        .flat_map(|k| {
+            let k = k as f64;
+            [
+                nemo("early.m4a", 0.3 + 0.8 * k, Some(1.5)),
+                nemo("late.m4a", 0.3 + 7.0 * k, Some(1.5)),
+            ]
+        })
+        .collect();
+    let manifests = [put(d.path(), "train.jsonl", lines.join("\n").as_bytes())];
+    let want_out = d.path().join("want");
+    build_bin(&manifests, &want_out, 0);
+    let disk_dir = d.path().join("disk");
+    let Some(_disk) = Tmpfs::mount(&disk_dir, 4) else {
+        return;
+    };
+    let out = disk_dir.join("out");
+    let log = build_bin(&manifests, &out, 2048);
+    assert_eq!(
+        log.matches("No room on the disk under the output folder")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("No space left on device"), "{log}");
+    assert!(log.contains("bytes free"), "{log}");
+    assert!(log.contains("spill_no_room=2"), "{log}");
+    let got = rows(&out.join("train.h5"));
+    let want = rows(&want_out.join("train.h5"));
+    assert_eq!(got.rows.len(), 12);
+    assert_eq!(got.rows.len(), want.rows.len());
+    for (i, (g, w)) in got.rows.iter().zip(&want.rows).enumerate() {
+        assert!(!g.is_empty(), "row {i}");
+        let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "row {i} ({})", got.path[i]);
     }
 }

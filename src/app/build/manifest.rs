@@ -33,9 +33,10 @@ use std::time::Instant;
 use super::{Error, Outcomes};
 use crate::app::merge::shard::Shard;
 use crate::compute::Rejection;
+use crate::config::Config;
 use crate::model::Segment;
 use crate::reader::{ReadJob, ReadRange};
-use crate::source::manifest::{self, Manifests, SpillDir};
+use crate::source::manifest::{self, FirstSeconds, Manifests, SpillDir};
 use crate::source::{Job, PathTable, Plan};
 use crate::writer::meta::RowMeta;
 
@@ -109,6 +110,19 @@ pub(super) fn spill_dir(
     Some(SpillDir::new(path, max_mib << 20))
 }
 
+/// What the recipe of `cfg` reads of a recording when that is only its
+/// start (Whisper's 30 s): whole-file items over `io.max_file_bytes` are
+/// then read for that much ([`FirstSeconds`]).
+pub(super) fn first_seconds(cfg: &Config) -> Option<FirstSeconds> {
+    let layout = crate::recipes::frame_layout(cfg)?;
+    let samples = layout.max_samples?;
+    Some(FirstSeconds {
+        rate_hz: layout.sample_rate,
+        seconds: samples as f64 / f64::from(layout.sample_rate),
+        over_bytes: cfg.io.max_file_bytes,
+    })
+}
+
 /// The plan of `files` (with `shard`, its share of each manifest's lines:
 /// [`Shard::range`] of them, contiguous blocks in line order), the lines
 /// left out, the seconds it took, and the items; segments of compressed
@@ -118,11 +132,12 @@ pub(super) fn read(
     files: &[PathBuf],
     shard: Option<Shard>,
     spill: Option<&SpillDir>,
+    first: Option<FirstSeconds>,
 ) -> Result<Read, Error> {
     let t = Instant::now();
     let share = shard.map(|s| move |lines: usize| s.range(lines));
     let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
-    let m: Manifests = manifest::plan_spilling(files, share, spill)?;
+    let m: Manifests = manifest::plan_spilling(files, share, spill, first)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
         return Err(Error::RejectedSplit(files[i].clone()));
     }
@@ -145,6 +160,7 @@ pub(super) fn read(
         header_bytes = m.header_bytes,
         spilled = m.spilled,
         spill_bytes = m.spill_bytes,
+        spill_no_room = m.spill_no_room,
         seconds,
         "Read the manifests."
     );

@@ -21,4 +21,4 @@ mod tests;
 
 pub use banks::mel_scale;
 pub use options::{KaldiError, KaldiOptions, KaldiWindow, Kind};
-pub use plan::{KaldiPlan, KaldiScratch, TooShort};
+pub use plan::{KaldiPlan, KaldiScratch, Piece, TooShort};

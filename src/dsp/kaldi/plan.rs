@@ -12,6 +12,16 @@
 //!
 //! Precision: float32 throughout (`Real`), as kaldi-native-fbank and torchaudio
 //! compute; the tables are built in float64 and rounded once.
+//!
+//! Nothing is computed over the whole waveform: a frame reads its own
+//! window ([`KaldiPlan::frame_samples`]; with snip_edges = false the first
+//! and last frames reflect within half a window of the edges, which needs
+//! only the waveform's length), DC removal and pre-emphasis are per frame,
+//! and the dither is drawn frame after frame. So [`KaldiPlan::pieces`] cuts
+//! a waveform into runs of frames with the samples each run reads, and
+//! [`KaldiPlan::compute_piece`] over them, in order with one scratch, gives
+//! the rows of [`KaldiPlan::compute`] over the whole, bit for bit: the
+//! computation of a recording longer than memory in bounded pieces.
 
 use std::sync::Arc;
 
@@ -37,6 +47,16 @@ pub struct TooShort {
     pub samples: usize,
     /// The fewest samples that give one frame.
     pub min_samples: usize,
+}
+
+/// Where a piece of a waveform lies in it, for [`KaldiPlan::compute_piece`]:
+/// the waveform's length, the index of the piece's first sample, and the
+/// frames to compute from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub first_sample: usize,
+    pub total_samples: usize,
+    pub frames: std::ops::Range<usize>,
 }
 
 /// Validated options with everything precomputed; immutable, shared by workers.
@@ -191,31 +211,123 @@ impl KaldiPlan {
         out: &mut Vec<f32>,
     ) -> usize {
         let frames = self.num_frames(samples.len());
+        let piece = Piece {
+            first_sample: 0,
+            total_samples: samples.len(),
+            frames: 0..frames,
+        };
+        self.compute_piece(samples, &piece, scratch, out);
+        frames
+    }
+
+    /// The samples frame `f` of a waveform of `total` samples reads: its
+    /// window, clamped into the waveform (snip_edges = false reflects at
+    /// both edges, within half a window of them).
+    pub fn frame_samples(&self, f: usize, total: usize) -> std::ops::Range<usize> {
+        let ws = self.window_size;
+        if self.opts.snip_edges {
+            let start = f * self.window_shift;
+            return start..start + ws;
+        }
+        let (n, start) = (
+            total as i64,
+            (f * self.window_shift + self.window_shift / 2) as i64 - (ws / 2) as i64,
+        );
+        let end = start + ws as i64;
+        let (mut lo, mut hi) = (start, end);
+        if start < 0 {
+            (lo, hi) = (0, hi.max(-start)); // -s - 1 for s < 0
+        }
+        if end > n {
+            (lo, hi) = (lo.min(2 * n - end), n); // 2n - 1 - s for s ≥ n
+        }
+        lo.clamp(0, n) as usize..hi.clamp(0, n) as usize
+    }
+
+    /// Replaces `out` with the rows of `piece.frames` of a waveform of
+    /// `piece.total_samples` samples, of which `samples` holds those from
+    /// `piece.first_sample` on: each row equal, bit for bit, to the same
+    /// row of [`compute`](Self::compute) over the whole waveform, since a
+    /// frame reads only its own window ([`frame_samples`](Self::frame_samples)),
+    /// which `samples` must hold. With a non-zero dither, the pieces of one
+    /// waveform must be computed in order with one scratch (the noise is
+    /// drawn frame after frame).
+    pub fn compute_piece(
+        &self,
+        samples: &[f32],
+        piece: &Piece,
+        scratch: &mut KaldiScratch,
+        out: &mut Vec<f32>,
+    ) {
         let bins = self.num_bins();
+        assert!(
+            piece.frames.end <= self.num_frames(piece.total_samples),
+            "frames {:?} of a waveform of {} samples, which has {}",
+            piece.frames,
+            piece.total_samples,
+            self.num_frames(piece.total_samples)
+        );
         out.clear();
-        out.resize(frames * bins, 0.0);
-        for (f, row) in out.chunks_exact_mut(bins).enumerate() {
-            self.extract(samples, f, scratch);
+        out.resize(piece.frames.len() * bins, 0.0);
+        for (f, row) in piece.frames.clone().zip(out.chunks_exact_mut(bins)) {
+            let need = self.frame_samples(f, piece.total_samples);
+            debug_assert!(
+                need.start >= piece.first_sample && need.end <= piece.first_sample + samples.len(),
+                "frame {f} reads samples {need:?}; the piece holds {} from {}",
+                samples.len(),
+                piece.first_sample
+            );
+            self.extract(samples, piece, f, scratch);
             let energy = self.prepare_frame(scratch);
             self.spectrum(scratch);
             self.finish_row(energy, scratch, row);
         }
-        frames
+    }
+
+    /// The waveform of `total` samples cut into pieces of at most
+    /// `frames_per_piece` frames (at least 1), in order, each with the
+    /// samples its frames read ([`frame_samples`](Self::frame_samples)):
+    /// consecutive pieces overlap by window − shift samples, so memory for
+    /// a piece is `frames_per_piece × shift + window` samples whatever the
+    /// waveform's length. The rows of the pieces, one after the other, are
+    /// the rows of [`compute`](Self::compute) over the whole waveform.
+    pub fn pieces(
+        &self,
+        total: usize,
+        frames_per_piece: usize,
+    ) -> impl Iterator<Item = (Piece, std::ops::Range<usize>)> + '_ {
+        let frames = self.num_frames(total);
+        let step = frames_per_piece.max(1);
+        (0..frames).step_by(step).map(move |first| {
+            let run = first..(first + step).min(frames);
+            let (lo, hi) = run.clone().fold((usize::MAX, 0), |(lo, hi), f| {
+                let r = self.frame_samples(f, total);
+                (lo.min(r.start), hi.max(r.end))
+            });
+            let piece = Piece {
+                first_sample: lo,
+                total_samples: total,
+                frames: run,
+            };
+            (piece, lo..hi)
+        })
     }
 
     /// Frame `f`'s window_size samples into `scratch.frame`, scaled and
-    /// dithered; the FFT padding after them zeroed.
-    fn extract(&self, samples: &[f32], f: usize, scratch: &mut KaldiScratch) {
+    /// dithered; the FFT padding after them zeroed. `samples` holds the
+    /// waveform's samples from `piece.first_sample` on.
+    fn extract(&self, samples: &[f32], piece: &Piece, f: usize, scratch: &mut KaldiScratch) {
         let scale = self.opts.sample_scale as Real;
         let ws = self.window_size;
+        let at = piece.first_sample;
         let frame = &mut scratch.frame;
         if self.opts.snip_edges {
-            let start = f * self.window_shift;
+            let start = f * self.window_shift - at;
             for (d, &s) in frame[..ws].iter_mut().zip(&samples[start..start + ws]) {
                 *d = s * scale;
             }
         } else {
-            let n = samples.len() as i64;
+            let n = piece.total_samples as i64;
             let start = (f * self.window_shift + self.window_shift / 2) as i64 - (ws / 2) as i64;
             for (k, d) in frame[..ws].iter_mut().enumerate() {
                 let mut s = start + k as i64;
@@ -223,7 +335,7 @@ impl KaldiPlan {
                 while s < 0 || s >= n {
                     s = if s < 0 { -s - 1 } else { 2 * n - 1 - s };
                 }
-                *d = samples[s as usize] * scale;
+                *d = samples[s as usize - at] * scale;
             }
         }
         frame[ws..].fill(0.0);

@@ -427,3 +427,54 @@ fn banks_are_triangles_below_nyquist() {
         assert!(b.weights.iter().all(|&w| w > 0.0 && w <= 1.0), "{b:?}");
     }
 }
+
+/// The foundation of computing a recording longer than memory in pieces:
+/// a frame reads only its own window (snip_edges) or reflects within half a
+/// window of the edges (snip_edges = false), and nothing is normalised over
+/// the whole waveform, so the rows of [`KaldiPlan::pieces`] computed one
+/// piece at a time from only the samples each reads are the one-piece
+/// rows, bit for bit: fbank and mfcc, both edge modes, piece sizes from one
+/// frame to more than the waveform, and a non-zero dither drawn in order
+/// with one scratch.
+#[test]
+fn pieces_of_a_waveform_give_the_one_piece_rows_bit_for_bit() {
+    let x = speechy(16_000 * 3 + 123, 7);
+    for kind in [Kind::Fbank, Kind::Mfcc] {
+        for snip_edges in [true, false] {
+            for dither in [0.0, 1e-3] {
+                let opts = KaldiOptions {
+                    snip_edges,
+                    dither,
+                    ..KaldiOptions::default()
+                };
+                let plan = KaldiPlan::new(&opts, kind).unwrap();
+                let mut whole = Vec::new();
+                let frames = plan.compute(&x, &mut plan.scratch(), &mut whole);
+                assert!(frames > 250, "{frames}");
+                for per_piece in [1, 7, 100, 299, frames, frames + 5] {
+                    let mut scratch = plan.scratch();
+                    let (mut got, mut rows, mut pieces) = (Vec::new(), Vec::new(), 0);
+                    for (piece, range) in plan.pieces(x.len(), per_piece) {
+                        assert!(
+                            range.len() <= per_piece * plan.window_shift() + plan.window_size(),
+                            "{range:?}"
+                        );
+                        plan.compute_piece(&x[range], &piece, &mut scratch, &mut rows);
+                        got.extend_from_slice(&rows);
+                        pieces += 1;
+                    }
+                    assert_eq!(pieces, frames.div_ceil(per_piece));
+                    let same = got.len() == whole.len()
+                        && got
+                            .iter()
+                            .zip(&whole)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{kind:?} snip_edges={snip_edges} dither={dither} per_piece={per_piece}"
+                    );
+                }
+            }
+        }
+    }
+}

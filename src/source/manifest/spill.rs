@@ -32,6 +32,18 @@
 //! segment that starts past the decoded end keeps its old plan too, so the
 //! decoder says so in its words.
 //!
+//! The disk under the output folder is never filled by the spill. Before a
+//! recording is decoded, its spill is estimated (the frames up to its
+//! furthest segment end, a lower bound) and it is spilled only when the
+//! filesystem has twice that free beyond what the spills in flight claimed
+//! (`fstatvfs`; [`Room`]: the other half is kept for the rows); a spill
+//! that met ENOSPC, EDQUOT or EFBIG while written, or left less free than
+//! its own size, is removed at once. Either way the recording keeps its old
+//! plan, the reason is logged (a warning naming the disk and the bytes)
+//! and counted (`spill_no_room` in "Read the manifests."): the rows are
+//! the same, only slower to build. No partial spill stays (the file goes
+//! on any error) and the folder goes as soon as nothing was spilled.
+//!
 //! The spill folder is `OUT/.melforge-spill` (`.melforge-spill.shard-K-of-N`
 //! for a shard, so shards building into one folder each spill their own):
 //! hidden, never an output, removed when the build ends, on error too (the
@@ -152,7 +164,13 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
             "Cannot create the spill folder; segments are decoded from their recordings' start.");
         return;
     }
-    let done: Mutex<Vec<Option<Spilled>>> = Mutex::new(todo.iter().map(|_| None).collect());
+    let room = Room::new(&dir.path);
+    let ends: Vec<f64> = todo.iter().map(|(_, (_, jobs))| end_s(m, jobs)).collect();
+    let done: Mutex<Vec<Result<Spilled, Skip>>> = Mutex::new(
+        todo.iter()
+            .map(|_| Err(Skip::Unfit(String::new())))
+            .collect(),
+    );
     let next = AtomicUsize::new(0);
     let threads = THREADS
         .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -162,7 +180,11 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
             s.spawn(|| {
                 while let Some(&(k, (path, _))) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let file = dir.path.join(format!("{k}.wav"));
-                    let r = spill_one(path, &file, dir.max_bytes);
+                    let r = spill_one(path, &file, dir.max_bytes, ends[k], &room);
+                    if let Err(why) = &r {
+                        let _ = std::fs::remove_file(&file);
+                        why.log(path);
+                    }
                     done.lock().expect("no spill thread panics holding it")[k] = r;
                 }
             });
@@ -170,8 +192,133 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
     });
     let done = done.into_inner().expect("no spill thread panicked");
     for (spilled, (_, (_, jobs))) in done.into_iter().zip(&todo) {
-        if let Some(s) = spilled {
-            plan_jobs(m, &s, jobs);
+        match spilled {
+            Ok(s) => plan_jobs(m, &s, jobs),
+            Err(Skip::NoRoom(_)) => m.spill_no_room += 1,
+            Err(Skip::Unfit(_)) => {}
+        }
+    }
+    if m.spilled == 0 {
+        // Nothing is served from it: the folder goes now, not at the end.
+        let _ = std::fs::remove_dir(&dir.path);
+    }
+}
+
+/// How far into its recording the segments of `jobs` reach, in seconds:
+/// the spill holds at least that much (a segment to the end counts its
+/// offset), the estimate the free-space check uses.
+fn end_s(m: &Manifests, jobs: &[u32]) -> f64 {
+    jobs.iter()
+        .filter_map(|&j| m.segments[j as usize])
+        .map(|s| s.offset_s + s.duration_s.unwrap_or(0.0))
+        .filter(|e| e.is_finite())
+        .fold(0.0, f64::max)
+}
+
+/// Why a recording is not spilled; its segments keep their old plan.
+#[derive(Debug)]
+enum Skip {
+    /// Spilling it is not sure to give the same rows, or cannot be done
+    /// (module doc).
+    Unfit(String),
+    /// The disk under the output folder has no room for it: the
+    /// free-space check, or ENOSPC, EDQUOT or EFBIG while writing it.
+    NoRoom(String),
+}
+
+impl Skip {
+    /// A write error: [`Skip::NoRoom`] when the disk is full (or the quota
+    /// or the file size limit reached), [`Skip::Unfit`] otherwise.
+    fn write(file: &Path, e: &std::io::Error) -> Skip {
+        let why = format!("cannot write {}: {e}", file.display());
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => Skip::NoRoom(why),
+            _ => Skip::Unfit(why),
+        }
+    }
+
+    fn log(&self, path: &Path) {
+        match self {
+            Skip::Unfit(why) => tracing::info!(path = %path.display(), why = %why,
+                "Not spilling the recording; its segments are decoded from its start."),
+            Skip::NoRoom(why) => tracing::warn!(path = %path.display(), why = %why,
+                "No room on the disk under the output folder for the spill; the recording's \
+                 segments are decoded from its start instead (the partial spill is removed)."),
+        }
+    }
+}
+
+/// The free-space check of the spill folder's filesystem, shared by the
+/// spill threads: a recording is spilled only when the filesystem has
+/// room for twice its estimated spill beyond what the spills in flight
+/// claimed (the second half is kept for the rows and the other outputs,
+/// which a 16 kHz mono spill of 64,000 bytes a second at least matches:
+/// 100 rows a second of 80 `f32` bins is 32,000), and a spill that came
+/// out larger than estimated is kept only when as much is still free
+/// after it.
+struct Room {
+    dir: Option<std::fs::File>,
+    claimed: Mutex<u64>,
+}
+
+impl Room {
+    fn new(dir: &Path) -> Room {
+        Room {
+            dir: std::fs::File::open(dir).ok(),
+            claimed: Mutex::new(0),
+        }
+    }
+
+    /// Bytes free for the spill (unknown: as much as asked).
+    fn free(&self) -> Option<u64> {
+        use std::os::fd::AsFd as _;
+        let dir = self.dir.as_ref()?;
+        crate::runtime::sys::available_bytes(dir.as_fd()).ok()
+    }
+
+    /// Claims `bytes` for a spill, or says why there is no room.
+    fn claim(&self, bytes: u64) -> Result<Claim<'_>, Skip> {
+        let mut claimed = self
+            .claimed
+            .lock()
+            .expect("no spill thread panics holding it");
+        if let Some(free) = self.free() {
+            let need = bytes.saturating_mul(2).saturating_add(*claimed);
+            if free < need {
+                return Err(Skip::NoRoom(format!(
+                    "the disk under the output folder has {free} bytes free; the spill \
+                     needs about {bytes}, as much again is kept for the rows, and {} \
+                     are claimed by other spills",
+                    *claimed
+                )));
+            }
+        }
+        *claimed += bytes;
+        Ok(Claim { room: self, bytes })
+    }
+
+    /// After a spill of `bytes` was written: room left for the rows?
+    fn left_for_rows(&self, bytes: u64) -> Result<(), Skip> {
+        match self.free() {
+            Some(free) if free < bytes => Err(Skip::NoRoom(format!(
+                "the spill of {bytes} bytes left {free} bytes free on the disk under the \
+                 output folder, less than it for the rows"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Bytes claimed by a spill in flight, given back when dropped.
+struct Claim<'a> {
+    room: &'a Room,
+    bytes: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.room.claimed.lock() {
+            *c = c.saturating_sub(self.bytes);
         }
     }
 }
@@ -198,44 +345,42 @@ fn plan_jobs(m: &mut Manifests, s: &Spilled, jobs: &[u32]) {
     }
 }
 
-/// Decodes the recording at `path` whole and writes it to `file`; None
-/// (logged) when it does not qualify (module doc).
-fn spill_one(path: &Path, file: &Path, max_bytes: u64) -> Option<Spilled> {
-    let skip = |why: String| {
-        tracing::info!(path = %path.display(), why = %why,
-            "Not spilling the recording; its segments are decoded from its start.");
-        None
-    };
+/// Decodes the recording at `path` whole and writes it to `file` when it
+/// qualifies (module doc) and there is room for it (`end_s`: how far its
+/// segments reach, [`end_s`]); the caller removes `file` on an error.
+fn spill_one(
+    path: &Path,
+    file: &Path,
+    max_bytes: u64,
+    end_s: f64,
+    room: &Room,
+) -> Result<Spilled, Skip> {
+    let unfit = |why: String| Skip::Unfit(why);
     match std::fs::metadata(path) {
         Ok(md) if md.len() > max_bytes => {
-            return skip(format!("the file is over {max_bytes} bytes"));
+            return Err(unfit(format!("the file is over {max_bytes} bytes")));
         }
         Ok(_) => {}
-        Err(e) => return skip(format!("cannot read it: {e}")),
+        Err(e) => return Err(unfit(format!("cannot read it: {e}"))),
     }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => return skip(format!("cannot read it: {e}")),
-    };
-    let stream = match compressed::open(&bytes) {
-        Ok(s) => s,
-        Err(e) => return skip(e.to_string()),
-    };
+    let bytes = std::fs::read(path).map_err(|e| unfit(format!("cannot read it: {e}")))?;
+    let stream = compressed::open(&bytes).map_err(|e| unfit(e.to_string()))?;
     let head = stream.head();
     let width = u64::from(head.channels.max(1));
+    // At least this many bytes: the frames up to the furthest segment end.
+    let estimate = (44 + 4 * width * (end_s * f64::from(head.sample_rate)).ceil() as u64)
+        .min(max_bytes.saturating_add(44));
+    let claim = room.claim(estimate)?;
     let max_frames = usize::try_from(max_bytes / (4 * width)).unwrap_or(usize::MAX);
-    let written = match write(file, &head, stream, max_frames) {
-        Ok(Ok(frames)) => frames,
-        Ok(Err(why)) | Err(why) => {
-            let _ = std::fs::remove_file(file);
-            return skip(why);
-        }
-    };
+    let written = write(file, &head, stream, max_frames)?;
     let len = 44 + 4 * width * written;
+    drop(claim);
+    room.left_for_rows(len)?;
     let header = float_wav_header(head.sample_rate, head.channels, written);
-    let head = extent::head(&header, len)?;
+    let head = extent::head(&header, len)
+        .ok_or_else(|| unfit("its spill's header does not describe it".into()))?;
     tracing::debug!(path = %path.display(), spill = %file.display(), frames = written, "Spilled.");
-    Some(Spilled {
+    Ok(Spilled {
         file: file.to_path_buf(),
         head,
         read: bytes.len() as u64,
@@ -247,28 +392,28 @@ const CHUNK: usize = 1 << 18;
 
 /// Decodes `stream` into the float WAV `file` as it goes (memory: about
 /// [`CHUNK`] frames, whatever the recording's length), then writes the
-/// header's sizes: `Ok(Ok(frames))`; `Ok(Err(why))` when the recording does
-/// not qualify (a decode error, over `max_frames`, a sample that is not
-/// finite, a trim into frames written); `Err(why)` when the file cannot be
-/// written.
+/// header's sizes: the frames; [`Skip::Unfit`] when the recording does not
+/// qualify (a decode error, over `max_frames`, a sample that is not
+/// finite, a trim into frames written) or the file cannot be written,
+/// [`Skip::NoRoom`] when the disk is full ([`Skip::write`]).
 fn write(
     file: &Path,
     head: &compressed::Head,
     stream: compressed::Stream,
     max_frames: usize,
-) -> Result<Result<u64, String>, String> {
+) -> Result<u64, Skip> {
     use std::io::{Seek, SeekFrom};
-    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
+    let cannot = |e: std::io::Error| Skip::write(file, &e);
     let mut w =
         std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(file).map_err(cannot)?);
     w.write_all(&float_wav_header(head.sample_rate, head.channels, 0))
         .map_err(cannot)?;
     let mut samples = 0u64;
-    let mut failed: Option<Result<String, String>> = None;
+    let mut failed: Option<Skip> = None;
     let mut bytes = Vec::with_capacity(4 << 16);
     let mut put = |s: &[f32]| -> bool {
         if let Some(i) = s.iter().position(|v| !v.is_finite()) {
-            failed = Some(Ok(format!(
+            failed = Some(Skip::Unfit(format!(
                 "sample {} of its decode is not finite",
                 samples + i as u64
             )));
@@ -278,7 +423,7 @@ fn write(
             bytes.clear();
             bytes.extend(piece.iter().flat_map(|v| v.to_le_bytes()));
             if let Err(e) = w.write_all(&bytes) {
-                failed = Some(Err(cannot(e)));
+                failed = Some(cannot(e));
                 return false;
             }
         }
@@ -287,14 +432,15 @@ fn write(
     };
     let done = stream.decode_all_to(max_frames.saturating_add(1), CHUNK, &mut put);
     match (done, failed) {
-        (_, Some(Ok(why))) => return Ok(Err(why)),
-        (_, Some(Err(why))) => return Err(why),
-        (Err(e), None) => return Ok(Err(e.to_string())),
+        (_, Some(why)) => return Err(why),
+        (Err(e), None) => return Err(Skip::Unfit(e.to_string())),
         (Ok(d), None) if d.trimmed_late => {
-            return Ok(Err("its end trim reaches samples already spilled".into()));
+            return Err(Skip::Unfit(
+                "its end trim reaches samples already spilled".into(),
+            ));
         }
         (Ok(d), None) if d.frames > max_frames as u64 => {
-            return Ok(Err(format!(
+            return Err(Skip::Unfit(format!(
                 "its decode is over {} bytes",
                 max_frames as u64 * 4 * u64::from(head.channels.max(1))
             )));
@@ -306,7 +452,7 @@ fn write(
     f.seek(SeekFrom::Start(0)).map_err(cannot)?;
     f.write_all(&float_wav_header(head.sample_rate, head.channels, frames))
         .map_err(cannot)?;
-    Ok(Ok(frames))
+    Ok(frames)
 }
 
 /// The 44-byte header of a WAV of `frames` frames of `channels` 32-bit

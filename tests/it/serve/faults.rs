@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::harness::*;
+use crate::common::Tmpfs;
 
 #[test]
 fn a_replaced_drop_directory_is_watched_again_and_nothing_dropped_later_is_lost() {
@@ -100,48 +101,6 @@ fn the_startup_scan_and_the_watch_never_follow_symlinks_out_of_the_drop_dir() {
     assert!(!log.contains("root:x"), "{log}");
     assert!(log.contains("live.wav"), "{log}");
     svc.shutdown();
-}
-
-/// A tmpfs of `mib` MiB mounted at `dir` (unmounted on drop), or None with
-/// the reason printed when this host cannot mount one (not root, no
-/// CAP_SYS_ADMIN).
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &std::path::Path, mib: u64) -> Option<Tmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "skipped: cannot mount a tmpfs (needs root): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(Tmpfs(dir.to_path_buf()))
-    }
-
-    fn resize(&self, mib: u64) {
-        let st = std::process::Command::new("mount")
-            .args(["-o", &format!("remount,size={mib}m")])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(st.success(), "remount failed");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 #[test]

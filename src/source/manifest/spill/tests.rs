@@ -74,7 +74,7 @@ fn segments_of_an_m4a_are_extents_of_its_spill_bit_for_bit() {
         std::fs::write(d.path().join("a.m4a"), &bytes).unwrap();
         let f = manifest(d.path(), "a.m4a", &SEGMENTS);
         let spill = SpillDir::new(d.path().join("out/.melforge-spill"), 1 << 30);
-        let m = plan_spilling(&[f], None, Some(&spill)).unwrap();
+        let m = plan_spilling(&[f], None, Some(&spill), None).unwrap();
         assert_eq!(m.spilled, 1, "{name}");
         assert!(m.header_bytes >= bytes.len() as u64, "{name}");
         let files: Vec<PathBuf> = std::fs::read_dir(spill.path())
@@ -144,13 +144,13 @@ fn recordings_that_do_not_qualify_keep_their_plan() {
     for (audio, segs, max) in cases {
         let f = manifest(d.path(), audio, segs);
         let spill = SpillDir::new(d.path().join("spill"), max);
-        let m = plan_spilling(&[f], None, Some(&spill)).unwrap();
+        let m = plan_spilling(&[f], None, Some(&spill), None).unwrap();
         assert!(old(&m), "{audio} {} {max}", segs.len());
         assert_eq!(m.segments[0].unwrap().offset_s, segs[0].0);
     }
     let f = manifest(d.path(), "a.m4a", &[(0.2, 0.2), (0.3, 0.5), (3600.0, 1.0)]);
     let spill = SpillDir::new(d.path().join("spill"), 1 << 30);
-    let m = plan_spilling(&[f], None, Some(&spill)).unwrap();
+    let m = plan_spilling(&[f], None, Some(&spill), None).unwrap();
     assert_eq!(m.spilled, 1);
     assert!(m.ranges[0].is_some() && m.ranges[1].is_some() && m.ranges[2].is_none());
     assert!(m.segments[..2].iter().all(|s| s.unwrap().lossy.is_none()));
