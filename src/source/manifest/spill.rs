@@ -206,17 +206,21 @@ fn spill_one(path: &Path, file: &Path, max_bytes: u64) -> Option<Spilled> {
             "Not spilling the recording; its segments are decoded from its start.");
         None
     };
-    match std::fs::metadata(path) {
-        Ok(md) if md.len() > max_bytes => {
+    // Only a regular file is opened (`reader::open_regular`).
+    let f = match crate::reader::open_regular(path) {
+        Ok((_, md)) if md.len() > max_bytes => {
             return skip(format!("the file is over {max_bytes} bytes"));
         }
-        Ok(_) => {}
-        Err(e) => return skip(format!("cannot read it: {e}")),
-    }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
+        Ok((f, _)) => f,
         Err(e) => return skip(format!("cannot read it: {e}")),
     };
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::Read::read_to_end(
+        &mut std::io::Read::take(&f, max_bytes.saturating_add(1)),
+        &mut bytes,
+    ) {
+        return skip(format!("cannot read it: {e}"));
+    }
     let stream = match compressed::open(&bytes) {
         Ok(s) => s,
         Err(e) => return skip(e.to_string()),
