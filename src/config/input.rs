@@ -112,30 +112,7 @@ impl InputConfig {
                 ),
             ));
         }
-        let manifest_max_line_kib = i
-            .manifest_max_line_kib
-            .unwrap_or(defaults::input::MANIFEST_MAX_LINE_KIB);
-        if !(1..=defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT).contains(&manifest_max_line_kib) {
-            return Err(cx.invalid(
-                "input.manifest_max_line_kib",
-                format!(
-                    "{manifest_max_line_kib}; expected 1 to {} (1 GiB)",
-                    defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT
-                ),
-            ));
-        }
-        let manifest_max_lines = i
-            .manifest_max_lines
-            .unwrap_or(defaults::input::MANIFEST_MAX_LINES);
-        if !(1..=u64::from(u32::MAX)).contains(&manifest_max_lines) {
-            return Err(cx.invalid(
-                "input.manifest_max_lines",
-                format!(
-                    "{manifest_max_lines}; expected 1 to {} (a row's line number is 32-bit)",
-                    u32::MAX
-                ),
-            ));
-        }
+        let (manifest_max_line_kib, manifest_max_lines) = manifest_limits(i, cx)?;
         Ok(InputConfig {
             extensions,
             policy: Policy { resample, channels },
@@ -153,6 +130,36 @@ impl InputConfig {
             .and_then(|e| e.to_str())
             .is_some_and(|e| self.extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
     }
+}
+
+/// `input.manifest_max_line_kib` and `input.manifest_max_lines`, defaulted
+/// and range-checked.
+fn manifest_limits(i: &RawInput, cx: &Ctx) -> Result<(u64, u64), Error> {
+    let manifest_max_line_kib = i
+        .manifest_max_line_kib
+        .unwrap_or(defaults::input::MANIFEST_MAX_LINE_KIB);
+    if !(1..=defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT).contains(&manifest_max_line_kib) {
+        return Err(cx.invalid(
+            "input.manifest_max_line_kib",
+            format!(
+                "{manifest_max_line_kib}; expected 1 to {} (1 GiB)",
+                defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT
+            ),
+        ));
+    }
+    let manifest_max_lines = i
+        .manifest_max_lines
+        .unwrap_or(defaults::input::MANIFEST_MAX_LINES);
+    if !(1..=u64::from(u32::MAX)).contains(&manifest_max_lines) {
+        return Err(cx.invalid(
+            "input.manifest_max_lines",
+            format!(
+                "{manifest_max_lines}; expected 1 to {} (a row's line number is 32-bit)",
+                u32::MAX
+            ),
+        ));
+    }
+    Ok((manifest_max_line_kib, manifest_max_lines))
 }
 
 #[cfg(test)]

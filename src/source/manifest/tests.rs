@@ -313,5 +313,6 @@ fn hostile_lines_are_rejected_with_a_reason_and_the_good_ones_kept() {
         )
     );
     assert!(m.rejected.iter().all(|r| r.kind == RejectKind::BadLine));
-    assert_eq!(m.items_of, [0..3]);
+    assert_eq!(m.items_of.len(), 1);
+    assert_eq!(m.items_of[0], 0..3);
 }
