@@ -67,6 +67,12 @@ impl PathTable {
         u32::try_from(self.ends.len() - 1).expect("path table over 2^32 entries")
     }
 
+    /// Whether [`PathTable::push`] of `s` would fit: the text stays within
+    /// 4 GiB and the entries within 2³².
+    pub fn fits(&self, s: &str) -> bool {
+        self.text.len() + s.len() <= u32::MAX as usize && self.ends.len() < u32::MAX as usize
+    }
+
     /// Entry `i` (panics when out of range).
     pub fn get(&self, i: u32) -> &str {
         let i = i as usize;

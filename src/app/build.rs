@@ -279,6 +279,9 @@ pub fn build_input(
     // Held until the build ends: dropping it removes the spill folder.
     let spill = manifest::spill_dir(input, out, cfg.input.spill_max_mib, shard);
     let planned = plan(input, out, cfg, (shard, spill.as_ref()))?;
+    // The write-back names each row's line from the first plan's items (a
+    // run again on the CPU plans the same lines).
+    let items = planned.items.clone();
     let attempt =
         start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));
     let outcomes = match attempt {
@@ -295,7 +298,14 @@ pub fn build_input(
     // librosa's fixed rows all have the clip's frames (the writer records 0).
     let fixed_frames =
         crate::recipes::frame_layout(cfg).map_or(Some(cfg.spec.row_shape()[3] as u32), |_| None);
-    manifest::write_back(outcomes, input, out, (fixed_frames, shard))
+    let limits = manifest::limits(cfg);
+    manifest::write_back(
+        outcomes,
+        input,
+        out,
+        (fixed_frames, shard, limits),
+        items.as_deref(),
+    )
 }
 
 /// What the GPU said, when a GPU failure is what stopped the build: at the
@@ -363,9 +373,13 @@ fn plan(
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
             (plan, rejected, s, None)
         }
-        Input::Manifests(files) => {
-            manifest::read(files, shard, spill, manifest::first_seconds(cfg))?
-        }
+        Input::Manifests(files) => manifest::read(
+            files,
+            shard,
+            spill,
+            manifest::limits(cfg),
+            manifest::first_seconds(cfg),
+        )?,
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),

@@ -59,7 +59,7 @@ impl Reject {
         match self {
             Reject::Read(e) => match e {
                 R::Open(_) | R::Stat(_) | R::Read(_) => RejectKind::Unreadable,
-                R::NotAFile => RejectKind::NotAFile,
+                R::NotAFile(_) => RejectKind::NotAFile,
                 R::TooLarge { .. } | R::ArenaTooSmall { .. } => RejectKind::TooLarge,
                 R::SizeChanged { .. } => RejectKind::Changed,
             },

@@ -162,6 +162,19 @@ pub mod input {
     pub const SPILL_MAX_MIB: u64 = 2048;
     /// The most `input.spill_max_mib` may be: a WAV's sizes are 32-bit.
     pub const SPILL_MAX_MIB_LIMIT: u64 = 4095;
+    /// `input.manifest_max_line_kib`: the longest manifest line, 1 MiB. A
+    /// NeMo or lhotse line is a few hundred bytes (a lhotse cut with its
+    /// supervisions and custom fields a few KiB); a longer one is rejected
+    /// with its line number and read past without being kept
+    /// (`source::manifest::lines`).
+    pub const MANIFEST_MAX_LINE_KIB: u64 = 1024;
+    /// The most `input.manifest_max_line_kib` may be: 1 GiB.
+    pub const MANIFEST_MAX_LINE_KIB_LIMIT: u64 = 1 << 20;
+    /// `input.manifest_max_lines`: the most lines of one manifest, blank
+    /// ones included, 100 million: ten times the largest public corpora's
+    /// manifests, and the bound on a gzip bomb of newlines (100 MB of
+    /// them read, about a second, then a clear error).
+    pub const MANIFEST_MAX_LINES: u64 = 100_000_000;
 }
 
 // A `[serve]` section that sets no interval must accept the default delay.

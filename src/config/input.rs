@@ -21,6 +21,10 @@ pub struct RawInput {
     pub channels: Option<String>,
     /// MiB (default [`defaults::input::SPILL_MAX_MIB`]; 0: never spill).
     pub spill_max_mib: Option<u64>,
+    /// KiB (default [`defaults::input::MANIFEST_MAX_LINE_KIB`]).
+    pub manifest_max_line_kib: Option<u64>,
+    /// Lines (default [`defaults::input::MANIFEST_MAX_LINES`]).
+    pub manifest_max_lines: Option<u64>,
 }
 
 /// Validated input settings.
@@ -37,6 +41,12 @@ pub struct InputConfig {
     /// (`source::manifest::spill`); 0: never (each segment is decoded
     /// from the recording's start).
     pub spill_max_mib: u64,
+    /// A manifest line longer than this many KiB is rejected (with its line
+    /// number) and skipped unread (`source::manifest::lines`).
+    pub manifest_max_line_kib: u64,
+    /// A manifest with more lines than this (blank ones included) stops the
+    /// build with an error.
+    pub manifest_max_lines: u64,
 }
 
 impl Default for InputConfig {
@@ -102,10 +112,13 @@ impl InputConfig {
                 ),
             ));
         }
+        let (manifest_max_line_kib, manifest_max_lines) = manifest_limits(i, cx)?;
         Ok(InputConfig {
             extensions,
             policy: Policy { resample, channels },
             spill_max_mib,
+            manifest_max_line_kib,
+            manifest_max_lines,
         })
     }
 
@@ -117,6 +130,36 @@ impl InputConfig {
             .and_then(|e| e.to_str())
             .is_some_and(|e| self.extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
     }
+}
+
+/// `input.manifest_max_line_kib` and `input.manifest_max_lines`, defaulted
+/// and range-checked.
+fn manifest_limits(i: &RawInput, cx: &Ctx) -> Result<(u64, u64), Error> {
+    let manifest_max_line_kib = i
+        .manifest_max_line_kib
+        .unwrap_or(defaults::input::MANIFEST_MAX_LINE_KIB);
+    if !(1..=defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT).contains(&manifest_max_line_kib) {
+        return Err(cx.invalid(
+            "input.manifest_max_line_kib",
+            format!(
+                "{manifest_max_line_kib}; expected 1 to {} (1 GiB)",
+                defaults::input::MANIFEST_MAX_LINE_KIB_LIMIT
+            ),
+        ));
+    }
+    let manifest_max_lines = i
+        .manifest_max_lines
+        .unwrap_or(defaults::input::MANIFEST_MAX_LINES);
+    if !(1..=u64::from(u32::MAX)).contains(&manifest_max_lines) {
+        return Err(cx.invalid(
+            "input.manifest_max_lines",
+            format!(
+                "{manifest_max_lines}; expected 1 to {} (a row's line number is 32-bit)",
+                u32::MAX
+            ),
+        ));
+    }
+    Ok((manifest_max_line_kib, manifest_max_lines))
 }
 
 #[cfg(test)]
@@ -160,6 +203,29 @@ mod tests {
         let c = Config::parse("[input]\nspill_max_mib = 0\n", "t").unwrap();
         assert_eq!(c.input.spill_max_mib, 0);
         assert_eq!(Config::parse("", "t").unwrap().input.spill_max_mib, 2048);
+        let c = Config::parse(
+            "[input]\nmanifest_max_line_kib = 4\nmanifest_max_lines = 10\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.input.manifest_max_line_kib, c.input.manifest_max_lines),
+            (4, 10)
+        );
+        let d = Config::parse("", "t").unwrap();
+        assert_eq!(
+            (d.input.manifest_max_line_kib, d.input.manifest_max_lines),
+            (1024, 100_000_000)
+        );
+        for bad in [
+            "manifest_max_line_kib = 0",
+            "manifest_max_lines = 0",
+            "manifest_max_lines = 5000000000",
+        ] {
+            let e = Config::parse(&format!("[input]\n{bad}\n"), "f.toml").unwrap_err();
+            let key = bad.split(' ').next().unwrap();
+            assert!(e.to_string().contains(&format!("input.{key}")), "{e}");
+        }
         let e = Config::parse("[input]\nspill_max_mib = 4096\n", "f.toml").unwrap_err();
         assert!(e.to_string().contains("input.spill_max_mib"), "{e}");
         let e = Config::parse("[input]\nextensions = []\n", "f.toml").unwrap_err();

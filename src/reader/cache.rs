@@ -63,9 +63,10 @@ impl Residency {
 }
 
 /// How many of a file's bytes are in the page cache (`cachestat`).
+/// Only a regular file is opened (a FIFO would block the open).
 pub fn cached_bytes(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
-    let f = std::fs::File::open(path)?;
-    let size = f.metadata()?.len();
+    let (f, meta) = super::open_regular(path).map_err(std::io::Error::other)?;
+    let size = meta.len();
     let cs = sys::cachestat(f.as_fd())?;
     Ok((size, cs.nr_cache.saturating_mul(page_size()).min(size)))
 }

@@ -23,7 +23,7 @@ pub mod std_engine;
 pub mod uring;
 
 pub use stage::{ReadJob, ReadRange, ReaderStage};
-pub use std_engine::{read_file, read_range};
+pub use std_engine::{open_regular, read_file, read_range};
 
 /// Why one file could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +32,8 @@ pub enum Error {
     Open(std::io::Error),
     #[error("cannot stat: {0}")]
     Stat(std::io::Error),
-    #[error("not a regular file")]
-    NotAFile,
+    #[error("not a regular file but {0}; only regular files are read")]
+    NotAFile(FileKind),
     #[error("file is {size} bytes, larger than io.max_file_bytes = {limit}")]
     TooLarge { size: u64, limit: u64 },
     #[error("read failed: {0}")]
@@ -45,6 +45,57 @@ pub enum Error {
          {capacity} bytes"
     )]
     ArenaTooSmall { need: u64, capacity: u64 },
+}
+
+/// What a path that is not a regular file is, as a rejection names it.
+/// Found with `stat`/`statx`, which never blocks: a FIFO is opened only with
+/// `O_NONBLOCK` (the engines) or not at all (the manifest planner), so a
+/// pipe with no writer cannot hang a reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Directory,
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
+    Symlink,
+    Unknown,
+}
+
+impl FileKind {
+    /// The kind of `st_mode`/`stx_mode` bits `mode` (None: a regular file).
+    pub fn of_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => return None,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFLNK => FileKind::Symlink,
+            _ => FileKind::Unknown,
+        })
+    }
+
+    /// The kind of `meta` (None: a regular file).
+    pub fn of(meta: &std::fs::Metadata) -> Option<FileKind> {
+        use std::os::unix::fs::MetadataExt;
+        FileKind::of_mode(meta.mode())
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileKind::Directory => "a directory",
+            FileKind::Fifo => "a FIFO (named pipe)",
+            FileKind::CharDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Socket => "a socket",
+            FileKind::Symlink => "a symbolic link",
+            FileKind::Unknown => "a file of unknown type",
+        })
+    }
 }
 
 /// The bytes of one loaded file. Dereferences to exactly the file's bytes.

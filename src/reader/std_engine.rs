@@ -7,6 +7,11 @@
 //! bounds the bytes held in memory; buffers come back from compute through a
 //! free queue, so steady state allocates nothing.
 //!
+//! Every open adds `O_NONBLOCK`, so a path that is (or became) a FIFO with no
+//! writer opens at once and is refused by its type (`fstat`) instead of
+//! blocking the thread in `open` for ever; a regular file's reads ignore the
+//! flag.
+//!
 //! A per-file failure (vanished, unreadable, not a regular file, larger than
 //! `io.max_file_bytes`) is not an error of the stage: it travels down the ring
 //! as a `Loaded` with a reason, and becomes a rejection line.
@@ -20,14 +25,10 @@ use super::Error;
 pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Result<(), Error> {
     buf.clear();
     // O_NOFOLLOW, as the io_uring engine: a symbolic link is not read.
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(Error::Open)?;
+    let mut f = open(path)?;
     let meta = f.metadata().map_err(Error::Stat)?;
-    if !meta.is_file() {
-        return Err(Error::NotAFile);
+    if let Some(kind) = super::FileKind::of(&meta) {
+        return Err(Error::NotAFile(kind));
     }
     let size = meta.len();
     if size > limit {
@@ -49,6 +50,39 @@ pub fn read_file(path: &std::path::Path, limit: u64, buf: &mut Vec<u8>) -> Resul
     Ok(())
 }
 
+/// Opens `path` to read: not through a symbolic link (`O_NOFOLLOW`, as the
+/// io_uring engine), and without waiting for a FIFO's writer (`O_NONBLOCK`:
+/// the caller refuses it by its type).
+fn open(path: &std::path::Path) -> Result<std::fs::File, Error> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(Error::Open)
+}
+
+/// Opens `path` (following symbolic links) to read only when it is a
+/// regular file: `stat` first, which never blocks, so a FIFO, a directory
+/// or a device is refused by its type before any open; the open adds
+/// `O_NONBLOCK` and `fstat` checks the type again, in case the path was
+/// replaced in between. For the planners' reads of headers and samples.
+pub fn open_regular(path: &std::path::Path) -> Result<(std::fs::File, std::fs::Metadata), Error> {
+    let meta = std::fs::metadata(path).map_err(Error::Stat)?;
+    if let Some(kind) = super::FileKind::of(&meta) {
+        return Err(Error::NotAFile(kind));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(Error::Open)?;
+    let meta = f.metadata().map_err(Error::Stat)?;
+    if let Some(kind) = super::FileKind::of(&meta) {
+        return Err(Error::NotAFile(kind));
+    }
+    Ok((f, meta))
+}
+
 /// Reads `range` of the file at `path` into `buf` (cleared first): its
 /// prefix, then `range.len` bytes at `range.start` with `pread`. A file that
 /// ends before the range does is [`Error::SizeChanged`] (the source planned
@@ -60,14 +94,10 @@ pub fn read_range(
 ) -> Result<(), Error> {
     use std::os::unix::fs::FileExt;
     buf.clear();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(Error::Open)?;
+    let f = open(path)?;
     let meta = f.metadata().map_err(Error::Stat)?;
-    if !meta.is_file() {
-        return Err(Error::NotAFile);
+    if let Some(kind) = super::FileKind::of(&meta) {
+        return Err(Error::NotAFile(kind));
     }
     let end = range.start.saturating_add(range.len);
     if meta.len() < end {
@@ -102,6 +132,44 @@ mod tests {
             Err(Error::Open(e)) => assert_eq!(e.raw_os_error(), Some(libc::ELOOP)),
             other => panic!("a link was read: {other:?}"),
         }
+    }
+
+    /// A FIFO with no writer blocked `open` for ever; now it is refused by
+    /// its type, as are a directory and a character device.
+    #[test]
+    fn a_fifo_a_directory_and_a_device_are_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("pipe.wav");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let range = crate::reader::ReadRange::new(Vec::new(), 0, 4);
+        let mut buf = Vec::new();
+        for (path, kind) in [
+            (fifo.as_path(), super::super::FileKind::Fifo),
+            (d.path(), super::super::FileKind::Directory),
+            (
+                std::path::Path::new("/dev/zero"),
+                super::super::FileKind::CharDevice,
+            ),
+        ] {
+            match read_file(path, 1 << 20, &mut buf) {
+                Err(Error::NotAFile(k)) => assert_eq!(k, kind, "{path:?}"),
+                other => panic!("{path:?} was not refused by its type: {other:?}"),
+            }
+            match read_range(path, &range, &mut buf) {
+                Err(Error::NotAFile(k)) => assert_eq!(k, kind, "{path:?}"),
+                other => panic!("{path:?} was not refused by its type: {other:?}"),
+            }
+            match open_regular(path) {
+                Err(Error::NotAFile(k)) => assert_eq!(k, kind, "{path:?}"),
+                other => panic!("{path:?} was not refused by its type: {other:?}"),
+            }
+        }
+        assert_eq!(
+            Error::NotAFile(super::super::FileKind::Fifo).to_string(),
+            "not a regular file but a FIFO (named pipe); only regular files are read"
+        );
     }
 
     #[test]

@@ -57,23 +57,29 @@
 //! to the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{Job, PathTable, Plan};
 use crate::decode::compressed::{self, index};
 use crate::decode::flac::seek;
 use crate::decode::wav::extent;
 use crate::model::{RejectKind, Segment};
-use crate::reader::ReadRange;
+use crate::reader::{FileKind, ReadRange};
 
+pub mod lines;
+mod parse;
 pub mod spill;
 
+pub use lines::{Limits, Line, Lines};
+pub use parse::MAX_TIME_S;
 pub use spill::SpillDir;
+
+use parse::{Item, parse_line};
 
 /// A manifest that cannot be used at all.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +97,18 @@ pub enum Error {
     },
     #[error("manifest {0} has no file stem to name its split after")]
     NoStem(PathBuf),
+    #[error("manifest {path} is not a regular file but {kind}; a manifest is read from a file")]
+    NotRegular { path: PathBuf, kind: FileKind },
+    #[error(
+        "manifest {path} has more than {max} lines (input.manifest_max_lines); split it, or \
+         raise the limit if it is meant to be this long"
+    )]
+    TooManyLines { path: PathBuf, max: u64 },
+    #[error(
+        "manifest {path}, line {line}: the manifests' audio paths or metadata pass 4 GiB in all \
+         (a build holds them in memory); build them in shards (build --shard K/N)"
+    )]
+    TooMuchText { path: PathBuf, line: u64 },
 }
 
 /// A manifest line left out, and why.
@@ -122,6 +140,9 @@ pub struct Manifests {
     pub segments: Vec<Option<Segment>>,
     /// By path index: the bytes to read instead of the whole file.
     pub ranges: Vec<Option<ReadRange>>,
+    /// By split: the path indices of its items (a split's `seq` q is path
+    /// index `start + q`).
+    pub items_of: Vec<Range<u32>>,
     pub rejected: Vec<LineRejection>,
     /// Bytes read to plan ranges: headers, the frame searches of FLAC
     /// files without seek points, the MP3/Ogg seek indexes, and the
@@ -149,33 +170,21 @@ pub fn split_name(path: &Path) -> Option<String> {
     (!stem.is_empty()).then(|| stem.to_string())
 }
 
-/// The lines of a manifest, gunzipped when it starts with gzip's magic.
-pub fn open_lines(path: &Path) -> std::io::Result<Box<dyn BufRead>> {
-    let mut f = std::io::BufReader::new(std::fs::File::open(path)?);
-    let gz = f.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gz {
-        Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
-            f,
-        )))
-    } else {
-        Box::new(f)
-    })
-}
-
-/// One usable line.
-struct Item {
-    /// As written in the manifest.
-    audio: String,
-    segment: Option<Segment>,
-    meta: Map<String, Value>,
-}
-
-/// Why a line is left out: its audio path when known, and the sentence.
-type Bad = (Option<String>, String);
-
 /// Reads every manifest into one plan.
 pub fn plan(manifests: &[PathBuf]) -> Result<Manifests, Error> {
     plan_share(manifests, None)
+}
+
+/// What [`plan_with`] plans: every line or a shard's share, a spill folder
+/// or none, and the bounds on reading the manifests.
+#[derive(Clone, Copy, Default)]
+pub struct Options<'a> {
+    pub share: Share<'a>,
+    pub spill: Option<&'a SpillDir>,
+    pub limits: Limits,
+    /// Whole-file items over the size limit read for their first seconds
+    /// only ([`FirstSeconds`]).
+    pub first: Option<FirstSeconds>,
 }
 
 /// Which lines of each manifest to plan: given a manifest's number of
@@ -216,6 +225,27 @@ pub fn plan_spilling(
     spill: Option<&SpillDir>,
     first: Option<FirstSeconds>,
 ) -> Result<Manifests, Error> {
+    let limits = Limits::default();
+    plan_with(
+        manifests,
+        Options {
+            share,
+            spill,
+            limits,
+            first,
+        },
+    )
+}
+
+/// Reads the manifests as `o` says: [`plan_spilling`] with `o.limits`
+/// ([`lines`]).
+pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Error> {
+    let Options {
+        share,
+        spill,
+        limits,
+        first,
+    } = o;
     let mut b = Builder {
         first,
         ..Builder::default()
@@ -230,15 +260,13 @@ pub fn plan_spilling(
             });
         }
         b.m.plan.splits.push(name);
-        let read = |source| Error::Read {
-            path: file.clone(),
-            source,
-        };
         let keep = match share {
-            Some(share) => share(count_lines(file).map_err(read)?),
+            Some(share) => share(count_lines(file, limits)?),
             None => 0..usize::MAX,
         };
-        b.manifest(split as u32, file, keep).map_err(read)?;
+        let first = b.paths.len() as u32;
+        b.manifest(split as u32, file, keep, limits)?;
+        b.m.items_of.push(first..b.paths.len() as u32);
         b.m.files.push(file.clone());
     }
     let Builder {
@@ -260,14 +288,13 @@ pub fn plan_spilling(
     Ok(m)
 }
 
-/// The number of lines of a manifest (gunzipped), as [`open_lines`] reads
-/// them: what a [`Share`] divides.
-pub fn count_lines(path: &Path) -> std::io::Result<usize> {
-    let mut r = open_lines(path)?;
-    let (mut n, mut buf) = (0, Vec::new());
-    while r.read_until(b'\n', &mut buf)? > 0 {
+/// The number of lines of a manifest (gunzipped), as [`Lines`] reads them:
+/// what a [`Share`] divides.
+pub fn count_lines(path: &Path, limits: Limits) -> Result<usize, Error> {
+    let mut lines = Lines::open(path, limits)?;
+    let mut n = 0;
+    while lines.next_line()?.is_some() {
         n += 1;
-        buf.clear();
     }
     Ok(n)
 }
@@ -286,26 +313,69 @@ struct Builder {
 }
 
 impl Builder {
-    /// The lines `keep` (0-based) of manifest `file`, split `split`.
-    fn manifest(&mut self, split: u32, file: &Path, keep: Range<usize>) -> std::io::Result<()> {
+    /// The lines `keep` (0-based) of manifest `file`, split `split`, read
+    /// within `limits`. A cut whose `id` an earlier line of the manifest
+    /// has is rejected, naming that line.
+    fn manifest(
+        &mut self,
+        split: u32,
+        file: &Path,
+        keep: Range<usize>,
+        limits: Limits,
+    ) -> Result<(), Error> {
         let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
         let mut seq = 0u32;
-        for (i, line) in open_lines(file)?.lines().enumerate() {
+        let mut ids: HashMap<String, u64> = HashMap::new();
+        let mut lines = Lines::open(file, limits)?;
+        while let Some((line_no, line)) = lines.next_line()? {
+            let i = (line_no - 1) as usize;
             if i < keep.start {
-                line?;
                 continue;
             }
             if i >= keep.end {
                 break;
             }
-            let line_no = i as u64 + 1;
-            let text = line?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            match parse_line(&text) {
+            let parsed = match line {
+                Line::Text(text) if text.trim().is_empty() => continue,
+                Line::Text(text) => parse_line(text),
+                Line::TooLong { bytes } => Err((
+                    None,
+                    format!(
+                        "the line is {bytes} bytes, over the limit of {} \
+                         (input.manifest_max_line_kib = {}); it was skipped unread to its end",
+                        limits.max_line_bytes,
+                        limits.max_line_bytes >> 10
+                    ),
+                )),
+                Line::NotUtf8 { at } => Err((
+                    None,
+                    format!("the line is not UTF-8 (from byte {at}); expected UTF-8 JSON"),
+                )),
+            };
+            let parsed = parsed.and_then(|item| match &item.cut_id {
+                Some(id) => match ids.get(id) {
+                    Some(first) => Err((
+                        Some(item.audio.clone()),
+                        format!(
+                            "the cut id `{id}` is already line {first}'s; cut ids are unique \
+                             in a manifest, so this line is left out"
+                        ),
+                    )),
+                    None => {
+                        ids.insert(id.clone(), line_no);
+                        Ok(item)
+                    }
+                },
+                None => Ok(item),
+            });
+            match parsed {
                 Ok(item) => {
-                    self.item(item, &dir, split, seq, line_no);
+                    self.item(item, &dir, split, seq, line_no).ok_or_else(|| {
+                        Error::TooMuchText {
+                            path: file.to_path_buf(),
+                            line: line_no,
+                        }
+                    })?;
                     seq += 1;
                 }
                 Err((audio, reason)) => self.m.rejected.push(LineRejection {
@@ -321,8 +391,13 @@ impl Builder {
     }
 
     /// A usable line: its job (the `seq`-th of its split), metadata, line,
-    /// segment and byte range.
-    fn item(&mut self, item: Item, dir: &Path, split: u32, seq: u32, line_no: u64) {
+    /// segment and byte range. None (nothing added) when the paths or the
+    /// metadata would pass the 4 GiB a [`PathTable`] holds.
+    fn item(&mut self, item: Item, dir: &Path, split: u32, seq: u32, line_no: u64) -> Option<()> {
+        let meta = Value::Object(item.meta).to_string();
+        if !self.paths.fits(&item.audio) || !self.meta.fits(&meta) {
+            return None;
+        }
         let open = dir.join(&item.audio);
         let ranged = match item.segment {
             Some(s) => Some(s)
@@ -345,7 +420,7 @@ impl Builder {
         if compressed && range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
             self.pending.push(&open, path);
         }
-        self.meta.push(&Value::Object(item.meta).to_string());
+        self.meta.push(&meta);
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
         if open != Path::new(&item.audio) {
             self.m.plan.targets.insert(path, open);
@@ -358,6 +433,7 @@ impl Builder {
             seq,
             label: -1,
         });
+        Some(())
     }
 }
 
@@ -382,185 +458,6 @@ impl Builder {
         };
         (rate == first.rate_hz).then_some(ranged)
     }
-}
-
-/// Whether `text` is a line [`plan`] makes an item of (its audio may still
-/// be rejected later).
-pub fn is_item(text: &str) -> bool {
-    parse_line(text).is_ok()
-}
-
-/// A line as an item, or why it is none.
-fn parse_line(text: &str) -> Result<Item, Bad> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| (None, format!("the line is not JSON: {e}")))?;
-    let Value::Object(obj) = v else {
-        return Err((None, "the line is JSON but not an object".to_string()));
-    };
-    if obj.contains_key("recording") {
-        cut(obj)
-    } else if obj.contains_key("audio_filepath") {
-        nemo(obj)
-    } else {
-        Err((
-            None,
-            "the line is neither a NeMo item (no `audio_filepath`) nor a lhotse cut (no \
-             `recording`)"
-                .to_string(),
-        ))
-    }
-}
-
-/// A number field: absent, or a finite number.
-fn number(obj: &Map<String, Value>, key: &str, audio: &str) -> Result<Option<f64>, Bad> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .filter(|x| x.is_finite())
-            .map(Some)
-            .ok_or_else(|| {
-                (
-                    Some(audio.to_string()),
-                    format!("`{key}` is not a number: {v}"),
-                )
-            }),
-    }
-}
-
-/// `duration` must be positive and `offset` not negative.
-fn check_times(audio: &str, offset: Option<f64>, duration: Option<f64>) -> Result<(), Bad> {
-    if let Some(d) = duration.filter(|d| *d <= 0.0) {
-        return Err((
-            Some(audio.to_string()),
-            format!("the duration is {d} s; it must be positive"),
-        ));
-    }
-    if let Some(o) = offset.filter(|o| *o < 0.0) {
-        return Err((
-            Some(audio.to_string()),
-            format!("the offset is {o} s; it must not be negative"),
-        ));
-    }
-    Ok(())
-}
-
-/// A NeMo item.
-fn nemo(obj: Map<String, Value>) -> Result<Item, Bad> {
-    let Some(Value::String(audio)) = obj.get("audio_filepath") else {
-        return Err((None, "`audio_filepath` is not a string".to_string()));
-    };
-    let audio = audio.clone();
-    if audio.is_empty() {
-        return Err((None, "`audio_filepath` is empty".to_string()));
-    }
-    let duration = number(&obj, "duration", &audio)?;
-    let offset = number(&obj, "offset", &audio)?;
-    check_times(&audio, offset, duration)?;
-    let segment = match (offset, duration) {
-        (Some(offset_s), d) => Some(Segment {
-            offset_s,
-            duration_s: d,
-            ..Segment::default()
-        }),
-        (None, Some(d)) => Some(Segment {
-            expect_s: Some(d),
-            ..Segment::default()
-        }),
-        (None, None) => None,
-    };
-    Ok(Item {
-        audio,
-        segment,
-        meta: obj,
-    })
-}
-
-/// A lhotse MonoCut.
-fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
-    let rec = obj.get("recording").and_then(Value::as_object);
-    let source = rec
-        .and_then(|r| r.get("sources"))
-        .and_then(Value::as_array)
-        .and_then(|s| s.first())
-        .and_then(Value::as_object)
-        .ok_or((None, "the cut's recording has no `sources`".to_string()))?;
-    let kind = source.get("type").and_then(Value::as_str).unwrap_or("file");
-    let Some(Value::String(audio)) = source.get("source") else {
-        return Err((
-            None,
-            "the recording's first source has no `source` path".into(),
-        ));
-    };
-    if kind != "file" {
-        return Err((
-            Some(audio.clone()),
-            format!("the recording's source is of type `{kind}`; only `file` is read"),
-        ));
-    }
-    let audio = audio.clone();
-    let start = number(&obj, "start", &audio)?.unwrap_or(0.0);
-    let duration = number(&obj, "duration", &audio)?
-        .ok_or((Some(audio.clone()), "the cut has no `duration`".to_string()))?;
-    check_times(&audio, Some(start), Some(duration))?;
-    let channel = match obj.get("channel") {
-        None | Some(Value::Null) => 0,
-        Some(Value::Array(a)) if a.len() == 1 => channel_of(&a[0], &audio)?,
-        Some(Value::Array(a)) => {
-            return Err((
-                Some(audio),
-                format!("the cut spans {} channels; one is read", a.len()),
-            ));
-        }
-        Some(v) => channel_of(v, &audio)?,
-    };
-    let mut meta = Map::new();
-    for key in ["id", "start", "duration", "channel"] {
-        if let Some(v) = obj.get(key) {
-            meta.insert(key.to_string(), v.clone());
-        }
-    }
-    if let Some(id) = rec.and_then(|r| r.get("id")) {
-        meta.insert("recording_id".to_string(), id.clone());
-    }
-    let sup = obj
-        .get("supervisions")
-        .and_then(Value::as_array)
-        .and_then(|s| s.first())
-        .and_then(Value::as_object);
-    for key in ["text", "speaker", "language"] {
-        if let Some(v) = sup.and_then(|s| s.get(key)) {
-            meta.insert(key.to_string(), v.clone());
-        }
-    }
-    if let Some(Value::Object(custom)) = obj.get("custom") {
-        for (k, v) in custom {
-            meta.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
-    Ok(Item {
-        audio,
-        segment: Some(Segment {
-            offset_s: start,
-            duration_s: Some(duration),
-            channel: Some(channel),
-            expect_s: None,
-            base_frame: 0,
-            lossy: None,
-        }),
-        meta,
-    })
-}
-
-fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
-    v.as_u64()
-        .and_then(|c| u16::try_from(c).ok())
-        .ok_or_else(|| {
-            (
-                Some(audio.to_string()),
-                format!("the channel {v} is not an index"),
-            )
-        })
 }
 
 /// How a recording's segments are placed in it.
@@ -640,7 +537,7 @@ fn search_flac(
     bytes: &mut u64,
 ) -> Option<seek::Extent> {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).ok()?;
+    let (f, _) = crate::reader::open_regular(path).ok()?;
     h.search(seg, &mut |at, buf: &mut [u8]| {
         let mut n = 0;
         while n < buf.len() {
@@ -663,16 +560,16 @@ fn parse_head(buf: &[u8], len: u64) -> Option<Head> {
         .or_else(|| seek::head(buf, len).map(Head::Flac))
 }
 
-/// The header of the file at `path`, and the bytes read for it.
+/// The header of the file at `path`, and the bytes read for it. Only a
+/// regular file is opened (`reader::open_regular`: a FIFO, a directory or
+/// a device is not, and the reader rejects it by its type).
 fn read_head(path: &Path) -> (Option<Head>, u64) {
     const FIRST: u64 = 64 << 10;
     const MOST: u64 = 1 << 20;
-    let Ok(f) = std::fs::File::open(path) else {
+    let Ok((f, meta)) = crate::reader::open_regular(path) else {
         return (None, 0);
     };
-    let Ok(len) = f.metadata().map(|m| m.len()) else {
-        return (None, 0);
-    };
+    let len = meta.len();
     let mut buf = Vec::new();
     let mut want = FIRST;
     loop {

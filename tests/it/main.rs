@@ -11,6 +11,7 @@ mod house;
 mod input;
 mod interrupt;
 mod manifest;
+mod manifest_hostile;
 mod manifest_spill;
 mod metrics;
 mod powerloss;

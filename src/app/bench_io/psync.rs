@@ -93,8 +93,8 @@ pub fn read_direct(path: &Path, buf: &mut AlignedBuf) -> Result<Option<u64>, Err
         Err(e) => return Err(Error::Open(e)),
     };
     let meta = f.metadata().map_err(Error::Stat)?;
-    if !meta.is_file() {
-        return Err(Error::NotAFile);
+    if let Some(kind) = crate::reader::FileKind::of(&meta) {
+        return Err(Error::NotAFile(kind));
     }
     let size = meta.len();
     // One aligned block past the size, so a file that grew is noticed.

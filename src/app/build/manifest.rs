@@ -24,7 +24,7 @@
 //! log), and writes back `<split>.shard-K-of-N.jsonl` beside its
 //! `<split>.shard-K-of-N.h5`; `merge` joins both.
 
-use std::io::{BufRead, Write as _};
+use std::io::Write as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,7 +36,7 @@ use crate::compute::Rejection;
 use crate::config::Config;
 use crate::model::Segment;
 use crate::reader::{ReadJob, ReadRange};
-use crate::source::manifest::{self, FirstSeconds, Manifests, SpillDir};
+use crate::source::manifest::{self, FirstSeconds, Limits, Line, Lines, Manifests, SpillDir};
 use crate::source::{Job, PathTable, Plan};
 use crate::writer::meta::RowMeta;
 
@@ -73,6 +73,8 @@ pub(super) struct Items {
     meta: Arc<PathTable>,
     segments: Vec<Option<Segment>>,
     ranges: Vec<Option<ReadRange>>,
+    /// By split: its items' path indices (seq q is `start + q`).
+    items_of: Vec<Range<u32>>,
 }
 
 impl Items {
@@ -123,6 +125,15 @@ pub(super) fn first_seconds(cfg: &Config) -> Option<FirstSeconds> {
     })
 }
 
+/// The bounds on reading manifests that `cfg` sets (`[input]`).
+pub(super) fn limits(cfg: &Config) -> Limits {
+    Limits {
+        max_line_bytes: usize::try_from(cfg.input.manifest_max_line_kib << 10)
+            .unwrap_or(usize::MAX),
+        max_lines: cfg.input.manifest_max_lines,
+    }
+}
+
 /// The plan of `files` (with `shard`, its share of each manifest's lines:
 /// [`Shard::range`] of them, contiguous blocks in line order), the lines
 /// left out, the seconds it took, and the items; segments of compressed
@@ -132,12 +143,19 @@ pub(super) fn read(
     files: &[PathBuf],
     shard: Option<Shard>,
     spill: Option<&SpillDir>,
+    limits: Limits,
     first: Option<FirstSeconds>,
 ) -> Result<Read, Error> {
     let t = Instant::now();
     let share = shard.map(|s| move |lines: usize| s.range(lines));
     let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
-    let m: Manifests = manifest::plan_spilling(files, share, spill, first)?;
+    let o = manifest::Options {
+        share,
+        spill,
+        limits,
+        first,
+    };
+    let m: Manifests = manifest::plan_with(files, o)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
         return Err(Error::RejectedSplit(files[i].clone()));
     }
@@ -169,6 +187,7 @@ pub(super) fn read(
         meta: m.meta,
         segments: m.segments,
         ranges: m.ranges,
+        items_of: m.items_of,
     };
     Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
 }
@@ -176,13 +195,17 @@ pub(super) fn read(
 /// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree);
 /// a shard writes `OUT/<split>.shard-K-of-N.jsonl` with the lines of its
 /// share, each naming its row in the shard's file (`merge` renumbers them).
+/// Which line a row came from is the plan's (`items`), not a second
+/// reading of the lines: a line the planner left out for a reason beyond
+/// the line itself (a cut id met before) is never written back.
 pub(super) fn write_back(
     mut outcomes: Outcomes,
     input: &Input,
     out: &Path,
-    (fixed_frames, shard): (Option<u32>, Option<Shard>),
+    (fixed_frames, shard, limits): (Option<u32>, Option<Shard>, Limits),
+    items: Option<&Items>,
 ) -> Result<Outcomes, Error> {
-    let Input::Manifests(files) = input else {
+    let (Input::Manifests(files), Some(items)) = (input, items) else {
         return Ok(outcomes);
     };
     // The same names, in the same order, as `read`'s splits.
@@ -191,7 +214,7 @@ pub(super) fn write_back(
         .filter_map(|f| manifest::split_name(f))
         .collect();
     let kept = std::mem::take(&mut outcomes.kept);
-    for ((file, split), kept) in files.iter().zip(&splits).zip(&kept) {
+    for (((file, split), kept), of) in files.iter().zip(&splits).zip(&kept).zip(&items.items_of) {
         let to = out.join(shard.map_or(format!("{split}.jsonl"), |s| s.manifest_file_name(split)));
         let same = std::fs::canonicalize(&to)
             .ok()
@@ -211,26 +234,26 @@ pub(super) fn write_back(
             path: to.clone(),
             source,
         };
-        // The share `read` planned: the same rule over the same count.
-        let lines = match shard {
-            Some(s) => s.range(manifest::count_lines(file).map_err(output)?),
-            None => 0..usize::MAX,
-        };
-        write_one((file, lines), &to, &h5, kept, fixed_frames).map_err(output)?;
+        // Per kept row (in row order, so in line order): its line.
+        let seq_lines = &items.lines[of.start as usize..of.end as usize];
+        let rows: Vec<(u64, u32)> = kept
+            .iter()
+            .map(|&(seq, frames)| (u64::from(seq_lines[seq as usize]), frames))
+            .collect();
+        write_one((file, limits), &to, &h5, &rows, fixed_frames).map_err(output)?;
         outcomes.manifests.push(to);
     }
     Ok(outcomes)
 }
 
-/// `from`'s lines (those of the share `lines`, 0-based) that became rows,
-/// each with its row added, into `to` (through `.partial`, synced,
-/// renamed). `kept` is the split's rows in order (seq, frames); seq `q` is
-/// the `q`-th good line of the share.
+/// `from`'s lines that became rows (`rows`: per row in order, its 1-based
+/// line and frames), each with its row added, into `to` (through
+/// `.partial`, synced, renamed).
 fn write_one(
-    (from, lines): (&Path, Range<usize>),
+    (from, limits): (&Path, Limits),
     to: &Path,
     h5: &str,
-    kept: &[crate::writer::meta::Kept],
+    rows: &[(u64, u32)],
     fixed_frames: Option<u32>,
 ) -> std::io::Result<()> {
     let mut partial = to.as_os_str().to_owned();
@@ -238,22 +261,28 @@ fn write_one(
     let partial = PathBuf::from(partial);
     let mut w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
     let file = serde_json::to_string(h5).expect("a string serialises");
-    let mut rows = kept.iter().enumerate().peekable();
-    let mut seq = 0u32;
-    let shared = manifest::open_lines(from)?.lines().enumerate();
-    for (_, line) in shared
-        .skip(lines.start)
-        .take_while(|(i, _)| lines.contains(i))
-    {
-        let line = line?;
-        let Some(body) = good_line(&line) else {
-            continue;
+    let changed = |no: u64| {
+        std::io::Error::other(format!(
+            "line {no} of {} is not the item it was when planned; the manifest changed during \
+             the build",
+            from.display()
+        ))
+    };
+    let mut lines = Lines::open(from, limits).map_err(std::io::Error::other)?;
+    for (row, &(want, frames)) in rows.iter().enumerate() {
+        let text = loop {
+            match lines.next_line().map_err(std::io::Error::other)? {
+                None => return Err(changed(want)),
+                Some((no, _)) if no < want => continue,
+                Some((no, Line::Text(text))) if no == want => break text,
+                Some((no, _)) => return Err(changed(no)),
+            }
         };
-        let this = seq;
-        seq += 1;
-        let Some((row, &(_, frames))) = rows.next_if(|(_, k)| k.0 == this) else {
-            continue;
-        };
+        // An item's line is a JSON object: it ends with its closing brace.
+        let body = text
+            .trim_end()
+            .strip_suffix('}')
+            .ok_or_else(|| changed(want))?;
         let frames = fixed_frames.unwrap_or(frames);
         writeln!(
             w,
@@ -262,13 +291,4 @@ fn write_one(
     }
     w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&partial, to)
-}
-
-/// A line that `source::manifest` made an item of (the same test it
-/// applies), as its text without the closing brace; None for the others.
-fn good_line(line: &str) -> Option<&str> {
-    if line.trim().is_empty() || !manifest::is_item(line) {
-        return None;
-    }
-    line.trim_end().strip_suffix('}')
 }

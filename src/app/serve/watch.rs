@@ -20,6 +20,17 @@
 //! it afresh and asks for a [`WatchEvent::Rescan`], which covers whatever
 //! arrived meanwhile.
 //!
+//! The events travel to serve's loop through a bounded channel
+//! ([`channel`], [`QUEUE_EVENTS`] at most), so an inotify storm cannot grow
+//! it: the watcher never blocks on it (it must keep draining inotify, or
+//! the kernel's own queue overflows). When the channel is full an event is
+//! dropped and counted ([`Watcher::dropped`]), and one [`WatchEvent::Rescan`]
+//! is owed: it is sent as soon as there is room (checked on every event and
+//! at least every [`ROOT_CHECK`]), and every event until then is dropped as
+//! well, since the rescan finds those files. Files beyond the bound wait
+//! where they are, in the drop directory: the rule of the kernel's
+//! `IN_Q_OVERFLOW`, one level up.
+//!
 //! Symbolic links are never followed, by the scan or the watch: a link in the
 //! drop tree (to a file or a directory, inside or outside the tree) is not
 //! ingested and is logged once per sighting, so nothing outside the drop
@@ -32,8 +43,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,6 +63,19 @@ pub enum WatchEvent {
     /// The drop directory was deleted, moved or replaced; nothing is watched
     /// until it is a directory again (then a [`WatchEvent::Rescan`] follows).
     Lost(String),
+}
+
+/// The most events the channel from the watcher to serve's loop holds
+/// ([`channel`]). The loop takes every queued event each time it wakes
+/// (at most `serve.flush_interval_ms` apart), and an event is one path:
+/// 4,096 of them is under 1 MiB, and more than the intake takes at once
+/// (`serve.max_queued_files`, 8,192 by default, fills from rescans too).
+/// Past it, events are dropped and a rescan is owed (module doc).
+pub const QUEUE_EVENTS: usize = 4_096;
+
+/// The bounded channel a [`Watcher`] reports on: [`QUEUE_EVENTS`] events.
+pub fn channel() -> (SyncSender<WatchEvent>, Receiver<WatchEvent>) {
+    std::sync::mpsc::sync_channel(QUEUE_EVENTS)
 }
 
 /// How often the drop directory's identity is checked.
@@ -184,6 +208,7 @@ pub fn scan_tree_each(
 pub struct Watcher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    dropped: Arc<AtomicU64>,
 }
 
 const FILE_MASK: WatchMask = WatchMask::CLOSE_WRITE
@@ -199,7 +224,11 @@ struct State {
     dirs: HashMap<WatchDescriptor, PathBuf>,
     ignore: Ignore,
     seen: sidecar::Seen,
-    tx: Sender<WatchEvent>,
+    tx: SyncSender<WatchEvent>,
+    /// A rescan is owed: an event was dropped on a full channel.
+    owed: bool,
+    /// Events dropped on a full channel, ever.
+    dropped: Arc<AtomicU64>,
     /// The drop directory and the identity it had when watched (None while
     /// it is missing).
     root: PathBuf,
@@ -208,6 +237,58 @@ struct State {
 }
 
 impl State {
+    /// Hands `ev` to the channel without blocking; false when the consumer
+    /// has gone. On a full channel, or while a rescan is owed and cannot be
+    /// sent yet, `ev` is dropped (counted) and a rescan is owed (module
+    /// doc).
+    fn send(&mut self, ev: WatchEvent) -> Result<(), ()> {
+        if !self.pay_rescan()? {
+            self.drop_event(false);
+            return Ok(());
+        }
+        match self.tx.try_send(ev) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                let first = !self.owed;
+                self.owed = true;
+                self.drop_event(first);
+                Ok(())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        }
+    }
+
+    /// Sends the owed rescan if there is room: whether none is owed now.
+    fn pay_rescan(&mut self) -> Result<bool, ()> {
+        if !self.owed {
+            return Ok(true);
+        }
+        match self.tx.try_send(WatchEvent::Rescan) {
+            Ok(()) => {
+                self.owed = false;
+                tracing::info!(
+                    dropped = self.dropped.load(Ordering::Relaxed),
+                    "The watch queue has room again; rescanning for the files whose events \
+                     were dropped."
+                );
+                Ok(true)
+            }
+            Err(TrySendError::Full(_)) => Ok(false),
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        }
+    }
+
+    /// Counts a dropped event; the first of a run of them is logged.
+    fn drop_event(&mut self, first: bool) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        if first {
+            tracing::warn!(
+                max_events = QUEUE_EVENTS,
+                "The watch queue is full; dropping events until it has room, then rescanning."
+            );
+        }
+    }
+
     /// Checks the drop directory is still the one watched; handles its loss
     /// and its return. False when the consumer has gone.
     fn check_root(&mut self) -> bool {
@@ -233,7 +314,7 @@ impl State {
                 let _ = self.inotify.watches().remove(wd);
             }
             self.root_id = None;
-            if self.tx.send(WatchEvent::Lost(msg)).is_err() {
+            if self.send(WatchEvent::Lost(msg)).is_err() {
                 return false;
             }
         }
@@ -244,7 +325,7 @@ impl State {
                 return false;
             }
             tracing::info!(dir = %self.root.display(), "Watching the drop directory again; rescanning it.");
-            return self.tx.send(WatchEvent::Rescan).is_ok();
+            return self.send(WatchEvent::Rescan).is_ok();
         }
         true
     }
@@ -285,7 +366,7 @@ impl State {
                 }
             } else if report_existing
                 && self.ignore.wants(name)
-                && self.tx.send(WatchEvent::File(e.path())).is_err()
+                && self.send(WatchEvent::File(e.path())).is_err()
             {
                 return false;
             }
@@ -346,7 +427,7 @@ impl State {
                 }
             }
             for f in files {
-                if self.tx.send(WatchEvent::File(f)).is_err() {
+                if self.send(WatchEvent::File(f)).is_err() {
                     return Ok(false);
                 }
             }
@@ -364,7 +445,7 @@ impl State {
                         return Ok(false);
                     }
                 }
-                if self.tx.send(WatchEvent::Rescan).is_err() {
+                if self.send(WatchEvent::Rescan).is_err() {
                     return Ok(false);
                 }
             }
@@ -382,7 +463,7 @@ impl Watcher {
         root: &Path,
         ignore: Ignore,
         seen: sidecar::Seen,
-        tx: Sender<WatchEvent>,
+        tx: SyncSender<WatchEvent>,
     ) -> std::io::Result<Watcher> {
         let inotify = Inotify::init()?;
         let Some(root_id) = dir_identity(root) else {
@@ -397,11 +478,14 @@ impl Watcher {
             ignore,
             seen,
             tx,
+            owed: false,
+            dropped: Arc::new(AtomicU64::new(0)),
             root: root.to_path_buf(),
             root_id: Some(root_id),
             next_root_check: Instant::now() + ROOT_CHECK,
         };
         state.watch_tree(root, false);
+        let dropped = Arc::clone(&state.dropped);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -410,7 +494,7 @@ impl Watcher {
                 let mut buf = vec![0u8; 64 * 1024];
                 let tick = Some(ROOT_CHECK);
                 while !flag.load(Ordering::Acquire) {
-                    if !state.check_root() {
+                    if !state.check_root() || state.pay_rescan().is_err() {
                         break;
                     }
                     // Timed out, interrupted or failed: look at the stop flag again.
@@ -423,7 +507,7 @@ impl Watcher {
                         Ok(false) => break,
                         Err(e) => {
                             tracing::error!(error = %e, "Reading inotify events failed; rescanning.");
-                            if state.tx.send(WatchEvent::Rescan).is_err() {
+                            if state.send(WatchEvent::Rescan).is_err() {
                                 break;
                             }
                         }
@@ -433,7 +517,14 @@ impl Watcher {
         Ok(Watcher {
             stop,
             thread: Some(thread),
+            dropped,
         })
+    }
+
+    /// Events dropped on a full channel since start (each followed, once
+    /// there is room, by a rescan).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Ends the watcher thread and waits for it.
@@ -460,7 +551,11 @@ impl Drop for Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc::{Receiver, channel};
+    use std::sync::mpsc::sync_channel;
+
+    fn channel() -> (SyncSender<WatchEvent>, Receiver<WatchEvent>) {
+        super::channel()
+    }
 
     fn collect(rx: &Receiver<WatchEvent>, want: usize) -> Vec<WatchEvent> {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -607,5 +702,59 @@ mod tests {
             assert!(seen.any(), "{how}");
             w.stop();
         }
+    }
+
+    /// An inotify storm against a channel of 4 events: the channel never
+    /// holds more than its bound, the watcher drops what does not fit and
+    /// counts it, and the rescan it owes (sent once there is room) finds
+    /// every file the dropped events named.
+    #[test]
+    fn a_full_channel_drops_events_and_owes_one_rescan_that_finds_them_all() {
+        const CAP: usize = 4;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("drop");
+        std::fs::create_dir(&root).unwrap();
+        let (tx, rx) = sync_channel(CAP);
+        let w = Watcher::start(&root, Ignore::default(), sidecar::Seen::default(), tx).unwrap();
+        let want: std::collections::BTreeSet<PathBuf> = (0..200)
+            .map(|i| {
+                let p = root.join(format!("f{i:03}.wav"));
+                std::fs::write(&p, b"x").unwrap();
+                p
+            })
+            .collect();
+        // Nothing is taken until the watcher has dropped events.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while w.dropped() == 0 {
+            assert!(Instant::now() < deadline, "no event was dropped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let held: Vec<WatchEvent> = rx.try_iter().collect();
+        assert!(held.len() <= CAP, "{} events held", held.len());
+        let mut seen = std::collections::BTreeSet::new();
+        let mut rescans = 0;
+        let mut take = |ev: WatchEvent, seen: &mut std::collections::BTreeSet<PathBuf>| match ev {
+            WatchEvent::File(p) => {
+                seen.insert(p);
+            }
+            WatchEvent::Rescan => {
+                rescans += 1;
+                seen.extend(scan_tree(&root, &Ignore::default()));
+            }
+            WatchEvent::Lost(why) => panic!("{why}"),
+        };
+        for ev in held {
+            take(ev, &mut seen);
+        }
+        while seen != want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(ev) => take(ev, &mut seen),
+                Err(e) => panic!("{e}: {} of {} files seen", seen.len(), want.len()),
+            }
+        }
+        assert!(rescans >= 1, "events were dropped but no rescan came");
+        assert!(w.dropped() > 0);
+        w.stop();
     }
 }

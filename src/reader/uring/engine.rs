@@ -301,7 +301,12 @@ impl UringEngine {
             // EINVAL when a fixed slot is the target.
             // O_NOFOLLOW: a path that is (or became) a symbolic link is not
             // read; callers resolve the links they mean to follow.
-            flags: libc::O_RDONLY | libc::O_NOATIME | libc::O_NOFOLLOW,
+            // O_NONBLOCK: a FIFO with no writer would hold the OPENAT (and
+            // the ring's wait for it) for ever; it opens at once and its
+            // statx refuses it (`refusal`). A regular file's reads wait as
+            // usual (the kernel retries them; a filesystem that cannot
+            // answers EAGAIN, and `on_read` reopens without the flag).
+            flags: libc::O_RDONLY | libc::O_NOATIME | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             align: 1,
             range,
             ..Slot::default()

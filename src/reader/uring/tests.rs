@@ -267,7 +267,10 @@ fn failures_are_rejections_with_reasons() {
         reason(4),
         "cannot open: Too many levels of symbolic links (os error 40)"
     );
-    assert_eq!(reason(5), "not a regular file");
+    assert_eq!(
+        reason(5),
+        "not a regular file but a directory; only regular files are read"
+    );
     assert!(reason(6).starts_with("cannot open: "), "{}", reason(6));
     assert_eq!(got[&7].as_ref().unwrap(), &content(2000, 1));
     assert_eq!((stats.files_ok, stats.files_rejected), (2, 6));

@@ -356,14 +356,20 @@ fn spill_one(
     room: &Room,
 ) -> Result<Spilled, Skip> {
     let unfit = |why: String| Skip::Unfit(why);
-    match std::fs::metadata(path) {
-        Ok(md) if md.len() > max_bytes => {
+    // Only a regular file is opened (`reader::open_regular`).
+    let f = match crate::reader::open_regular(path) {
+        Ok((_, md)) if md.len() > max_bytes => {
             return Err(unfit(format!("the file is over {max_bytes} bytes")));
         }
-        Ok(_) => {}
+        Ok((f, _)) => f,
         Err(e) => return Err(unfit(format!("cannot read it: {e}"))),
-    }
-    let bytes = std::fs::read(path).map_err(|e| unfit(format!("cannot read it: {e}")))?;
+    };
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&f, max_bytes.saturating_add(1)),
+        &mut bytes,
+    )
+    .map_err(|e| unfit(format!("cannot read it: {e}")))?;
     let stream = compressed::open(&bytes).map_err(|e| unfit(e.to_string()))?;
     let head = stream.head();
     let width = u64::from(head.channels.max(1));

@@ -92,7 +92,13 @@ fn nemo_lines_become_items_in_line_order() {
         (7, "the offset is -0.5 s; it must not be negative")
     );
     assert!(reasons[4].1.contains("neither a NeMo item"), "{reasons:?}");
-    assert_eq!(reasons[5], (9, "`duration` is not a number: \"long\""));
+    assert_eq!(
+        reasons[5],
+        (
+            9,
+            "`duration` is not a number: \"long\"; expected a finite number of seconds"
+        )
+    );
     assert_eq!(m.rejected[3].path, "c.wav");
 }
 
@@ -209,7 +215,7 @@ fn shares_of_the_lines_cover_every_line_once() {
         });
     }
     let f = write(d.path(), "train.jsonl", &(text.join("\n") + "\n"));
-    assert_eq!(count_lines(&f).unwrap(), 11);
+    assert_eq!(count_lines(&f, Limits::default()).unwrap(), 11);
     let whole = plan(std::slice::from_ref(&f)).unwrap();
     for n in 1..=5usize {
         let (mut lines, mut rejected) = (Vec::new(), Vec::new());
@@ -228,4 +234,85 @@ fn shares_of_the_lines_cover_every_line_once() {
         assert_eq!(lines, whole.lines.to_vec(), "N = {n}");
         assert_eq!(rejected, [4], "N = {n}");
     }
+}
+
+/// Hostile values: times that are not finite, out of range or strings,
+/// JSON nested past serde_json's limit, a cut id met before. Each is a
+/// rejection naming the line; the good lines around them are items.
+#[test]
+fn hostile_lines_are_rejected_with_a_reason_and_the_good_ones_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let good = r#"{"audio_filepath": "a.wav", "duration": 1}"#;
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let text = [
+        good,
+        r#"{"audio_filepath": "a.wav", "offset": 1e308, "duration": 1}"#,
+        r#"{"audio_filepath": "a.wav", "offset": -1e308, "duration": 1}"#,
+        r#"{"audio_filepath": "a.wav", "offset": 0, "duration": 1e999}"#,
+        r#"{"audio_filepath": "a.wav", "offset": "NaN", "duration": 1}"#,
+        r#"{"audio_filepath": "a.wav", "duration": "inf"}"#,
+        &deep,
+        &cut_line("cut-a", "r.wav", 0.0, 1.0, 0),
+        &cut_line("cut-a", "r.wav", 2.0, 1.0, 0),
+        good,
+    ]
+    .join("\n");
+    let f = write(d.path(), "m.jsonl", &text);
+    let m = plan(std::slice::from_ref(&f)).unwrap();
+    assert_eq!(&m.lines[..], [1, 8, 10]);
+    let reasons: Vec<(u64, &str)> = m
+        .rejected
+        .iter()
+        .map(|r| (r.line, r.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 7, "{reasons:?}");
+    assert_eq!(
+        reasons[0],
+        (
+            2,
+            "the offset is 1e308 s; it must be at most 10000000 s (116 days)"
+        )
+    );
+    assert_eq!(
+        reasons[1],
+        (3, "the offset is -1e308 s; it must not be negative")
+    );
+    assert!(
+        reasons[2].0 == 4
+            && reasons[2]
+                .1
+                .starts_with("the line is not JSON: number out of range"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons[3],
+        (
+            5,
+            "`offset` is not a number: \"NaN\"; expected a finite number of seconds"
+        )
+    );
+    assert_eq!(reasons[4].0, 6);
+    assert!(
+        reasons[4]
+            .1
+            .starts_with("`duration` is not a number: \"inf\"")
+    );
+    assert!(
+        reasons[5].0 == 7
+            && reasons[5]
+                .1
+                .starts_with("the line is not JSON: recursion limit exceeded"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons[6],
+        (
+            9,
+            "the cut id `cut-a` is already line 8's; cut ids are unique in a manifest, so this \
+             line is left out"
+        )
+    );
+    assert!(m.rejected.iter().all(|r| r.kind == RejectKind::BadLine));
+    assert_eq!(m.items_of.len(), 1);
+    assert_eq!(m.items_of[0], 0..3);
 }

@@ -17,7 +17,7 @@ impl Service {
     pub(super) fn reload(
         &mut self,
         watcher: &mut Option<Watcher>,
-        watch_tx: &mpsc::Sender<WatchEvent>,
+        watch_tx: &mpsc::SyncSender<WatchEvent>,
     ) -> Reply {
         notify::reloading();
         let new = match Config::load(&self.config_path) {

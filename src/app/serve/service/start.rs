@@ -39,7 +39,7 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
 struct Started {
     server: control::Server,
     endpoint: Option<Endpoint>,
-    watch_tx: mpsc::Sender<WatchEvent>,
+    watch_tx: mpsc::SyncSender<WatchEvent>,
     watch_rx: mpsc::Receiver<WatchEvent>,
     watcher: Option<Watcher>,
 }
@@ -56,7 +56,7 @@ fn start(svc: &mut Service, tx: &control::Sender) -> Result<Started, Error> {
         )?),
         None => None,
     };
-    let (watch_tx, watch_rx) = mpsc::channel();
+    let (watch_tx, watch_rx) = crate::app::serve::watch::channel();
     let ignore = Ignore {
         patterns: svc.serve.ignore.clone(),
         extensions: svc.cfg.input.extensions.clone(),

@@ -24,7 +24,7 @@ impl Service {
         &mut self,
         rx: &control::Receiver,
         watch_rx: &mpsc::Receiver<WatchEvent>,
-        watch_tx: &mpsc::Sender<WatchEvent>,
+        watch_tx: &mpsc::SyncSender<WatchEvent>,
         watcher: &mut Option<Watcher>,
         server: &control::Server,
     ) -> Result<(), Error> {
@@ -129,7 +129,7 @@ impl Service {
         &mut self,
         req: Request,
         watcher: &mut Option<Watcher>,
-        watch_tx: &mpsc::Sender<WatchEvent>,
+        watch_tx: &mpsc::SyncSender<WatchEvent>,
         server: &control::Server,
     ) -> Result<(), Error> {
         tracing::debug!(command = %req.cmd, origin = ?req.origin, "Command received.");

@@ -128,7 +128,9 @@ fn flac_resampled_and_first_channel_files_go_through_the_decode_pool_and_equal_t
         ),
         (
             "rejected: reader error",
-            Err(crate::reader::Error::NotAFile),
+            Err(crate::reader::Error::NotAFile(
+                crate::reader::FileKind::Directory,
+            )),
         ),
     ];
     // Repeat the set so batches fill, close by count and mix both kinds.
@@ -202,7 +204,9 @@ fn flac_resampled_and_first_channel_files_go_through_the_decode_pool_and_equal_t
 fn clone_input(f: &Result<Vec<u8>, crate::reader::Error>) -> Result<Vec<u8>, crate::reader::Error> {
     match f {
         Ok(b) => Ok(b.clone()),
-        Err(_) => Err(crate::reader::Error::NotAFile),
+        Err(_) => Err(crate::reader::Error::NotAFile(
+            crate::reader::FileKind::Directory,
+        )),
     }
 }
 

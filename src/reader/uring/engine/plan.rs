@@ -57,8 +57,8 @@ impl UringEngine {
         let size = st.stx_size;
         if s.statx_res < 0 {
             Some(Error::Stat(io::Error::from_raw_os_error(-s.statx_res)))
-        } else if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            Some(Error::NotAFile)
+        } else if let Some(kind) = crate::reader::FileKind::of_mode(u32::from(st.stx_mode)) {
+            Some(Error::NotAFile(kind))
         } else if s.range.is_none() && size > self.opts.max_file_bytes {
             Some(Error::TooLarge {
                 size,
@@ -210,6 +210,10 @@ impl UringEngine {
                 s.align = 1;
                 s.then = Then::Reopen;
             } else if errno == libc::EAGAIN || errno == libc::EINTR {
+                // A filesystem without non-blocking reads fails an O_NONBLOCK
+                // file's READ with EAGAIN instead of waiting: the statx of
+                // this open found a regular file, so reopen it without.
+                s.flags &= !libc::O_NONBLOCK;
                 s.then = Then::Reopen;
             } else {
                 s.extent = None;

@@ -1,0 +1,256 @@
+//! A manifest's lines, read with bounds: what the planner, the shard count
+//! and the write-back all read, so they number the same lines alike.
+//!
+//! A manifest comes from outside and may be hostile; reading it keeps
+//! memory and work bounded whatever it holds:
+//!
+//! * **The file is a regular file.** Its type is checked with `stat`
+//!   before it is opened (and again with `fstat` after an `O_NONBLOCK`
+//!   open, `reader::open_regular`): a FIFO, a directory or a device named
+//!   as a manifest is [`Error::NotRegular`], never an `open` that waits for
+//!   a writer.
+//! * **A line holds at most [`Limits::max_line_bytes`]**
+//!   (`input.manifest_max_line_kib`, 1 MiB by default): a longer line is
+//!   read to its newline in the reader's buffer-sized pieces, none of it
+//!   kept, and comes back as [`Line::TooLong`] (the planner rejects it with
+//!   its line number and goes on). The line buffer never grows past the
+//!   limit.
+//! * **A manifest holds at most [`Limits::max_lines`] lines**
+//!   (`input.manifest_max_lines`, 100 million by default), blank ones
+//!   included: one more is [`Error::TooManyLines`], which stops the build.
+//!   This is the bound on a gzip bomb (a gigabyte of newlines compressed
+//!   into a megabyte: blank lines cost no memory, but reading them costs
+//!   time), and it keeps line numbers within the `u32` the row's `line`
+//!   dataset stores.
+//! * **A line that is not UTF-8** is [`Line::NotUtf8`], a rejection of
+//!   that line, not a failure of the manifest.
+//!
+//! Gzip is recognised by its magic bytes and read through `flate2`'s
+//! streaming decoder (members concatenated), so memory does not follow the
+//! decompressed size either.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use crate::config::defaults::input as defaults;
+
+/// The bounds on reading a manifest (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest line, in bytes, its newline not counted.
+    pub max_line_bytes: usize,
+    /// The most lines one manifest may have, blank ones included.
+    pub max_lines: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_line_bytes: (defaults::MANIFEST_MAX_LINE_KIB << 10) as usize,
+            max_lines: defaults::MANIFEST_MAX_LINES,
+        }
+    }
+}
+
+/// One line of a manifest, its newline (and a `\r` before it) removed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line<'a> {
+    Text(&'a str),
+    /// Over [`Limits::max_line_bytes`]; `bytes` long, none of it kept.
+    TooLong {
+        bytes: u64,
+    },
+    /// Not UTF-8 from byte `at` (0-based, in the line).
+    NotUtf8 {
+        at: usize,
+    },
+}
+
+/// A manifest's lines, in order, with their 1-based numbers.
+pub struct Lines {
+    r: Box<dyn BufRead>,
+    limits: Limits,
+    /// The number of the last line read.
+    no: u64,
+    buf: Vec<u8>,
+    path: PathBuf,
+}
+
+impl Lines {
+    /// The lines of the manifest at `path` (gunzipped when it starts with
+    /// gzip's magic), read within `limits`.
+    pub fn open(path: &Path, limits: Limits) -> Result<Lines, Error> {
+        let read = |source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let f = match crate::reader::open_regular(path) {
+            Ok((f, _)) => f,
+            Err(crate::reader::Error::NotAFile(kind)) => {
+                return Err(Error::NotRegular {
+                    path: path.to_path_buf(),
+                    kind,
+                });
+            }
+            Err(
+                crate::reader::Error::Open(e)
+                | crate::reader::Error::Stat(e)
+                | crate::reader::Error::Read(e),
+            ) => return Err(read(e)),
+            Err(e) => return Err(read(std::io::Error::other(e))),
+        };
+        let mut f = std::io::BufReader::new(f);
+        let gz = f.fill_buf().map_err(read)?.starts_with(&[0x1f, 0x8b]);
+        let r: Box<dyn BufRead> = if gz {
+            Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
+                f,
+            )))
+        } else {
+            Box::new(f)
+        };
+        Ok(Lines {
+            r,
+            limits,
+            no: 0,
+            buf: Vec::new(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The next line and its 1-based number; None after the last.
+    pub fn next_line(&mut self) -> Result<Option<(u64, Line<'_>)>, Error> {
+        self.buf.clear();
+        let max = self.limits.max_line_bytes;
+        let (mut bytes, mut any) = (0u64, false);
+        loop {
+            let avail = match self.r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(Error::Read {
+                        path: self.path.clone(),
+                        source,
+                    });
+                }
+            };
+            if avail.is_empty() {
+                break;
+            }
+            any = true;
+            let nl = avail.iter().position(|&b| b == b'\n');
+            let take = nl.unwrap_or(avail.len());
+            bytes += take as u64;
+            if bytes <= max as u64 {
+                self.buf.extend_from_slice(&avail[..take]);
+            }
+            self.r.consume(take + usize::from(nl.is_some()));
+            if nl.is_some() {
+                break;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        self.no += 1;
+        if self.no > self.limits.max_lines {
+            return Err(Error::TooManyLines {
+                path: self.path.clone(),
+                max: self.limits.max_lines,
+            });
+        }
+        debug_assert!(
+            self.buf.len() <= max,
+            "the line buffer stays within the limit"
+        );
+        if bytes > max as u64 {
+            return Ok(Some((self.no, Line::TooLong { bytes })));
+        }
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        Ok(Some((
+            self.no,
+            match std::str::from_utf8(&self.buf) {
+                Ok(text) => Line::Text(text),
+                Err(e) => Line::NotUtf8 {
+                    at: e.valid_up_to(),
+                },
+            },
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_line_bytes: usize, max_lines: u64) -> Limits {
+        Limits {
+            max_line_bytes,
+            max_lines,
+        }
+    }
+
+    fn all(path: &Path, l: Limits) -> Result<Vec<(u64, String)>, Error> {
+        let mut lines = Lines::open(path, l)?;
+        let mut out = Vec::new();
+        while let Some((no, line)) = lines.next_line()? {
+            out.push((no, format!("{line:?}")));
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn a_long_line_is_skipped_to_its_newline_and_the_next_lines_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("m.jsonl");
+        let long = "x".repeat(100_000);
+        let mut bytes = format!("a\r\n{long}\nbc\n\nd").into_bytes();
+        bytes.extend_from_slice(b"\n\xffz");
+        std::fs::write(&f, &bytes).unwrap();
+        let got = all(&f, limits(1000, 100)).unwrap();
+        let want = [
+            (1, "Text(\"a\")".to_string()),
+            (2, "TooLong { bytes: 100000 }".to_string()),
+            (3, "Text(\"bc\")".to_string()),
+            (4, "Text(\"\")".to_string()),
+            (5, "Text(\"d\")".to_string()),
+            (6, "NotUtf8 { at: 0 }".to_string()),
+        ];
+        assert_eq!(got, want);
+        // The limit is inclusive.
+        let got = all(&f, limits(100_000, 100)).unwrap();
+        assert!(got[1].1.starts_with("Text("), "{:?}", &got[1].1[..20]);
+    }
+
+    #[test]
+    fn one_line_past_the_cap_stops_the_manifest() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("m.jsonl.gz");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &[b'\n'; 10_000]).unwrap();
+        std::fs::write(&f, gz.finish().unwrap()).unwrap();
+        assert_eq!(all(&f, limits(10, 10_000)).unwrap().len(), 10_000);
+        match all(&f, limits(10, 9_999)) {
+            Err(Error::TooManyLines { max: 9_999, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fifo_is_not_opened_as_a_manifest() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("m.jsonl");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        match Lines::open(&fifo, Limits::default()) {
+            Err(e @ Error::NotRegular { .. }) => {
+                assert!(e.to_string().contains("a FIFO (named pipe)"), "{e}")
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a FIFO was opened"),
+        }
+    }
+}
