@@ -147,7 +147,13 @@ pub fn split_name(path: &Path) -> Option<String> {
 
 /// The lines of a manifest, gunzipped when it starts with gzip's magic.
 pub fn open_lines(path: &Path) -> std::io::Result<Box<dyn BufRead>> {
-    let mut f = std::io::BufReader::new(std::fs::File::open(path)?);
+    lines_of(std::io::BufReader::new(std::fs::File::open(path)?))
+}
+
+/// The lines of a manifest's bytes read from `f`, gunzipped when they
+/// start with gzip's magic. A line is held whole: at most the file's size,
+/// or about 1,032 times it gunzipped (deflate's largest ratio).
+fn lines_of<'a>(mut f: impl BufRead + 'a) -> std::io::Result<Box<dyn BufRead + 'a>> {
     let gz = f.fill_buf()?.starts_with(&[0x1f, 0x8b]);
     Ok(if gz {
         Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
@@ -263,34 +269,19 @@ impl Builder {
     fn manifest(&mut self, split: u32, file: &Path, keep: Range<usize>) -> std::io::Result<()> {
         let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
         let mut seq = 0u32;
-        for (i, line) in open_lines(file)?.lines().enumerate() {
-            if i < keep.start {
-                line?;
-                continue;
+        each_line(open_lines(file)?, keep, |line_no, parsed| match parsed {
+            Ok(item) => {
+                self.item(item, &dir, split, seq, line_no);
+                seq += 1;
             }
-            if i >= keep.end {
-                break;
-            }
-            let line_no = i as u64 + 1;
-            let text = line?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            match parse_line(&text) {
-                Ok(item) => {
-                    self.item(item, &dir, split, seq, line_no);
-                    seq += 1;
-                }
-                Err((audio, reason)) => self.m.rejected.push(LineRejection {
-                    split,
-                    line: line_no,
-                    path: audio.unwrap_or_else(|| file.display().to_string()),
-                    kind: RejectKind::BadLine,
-                    reason,
-                }),
-            }
-        }
-        Ok(())
+            Err((audio, reason)) => self.m.rejected.push(LineRejection {
+                split,
+                line: line_no,
+                path: audio.unwrap_or_else(|| file.display().to_string()),
+                kind: RejectKind::BadLine,
+                reason,
+            }),
+        })
     }
 
     /// A usable line: its job (the `seq`-th of its split), metadata, line,
@@ -330,6 +321,62 @@ impl Builder {
             label: -1,
         });
     }
+}
+
+/// Each line of `lines` whose 0-based index is in `keep`, parsed, to
+/// `each` with its 1-based number; blank lines are skipped. A line that is
+/// not UTF-8 (or a read error) ends it with the error.
+fn each_line(
+    lines: impl BufRead,
+    keep: Range<usize>,
+    mut each: impl FnMut(u64, Result<Item, Bad>),
+) -> std::io::Result<()> {
+    for (i, line) in lines.lines().enumerate() {
+        if i < keep.start {
+            line?;
+            continue;
+        }
+        if i >= keep.end {
+            break;
+        }
+        let text = line?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        each(i as u64 + 1, parse_line(&text));
+    }
+    Ok(())
+}
+
+/// Fuzz entry point (`crate::fuzzing`): `data` as a whole manifest file,
+/// gzipped or not, read and parsed line by line as [`plan`] reads it, no
+/// audio opened. Every line is an item or a rejection with a reason, in
+/// line order; an item names its audio and a segment within the bounds
+/// [`check_times`] sets.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub fn fuzz_manifest(data: &[u8]) {
+    let Ok(lines) = lines_of(std::io::Cursor::new(data)) else {
+        return;
+    };
+    let mut last = 0;
+    let _ = each_line(lines, 0..usize::MAX, |line, parsed| {
+        assert!(line > last, "line {line} after line {last}");
+        last = line;
+        match parsed {
+            Ok(item) => {
+                assert!(!item.audio.is_empty(), "an item without its audio");
+                if let Some(s) = item.segment {
+                    assert!(s.offset_s.is_finite() && s.offset_s >= 0.0, "{s:?}");
+                    for d in [s.duration_s, s.expect_s].into_iter().flatten() {
+                        assert!(d.is_finite() && d > 0.0, "{s:?}");
+                    }
+                    let _ = s.frames(48_000);
+                }
+            }
+            Err((_, reason)) => assert!(!reason.is_empty(), "a rejection without a reason"),
+        }
+    });
 }
 
 /// Whether `text` is a line [`plan`] makes an item of (its audio may still
