@@ -9,8 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
+/// A fuzz target's body: it panics where an invariant breaks.
+type Body = fn(&[u8]);
+
 /// Each fuzz target and the function it calls.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+const TARGETS: &[(&str, Body)] = &[
     ("wav_parse", melforge::fuzzing::wav_parse),
     ("flac_clip", melforge::fuzzing::flac_clip),
     ("flac_seek", melforge::fuzzing::flac_seek),

@@ -129,7 +129,7 @@ fn decode_part(file: &[u8], e: &Extent, seg: &Segment) {
 /// unit's first 256 bytes and more only when those are `Short`).
 pub fn mp4_sections(data: &[u8]) {
     let whole = mono_unit(data);
-    let cuts = (0..=data.len().min(48)).chain([64, 128, 256, 1024].into_iter());
+    let cuts = (0..=data.len().min(48)).chain([64, 128, 256, 1024]);
     for k in cuts.filter(|&k| k <= data.len()) {
         let v = mono_unit(&data[..k]);
         assert!(
