@@ -49,6 +49,9 @@ pub mod config;
 pub mod decode;
 pub mod dsp;
 pub mod frames;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod pipeline;
 pub mod reader;

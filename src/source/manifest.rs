@@ -599,5 +599,49 @@ fn read_head(path: &Path) -> (Option<Head>, u64) {
     }
 }
 
+/// Fuzz entry point (`crate::fuzzing`): `data` as a whole manifest file,
+/// gzipped or not, read line by line within small limits (64 KiB lines,
+/// 100,000 lines: a bomb stops there) and parsed as [`plan`] parses each
+/// line, no audio opened. Every line is an item or a rejection with a
+/// reason, in line order; an item names its audio and a segment within the
+/// bounds the parser sets.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub fn fuzz_manifest(data: &[u8]) {
+    let limits = Limits {
+        max_line_bytes: 64 << 10,
+        max_lines: 100_000,
+    };
+    let cursor = std::io::Cursor::new(data.to_vec());
+    let Ok(mut lines) = Lines::from_reader(cursor, Path::new("fuzz.jsonl"), limits) else {
+        return;
+    };
+    let mut last = 0;
+    while let Ok(Some((no, line))) = lines.next_line() {
+        assert!(no > last, "line {no} after line {last}");
+        last = no;
+        let Line::Text(text) = line else {
+            continue;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        match parse_line(text) {
+            Ok(item) => {
+                assert!(!item.audio.is_empty(), "an item without its audio");
+                if let Some(s) = item.segment {
+                    assert!(s.offset_s.is_finite() && s.offset_s >= 0.0, "{s:?}");
+                    assert!(s.offset_s <= MAX_TIME_S, "{s:?}");
+                    for d in [s.duration_s, s.expect_s].into_iter().flatten() {
+                        assert!(d.is_finite() && d > 0.0 && d <= MAX_TIME_S, "{s:?}");
+                    }
+                    let _ = s.frames(48_000);
+                }
+            }
+            Err((_, reason)) => assert!(!reason.is_empty(), "a rejection without a reason"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

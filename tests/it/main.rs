@@ -6,6 +6,7 @@ mod common;
 mod control;
 mod crash;
 mod cuda;
+mod fuzz_replay;
 mod golden;
 mod house;
 mod input;

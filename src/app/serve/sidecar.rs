@@ -130,7 +130,35 @@ pub fn read(abs: &Path) -> Result<Option<Box<str>>, Error> {
     Ok(None)
 }
 
-fn parse(path: PathBuf, f: std::fs::File) -> Result<Box<str>, Error> {
+/// Fuzz entry point (`melforge::fuzzing` lists it): `data` as a sidecar's
+/// bytes. It gives the object as compact JSON, which reads back as itself,
+/// or a rejection that says what was expected.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub fn fuzz_sidecar(data: &[u8]) {
+    match parse(PathBuf::from("clip.wav.json"), data) {
+        Ok(text) => {
+            let again = parse(PathBuf::from("again.json"), text.as_bytes())
+                .expect("the compact JSON of an object reads back");
+            assert_eq!(again, text, "compact JSON is a fixed point");
+            assert!(text.starts_with('{') && text.ends_with('}'));
+        }
+        Err(e) => {
+            let says = e.to_string();
+            assert!(
+                says.contains("expected one JSON object") || says.contains("larger than"),
+                "{says}"
+            );
+            assert!(matches!(
+                e,
+                Error::NotJson { .. } | Error::NotObject { .. } | Error::TooLarge { .. }
+            ));
+        }
+    }
+}
+
+/// The sidecar `path`'s object, from `f` (read up to [`MAX_BYTES`] + 1).
+fn parse(path: PathBuf, f: impl Read) -> Result<Box<str>, Error> {
     let mut text = Vec::new();
     if let Err(source) = f.take(MAX_BYTES + 1).read_to_end(&mut text) {
         return Err(Error::Read { path, source });

@@ -136,10 +136,25 @@ impl Index {
     /// `None` (with the bytes read trying) when it is neither an MP3 nor an
     /// Ogg Vorbis/Opus stream that can be placed, nor an MP4 AAC track.
     pub fn build(f: &File, len: u64, head: &[u8]) -> (Option<Index>, u64) {
-        let mut bytes = 0u64;
         let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
             let mut buf = vec![0u8; n.min(usize::try_from(len.saturating_sub(at)).ok()?)];
             f.read_exact_at(&mut buf, at).ok()?;
+            Some(buf)
+        };
+        Index::build_from(len, head, &mut read)
+    }
+
+    /// [`Index::build`] over `file_read` (`(at, n)`: the file's `n` bytes
+    /// at `at`, fewer at its end), so that it also runs over bytes in
+    /// memory (the fuzz targets, `super::fuzzing`).
+    pub(super) fn build_from(
+        len: u64,
+        head: &[u8],
+        file_read: &mut Read<'_>,
+    ) -> (Option<Index>, u64) {
+        let mut bytes = 0u64;
+        let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
+            let buf = file_read(at, n)?;
             bytes += buf.len() as u64;
             Some(buf)
         };

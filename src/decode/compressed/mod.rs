@@ -55,6 +55,9 @@
 //! file's rejection, never the worker's end.
 
 mod frames;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 mod mp3;
 mod mp4;

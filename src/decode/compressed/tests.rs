@@ -225,6 +225,29 @@ fn an_mp4_table_count_past_its_box_is_malformed_not_an_allocation() {
     }
 }
 
+/// A sample size past the end of the file is a rejection before symphonia
+/// sizes the sample's buffer from it (4 GB declared in a 3 KB file: the
+/// `flac_clip` fuzz target ran out of memory on
+/// fuzz/corpus/flac_clip/oom_stsz_sample_size_past_the_file).
+#[test]
+fn an_mp4_sample_size_past_the_file_is_malformed_not_an_allocation() {
+    let good = data("speech16k_mono.m4a");
+    let at = good.windows(4).position(|w| w == b"stsz").expect("stsz");
+    // type, version and flags, the constant size (0: a table), the count,
+    // then the first entry.
+    assert_eq!(good[at + 8..at + 12], [0; 4]);
+    for size in [good.len() as u32 + 1, 0xF800_0000] {
+        let mut bytes = good.clone();
+        bytes[at + 16..at + 20].copy_from_slice(&size.to_be_bytes());
+        let e = open(&bytes).err().expect("refused");
+        assert!(
+            e.to_string().contains("stsz") && e.to_string().contains(&format!("{size} bytes")),
+            "{e}"
+        );
+    }
+    open(&good).expect("the file itself opens");
+}
+
 /// Decodes hostile bytes: Ok or an error, never a panic (the decoders run
 /// under `guarded`, but `open`'s own parsing must not need it either).
 fn no_panic(bytes: &[u8]) {

@@ -100,8 +100,23 @@ impl Lines {
             ) => return Err(read(e)),
             Err(e) => return Err(read(std::io::Error::other(e))),
         };
-        let mut f = std::io::BufReader::new(f);
-        let gz = f.fill_buf().map_err(read)?.starts_with(&[0x1f, 0x8b]);
+        Lines::from_reader(std::io::BufReader::new(f), path, limits)
+    }
+
+    /// The lines of the manifest bytes `f` yields (gunzipped when they start
+    /// with gzip's magic); `path` names them in errors.
+    pub fn from_reader(
+        mut f: impl BufRead + 'static,
+        path: &Path,
+        limits: Limits,
+    ) -> Result<Lines, Error> {
+        let gz = f
+            .fill_buf()
+            .map_err(|source| Error::Read {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .starts_with(&[0x1f, 0x8b]);
         let r: Box<dyn BufRead> = if gz {
             Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
                 f,

@@ -1,0 +1,181 @@
+//! The fuzz targets' bodies (only with the `test-hooks` feature, never in
+//! the product's API): each takes arbitrary bytes and exercises one parser
+//! of hostile input as the product calls it, asserting what must hold — no
+//! panic, no hang, memory bounded by the input's size or a stated cap,
+//! results within bounds (a planned extent inside the file).
+//!
+//! `fuzz/` (cargo-fuzz, its own workspace) has one target per function,
+//! named after it, which only calls it; `tests/it/fuzz_replay.rs` runs
+//! every file of `fuzz/corpus/<target>/` through the same function on the
+//! stable toolchain, so what the fuzzer found stays fixed. The serve
+//! sidecar's body is `app::serve::sidecar::fuzz_sidecar` (a lower layer
+//! never imports `app`), the manifest's `source::manifest::fuzz_manifest`
+//! (re-exported here), the lossy containers' in
+//! `decode::compressed::fuzzing` (re-exported here).
+
+use std::io;
+
+use crate::decode::clip::{Channels, ClipDecoder, Policy, Resample};
+use crate::decode::flac::{self, seek};
+use crate::decode::wav::{self, SampleFormat};
+use crate::model::Segment;
+
+use crate::decode::compressed::fuzzing::probe_segments;
+pub use crate::decode::compressed::fuzzing::{
+    decode_file, lossy_part, mp3_frames, mp4_sections, mp4_table, ogg_pages,
+};
+pub use crate::source::manifest::fuzz_manifest as manifest;
+
+/// Called once by each fuzz target before the first input: a panic inside
+/// a third-party crate (a decoder refusing hostile bytes with a panic) no
+/// longer aborts the process, so the product's `catch_unwind` around the
+/// decoders turns it into a rejection, as in production. libFuzzer's
+/// abort stays for every other panic (melforge's code, the standard
+/// library's checks called from it), and for a third-party panic nothing
+/// catches.
+pub fn init() {
+    let abort = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let third_party = info.location().is_some_and(|l| {
+            let f = l.file();
+            f.contains("/.cargo/registry/") || f.contains("/.cargo/git/")
+        });
+        if !third_party {
+            abort(info);
+        }
+    }));
+}
+
+/// The WAV parser: an accepted header satisfies `decode::wav`'s invariants,
+/// and decoding writes exactly the promised samples (integer formats land
+/// in [-1, 1]) and zeroes the rest of the output. The first byte picks the
+/// output length so padding and trimming both run.
+pub fn wav_parse(data: &[u8]) {
+    let (out_len, bytes) = match data.split_first() {
+        Some((&n, rest)) => (usize::from(n) * 17, rest),
+        None => (0, data),
+    };
+    let mut out = vec![f32::NAN; out_len];
+    let Ok(info) = wav::parse(bytes) else {
+        assert!(wav::decode(bytes, 4096, &mut out).is_err());
+        return;
+    };
+    assert!(info.channels >= 1 && info.sample_rate >= 1 && info.frames >= 1);
+    let block_align = usize::from(info.block_align);
+    assert_eq!(
+        block_align,
+        usize::from(info.channels) * info.format.bytes_per_sample()
+    );
+    assert!(info.data_offset + info.frames * block_align <= bytes.len());
+
+    let decoded = wav::decode(bytes, info.sample_rate, &mut out).expect("parse accepted it");
+    assert_eq!(decoded, info);
+    let n = info.frames.min(out_len);
+    assert!(out[n..].iter().all(|&x| x == 0.0));
+    if !matches!(info.format, SampleFormat::F32 | SampleFormat::F64) {
+        assert!(out[..n].iter().all(|&x| (-1.0..=1.0).contains(&x)));
+    }
+}
+
+/// The FLAC and clip path: any input yields a clip or a typed error. The
+/// first byte picks the policy (resampling on or off, channel policy) and
+/// the clip length; the rest is taken both as it is and behind a `fLaC`
+/// marker, so the FLAC parser sees every input. An accepted FLAC header is
+/// self-consistent, and every decoded sample is finite and within [-1, 1].
+pub fn flac_clip(data: &[u8]) {
+    let (pick, bytes) = match data.split_first() {
+        Some((&b, rest)) => (b, rest),
+        None => (0, data),
+    };
+    let policy = Policy {
+        resample: if pick & 1 == 0 {
+            Resample::Off
+        } else {
+            Resample::SoxrHq
+        },
+        channels: match (pick >> 1) % 3 {
+            0 => Channels::Mean,
+            1 => Channels::First,
+            _ => Channels::Reject,
+        },
+    };
+    let mut clip = vec![f32::NAN; usize::from(pick >> 3) * 64];
+    let mut dec = ClipDecoder::new(4096, policy);
+    let mut flac_bytes = flac::MAGIC.to_vec();
+    flac_bytes.extend_from_slice(bytes);
+    for input in [bytes, &flac_bytes[..]] {
+        if let Ok(info) = flac::stream_info(input) {
+            assert!(info.sample_rate >= 1 && info.channels >= 1);
+            assert!([8, 16, 24].contains(&info.bits));
+            assert!(info.min_block >= 16 && info.max_block >= info.min_block);
+            let mut out = Vec::new();
+            if flac::decode(input, Channels::Mean, 1 << 16, &mut out).is_ok() {
+                assert!(!out.is_empty());
+                assert!(out.iter().all(|x| x.is_finite() && x.abs() <= 1.0));
+            }
+        }
+        // A clip or a typed error; IEEE-float WAVs may carry any value.
+        let _ = dec.decode(input, &mut clip);
+    }
+}
+
+/// The largest read a FLAC frame search makes: a gap of three probes of
+/// at most 64 KiB and a header (`seek::bisect`).
+const FLAC_READ_CAP: usize = 3 * (64 << 10) + 16;
+
+/// FLAC seek planning: the metadata (`seek::head`), the SEEKTABLE's extent
+/// and, without one, the frame search (`seek::bisect`) for segments from
+/// the start to past the end. Each read is within [`FLAC_READ_CAP`], an
+/// extent lies in the file and starts at or before its segment, and the
+/// part decodes as a job's would.
+pub fn flac_seek(data: &[u8]) {
+    let len = data.len() as u64;
+    let Some(mut head) = seek::head(&data[..data.len().min(1 << 20)], len) else {
+        return;
+    };
+    let mut read = |at: u64, buf: &mut [u8]| -> io::Result<usize> {
+        assert!(buf.len() <= FLAC_READ_CAP, "a read of {} bytes", buf.len());
+        let at = usize::try_from(at).unwrap_or(usize::MAX).min(data.len());
+        let n = buf.len().min(data.len() - at);
+        buf[..n].copy_from_slice(&data[at..at + n]);
+        Ok(n)
+    };
+    let rate = head.sample_rate;
+    for (i, seg) in probe_segments().enumerate() {
+        let found = match head.extent(&seg) {
+            Some(e) => Some(e),
+            None => head.search(&seg, &mut read),
+        };
+        let Some(e) = found else {
+            continue;
+        };
+        assert!(
+            e.start.checked_add(e.len).is_some_and(|end| end <= len) && e.len > 0,
+            "extent {}+{} in a file of {len} bytes",
+            e.start,
+            e.len
+        );
+        let (first, _) = seg.frames(rate);
+        assert!(e.base_frame <= first, "{e:?} starts after sample {first}");
+        if i % 3 != 0 {
+            continue;
+        }
+        let mut bytes = e.prefix.clone();
+        bytes.extend_from_slice(&data[e.start as usize..(e.start + e.len) as usize]);
+        let part = Segment {
+            base_frame: e.base_frame,
+            ..seg
+        };
+        let policy = Policy {
+            resample: Resample::Off,
+            channels: Channels::Mean,
+        };
+        let mut out = Vec::new();
+        let _ = ClipDecoder::new(rate, policy).decode_natural_segment(
+            &bytes,
+            Some(&part),
+            Some(1 << 22),
+            &mut out,
+        );
+    }
+}
