@@ -220,22 +220,29 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
     k
 }
 
+/// This test binary re-run as the child writer on `dir`.
+fn child_command(exe: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.args([
+        "--exact",
+        "crash::child_writer",
+        "--ignored",
+        "--test-threads=1",
+        // A panic of the child reaches the parent's stderr.
+        "--nocapture",
+    ])
+    .env("MELFORGE_CRASH_DIR", dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    c
+}
+
 /// Runs the child writer until the driver kills it before write `k`; panics
 /// when it ends any other way.
 fn run_child_to_write(exe: &Path, dir: &Path, k: u64) {
     use std::os::unix::process::ExitStatusExt;
-    let status = Command::new(exe)
-        .args([
-            "--exact",
-            "crash::child_writer",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env("MELFORGE_CRASH_DIR", dir)
+    let status = child_command(exe, dir)
         .env("MELFORGE_CRASH_AT_WRITE", k.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .status()
         .unwrap();
     assert_eq!(
@@ -317,20 +324,7 @@ fn kill_9_at_random_points() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_millis(lo + seed % (hi - lo).max(1));
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash::child_writer",
-                "--ignored",
-                "--test-threads=1",
-                // A panic of the child reaches the parent's stderr.
-                "--nocapture",
-            ])
-            .env("MELFORGE_CRASH_DIR", &dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = child_command(&exe, &dir).spawn().unwrap();
         std::thread::sleep(delay);
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the child writer exited early: {status}");
