@@ -90,6 +90,14 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "its sidecar {} is not a regular file but {kind}; expected one JSON object in a file",
+        path.display()
+    )]
+    NotAFile {
+        path: PathBuf,
+        kind: crate::reader::FileKind,
+    },
     #[error("cannot read its sidecar {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -121,10 +129,24 @@ pub fn read(abs: &Path) -> Result<Option<Box<str>>, Error> {
         if path == abs {
             continue; // a file named `x.json` is its own stem's name
         }
-        match std::fs::File::open(&path) {
-            Ok(f) => return parse(path, f).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(Error::Open { path, source }),
+        // Only a regular file is opened, non-blocking: a FIFO named like a
+        // sidecar must not hang the service (`reader::open_regular`).
+        match crate::reader::open_regular(&path) {
+            Ok((f, _)) => return parse(path, f).map(Some),
+            Err(crate::reader::Error::Stat(e) | crate::reader::Error::Open(e))
+                if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(crate::reader::Error::NotAFile(kind)) => {
+                return Err(Error::NotAFile { path, kind });
+            }
+            Err(crate::reader::Error::Stat(source) | crate::reader::Error::Open(source)) => {
+                return Err(Error::Open { path, source });
+            }
+            Err(e) => {
+                return Err(Error::Open {
+                    path,
+                    source: std::io::Error::other(e),
+                });
+            }
         }
     }
     Ok(None)
@@ -252,11 +274,23 @@ mod tests {
         );
         std::fs::remove_file(&side).unwrap();
         std::fs::create_dir(&side).unwrap();
-        assert!(
-            read(&audio)
-                .unwrap_err()
-                .to_string()
-                .contains("cannot read its sidecar")
-        );
+        let e = read(&audio).unwrap_err().to_string();
+        assert!(e.contains("is not a regular file but a directory"), "{e}");
+        std::fs::remove_dir(&side).unwrap();
+    }
+
+    /// Regression: a FIFO named like a sidecar was opened blocking, and the
+    /// open waited for a writer for ever, stopping the service's intake.
+    #[test]
+    fn a_fifo_sidecar_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let audio = d.path().join("a.wav");
+        let side = d.path().join("a.wav.json");
+        let c = std::ffi::CString::new(side.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = read(&audio).unwrap_err().to_string();
+        assert!(e.contains("is not a regular file but a FIFO"), "{e}");
+        assert!(e.contains(&side.display().to_string()), "{e}");
     }
 }
