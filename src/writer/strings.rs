@@ -73,24 +73,34 @@ pub fn read(file: &File, name: &str) -> hdf5::Result<Vec<String>> {
     }
     let ends = file.dataset(&ends_name(name))?.read_raw::<i64>()?;
     let bytes = file.dataset(&bytes_name(name))?.read_raw::<u8>()?;
+    match split(&ends, &bytes) {
+        (out, None) => Ok(out),
+        (_, Some(why)) => Err(hdf5::Error::from(format!("{name}: {why}"))),
+    }
+}
+
+/// The strings `ends` mark in `bytes`, in order, up to the first that is
+/// not whole, and why it is not when it breaks the module's invariants (an
+/// end before the one before it, bytes that are not UTF-8). An end past
+/// the bytes stops without a reason: a SWMR reader may see the ends
+/// refreshed before the bytes.
+fn split(ends: &[i64], bytes: &[u8]) -> (Vec<String>, Option<String>) {
     let mut out = Vec::with_capacity(ends.len());
     let mut start = 0usize;
     for (i, &end) in ends.iter().enumerate() {
-        let end = usize::try_from(end)
-            .ok()
-            .filter(|&e| e >= start)
-            .ok_or_else(|| {
-                hdf5::Error::from(format!("{name}: row {i} ends at {end}, before {start}"))
-            })?;
-        let Some(b) = bytes.get(start..end) else {
+        let Some(stop) = usize::try_from(end).ok().filter(|&e| e >= start) else {
+            return (out, Some(format!("row {i} ends at {end}, before {start}")));
+        };
+        let Some(b) = bytes.get(start..stop) else {
             break;
         };
-        let s = std::str::from_utf8(b)
-            .map_err(|e| hdf5::Error::from(format!("{name}: row {i} is not UTF-8: {e}")))?;
-        out.push(s.to_string());
-        start = end;
+        match std::str::from_utf8(b) {
+            Ok(s) => out.push(s.to_string()),
+            Err(e) => return (out, Some(format!("row {i} is not UTF-8: {e}"))),
+        }
+        start = stop;
     }
-    Ok(out)
+    (out, None)
 }
 
 /// A column being appended to: its two datasets and the strings not yet
@@ -196,20 +206,8 @@ impl Column {
         let all_bytes = bytes
             .read_raw::<u8>()
             .ctx(p, || format!("read dataset `{b}`"))?;
-        let mut out = Vec::new();
-        let mut start = 0usize;
-        for &end in &all_ends {
-            let Some(s) = usize::try_from(end)
-                .ok()
-                .filter(|&x| x >= start)
-                .and_then(|x| all_bytes.get(start..x))
-                .and_then(|b| std::str::from_utf8(b).ok())
-            else {
-                break;
-            };
-            out.push(s.to_string());
-            start += s.len();
-        }
+        let (out, _) = split(&all_ends, &all_bytes);
+        let start: usize = out.iter().map(String::len).sum();
         if out.len() < all_ends.len() {
             tracing::warn!(
                 file = %p.display(),
