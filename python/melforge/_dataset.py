@@ -60,7 +60,8 @@ def _has_meta(f: h5py.File) -> bool:
 
 def _column_len(f: h5py.File, name: str) -> int:
     """Rows of string column `name`, either layout."""
-    return f[name + "_end"].shape[0] if name + "_end" in f else f[name].shape[0]
+    dataset = f[name + "_end"] if name + "_end" in f else f[name]
+    return int(dataset.shape[0])
 
 
 def _column(f: h5py.File, name: str, lo: int = 0, hi: Optional[int] = None) -> List[str]:
