@@ -49,6 +49,7 @@ pub mod config;
 pub mod decode;
 pub mod dsp;
 pub mod frames;
+pub mod long;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -12,6 +12,24 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Why a row that was already under way has no row after all (a recording
+/// streamed in pieces, `writer::RowPieces`): its kind and the sentence a
+/// rejection line carries, for a sink that cannot name the stage's types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RejectKind,
+    pub reason: String,
+}
+
+impl Refusal {
+    pub fn of(kind: RejectKind, reason: &dyn std::fmt::Display) -> Refusal {
+        Refusal {
+            kind,
+            reason: reason.to_string(),
+        }
+    }
+}
+
 /// The kinds rejections are counted by (`rejected_by_kind`, metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -41,7 +41,9 @@ use crate::reader::{self, Loaded, ReadJob, ReaderStage};
 use crate::runtime::pin::{self, PinPolicy, Placement};
 use crate::runtime::ring::{Ring, RingStats};
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
-use crate::writer::{self, Sink};
+use crate::long::Streamer;
+use crate::model::Segment;
+use crate::writer::{self, RowPieces, Sink, Streamed};
 
 /// Why the stage graph could not start or did not end cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +145,9 @@ pub struct Pipeline {
     shape: OnceLock<Shape>,
     startup: Mutex<Startup>,
     telemetry: Arc<Telemetry>,
+    /// Computes the rows of files too large to read whole, in pieces
+    /// (Kaldi recipes; `crate::long`).
+    streamer: Option<Streamer>,
 }
 
 /// Thread placement: hwloc's plan for both roles (near the GPU when one
@@ -367,6 +372,7 @@ impl Pipeline {
             policy: cfg.input.policy,
             frames: crate::recipes::frame_recipe(cfg),
         };
+        let streamer = Streamer::for_recipe(wiring.frames.as_ref(), cfg.input.policy);
         let engine = match readers.engine() {
             Engine::Uring => "uring",
             Engine::Std => "std",
@@ -404,7 +410,14 @@ impl Pipeline {
                 ..Startup::default()
             }),
             telemetry,
+            streamer,
         })
+    }
+
+    /// What computes a too-large file's row in pieces, under a recipe that
+    /// can (`crate::long`).
+    pub fn streamer(&self) -> Option<&Streamer> {
+        self.streamer.as_ref()
     }
 
     /// Waits for `probe` and starts the compute stage (CPU workers, or the
@@ -565,12 +578,35 @@ pub fn deliver<S: Sink>(
     sink: &mut S,
     file: &S::File,
     rel_path: &str,
-    row: Result<Vec<f32>, Reject>,
+    (row, long): (Result<Vec<f32>, Reject>, Option<LongFile<'_>>),
     free_rows: &ArrayQueue<Vec<f32>>,
     local: &mut Local,
     telemetry: &Telemetry,
 ) -> Result<Delivered, writer::Error> {
     let mut recycled = Vec::new();
+    let row = match (row, long) {
+        (Err(Reject::Read(why @ reader::Error::TooLarge { .. })), Some(l)) => {
+            match local.time(Stage::Decode, || {
+                l.streamer.open(l.path, &why, l.segment, l.seed)
+            }) {
+                Ok(pieces) => {
+                    tracing::info!(
+                        path = rel_path,
+                        frames = pieces.frames(),
+                        "Computing a recording too large to read whole in pieces."
+                    );
+                    let pieces = Box::new(pieces);
+                    let d = stream(sink, file, rel_path, pieces, &mut recycled, local, telemetry);
+                    for r in recycled {
+                        let _full = free_rows.push(r);
+                    }
+                    return d;
+                }
+                Err(reject) => Err(reject),
+            }
+        }
+        (row, _) => row,
+    };
     let delivered = match row {
         Ok(row) => {
             let placed = local.time(Stage::Write, || sink.write(file, row, &mut recycled))?;
@@ -595,11 +631,56 @@ pub fn deliver<S: Sink>(
     Ok(delivered)
 }
 
+/// A file whose outcome [`deliver`] may compute in pieces when the reader
+/// refused it as too large (`crate::long`): the run's streamer, where the
+/// file is, its manifest segment and its dither seed (the job id the
+/// workers seed it with).
+pub struct LongFile<'a> {
+    pub streamer: &'a Streamer,
+    pub path: &'a std::path::Path,
+    pub segment: Option<&'a Segment>,
+    pub seed: u64,
+}
+
+/// Whether `row` is a reader's refusal of a whole file as too large, which
+/// [`deliver`] may compute in pieces ([`LongFile`]).
+pub fn too_large(row: &Result<Vec<f32>, Reject>) -> bool {
+    matches!(row, Err(Reject::Read(reader::Error::TooLarge { .. })))
+}
+
+/// [`deliver`] of a row in pieces.
+fn stream<S: Sink>(
+    sink: &mut S,
+    file: &S::File,
+    rel_path: &str,
+    pieces: Box<dyn RowPieces>,
+    recycled: &mut Vec<Vec<f32>>,
+    local: &mut Local,
+    telemetry: &Telemetry,
+) -> Result<Delivered, writer::Error> {
+    let streamed = local.time(Stage::Write, || sink.write_pieces(file, pieces, recycled))?;
+    Ok(match streamed {
+        Streamed::Written(placed) => {
+            local.file_done(Ok(()), telemetry);
+            Delivered::Row(placed)
+        }
+        Streamed::Held => Delivered::Held,
+        Streamed::Refused(why) => {
+            local.file_done(Err(why.kind), telemetry);
+            tracing::debug!(path = rel_path, kind = %why.kind, reason = %why.reason, "Rejected a file.");
+            Delivered::Rejected(Rejection::refused(rel_path.to_string(), why))
+        }
+    })
+}
+
 /// What [`deliver`] did with one outcome.
 #[derive(Debug)]
 pub enum Delivered {
     /// Written; where, if the sink knows yet.
     Row(writer::Placed),
+    /// A row in pieces the sink holds for ordering, reported by the sink
+    /// when it is written (the build writer's `take_streamed`).
+    Held,
     Rejected(Rejection),
 }
 

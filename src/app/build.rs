@@ -40,7 +40,7 @@ use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Local, Report, Telemetry};
 use crate::runtime::window::{CloseOnDrop, Window};
 use crate::source::manifest::SpillDir;
-use crate::source::{self, Job, PathTable, Plan};
+use crate::source::{self, Job, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
 mod manifest;
@@ -194,13 +194,19 @@ fn output_plan(
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
-    (paths, lines): (&PathTable, Option<&[u32]>),
+    (open, items): (&Plan, Option<&manifest::Items>),
     window: &Window,
     p: &Pipeline,
 ) -> Written {
     let mut local = Local::default();
     let mut rejected = Vec::new();
     let telemetry = p.telemetry();
+    let line = |j: &Job| items.map(|i| u64::from(i.lines[j.path as usize]));
+    // Jobs are in (split, seq) order: the first job of each split.
+    let mut split_start = vec![jobs.len(); open.splits.len()];
+    for (i, j) in jobs.iter().enumerate().rev() {
+        split_start[j.split as usize] = i;
+    }
     while let Some(o) = p.outcomes().pop() {
         if let Err(Reject::Device(why)) = &o.row {
             p.abort();
@@ -208,18 +214,34 @@ fn write_all(
         }
         window.received(o.job);
         let j = &jobs[o.job];
+        let path = pipeline::too_large(&o.row).then(|| open.open_path(j));
+        let long = p.streamer().zip(path.as_deref()).map(|(streamer, path)| pipeline::LongFile {
+            streamer,
+            path,
+            segment: items.and_then(|i| i.segment(j)),
+            seed: o.job as u64,
+        });
         let d = pipeline::deliver(
             &mut w,
             j,
-            paths.get(j.path),
-            o.row,
+            open.paths.get(j.path),
+            (o.row, long),
             p.free_rows(),
             &mut local,
             telemetry,
         )?;
         if let Delivered::Rejected(mut r) = d {
-            r.line = lines.map(|l| u64::from(l[j.path as usize]));
+            r.line = line(j);
             rejected.push(r);
+        }
+        for (split, seq, written) in w.take_streamed() {
+            let j = &jobs[split_start[split] + seq];
+            local.file_done(written.as_ref().map(drop).map_err(|why| why.kind), telemetry);
+            if let Err(why) = written {
+                let mut r = Rejection::refused(open.paths.get(j.path).to_string(), why);
+                r.line = line(j);
+                rejected.push(r);
+            }
         }
         if o.job == jobs.len() / 2 {
             interrupt::checkpoint("writing");
@@ -523,13 +545,12 @@ fn start(
         telemetry,
         queue_ahead,
     )?);
-    let paths = Arc::clone(&open.paths);
+    let open = Arc::new(open);
     let jobs: Arc<[Job]> = jobs.into();
     let window = reorder_window(cfg);
-    let source = spawn_source(&p, &jobs, (open, items.clone()), &window);
+    let source = spawn_source(&p, &jobs, (Arc::clone(&open), items.clone()), &window);
     let source = source.inspect_err(|_| p.abort())?;
-    let lines = items.as_ref().map(|i| Arc::clone(&i.lines));
-    let writer = spawn_writer(&p, &jobs, (paths, lines), writer, &window);
+    let writer = spawn_writer(&p, &jobs, (open, items), writer, &window);
     let writer = match writer {
         Ok(w) => w,
         Err(e) => {
@@ -622,7 +643,7 @@ fn start_compute(
 fn spawn_source(
     p: &Pipeline,
     jobs: &Arc<[Job]>,
-    (open, items): (Plan, Option<Arc<manifest::Items>>),
+    (open, items): (Arc<Plan>, Option<Arc<manifest::Items>>),
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<()>, Error> {
     let (feed, jobs) = (p.jobs().producer(), Arc::clone(jobs));
@@ -650,7 +671,7 @@ fn spawn_source(
 fn spawn_writer(
     p: &Arc<Pipeline>,
     jobs: &Arc<[Job]>,
-    (paths, lines): (Arc<PathTable>, Option<Arc<[u32]>>),
+    (open, items): (Arc<Plan>, Option<Arc<manifest::Items>>),
     writer: DatasetWriter,
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<Written>, Error> {
@@ -660,7 +681,7 @@ fn spawn_writer(
         .name("writer".into())
         .spawn(move || {
             let _release_source = CloseOnDrop(&window);
-            let r = write_all(writer, &jobs, (&paths, lines.as_deref()), &window, &p);
+            let r = write_all(writer, &jobs, (&open, items.as_deref()), &window, &p);
             if r.is_err() {
                 p.abort();
             }

@@ -49,6 +49,10 @@ pub enum Reject {
     /// A variable-length recipe has no row for it (shorter than one frame).
     #[error(transparent)]
     Frames(#[from] crate::frames::FrameError),
+    /// Too large to read whole, and its row cannot be computed in pieces
+    /// (`crate::long`), or a piece failed.
+    #[error(transparent)]
+    Long(#[from] crate::long::error::Error),
 }
 
 impl Reject {
@@ -89,6 +93,8 @@ impl Reject {
             Reject::Staging { .. } => RejectKind::TooLarge,
             Reject::Device(_) => RejectKind::Device,
             Reject::Frames(crate::frames::FrameError::TooShort { .. }) => RejectKind::TooShort,
+            Reject::Long(crate::long::error::Error::NotStreamable { .. }) => RejectKind::TooLarge,
+            Reject::Long(crate::long::error::Error::PartLength { .. }) => RejectKind::Changed,
         }
     }
 }
@@ -163,6 +169,16 @@ impl Rejection {
             path,
             kind: why.kind(),
             reason: why.to_string(),
+            line: None,
+        }
+    }
+
+    /// The rejection of a row refused while it was written in pieces.
+    pub fn refused(path: String, why: crate::model::Refusal) -> Rejection {
+        Rejection {
+            path,
+            kind: why.kind,
+            reason: why.reason,
             line: None,
         }
     }

@@ -528,6 +528,75 @@ impl Heads {
     }
 }
 
+/// One recording's header (WAV, FLAC) or seek index (MP3, Ogg, MP4), read
+/// once, for reading parts of it one after the other: a recording too long
+/// to hold whole is computed from parts of whole seconds (`crate::long`).
+pub struct Recording {
+    path: PathBuf,
+    heads: Heads,
+}
+
+impl Recording {
+    /// The header of the file at `path` (only a regular file is opened), or
+    /// None when it is not a container whose parts can be read alone.
+    pub fn open(path: &Path) -> Option<Recording> {
+        let mut heads = Heads::default();
+        let (head, bytes) = read_head(path);
+        if matches!(head, None | Some(Head::Whole)) {
+            return None;
+        }
+        heads.bytes = bytes;
+        heads.by_path.insert(path.to_path_buf(), head);
+        Some(Recording {
+            path: path.to_path_buf(),
+            heads,
+        })
+    }
+
+    fn head(&self) -> &Head {
+        match self.heads.by_path.get(&self.path) {
+            Some(Some(h)) => h,
+            _ => unreachable!("a Recording holds its head"),
+        }
+    }
+
+    /// The container's sample rate (a lossy stream's decoded rate).
+    pub fn sample_rate(&self) -> u32 {
+        match self.head() {
+            Head::Wav(h) => h.sample_rate,
+            Head::Flac(h) => h.sample_rate,
+            Head::Lossy(i) => i.sample_rate(),
+            Head::Whole => unreachable!("not opened"),
+        }
+    }
+
+    /// Frames the whole-file decode gives, where the container says: the
+    /// `data` chunk's, STREAMINFO's, or the lossy stream's stated length.
+    pub fn frames(&self) -> Option<u64> {
+        match self.head() {
+            Head::Wav(h) => Some(h.frames),
+            Head::Flac(h) => h.total_frames(),
+            Head::Lossy(i) => i.length(),
+            Head::Whole => unreachable!("not opened"),
+        }
+    }
+
+    /// Whether a part can be planned for `seg` without reading the file
+    /// (always, except a FLAC stream without seek points, whose frames are
+    /// searched for with small reads).
+    pub fn plans_in_memory(&self) -> bool {
+        !matches!(self.head(), Head::Flac(_))
+    }
+
+    /// The bytes that hold `seg` of the recording and the segment as the
+    /// decoder then applies to them ([`ReadRange`]: a rewritten header or
+    /// the stream's prefix, then the part's bytes); None when no part can
+    /// be cut there.
+    pub fn range(&mut self, seg: &Segment) -> Option<(ReadRange, Segment)> {
+        self.heads.range(&self.path.clone(), seg)
+    }
+}
+
 /// The frames of a FLAC file without seek points that `seg` needs, searched
 /// for with small reads of the file (`seek::bisect`), counted in `bytes`.
 fn search_flac(

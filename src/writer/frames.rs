@@ -30,6 +30,8 @@ use super::direct::raw;
 use super::h5::{Context, Header, PathColumn, create_1d, create_file, finish_file, write_attrs};
 use super::{Dtype, Error};
 use crate::frames::FrameLayout;
+use crate::model::Refusal;
+use super::sink::RowPieces;
 
 /// Frames per `features` chunk for rows of `layout` stored as `dtype`.
 pub fn chunk_frames(layout: &FrameLayout, dtype: Dtype) -> usize {
@@ -269,10 +271,44 @@ impl FrameBuf {
         label: i32,
         path: &str,
     ) -> Result<(), Error> {
-        let path = super::plan_error::storable("path", path)?;
         let (frames, trailer) = row.split_at(row.len() - self.trailer);
         let n = frames.len() / self.bins;
-        let length = i32::try_from(n).map_err(|_| super::PlanError::TooManyFrames { frames: n })?;
+        let path = self.check_row(n, path)?;
+        self.extend_frames(frames);
+        self.end_row(offset, n, trailer, label, path);
+        Ok(())
+    }
+
+    /// The stored path of a row of `frames` frames at `path`, or why it
+    /// cannot be stored.
+    fn check_row(&self, frames: usize, path: &str) -> Result<VarLenUnicode, Error> {
+        let path = super::plan_error::storable("path", path)?;
+        i32::try_from(frames).map_err(|_| super::PlanError::TooManyFrames { frames })?;
+        Ok(path)
+    }
+
+    /// Values per frame.
+    pub(super) fn bins(&self) -> usize {
+        self.bins
+    }
+
+    /// Ends a row of `frames` frames from file frame `offset`, whose frames
+    /// were appended with [`FrameBuf::extend_frames`].
+    pub(super) fn end_row_at(
+        &mut self,
+        offset: usize,
+        frames: usize,
+        trailer: &[f32],
+        label: i32,
+        path: &str,
+    ) -> Result<(), Error> {
+        let path = self.check_row(frames, path)?;
+        self.end_row(offset, frames, trailer, label, path);
+        Ok(())
+    }
+
+    /// Appends frames (`frames × bins` values) of the row under way.
+    pub(super) fn extend_frames(&mut self, frames: &[f32]) {
         match &mut self.values {
             MelBuf::F32(buf) => buf.extend_from_slice(frames),
             MelBuf::F16(buf) => {
@@ -281,12 +317,33 @@ impl FrameBuf {
                 crate::dsp::f16::narrow(&mut buf[start..], frames);
             }
         }
+    }
+
+    /// Ends the row whose `frames` frames start at file frame `offset`
+    /// (checked by [`FrameBuf::check_row`]).
+    fn end_row(
+        &mut self,
+        offset: usize,
+        frames: usize,
+        trailer: &[f32],
+        label: i32,
+        path: VarLenUnicode,
+    ) {
         self.offsets.push(offset as i64);
-        self.lengths.push(length);
+        self.lengths.push(frames as i32);
         self.pads.extend(trailer.first());
         self.labels.push(label);
         self.paths.push(path);
-        Ok(())
+    }
+
+    /// Forgets the buffered frames from buffer frame `at` on (a row given
+    /// up half-way).
+    pub(super) fn truncate_frames(&mut self, at: usize) {
+        let len = at * self.bins;
+        match &mut self.values {
+            MelBuf::F32(b) => b.truncate(len),
+            MelBuf::F16(b) => b.truncate(len),
+        }
     }
 
     pub(super) fn rows(&self) -> usize {
@@ -426,12 +483,90 @@ impl FrameSplit {
         if self.frames - self.frames_written >= self.chunk_frames {
             self.write_frames(false)?;
         }
+        self.rows_due()
+    }
+
+    /// Writes the per-row values once `chunk_files` rows are buffered.
+    fn rows_due(&mut self) -> Result<(), Error> {
         if self.buf.rows() >= self.chunk_files {
             self.ds
                 .write_rows(&self.partial, self.rows_written, &self.buf)?;
             self.rows_written += self.buf.rows();
             self.buf.clear_rows();
         }
+        Ok(())
+    }
+
+    /// Appends the row `row` hands over in pieces ([`RowPieces`]): whole
+    /// `features` chunks are written as they fill, so the row is never held
+    /// whole. A row refused half-way leaves the file as it was before it
+    /// (`Ok(Err(refusal))`); `piece` is the caller's buffer for the pieces.
+    pub(super) fn push_pieces(
+        &mut self,
+        row: &mut dyn RowPieces,
+        piece: &mut Vec<f32>,
+        label: i32,
+        path: &str,
+    ) -> Result<Result<usize, Refusal>, Error> {
+        let start = self.frames;
+        let stored = self.buf.check_row(0, path)?;
+        loop {
+            match row.next(piece) {
+                Ok(true) => {
+                    if !piece.len().is_multiple_of(self.buf.bins) {
+                        return Err(Error::FrameRowLength {
+                            split: self.partial.display().to_string(),
+                            seq: self.rows_written + self.buf.rows(),
+                            got: piece.len(),
+                            bins: self.buf.bins,
+                            trailer: 0,
+                        });
+                    }
+                    self.buf.extend_frames(piece);
+                    self.frames = self.frames_written + self.buf.buffered_frames();
+                    if self.frames - self.frames_written >= self.chunk_frames {
+                        self.write_frames(false)?;
+                    }
+                }
+                Ok(false) => break,
+                Err(refusal) => {
+                    self.give_up_row(start)?;
+                    return Ok(Err(refusal));
+                }
+            }
+        }
+        let frames = self.frames - start;
+        self.buf.check_row(frames, path)?;
+        self.buf.end_row(start, frames, row.trailer(), label, stored);
+        self.rows_due()?;
+        Ok(Ok(frames))
+    }
+
+    /// Takes the file back to frame `start`, where a row given up half-way
+    /// began: buffered frames are dropped, and where whole chunks of it were
+    /// written already, the frames before it in the first such chunk are
+    /// read back into the buffer, so the next rows' chunks overwrite them.
+    fn give_up_row(&mut self, start: usize) -> Result<(), Error> {
+        if start >= self.frames_written {
+            self.buf.truncate_frames(start - self.frames_written);
+        } else {
+            let at = start - start % self.chunk_frames;
+            let p = &self.partial;
+            let what = || format!("read back frames {at}..{start} of dataset `features`");
+            self.buf.clear_frames();
+            match &mut self.buf.values {
+                MelBuf::F32(v) => {
+                    let back = self.ds.features.read_slice_2d::<f32, _>((at..start, ..));
+                    v.extend(back.ctx(p, what)?.iter().copied());
+                }
+                MelBuf::F16(v) => {
+                    let back = self.ds.features.read_slice_2d::<f16, _>((at..start, ..));
+                    v.extend(back.ctx(p, what)?.iter().copied());
+                }
+            }
+            self.frames_written = at;
+        }
+        self.frames = start;
         Ok(())
     }
 

@@ -77,12 +77,13 @@ use std::path::PathBuf;
 
 use crate::dsp::Spec;
 use crate::frames::FrameLayout;
+use crate::model::Refusal;
 pub use crate::model::Dtype;
 use chunk::ChunkBuf;
 use frames::FrameSplit;
 use h5::{Header, SplitFile};
 pub use plan_error::PlanError;
-pub use sink::{Placed, Sink};
+pub use sink::{Placed, RowPieces, Sink, Streamed};
 
 /// The files of one split, in sorted path order; a file's index is its `seq`.
 #[derive(Clone, Debug)]
@@ -186,6 +187,8 @@ pub enum Error {
         bins: usize,
         trailer: usize,
     },
+    #[error("split `{split}`: seq {seq} came in pieces, which only variable-length rows do")]
+    PiecesOfFixedRow { split: String, seq: usize },
     #[error("split `{split}`: seq {seq} has a row of {got} values, expected {expected}")]
     RowLength {
         split: String,
@@ -238,6 +241,15 @@ pub struct DatasetWriter {
     failed: bool,
     /// Stored beside the rows (a manifest build's), when attached.
     meta: Option<meta::RowMeta>,
+    /// Rows written from pieces (or refused) not yet taken.
+    streamed: Vec<(usize, usize, Result<(), Refusal>)>,
+}
+
+/// One file's outcome as the build writer holds it until its turn.
+pub(crate) enum Arrived {
+    Row(Vec<f32>),
+    Skip,
+    Pieces(Box<dyn RowPieces>),
 }
 
 /// What a submitted row must look like.
@@ -288,13 +300,15 @@ impl SplitOut {
 
 /// One split's reorder state, chunk buffer and open file.
 struct SplitWriter {
+    /// Its index in the plan's splits.
+    index: usize,
     name: String,
     files: Vec<PlannedFile>,
     paths: std::sync::Arc<crate::source::PathTable>,
     /// Lowest seq not yet consumed; every seq below it is in the file or the chunk.
     next_seq: usize,
     /// Early arrivals (seq > next_seq), held until their turn.
-    pending: BTreeMap<usize, Option<Vec<f32>>>,
+    pending: BTreeMap<usize, Arrived>,
     out: SplitOut,
     /// The rows written, when metadata is attached (None: not recorded).
     kept: Option<Vec<meta::Kept>>,
@@ -361,6 +375,7 @@ impl DatasetWriter {
                 "Created a split file."
             );
             splits.push(SplitWriter {
+                index: splits.len(),
                 name: split.name,
                 files: split.files,
                 paths: std::sync::Arc::clone(&plan.paths),
@@ -375,6 +390,7 @@ impl DatasetWriter {
             rows,
             failed: false,
             meta: None,
+            streamed: Vec::new(),
         })
     }
 
@@ -401,6 +417,22 @@ impl DatasetWriter {
         seq: usize,
         row: Option<Vec<f32>>,
     ) -> Result<Vec<Vec<f32>>, Error> {
+        let arrived = match row {
+            Some(row) => Arrived::Row(row),
+            None => Arrived::Skip,
+        };
+        self.submit_arrived(split, seq, arrived)
+    }
+
+    /// [`DatasetWriter::submit`] of any outcome: a row in pieces is pulled
+    /// when its turn comes, and what became of it is then in
+    /// [`DatasetWriter::take_streamed`].
+    pub(crate) fn submit_arrived(
+        &mut self,
+        split: usize,
+        seq: usize,
+        row: Arrived,
+    ) -> Result<Vec<Vec<f32>>, Error> {
         if self.failed {
             return Err(Error::Failed);
         }
@@ -409,16 +441,16 @@ impl DatasetWriter {
             .splits
             .get_mut(split)
             .ok_or(Error::UnknownSplit { split, n_splits })?;
-        s.check(seq, row.as_deref(), &self.rows)?;
+        s.check(seq, &row, &self.rows)?;
         let mut recycled = Vec::new();
         if seq != s.next_seq {
             s.pending.insert(seq, row);
             return Ok(recycled);
         }
-        let rule = &self.rows;
-        let result = s.consume(row, rule, &mut recycled).and_then(|()| {
+        let (rule, streamed) = (&self.rows, &mut self.streamed);
+        let result = s.consume(row, rule, &mut recycled, streamed).and_then(|()| {
             while let Some(row) = s.pending.remove(&s.next_seq) {
-                s.consume(row, rule, &mut recycled)?;
+                s.consume(row, rule, &mut recycled, streamed)?;
             }
             Ok(())
         });
@@ -429,6 +461,12 @@ impl DatasetWriter {
                 Err(e)
             }
         }
+    }
+
+    /// What became of the rows handed over in pieces since the last call,
+    /// as (split, seq, written or refused), in the order they were written.
+    pub fn take_streamed(&mut self) -> Vec<(usize, usize, Result<(), Refusal>)> {
+        std::mem::take(&mut self.streamed)
     }
 
     /// Rows waiting in the reorder buffers of all splits (for telemetry).
@@ -523,7 +561,7 @@ fn remove_partial(p: &std::path::Path) {
 
 impl SplitWriter {
     /// Rejects a submission that would break the protocol, changing nothing.
-    fn check(&self, seq: usize, row: Option<&[f32]>, rule: &RowRule) -> Result<(), Error> {
+    fn check(&self, seq: usize, row: &Arrived, rule: &RowRule) -> Result<(), Error> {
         if seq >= self.files.len() {
             return Err(Error::SeqOutOfRange {
                 split: self.name.clone(),
@@ -538,21 +576,45 @@ impl SplitWriter {
             });
         }
         match row {
-            Some(row) => rule.check(&self.name, seq, row),
-            None => Ok(()),
+            Arrived::Row(row) => rule.check(&self.name, seq, row),
+            Arrived::Skip => Ok(()),
+            Arrived::Pieces(_) if matches!(rule, RowRule::Fixed(_)) => Err(Error::PiecesOfFixedRow {
+                split: self.name.clone(),
+                seq,
+            }),
+            Arrived::Pieces(_) => Ok(()),
         }
     }
 
     /// Consumes the outcome of `next_seq`, writing the chunk when it fills up.
     fn consume(
         &mut self,
-        row: Option<Vec<f32>>,
+        row: Arrived,
         rule: &RowRule,
         recycled: &mut Vec<Vec<f32>>,
+        streamed: &mut Vec<(usize, usize, Result<(), Refusal>)>,
     ) -> Result<(), Error> {
         let file = self.files[self.next_seq];
         self.next_seq += 1;
-        let Some(row) = row else { return Ok(()) };
+        let row = match row {
+            Arrived::Row(row) => row,
+            Arrived::Skip => return Ok(()),
+            Arrived::Pieces(mut pieces) => {
+                let seq = self.next_seq - 1;
+                let SplitOut::Frames(f) = &mut self.out else {
+                    unreachable!("checked on arrival: pieces are variable-length rows")
+                };
+                let mut piece = recycled.pop().unwrap_or_default();
+                let path = self.paths.get(file.path);
+                let r = f.push_pieces(pieces.as_mut(), &mut piece, file.label, path)?;
+                recycled.push(piece);
+                if let (Some(kept), Ok(frames)) = (&mut self.kept, &r) {
+                    kept.push((seq as u32, u32::try_from(*frames).unwrap_or(u32::MAX)));
+                }
+                streamed.push((self.index, seq, r.map(drop)));
+                return Ok(());
+            }
+        };
         if let Some(kept) = &mut self.kept {
             let frames = match rule {
                 RowRule::Fixed(_) => 0,

@@ -11,7 +11,37 @@
 //! shares; it is the only code that calls HDF5.
 
 use super::{DatasetWriter, Error};
+use crate::model::Refusal;
 use crate::source::Job;
+
+/// A row too long to hold whole (a recording streamed from disk,
+/// `crate::long`): the sink pulls its frames piece by piece when the row's
+/// turn comes, and appends each as it arrives. Only variable-length rows
+/// (`crate::frames`' row protocol) come in pieces.
+pub trait RowPieces: Send {
+    /// Replaces `out` with the row's next frames (`frames × bins` values);
+    /// `Ok(false)` once every frame was given. `Err`: the row cannot be
+    /// finished, and the sink drops what it appended of it.
+    fn next(&mut self, out: &mut Vec<f32>) -> Result<bool, Refusal>;
+
+    /// The row's trailer values (the row protocol's per-row scalars), asked
+    /// for after its last piece.
+    fn trailer(&self) -> &[f32] {
+        &[]
+    }
+}
+
+/// What became of a row handed over in pieces.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Streamed {
+    /// Written, as [`Sink::write`]'s row.
+    Written(Placed),
+    /// Held for ordering; the sink reports it later (the build writer's
+    /// [`DatasetWriter::take_streamed`]).
+    Held,
+    /// Refused half-way; nothing of it stays.
+    Refused(Refusal),
+}
 
 /// Where a written row landed, when the sink knows at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +66,14 @@ pub trait Sink {
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error>;
 
+    /// Writes the row of `file` that `row` gives in pieces.
+    fn write_pieces(
+        &mut self,
+        file: &Self::File,
+        row: Box<dyn RowPieces>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Streamed, Error>;
+
     /// Records that `file` has no row (it was rejected); rows that this
     /// releases (a reorder gap closing) are recycled like `write`'s.
     fn skip(&mut self, file: &Self::File, recycle: &mut Vec<Vec<f32>>) -> Result<(), Error>;
@@ -52,6 +90,17 @@ impl Sink for DatasetWriter {
     ) -> Result<Placed, Error> {
         recycle.extend(self.submit(file.split as usize, file.seq as usize, Some(row))?);
         Ok(Placed::Pending)
+    }
+
+    fn write_pieces(
+        &mut self,
+        file: &Job,
+        row: Box<dyn RowPieces>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Streamed, Error> {
+        let arrived = super::Arrived::Pieces(row);
+        recycle.extend(self.submit_arrived(file.split as usize, file.seq as usize, arrived)?);
+        Ok(Streamed::Held)
     }
 
     fn skip(&mut self, file: &Job, recycle: &mut Vec<Vec<f32>>) -> Result<(), Error> {

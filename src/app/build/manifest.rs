@@ -78,6 +78,11 @@ pub(super) struct Items {
 }
 
 impl Items {
+    /// Job `j`'s segment, if it has one.
+    pub fn segment(&self, j: &Job) -> Option<&Segment> {
+        self.segments[j.path as usize].as_ref()
+    }
+
     /// Puts job `j`'s segment and byte range on the read job.
     pub fn describe(&self, j: &Job, job: &mut ReadJob) {
         job.segment = self.segments[j.path as usize];

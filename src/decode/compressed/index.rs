@@ -173,6 +173,17 @@ impl Index {
         )
     }
 
+    /// Samples per second of the decoded stream.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// The whole-file decode's length in samples, where the stream says
+    /// (LAME tag, last granule position, MP4 track duration).
+    pub fn length(&self) -> Option<u64> {
+        self.length
+    }
+
     /// Bytes read to build it.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read

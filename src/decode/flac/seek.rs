@@ -87,6 +87,12 @@ pub fn head(head: &[u8], file_len: u64) -> Option<Head> {
 }
 
 impl Head {
+    /// The stream's length in frames, as STREAMINFO states it (None: 0,
+    /// "unknown").
+    pub fn total_frames(&self) -> Option<u64> {
+        (self.info.total_samples > 0).then_some(self.info.total_samples)
+    }
+
     /// The extent holding `seg` (its offset and duration), or None when
     /// it would be the whole file or the seek points are out of the file.
     pub fn extent(&self, seg: &Segment) -> Option<Extent> {

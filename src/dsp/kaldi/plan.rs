@@ -298,19 +298,30 @@ impl KaldiPlan {
     ) -> impl Iterator<Item = (Piece, std::ops::Range<usize>)> + '_ {
         let frames = self.num_frames(total);
         let step = frames_per_piece.max(1);
-        (0..frames).step_by(step).map(move |first| {
-            let run = first..(first + step).min(frames);
-            let (lo, hi) = run.clone().fold((usize::MAX, 0), |(lo, hi), f| {
-                let r = self.frame_samples(f, total);
-                (lo.min(r.start), hi.max(r.end))
-            });
-            let piece = Piece {
-                first_sample: lo,
-                total_samples: total,
-                frames: run,
-            };
-            (piece, lo..hi)
-        })
+        (0..frames)
+            .step_by(step)
+            .map(move |first| self.piece(total, first..(first + step).min(frames)))
+    }
+
+    /// The piece of the waveform of `total` samples that computes frames
+    /// `run` (within [`num_frames`](Self::num_frames)), and the samples its
+    /// frames read: one step of [`pieces`](Self::pieces), for a caller that
+    /// walks the frames itself (a recording streamed from disk).
+    pub fn piece(
+        &self,
+        total: usize,
+        run: std::ops::Range<usize>,
+    ) -> (Piece, std::ops::Range<usize>) {
+        let (lo, hi) = run.clone().fold((usize::MAX, 0), |(lo, hi), f| {
+            let r = self.frame_samples(f, total);
+            (lo.min(r.start), hi.max(r.end))
+        });
+        let piece = Piece {
+            first_sample: lo,
+            total_samples: total,
+            frames: run,
+        };
+        (piece, lo..hi)
     }
 
     /// Frame `f`'s window_size samples into `scratch.frame`, scaled and

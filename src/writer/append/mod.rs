@@ -48,6 +48,7 @@
 
 mod meta;
 mod names;
+mod pieces;
 mod recover;
 mod sink;
 mod splits;
@@ -324,26 +325,9 @@ impl Appender {
         row: &[f32],
         meta: Option<&str>,
     ) -> Result<usize, Error> {
-        if self.failed {
-            return Err(Error::Failed);
-        }
-        let n_labels = self.label_names.len();
-        if label != -1 && usize::try_from(label).is_ok_and(|l| l >= n_labels) || label < -1 {
-            return Err(Error::UnknownLabel {
-                file: self.path.clone(),
-                label,
-                n_labels,
-            });
-        }
+        self.check_target(rel_path, label)?;
         let index = self.rows();
         self.store.check(&self.path, index, row)?;
-        if rel_path.contains('\0') {
-            return Err(PlanError::Nul {
-                what: "path",
-                value: rel_path.to_string(),
-            }
-            .into());
-        }
         let entry = MetaColumn::entry(meta)?;
         // A full chunk is written before the row is taken, so a refusal for
         // lack of space leaves the row with the caller and nothing changed.
@@ -355,6 +339,29 @@ impl Appender {
         self.paths.push(rel_path);
         self.meta.push(&entry);
         Ok(index)
+    }
+
+    /// `Err` when a row cannot be appended for `rel_path` with `label`.
+    fn check_target(&self, rel_path: &str, label: i32) -> Result<(), Error> {
+        if self.failed {
+            return Err(Error::Failed);
+        }
+        let n_labels = self.label_names.len();
+        if label != -1 && usize::try_from(label).is_ok_and(|l| l >= n_labels) || label < -1 {
+            return Err(Error::UnknownLabel {
+                file: self.path.clone(),
+                label,
+                n_labels,
+            });
+        }
+        if rel_path.contains('\0') {
+            return Err(PlanError::Nul {
+                what: "path",
+                value: rel_path.to_string(),
+            }
+            .into());
+        }
+        Ok(())
     }
 
     /// Reserves the disk space that writing the buffered rows (and the next

@@ -48,16 +48,25 @@ use crossbeam_queue::ArrayQueue;
 use super::splits::{Dest, Splits};
 use crate::config::Config;
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
-use crate::writer::{Error, Placed, Sink};
+use crate::model::Refusal;
+use crate::writer::{Error, Placed, RowPieces, Sink, Streamed};
 
 /// Rows (and other commands) that may wait for the append thread: with the
 /// default row shape about 7.8 MB, four chunks of the default 64 rows.
 pub const QUEUE: usize = 256;
 
+/// The append thread's answer to a row in pieces.
+type PieceReply = Result<Result<usize, Refusal>, Error>;
+
 /// What the loop asks of the append thread.
 enum Cmd {
     Open { split: String, confirmed: usize },
     Append { dest: Dest, row: Vec<f32> },
+    /// Answered on its own channel: the row's index, or why it was refused.
+    AppendPieces {
+        dest: Dest,
+        row: Box<dyn RowPieces>,
+    },
     Flush,
     CloseAll,
     AbandonAll,
@@ -67,6 +76,8 @@ enum Cmd {
 pub struct AppendSink {
     tx: Option<SyncSender<Cmd>>,
     replies: Receiver<Result<usize, Error>>,
+    /// The answers to [`Cmd::AppendPieces`].
+    piece_replies: Receiver<PieceReply>,
     /// Row buffers the thread is done with, for [`Sink::write`]'s `recycle`.
     back: Arc<ArrayQueue<Vec<f32>>>,
     thread: Option<JoinHandle<()>>,
@@ -93,11 +104,15 @@ impl AppendSink {
         let splits = Splits::new(output_dir, cfg, input);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (reply_tx, replies) = mpsc::sync_channel(1);
+        let (piece_tx, piece_replies) = mpsc::sync_channel(1);
         let back = Arc::new(ArrayQueue::new(QUEUE));
         let thread_back = Arc::clone(&back);
         let thread = std::thread::Builder::new()
             .name("append".into())
-            .spawn(move || serve_commands(splits, &rx, &reply_tx, &thread_back, &telemetry))
+            .spawn(move || {
+                let replies = (&reply_tx, &piece_tx);
+                serve_commands(splits, &rx, replies, &thread_back, &telemetry)
+            })
             .map_err(|source| Error::Io {
                 path: output_dir.to_path_buf(),
                 action: "start the append thread for",
@@ -106,6 +121,7 @@ impl AppendSink {
         Ok(AppendSink {
             tx: Some(tx),
             replies,
+            piece_replies,
             back,
             thread: Some(thread),
             rows: HashMap::new(),
@@ -304,6 +320,44 @@ impl Sink for AppendSink {
         Ok(Placed::At { index })
     }
 
+    /// Waits for the append thread to write the whole row (serve's loop is
+    /// held meanwhile: a row in pieces is a recording too long to read
+    /// whole, computed while it is appended).
+    fn write_pieces(
+        &mut self,
+        file: &Dest,
+        row: Box<dyn RowPieces>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Streamed, Error> {
+        let Some(&index) = self.rows.get(&file.split) else {
+            return Err(super::splits::not_opened(&file.split));
+        };
+        if self.row_len.is_some() {
+            return Err(Error::PiecesOfFixedRow {
+                split: file.split.clone(),
+                seq: index,
+            });
+        }
+        self.send(Cmd::AppendPieces {
+            dest: file.clone(),
+            row,
+        })?;
+        let reply = match self.piece_replies.recv() {
+            Ok(r) => r?,
+            Err(_) => return Err(self.stopped()),
+        };
+        while let Some(r) = self.back.pop() {
+            recycle.push(r);
+        }
+        match reply {
+            Ok(_) => {
+                *self.rows.get_mut(&file.split).expect("checked above") += 1;
+                Ok(Streamed::Written(Placed::At { index }))
+            }
+            Err(refusal) => Ok(Streamed::Refused(refusal)),
+        }
+    }
+
     fn skip(&mut self, _file: &Dest, _recycle: &mut Vec<Vec<f32>>) -> Result<(), Error> {
         // Rows are in arrival order: a rejected file leaves no gap to close.
         Ok(())
@@ -314,7 +368,7 @@ impl Sink for AppendSink {
 fn serve_commands(
     mut sink: Splits,
     rx: &Receiver<Cmd>,
-    replies: &SyncSender<Result<usize, Error>>,
+    (replies, piece_replies): (&SyncSender<Result<usize, Error>>, &SyncSender<PieceReply>),
     back: &ArrayQueue<Vec<f32>>,
     telemetry: &Telemetry,
 ) {
@@ -332,6 +386,20 @@ fn serve_commands(
                 let _full = back.push(row);
                 if let Err(e) = r {
                     failure = Some(Some(e));
+                }
+                continue;
+            }
+            Cmd::AppendPieces { dest, mut row } => {
+                let r = taken(&mut failure).and_then(|()| {
+                    let mut piece = back.pop().unwrap_or_default();
+                    let r = local.time(Stage::Write, || {
+                        sink.append_pieces(&dest, row.as_mut(), &mut piece)
+                    });
+                    let _full = back.push(piece);
+                    r
+                });
+                if piece_replies.send(r).is_err() {
+                    break;
                 }
                 continue;
             }

@@ -185,4 +185,27 @@ impl Splits {
         };
         app.append_with_meta(&file.rel, label_id, row, file.meta.as_deref())
     }
+
+    /// [`Splits::append`] of a row in pieces (`Ok(Err(_))`: refused
+    /// half-way, nothing of it kept); `piece` is the buffer for them.
+    pub(super) fn append_pieces(
+        &mut self,
+        file: &Dest,
+        row: &mut dyn crate::writer::RowPieces,
+        piece: &mut Vec<f32>,
+    ) -> Result<Result<usize, crate::model::Refusal>, writer::Error> {
+        if let Some(l) = &file.label {
+            self.add_label(l)?;
+        }
+        let app = self
+            .appenders
+            .get_mut(&file.split)
+            .ok_or_else(|| not_opened(&file.split))?;
+        let label_id = match &file.label {
+            Some(l) => app.label_id(l)?,
+            None => -1,
+        };
+        let target = (file.rel.as_str(), label_id, file.meta.as_deref());
+        app.append_pieces(target, row, piece)
+    }
 }

@@ -233,6 +233,62 @@ impl Store {
         }
     }
 
+    /// The file frame the next row starts at (variable-length rows only).
+    pub(super) fn frames_end(&self) -> Result<usize, Error> {
+        match self {
+            Store::Frames { buf, frames, .. } => Ok(*frames + buf.buffered_frames()),
+            Store::Mel { .. } => Err(crate::writer::PlanError::LayoutMismatch.into()),
+        }
+    }
+
+    /// Buffers frames of the row under way (`frames × bins` values).
+    pub(super) fn extend_frames(&mut self, file: &Path, piece: &[f32]) -> Result<(), Error> {
+        match self {
+            Store::Frames { buf, .. } if piece.len().is_multiple_of(buf.bins()) => {
+                buf.extend_frames(piece);
+                Ok(())
+            }
+            Store::Frames { buf, .. } => Err(Error::FrameRowLength {
+                split: file.display().to_string(),
+                seq: usize::MAX,
+                got: piece.len(),
+                bins: buf.bins(),
+                trailer: 0,
+            }),
+            Store::Mel { .. } => Err(crate::writer::PlanError::LayoutMismatch.into()),
+        }
+    }
+
+    /// Ends the row under way, whose frames started at file frame `start`.
+    pub(super) fn end_row(
+        &mut self,
+        start: usize,
+        trailer: &[f32],
+        label: i32,
+        path: &str,
+    ) -> Result<(), Error> {
+        match self {
+            Store::Frames { buf, frames, .. } => {
+                let n = *frames + buf.buffered_frames() - start;
+                buf.end_row_at(start, n, trailer, label, path)
+            }
+            Store::Mel { .. } => Err(crate::writer::PlanError::LayoutMismatch.into()),
+        }
+    }
+
+    /// Forgets the frames of a row given up half-way, which started at file
+    /// frame `start`: written ones are overwritten by the next row's.
+    pub(super) fn give_up_row(&mut self, start: usize) {
+        if let Store::Frames { buf, frames, .. } = self {
+            if start >= *frames {
+                buf.truncate_frames(start - *frames);
+            } else {
+                buf.clear_frames();
+                *frames = start;
+            }
+        }
+    }
+
     /// Most bytes writing the buffered rows (`rows` of them, chunks of
     /// `chunk_rows`) can add to the file, strings aside.
     pub(super) fn bytes_to_write(&self, rows: usize, chunk_rows: usize, dtype_size: usize) -> u64 {

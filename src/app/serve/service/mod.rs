@@ -367,7 +367,16 @@ impl Service {
         let recheck = (self.serve.on_success == OnSuccess::Keep
             && (o.row.is_ok() || self.serve.quarantine_dir.is_none()))
         .then(|| (abs.clone(), stamp));
-        if o.row.is_ok() {
+        let long = pipeline::too_large(&o.row)
+            .then(|| self.pipeline.streamer())
+            .flatten()
+            .map(|streamer| pipeline::LongFile {
+                streamer,
+                path: &abs,
+                segment: None,
+                seed: o.job as u64,
+            });
+        if o.row.is_ok() || long.is_some() {
             let confirmed = self.journal.state().rows_of(&job.split);
             self.sink.open(&job.split, confirmed)?;
         }
@@ -375,12 +384,13 @@ impl Service {
             &mut self.sink,
             &job,
             &job.rel,
-            o.row,
+            (o.row, long),
             self.pipeline.free_rows(),
             &mut self.local,
             &self.telemetry,
         )?;
         match delivered {
+            Delivered::Held => unreachable!("the append sink writes a row in pieces at once"),
             Delivered::Row(placed) => {
                 let Placed::At { index } = placed else {
                     unreachable!("the append sink places every row at once")

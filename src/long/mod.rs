@@ -1,0 +1,283 @@
+//! Recordings too long to hold whole, computed in pieces.
+//!
+//! A whole-file item larger than `io.max_file_bytes` is not read into memory
+//! (the reader refuses it as too large, reading nothing). Under a Kaldi
+//! recipe (fbank, MFCC) its row is computed from parts of the recording
+//! instead, one after the other, by the sink's thread when the row's turn
+//! comes (`writer::RowPieces`), so at most one part of samples and one piece
+//! of frames are held whatever the recording's length:
+//!
+//! * **Parts** of [`PART_SECONDS`] seconds are read as the byte ranges a
+//!   manifest segment of those seconds reads (`source::manifest::Recording`:
+//!   a WAV's samples behind its rewritten header, a FLAC's frames from a seek
+//!   point or found by a search, an MP3's, Ogg's or MP4's frames from a
+//!   pre-roll) and decoded by the clip decoder as such a segment, which gives
+//!   the whole-file decode's samples bit for bit (docs/FORMAT.md,
+//!   "Manifests"). The part boundaries are whole seconds, so the samples cut
+//!   there are exact at any integer rate.
+//! * **Pieces** of [`PIECE_FRAMES`] frames are computed from the samples
+//!   their frames read (`KaldiPlan::piece`, window − shift samples of
+//!   overlap; snip_edges = false reflects at both ends of the whole
+//!   waveform, whose length is known up front), so every row value equals
+//!   the one-piece computation's bit for bit, the dither's noise included
+//!   (one scratch, seeded once, draws frame after frame).
+//!
+//! What cannot be streamed exactly stays a `too_large` rejection, with the
+//! reason: a recording at another rate than the recipe's (resampling runs
+//! over the whole signal), a container whose parts cannot be read alone, a
+//! stream that does not state its length, or a manifest segment (not a
+//! whole file) over the limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::compute::Reject;
+use crate::decode::clip::{self, ClipDecoder, Policy};
+use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
+use crate::frames::{FrameError, FrameRecipe, RecipePlan};
+use crate::model::{Refusal, Segment};
+use crate::reader;
+use crate::source::manifest::Recording;
+use crate::writer::RowPieces;
+
+pub mod error;
+pub use error::Error;
+
+/// Seconds of audio read and decoded at a time (16 kHz mono: 3.8 MB of
+/// samples).
+pub const PART_SECONDS: u32 = 60;
+
+/// Frames computed at a time (10 ms frames: one minute, 1.9 MB of an
+/// 80-bin row).
+pub const PIECE_FRAMES: usize = 6000;
+
+/// What streams the rows of one run: the Kaldi plan and the decoding
+/// policy, shared by the sink's thread for every long recording.
+#[derive(Debug)]
+pub struct Streamer {
+    plan: Arc<KaldiPlan>,
+    policy: Policy,
+    rate: u32,
+    recipe: String,
+}
+
+impl Streamer {
+    /// The streamer for `recipe`, when its rows can be computed in pieces
+    /// (Kaldi fbank and MFCC); None for Whisper, librosa and test recipes.
+    pub fn for_recipe(recipe: Option<&Arc<dyn FrameRecipe>>, policy: Policy) -> Option<Streamer> {
+        let recipe = recipe?;
+        let RecipePlan::Kaldi(plan) = recipe.plan() else {
+            return None;
+        };
+        let layout = recipe.layout();
+        Some(Streamer {
+            plan,
+            policy,
+            rate: layout.sample_rate,
+            recipe: layout.recipe.clone(),
+        })
+    }
+
+    /// The row of the recording at `path`, whose whole-file read was refused
+    /// as `why` (too large), as pieces; `seg` is a manifest item's (its
+    /// channel and stated duration), `seed` the file's dither seed (its job
+    /// id, as the workers use). Reads the recording's header (or seek index)
+    /// and decodes its first part, so a file that is not what it claims is
+    /// rejected here rather than half-way through its row.
+    pub fn open(
+        &self,
+        path: &Path,
+        why: &reader::Error,
+        seg: Option<&Segment>,
+        seed: u64,
+    ) -> Result<LongRow, Reject> {
+        let (size, limit) = match why {
+            reader::Error::TooLarge { size, limit } => (*size, *limit),
+            _ => unreachable!("only a file refused as too large is streamed"),
+        };
+        let refuse = |why: String| Reject::Long(Error::NotStreamable { size, limit, why });
+        if seg.is_some_and(|s| !s.is_whole()) {
+            return Err(refuse(
+                "it is a segment of the recording, and only whole recordings are".into(),
+            ));
+        }
+        let mut rec = Recording::open(path).ok_or_else(|| {
+            refuse(
+                "it is not a WAV, FLAC, MP3, Ogg or MP4 recording whose parts can be read \
+                 alone"
+                    .into(),
+            )
+        })?;
+        let rate = rec.sample_rate();
+        if rate != self.rate {
+            return Err(refuse(format!(
+                "it is at {rate} Hz and {} computes at {} Hz: resampling runs over the whole \
+                 signal",
+                self.recipe, self.rate
+            )));
+        }
+        let total = rec.frames().ok_or_else(|| {
+            refuse("the stream does not state its length (STREAMINFO, LAME tag, granule)".into())
+        })?;
+        let total = usize::try_from(total).map_err(|_| refuse("its length overflows".into()))?;
+        if let Some(stated) = seg.and_then(|s| s.expect_s) {
+            let file_s = total as f64 / f64::from(rate);
+            if (file_s - stated).abs() > Segment::DURATION_TOLERANCE_S {
+                return Err(clip::Error::DurationMismatch { stated, file_s }.into());
+            }
+        }
+        if let Err(e) = self.plan.check_length(total) {
+            return Err(Reject::Frames(FrameError::TooShort {
+                recipe: self.recipe.clone(),
+                samples: e.samples,
+                min_samples: e.min_samples,
+            }));
+        }
+        let parts = total.div_ceil(part_samples(rate));
+        if rec.plans_in_memory() {
+            for k in 0..parts {
+                if rec.range(&part(k, seg)).is_none() {
+                    return Err(refuse(format!(
+                        "its part at {} s cannot be read alone",
+                        k * PART_SECONDS as usize
+                    )));
+                }
+            }
+        }
+        let mut scratch = self.plan.scratch();
+        scratch.seed(seed);
+        let mut row = LongRow {
+            path: path.to_path_buf(),
+            rec,
+            channel: seg.and_then(|s| s.channel),
+            decoder: ClipDecoder::new(rate, self.policy),
+            plan: Arc::clone(&self.plan),
+            scratch,
+            rate,
+            total,
+            frames: self.plan.num_frames(total),
+            next_frame: 0,
+            samples: Vec::new(),
+            samples_from: 0,
+            parts_read: 0,
+            bytes: Vec::new(),
+            part: Vec::new(),
+        };
+        row.read_part()?;
+        Ok(row)
+    }
+}
+
+/// Samples in one part at `rate`.
+fn part_samples(rate: u32) -> usize {
+    PART_SECONDS as usize * rate as usize
+}
+
+/// The segment of part `k`: whole seconds, so its samples are exact.
+fn part(k: usize, item: Option<&Segment>) -> Segment {
+    Segment {
+        offset_s: (k * PART_SECONDS as usize) as f64,
+        duration_s: Some(f64::from(PART_SECONDS)),
+        channel: item.and_then(|s| s.channel),
+        ..Segment::default()
+    }
+}
+
+/// One long recording's row, computed piece by piece ([`RowPieces`]).
+pub struct LongRow {
+    path: PathBuf,
+    rec: Recording,
+    channel: Option<u16>,
+    decoder: ClipDecoder,
+    plan: Arc<KaldiPlan>,
+    scratch: KaldiScratch,
+    rate: u32,
+    /// Samples of the whole waveform.
+    total: usize,
+    /// Frames of the row.
+    frames: usize,
+    next_frame: usize,
+    /// Decoded samples from `samples_from` on.
+    samples: Vec<f32>,
+    samples_from: usize,
+    parts_read: usize,
+    bytes: Vec<u8>,
+    part: Vec<f32>,
+}
+
+impl std::fmt::Debug for LongRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LongRow")
+            .field("path", &self.path)
+            .field("total", &self.total)
+            .field("frames", &self.frames)
+            .field("next_frame", &self.next_frame)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LongRow {
+    /// Frames of the whole row.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Reads and decodes the next part onto the held samples.
+    fn read_part(&mut self) -> Result<(), Reject> {
+        let k = self.parts_read;
+        let at = k * part_samples(self.rate);
+        let expected = part_samples(self.rate).min(self.total - at);
+        let seg = Segment {
+            channel: self.channel,
+            ..part(k, None)
+        };
+        let at_s = (k * PART_SECONDS as usize) as u64;
+        let (range, cut) = self.rec.range(&seg).ok_or(Error::PartLength {
+            at_s,
+            got: 0,
+            expected,
+        })?;
+        reader::read_range(&self.path, &range, &mut self.bytes)?;
+        self.decoder
+            .decode_natural_segment(&self.bytes, Some(&cut), None, &mut self.part)?;
+        if self.part.len() != expected {
+            return Err(Error::PartLength {
+                at_s,
+                got: self.part.len(),
+                expected,
+            }
+            .into());
+        }
+        self.samples.extend_from_slice(&self.part);
+        self.parts_read += 1;
+        Ok(())
+    }
+
+    /// The next piece's frames into `out`; false once the row is complete.
+    fn piece(&mut self, out: &mut Vec<f32>) -> Result<bool, Reject> {
+        if self.next_frame >= self.frames {
+            out.clear();
+            return Ok(false);
+        }
+        let run = self.next_frame..(self.next_frame + PIECE_FRAMES).min(self.frames);
+        let (piece, need) = self.plan.piece(self.total, run.clone());
+        // Samples before this piece's are never read again.
+        let drop = need.start.saturating_sub(self.samples_from).min(self.samples.len());
+        self.samples.drain(..drop);
+        self.samples_from += drop;
+        while self.samples_from + self.samples.len() < need.end {
+            self.read_part()?;
+        }
+        let from = need.start - self.samples_from;
+        self.plan
+            .compute_piece(&self.samples[from..], &piece, &mut self.scratch, out);
+        self.next_frame = run.end;
+        Ok(true)
+    }
+}
+
+impl RowPieces for LongRow {
+    fn next(&mut self, out: &mut Vec<f32>) -> Result<bool, Refusal> {
+        self.piece(out).map_err(|why| Refusal::of(why.kind(), &why))
+    }
+}
