@@ -41,7 +41,7 @@ use crate::reader::{self, Loaded, ReadJob, ReaderStage};
 use crate::runtime::pin::{self, PinPolicy, Placement};
 use crate::runtime::ring::{Ring, RingStats};
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
-use crate::long::Streamer;
+use crate::long::{Opened, Streamer};
 use crate::model::Segment;
 use crate::writer::{self, RowPieces, Sink, Streamed};
 
@@ -372,7 +372,8 @@ impl Pipeline {
             policy: cfg.input.policy,
             frames: crate::recipes::frame_recipe(cfg),
         };
-        let streamer = Streamer::for_recipe(wiring.frames.as_ref(), cfg.input.policy);
+        let plan = Arc::new(Plan::new(&cfg.spec));
+        let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);
         let engine = match readers.engine() {
             Engine::Uring => "uring",
             Engine::Std => "std",
@@ -399,7 +400,7 @@ impl Pipeline {
             readers,
             pending: Mutex::new(Some(PendingCompute {
                 cfg: cfg.clone(),
-                plan: Arc::new(Plan::new(&cfg.spec)),
+                plan,
                 wiring,
             })),
             compute: Mutex::new(None),
@@ -589,7 +590,7 @@ pub fn deliver<S: Sink>(
             match local.time(Stage::Decode, || {
                 l.streamer.open(l.path, &why, l.segment, l.seed)
             }) {
-                Ok(pieces) => {
+                Ok(Opened::Pieces(pieces)) => {
                     tracing::info!(
                         path = rel_path,
                         frames = pieces.frames(),
@@ -602,6 +603,7 @@ pub fn deliver<S: Sink>(
                     }
                     return d;
                 }
+                Ok(Opened::Row(row)) => Ok(row),
                 Err(reject) => Err(reject),
             }
         }

@@ -29,10 +29,14 @@
 //! whole file) over the limit.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::compute::Reject;
+use crate::compute::cpu::{HostFrames, HostMel};
+use crate::dsp::Plan;
+use crate::runtime::telemetry::Local;
 use crate::decode::clip::{self, ClipDecoder, Policy};
+use crate::decode::policy::Resample;
 use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
 use crate::frames::{FrameError, FrameRecipe, RecipePlan};
 use crate::model::{Refusal, Segment};
@@ -51,27 +55,85 @@ pub const PART_SECONDS: u32 = 60;
 /// 80-bin row).
 pub const PIECE_FRAMES: usize = 6000;
 
-/// What streams the rows of one run: the Kaldi plan and the decoding
-/// policy, shared by the sink's thread for every long recording.
-#[derive(Debug)]
+/// What computes the rows of one run's long recordings, on the sink's
+/// thread: Kaldi rows in pieces, or the row of a recipe that reads only a
+/// recording's first seconds (librosa's clip, Whisper's 30 s) from them.
 pub struct Streamer {
-    plan: Arc<KaldiPlan>,
+    how: How,
     policy: Policy,
     rate: u32,
     recipe: String,
 }
 
+enum How {
+    /// Kaldi fbank and MFCC: every frame, in pieces.
+    Pieces(Arc<KaldiPlan>),
+    /// A row of the first `seconds` of the recording, computed as the
+    /// workers compute it (the host is made at the first such file).
+    First {
+        seconds: u32,
+        host: Mutex<Option<Host>>,
+        make: Box<dyn Fn() -> Host + Send + Sync>,
+    },
+}
+
+/// The workers' computing state for a row of the first seconds.
+enum Host {
+    Mel(HostMel, Arc<Plan>),
+    Frames(HostFrames),
+}
+
+impl std::fmt::Debug for Streamer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamer")
+            .field("recipe", &self.recipe)
+            .field("rate", &self.rate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Streamer::open`] makes of a long recording.
+pub enum Opened {
+    /// Its row, to be pulled piece by piece.
+    Pieces(LongRow),
+    /// Its whole row (a recipe that reads only its first seconds).
+    Row(Vec<f32>),
+}
+
 impl Streamer {
-    /// The streamer for `recipe`, when its rows can be computed in pieces
-    /// (Kaldi fbank and MFCC); None for Whisper, librosa and test recipes.
-    pub fn for_recipe(recipe: Option<&Arc<dyn FrameRecipe>>, policy: Policy) -> Option<Streamer> {
-        let recipe = recipe?;
-        let RecipePlan::Kaldi(plan) = recipe.plan() else {
-            return None;
+    /// The streamer of a run of `recipe` (None: librosa's `plan`) under
+    /// `policy`: Kaldi rows in pieces, Whisper's and librosa's rows from the
+    /// first seconds they read; None for a recipe it does not know (tests').
+    pub fn for_recipe(
+        recipe: Option<&Arc<dyn FrameRecipe>>,
+        plan: &Arc<Plan>,
+        policy: Policy,
+    ) -> Option<Streamer> {
+        let Some(recipe) = recipe else {
+            let spec = plan.spec();
+            let plan = Arc::clone(plan);
+            return Some(Streamer {
+                how: first_seconds(spec.clip_samples(), spec.sample_rate, move || {
+                    Host::Mel(HostMel::new(&plan, policy), Arc::clone(&plan))
+                }),
+                policy,
+                rate: spec.sample_rate,
+                recipe: "librosa".into(),
+            });
         };
         let layout = recipe.layout();
+        let how = match (recipe.plan(), layout.max_samples) {
+            (RecipePlan::Kaldi(plan), _) => How::Pieces(plan),
+            (RecipePlan::Whisper(_), Some(max)) => {
+                let recipe = Arc::clone(recipe);
+                first_seconds(max, layout.sample_rate, move || {
+                    Host::Frames(HostFrames::new(recipe.as_ref(), policy))
+                })
+            }
+            _ => return None,
+        };
         Some(Streamer {
-            plan,
+            how,
             policy,
             rate: layout.sample_rate,
             recipe: layout.recipe.clone(),
@@ -90,7 +152,7 @@ impl Streamer {
         why: &reader::Error,
         seg: Option<&Segment>,
         seed: u64,
-    ) -> Result<LongRow, Reject> {
+    ) -> Result<Opened, Reject> {
         let (size, limit) = match why {
             reader::Error::TooLarge { size, limit } => (*size, *limit),
             _ => unreachable!("only a file refused as too large is streamed"),
@@ -109,13 +171,45 @@ impl Streamer {
             )
         })?;
         let rate = rec.sample_rate();
-        if rate != self.rate {
+        // With resampling off, the decoder refuses the rate as for any file.
+        if rate != self.rate && self.policy.resample != Resample::Off {
             return Err(refuse(format!(
                 "it is at {rate} Hz and {} computes at {} Hz: resampling runs over the whole \
                  signal",
                 self.recipe, self.rate
             )));
         }
+        let plan = match &self.how {
+            How::Pieces(plan) => plan,
+            How::First {
+                seconds,
+                host,
+                make,
+            } => {
+                let first = Segment {
+                    offset_s: 0.0,
+                    duration_s: Some(f64::from(*seconds)),
+                    channel: seg.and_then(|s| s.channel),
+                    ..Segment::default()
+                };
+                let (range, cut) = rec.range(&first).ok_or_else(|| {
+                    refuse("its first seconds cannot be read alone".into())
+                })?;
+                let mut bytes = Vec::new();
+                reader::read_range(path, &range, &mut bytes)?;
+                let mut host = host.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let host = host.get_or_insert_with(make);
+                let (mut row, mut local) = (Vec::new(), Local::default());
+                match host {
+                    Host::Mel(h, plan) => {
+                        row.resize(plan.spec().row_len(), 0.0);
+                        h.segment_row(plan, &bytes, Some(&cut), &mut row, &mut local)?;
+                    }
+                    Host::Frames(h) => h.row(&bytes, Some(&cut), seed, &mut row, &mut local)?,
+                }
+                return Ok(Opened::Row(row));
+            }
+        };
         let total = rec.frames().ok_or_else(|| {
             refuse("the stream does not state its length (STREAMINFO, LAME tag, granule)".into())
         })?;
@@ -126,7 +220,7 @@ impl Streamer {
                 return Err(clip::Error::DurationMismatch { stated, file_s }.into());
             }
         }
-        if let Err(e) = self.plan.check_length(total) {
+        if let Err(e) = plan.check_length(total) {
             return Err(Reject::Frames(FrameError::TooShort {
                 recipe: self.recipe.clone(),
                 samples: e.samples,
@@ -144,18 +238,18 @@ impl Streamer {
                 }
             }
         }
-        let mut scratch = self.plan.scratch();
+        let mut scratch = plan.scratch();
         scratch.seed(seed);
         let mut row = LongRow {
             path: path.to_path_buf(),
             rec,
             channel: seg.and_then(|s| s.channel),
             decoder: ClipDecoder::new(rate, self.policy),
-            plan: Arc::clone(&self.plan),
+            plan: Arc::clone(plan),
             scratch,
             rate,
             total,
-            frames: self.plan.num_frames(total),
+            frames: plan.num_frames(total),
             next_frame: 0,
             samples: Vec::new(),
             samples_from: 0,
@@ -164,7 +258,16 @@ impl Streamer {
             part: Vec::new(),
         };
         row.read_part()?;
-        Ok(row)
+        Ok(Opened::Pieces(row))
+    }
+}
+
+/// [`How::First`] of a recipe that reads `samples` samples at `rate`.
+fn first_seconds(samples: usize, rate: u32, make: impl Fn() -> Host + Send + Sync + 'static) -> How {
+    How::First {
+        seconds: u32::try_from(samples.div_ceil(rate.max(1) as usize)).unwrap_or(u32::MAX),
+        host: Mutex::new(None),
+        make: Box::new(make),
     }
 }
 
