@@ -11,6 +11,7 @@ mod golden;
 mod house;
 mod input;
 mod interrupt;
+mod long;
 mod manifest;
 mod manifest_hostile;
 mod manifest_spill;

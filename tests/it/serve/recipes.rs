@@ -84,3 +84,57 @@ fn kaldi_rows_survive_kill_9_and_equal_a_cpu_build(stage: Stage) {
         assert!(same, "{p}: serve's row differs from the build's");
     }
 }
+
+both_stages!(a_recording_over_the_size_limit_is_streamed_once_through_kill_9);
+/// A recording over `io.max_file_bytes` dropped for serve is computed in
+/// pieces on the append thread; serve is killed with SIGKILL while it may be
+/// half-way through the row, and after the restart the file has exactly one
+/// row, equal bit for bit to a build that read the file whole.
+fn a_recording_over_the_size_limit_is_streamed_once_through_kill_9(stage: Stage) {
+    use crate::manifest::{pcm16, signal};
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus_dir = tmp.path().join("long");
+    let files = [
+        ("x/long.wav", pcm16(&signal(16_000 * 900, 1, 21), 1, 16_000)),
+        ("x/short.wav", pcm16(&signal(16_000 * 4, 1, 22), 1, 16_000)),
+    ];
+    for (rel, bytes) in &files {
+        crate::common::put(&corpus_dir, rel, bytes);
+    }
+    let recipe = "[features]\nrecipe = \"kaldi-fbank\"\n";
+    let limit = "[io]\nmax_file_bytes = 1048576\n";
+    let mut svc = Svc::with_stage(stage, 50, &format!("{recipe}{limit}"));
+    svc.start();
+    svc.drop_file(files[0].0, &files[0].1);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    svc.kill9();
+    svc.start();
+    svc.drop_file(files[1].0, &files[1].1);
+    svc.wait_rows(2);
+    svc.shutdown();
+    let got = crate::common::frame_rows(&svc.out);
+    assert_eq!(
+        got.keys().cloned().collect::<Vec<_>>(),
+        ["x/long.wav", "x/short.wav"],
+        "every file exactly once"
+    );
+    let cfg = tmp.path().join("recipe.toml");
+    std::fs::write(&cfg, recipe).unwrap();
+    let out = tmp.path().join("built");
+    let o = Command::new(BIN)
+        .env_remove(melforge::compute::HOST_DOUBLE_ENV)
+        .args(["build", "--backend", "cpu", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .arg(&corpus_dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = crate::common::frame_rows(&out);
+    for (p, row) in &got {
+        let same = row.len() == want[p].len()
+            && row.iter().zip(&want[p]).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{p}: serve's row differs from the build's");
+    }
+}
