@@ -49,10 +49,10 @@ pub mod config;
 pub mod decode;
 pub mod dsp;
 pub mod frames;
-pub mod long;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod long;
 pub mod model;
 pub mod pipeline;
 pub mod reader;

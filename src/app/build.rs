@@ -33,20 +33,22 @@ use crate::app::interrupt::{self, Stopped};
 use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
-use crate::compute::{self, Reject, Rejection, cuda};
+use crate::compute::{self, Rejection, cuda};
 use crate::config::{Backend, Config, Direct};
-use crate::pipeline::{self, Delivered, Pipeline};
+use crate::pipeline::{self, Pipeline};
 use crate::reader::{ReadJob, cache};
-use crate::runtime::telemetry::{Local, Report, Telemetry};
-use crate::runtime::window::{CloseOnDrop, Window};
+use crate::runtime::telemetry::{Report, Telemetry};
+use crate::runtime::window::Window;
 use crate::source::manifest::SpillDir;
 use crate::source::{self, Job, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
 mod manifest;
 mod rejections;
+mod write;
 pub use manifest::Input;
 use rejections::{add_walk_rejections, walk_rejection, write_rejections};
+use write::spawn_writer;
 
 /// A fatal problem: the run cannot complete.
 #[derive(Debug, thiserror::Error)]
@@ -187,75 +189,6 @@ fn output_plan(
         extra_attrs,
         frames: crate::recipes::frame_layout(cfg),
     }
-}
-
-/// The writer thread's loop: every outcome into the sink, in arrival order
-/// (the writer reorders rows). A device failure aborts the graph.
-fn write_all(
-    mut w: DatasetWriter,
-    jobs: &[Job],
-    (open, items): (&Plan, Option<&manifest::Items>),
-    window: &Window,
-    p: &Pipeline,
-) -> Written {
-    let mut local = Local::default();
-    let mut rejected = Vec::new();
-    let telemetry = p.telemetry();
-    let line = |j: &Job| items.map(|i| u64::from(i.lines[j.path as usize]));
-    // Jobs are in (split, seq) order: the first job of each split.
-    let mut split_start = vec![jobs.len(); open.splits.len()];
-    for (i, j) in jobs.iter().enumerate().rev() {
-        split_start[j.split as usize] = i;
-    }
-    while let Some(o) = p.outcomes().pop() {
-        if let Err(Reject::Device(why)) = &o.row {
-            p.abort();
-            return Ok(Err(Halt::Gpu(Arc::clone(why))));
-        }
-        window.received(o.job);
-        let j = &jobs[o.job];
-        let path = pipeline::too_large(&o.row).then(|| open.open_path(j));
-        let long = p.streamer().zip(path.as_deref()).map(|(streamer, path)| pipeline::LongFile {
-            streamer,
-            path,
-            segment: items.and_then(|i| i.segment(j)),
-            seed: o.job as u64,
-        });
-        let d = pipeline::deliver(
-            &mut w,
-            j,
-            open.paths.get(j.path),
-            (o.row, long),
-            p.free_rows(),
-            &mut local,
-            telemetry,
-        )?;
-        if let Delivered::Rejected(mut r) = d {
-            r.line = line(j);
-            rejected.push(r);
-        }
-        for (split, seq, written) in w.take_streamed() {
-            let j = &jobs[split_start[split] + seq];
-            local.file_done(written.as_ref().map(drop).map_err(|why| why.kind), telemetry);
-            if let Err(why) = written {
-                let mut r = Rejection::refused(open.paths.get(j.path).to_string(), why);
-                r.line = line(j);
-                rejected.push(r);
-            }
-        }
-        if o.job == jobs.len() / 2 {
-            interrupt::checkpoint("writing");
-        }
-    }
-    local.publish(telemetry);
-    if interrupt::requested().is_some() {
-        return Ok(Err(Halt::Signal)); // dropping `w` unfinished deletes its .partial files
-    }
-    let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
-    local.publish(telemetry);
-    interrupt::checkpoint("finished");
-    rejected.sort_by(|a, b| (a.line, &a.path).cmp(&(b.line, &b.path)));
-    Ok(Ok((report?, rejected)))
 }
 
 /// Runs a whole build of `input` into `out`.
@@ -665,29 +598,6 @@ fn spawn_source(
             }
         })
         .map_err(|e| Error::Spawn("source", e))
-}
-
-/// The sink: one writer thread.
-fn spawn_writer(
-    p: &Arc<Pipeline>,
-    jobs: &Arc<[Job]>,
-    (open, items): (Arc<Plan>, Option<Arc<manifest::Items>>),
-    writer: DatasetWriter,
-    window: &Arc<Window>,
-) -> Result<std::thread::JoinHandle<Written>, Error> {
-    let (p, jobs) = (Arc::clone(p), Arc::clone(jobs));
-    let window = Arc::clone(window);
-    std::thread::Builder::new()
-        .name("writer".into())
-        .spawn(move || {
-            let _release_source = CloseOnDrop(&window);
-            let r = write_all(writer, &jobs, (&open, items.as_deref()), &window, &p);
-            if r.is_err() {
-                p.abort();
-            }
-            r
-        })
-        .map_err(|e| Error::Spawn("writer", e))
 }
 
 /// Shows progress until the writer is done, then joins every thread and

@@ -31,7 +31,9 @@ pub struct RawIo {
     pub queue_depth: Option<usize>,
     /// O_DIRECT: true, false or "auto"; default [`defaults::io::DIRECT`].
     pub direct: Option<RawDirect>,
-    /// Files larger than this are rejected without being read; default
+    /// Files larger than this are not read whole: their rows are computed
+    /// from parts of them where the recipe allows (`crate::long`), else
+    /// they are rejected without being read; default
     /// [`defaults::io::MAX_FILE_BYTES`].
     pub max_file_bytes: Option<u64>,
     /// Size of the read buffer arena (ring engine); default: sized for the

@@ -20,4 +20,3 @@ pub enum Error {
         expected: usize,
     },
 }
-

@@ -33,14 +33,14 @@ use std::sync::{Arc, Mutex};
 
 use crate::compute::Reject;
 use crate::compute::cpu::{HostFrames, HostMel};
-use crate::dsp::Plan;
-use crate::runtime::telemetry::Local;
 use crate::decode::clip::{self, ClipDecoder, Policy};
 use crate::decode::policy::Resample;
+use crate::dsp::Plan;
 use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
 use crate::frames::{FrameError, FrameRecipe, RecipePlan};
 use crate::model::{Refusal, Segment};
 use crate::reader;
+use crate::runtime::telemetry::Local;
 use crate::source::manifest::Recording;
 use crate::writer::RowPieces;
 
@@ -72,7 +72,7 @@ enum How {
     /// workers compute it (the host is made at the first such file).
     First {
         seconds: u32,
-        host: Mutex<Option<Host>>,
+        host: Mutex<Option<Box<Host>>>,
         make: Box<dyn Fn() -> Host + Send + Sync>,
     },
 }
@@ -95,7 +95,7 @@ impl std::fmt::Debug for Streamer {
 /// What [`Streamer::open`] makes of a long recording.
 pub enum Opened {
     /// Its row, to be pulled piece by piece.
-    Pieces(LongRow),
+    Pieces(Box<LongRow>),
     /// Its whole row (a recipe that reads only its first seconds).
     Row(Vec<f32>),
 }
@@ -179,8 +179,8 @@ impl Streamer {
                 self.recipe, self.rate
             )));
         }
-        let plan = match &self.how {
-            How::Pieces(plan) => plan,
+        match &self.how {
+            How::Pieces(plan) => self.pieces(plan, (path, rec), seg, seed, &refuse),
             How::First {
                 seconds,
                 host,
@@ -192,24 +192,39 @@ impl Streamer {
                     channel: seg.and_then(|s| s.channel),
                     ..Segment::default()
                 };
-                let (range, cut) = rec.range(&first).ok_or_else(|| {
-                    refuse("its first seconds cannot be read alone".into())
-                })?;
+                let (range, cut) = rec
+                    .range(&first)
+                    .ok_or_else(|| refuse("its first seconds cannot be read alone".into()))?;
                 let mut bytes = Vec::new();
                 reader::read_range(path, &range, &mut bytes)?;
-                let mut host = host.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let host = host.get_or_insert_with(make);
+                let mut host = host
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let host = host.get_or_insert_with(|| Box::new(make()));
                 let (mut row, mut local) = (Vec::new(), Local::default());
-                match host {
+                match host.as_mut() {
                     Host::Mel(h, plan) => {
                         row.resize(plan.spec().row_len(), 0.0);
                         h.segment_row(plan, &bytes, Some(&cut), &mut row, &mut local)?;
                     }
                     Host::Frames(h) => h.row(&bytes, Some(&cut), seed, &mut row, &mut local)?,
                 }
-                return Ok(Opened::Row(row));
+                Ok(Opened::Row(row))
             }
-        };
+        }
+    }
+
+    /// [`Streamer::open`] of a Kaldi row: the recording's length and parts
+    /// checked, its first part read.
+    fn pieces(
+        &self,
+        plan: &Arc<KaldiPlan>,
+        (path, mut rec): (&Path, Recording),
+        seg: Option<&Segment>,
+        seed: u64,
+        refuse: &dyn Fn(String) -> Reject,
+    ) -> Result<Opened, Reject> {
+        let rate = rec.sample_rate();
         let total = rec.frames().ok_or_else(|| {
             refuse("the stream does not state its length (STREAMINFO, LAME tag, granule)".into())
         })?;
@@ -258,12 +273,16 @@ impl Streamer {
             part: Vec::new(),
         };
         row.read_part()?;
-        Ok(Opened::Pieces(row))
+        Ok(Opened::Pieces(Box::new(row)))
     }
 }
 
 /// [`How::First`] of a recipe that reads `samples` samples at `rate`.
-fn first_seconds(samples: usize, rate: u32, make: impl Fn() -> Host + Send + Sync + 'static) -> How {
+fn first_seconds(
+    samples: usize,
+    rate: u32,
+    make: impl Fn() -> Host + Send + Sync + 'static,
+) -> How {
     How::First {
         seconds: u32::try_from(samples.div_ceil(rate.max(1) as usize)).unwrap_or(u32::MAX),
         host: Mutex::new(None),
@@ -365,7 +384,10 @@ impl LongRow {
         let run = self.next_frame..(self.next_frame + PIECE_FRAMES).min(self.frames);
         let (piece, need) = self.plan.piece(self.total, run.clone());
         // Samples before this piece's are never read again.
-        let drop = need.start.saturating_sub(self.samples_from).min(self.samples.len());
+        let drop = need
+            .start
+            .saturating_sub(self.samples_from)
+            .min(self.samples.len());
         self.samples.drain(..drop);
         self.samples_from += drop;
         while self.samples_from + self.samples.len() < need.end {

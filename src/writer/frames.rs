@@ -28,10 +28,10 @@ use hdf5::{Dataset, Extent, File, SimpleExtents};
 use super::chunk::MelBuf;
 use super::direct::raw;
 use super::h5::{Context, Header, PathColumn, create_1d, create_file, finish_file, write_attrs};
+use super::sink::RowPieces;
 use super::{Dtype, Error};
 use crate::frames::FrameLayout;
 use crate::model::Refusal;
-use super::sink::RowPieces;
 
 /// Frames per `features` chunk for rows of `layout` stored as `dtype`.
 pub fn chunk_frames(layout: &FrameLayout, dtype: Dtype) -> usize {
@@ -537,7 +537,8 @@ impl FrameSplit {
         }
         let frames = self.frames - start;
         self.buf.check_row(frames, path)?;
-        self.buf.end_row(start, frames, row.trailer(), label, stored);
+        self.buf
+            .end_row(start, frames, row.trailer(), label, stored);
         self.rows_due()?;
         Ok(Ok(frames))
     }

@@ -57,6 +57,7 @@
 //! through, implemented here for `build`.
 
 pub mod append;
+mod attrs;
 mod chunk;
 mod direct;
 pub mod frames;
@@ -77,8 +78,9 @@ use std::path::PathBuf;
 
 use crate::dsp::Spec;
 use crate::frames::FrameLayout;
-use crate::model::Refusal;
 pub use crate::model::Dtype;
+use crate::model::Refusal;
+use attrs::{FRAME_ATTRS, RESERVED_ATTRS};
 use chunk::ChunkBuf;
 use frames::FrameSplit;
 use h5::{Header, SplitFile};
@@ -448,12 +450,14 @@ impl DatasetWriter {
             return Ok(recycled);
         }
         let (rule, streamed) = (&self.rows, &mut self.streamed);
-        let result = s.consume(row, rule, &mut recycled, streamed).and_then(|()| {
-            while let Some(row) = s.pending.remove(&s.next_seq) {
-                s.consume(row, rule, &mut recycled, streamed)?;
-            }
-            Ok(())
-        });
+        let result = s
+            .consume(row, rule, &mut recycled, streamed)
+            .and_then(|()| {
+                while let Some(row) = s.pending.remove(&s.next_seq) {
+                    s.consume(row, rule, &mut recycled, streamed)?;
+                }
+                Ok(())
+            });
         match result {
             Ok(()) => Ok(recycled),
             Err(e) => {
@@ -578,10 +582,12 @@ impl SplitWriter {
         match row {
             Arrived::Row(row) => rule.check(&self.name, seq, row),
             Arrived::Skip => Ok(()),
-            Arrived::Pieces(_) if matches!(rule, RowRule::Fixed(_)) => Err(Error::PiecesOfFixedRow {
-                split: self.name.clone(),
-                seq,
-            }),
+            Arrived::Pieces(_) if matches!(rule, RowRule::Fixed(_)) => {
+                Err(Error::PiecesOfFixedRow {
+                    split: self.name.clone(),
+                    seq,
+                })
+            }
             Arrived::Pieces(_) => Ok(()),
         }
     }
@@ -638,68 +644,6 @@ impl SplitWriter {
         Ok(())
     }
 }
-
-/// Attribute names the writer sets itself; `extra_attrs` may not reuse them.
-const RESERVED_ATTRS: &[&str] = &[
-    "label_names",
-    "melforge_version",
-    "split",
-    "sample_rate",
-    "clip_seconds",
-    "clip_samples",
-    "n_fft",
-    "hop_length",
-    "win_length",
-    "window",
-    "center",
-    "pad_mode",
-    "power",
-    "n_mels",
-    "fmin",
-    "fmax",
-    "mel_scale",
-    "norm",
-    "ref",
-    "amin",
-    "top_db",
-    "segmentation_enabled",
-    "long_window",
-    "long_hop",
-    "short_window",
-    "short_hop",
-    "n_long",
-    "n_short",
-    "n_frames",
-    "dtype",
-    "chunk_files",
-    "layout",
-    "layout_version",
-    "recipe",
-    "n_bins",
-    "frame_step_seconds",
-    "max_samples",
-    "padded_frames",
-    "chunk_frames",
-];
-
-/// Attribute names a variable-length file's writer sets itself; recipe
-/// parameters may not reuse them.
-const FRAME_ATTRS: &[&str] = &[
-    "label_names",
-    "melforge_version",
-    "split",
-    "layout",
-    "layout_version",
-    "recipe",
-    "sample_rate",
-    "n_bins",
-    "frame_step_seconds",
-    "max_samples",
-    "padded_frames",
-    "dtype",
-    "chunk_frames",
-    "chunk_files",
-];
 
 fn validate(plan: &OutputPlan) -> Result<(), Error> {
     let bad = |e: PlanError| Err(Error::Plan(e));

@@ -49,7 +49,11 @@ fn corpus(root: &Path) {
         "b/stereo.wav",
         &pcm16(&signal(16_000 * 130, 2, 6), 2, 16_000),
     );
-    put(root, "b/short.wav", &pcm16(&signal(16_000 * 3, 1, 7), 1, 16_000));
+    put(
+        root,
+        "b/short.wav",
+        &pcm16(&signal(16_000 * 3, 1, 7), 1, 16_000),
+    );
 }
 
 fn run(input: &Path, toml: &str, limit: u64) -> (Outcomes, tempfile::TempDir) {
@@ -76,7 +80,12 @@ fn rows_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
                 end += i64::from(*n);
             }
             let frames = f.dataset("features").unwrap().shape()[0];
-            assert_eq!(frames as i64, end, "{}: no frames past the rows", p.display());
+            assert_eq!(
+                frames as i64,
+                end,
+                "{}: no frames past the rows",
+                p.display()
+            );
         }
     }
     frame_rows(dir)
@@ -156,10 +165,18 @@ fn what_cannot_be_computed_in_pieces_is_rejected_as_too_large_with_the_reason() 
         "a/slow.wav",
         &pcm16(&signal(8_000 * 200, 1, 8), 1, 8_000),
     );
-    put(d.path(), "a/ok.wav", &pcm16(&signal(16_000 * 2, 1, 9), 1, 16_000));
+    put(
+        d.path(),
+        "a/ok.wav",
+        &pcm16(&signal(16_000 * 2, 1, 9), 1, 16_000),
+    );
     let toml = "[features]\nrecipe = \"kaldi-fbank\"\n\n[input]\nresample = \"soxr_hq\"\n";
     let (done, out) = run(d.path(), toml, CAP);
-    let rejected: Vec<_> = done.rejected.iter().map(|r| (r.path.as_str(), r.kind)).collect();
+    let rejected: Vec<_> = done
+        .rejected
+        .iter()
+        .map(|r| (r.path.as_str(), r.kind))
+        .collect();
     assert_eq!(rejected, [("a/slow.wav", RejectKind::TooLarge)]);
     let reason = &done.rejected[0].reason;
     assert!(
@@ -188,7 +205,12 @@ fn a_row_that_breaks_half_way_is_taken_back_out_of_the_file() {
     let toml = "[features]\nrecipe = \"kaldi-fbank\"\n";
     let (whole, whole_out) = run(d.path(), toml, 1 << 30);
     let (pieces, pieces_out) = run(d.path(), toml, CAP);
-    let paths = |o: &Outcomes| o.rejected.iter().map(|r| r.path.clone()).collect::<Vec<_>>();
+    let paths = |o: &Outcomes| {
+        o.rejected
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(paths(&whole), ["a/mono.flac"], "{:?}", whole.rejected);
     assert_eq!(paths(&pieces), ["a/mono.flac"], "{:?}", pieces.rejected);
     let (want, got) = (rows_of(whole_out.path()), rows_of(pieces_out.path()));

@@ -47,8 +47,8 @@ use crossbeam_queue::ArrayQueue;
 
 use super::splits::{Dest, Splits};
 use crate::config::Config;
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::model::Refusal;
+use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::writer::{Error, Placed, RowPieces, Sink, Streamed};
 
 /// Rows (and other commands) that may wait for the append thread: with the
@@ -60,8 +60,14 @@ type PieceReply = Result<Result<usize, Refusal>, Error>;
 
 /// What the loop asks of the append thread.
 enum Cmd {
-    Open { split: String, confirmed: usize },
-    Append { dest: Dest, row: Vec<f32> },
+    Open {
+        split: String,
+        confirmed: usize,
+    },
+    Append {
+        dest: Dest,
+        row: Vec<f32>,
+    },
     /// Answered on its own channel: the row's index, or why it was refused.
     AppendPieces {
         dest: Dest,

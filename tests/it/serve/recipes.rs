@@ -134,7 +134,10 @@ fn a_recording_over_the_size_limit_is_streamed_once_through_kill_9(stage: Stage)
     let want = crate::common::frame_rows(&out);
     for (p, row) in &got {
         let same = row.len() == want[p].len()
-            && row.iter().zip(&want[p]).all(|(a, b)| a.to_bits() == b.to_bits());
+            && row
+                .iter()
+                .zip(&want[p])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "{p}: serve's row differs from the build's");
     }
 }
