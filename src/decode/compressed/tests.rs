@@ -248,6 +248,157 @@ fn an_mp4_sample_size_past_the_file_is_malformed_not_an_allocation() {
     open(&good).expect("the file itself opens");
 }
 
+/// An MP4 box: its size, type and body.
+fn mp4_box(kind: &[u8; 4], body: &[u8]) -> Vec<u8> {
+    let mut b = ((body.len() + 8) as u32).to_be_bytes().to_vec();
+    b.extend_from_slice(kind);
+    b.extend_from_slice(body);
+    b
+}
+
+/// speech16k_mono.m4a with its `udta` (the last box of `moov`, the last
+/// box of the file) replaced by one holding `udta_body`.
+fn m4a_with_udta(udta_body: &[u8]) -> Vec<u8> {
+    let good = data("speech16k_mono.m4a");
+    let moov = good.windows(4).position(|w| w == b"moov").expect("moov") - 4;
+    let udta = good.windows(4).position(|w| w == b"udta").expect("udta") - 4;
+    let mut bytes = good[..udta].to_vec();
+    bytes.extend_from_slice(&mp4_box(b"udta", udta_body));
+    assert_eq!(
+        be(&good[moov..]) as usize + moov,
+        good.len(),
+        "moov ends the file"
+    );
+    let moov_len = (bytes.len() - moov) as u32;
+    bytes[moov..moov + 4].copy_from_slice(&moov_len.to_be_bytes());
+    bytes
+}
+
+fn be(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().unwrap())
+}
+
+/// `udta` → `meta` (version and flags, then `ilst`) → one tag item holding
+/// `atoms`.
+fn tagged(atoms: &[u8]) -> Vec<u8> {
+    let ilst = mp4_box(b"ilst", &mp4_box(b"\xa9too", atoms));
+    let mut meta = vec![0; 4];
+    meta.extend_from_slice(&ilst);
+    mp4_box(b"meta", &meta)
+}
+
+/// An `ilst` tag's `data` atom declaring more bytes than its item holds is
+/// a rejection naming it before symphonia sizes a buffer from it (2.7 GB
+/// declared in a 3 KB file: the `flac_clip` fuzz target ran out of memory
+/// on fuzz/corpus/flac_clip/oom_ilst_data_atom_past_its_item).
+#[test]
+fn an_mp4_metadata_atom_past_its_parent_is_malformed_not_an_allocation() {
+    let data_atom = |size: u32| {
+        let mut a = mp4_box(b"data", b"\0\0\0\x01\0\0\0\0Lavf62.3.100");
+        a[..4].copy_from_slice(&size.to_be_bytes());
+        a
+    };
+    // The tag as ffmpeg writes it opens.
+    open(&m4a_with_udta(&tagged(&data_atom(28)))).expect("a well-formed tag opens");
+    for size in [29, 0xA600_001D] {
+        let bytes = m4a_with_udta(&tagged(&data_atom(size)));
+        let e = open(&bytes).err().expect("refused");
+        assert!(matches!(e, Error::Malformed { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("box b\"data\"")
+                && e.contains(&format!("declares {size} bytes"))
+                && e.contains("28 bytes left in its parent b\"\\xa9too\""),
+            "{e}"
+        );
+    }
+    // Too short for its version, flags, country and language: symphonia's
+    // length arithmetic would wrap.
+    let e = open(&m4a_with_udta(&tagged(&mp4_box(b"data", &[0; 4]))))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("less than its 8-byte header"), "{e}");
+    // A `meta` of fewer bytes than its version and flags, and one laid out
+    // as QuickTime's (no version and flags), which symphonia misreads.
+    let e = open(&m4a_with_udta(&mp4_box(b"meta", &[0; 2])))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("less than its version and flags"), "{e}");
+    let quicktime = mp4_box(
+        b"meta",
+        &mp4_box(b"ilst", &mp4_box(b"\xa9too", &data_atom(28))),
+    );
+    let e = open(&m4a_with_udta(&quicktime))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("QuickTime's layout"), "{e}");
+}
+
+/// An `esds` descriptor declaring more bytes than its box holds (the
+/// DecoderSpecificInfo's buffer is sized from it, up to 256 MiB) is
+/// malformed.
+#[test]
+fn an_mp4_esds_descriptor_past_its_box_is_malformed() {
+    let mut bytes = data("speech16k_mono.m4a");
+    let esds = bytes.windows(4).position(|w| w == b"esds").expect("esds");
+    let info = esds
+        + bytes[esds..]
+            .windows(5)
+            .position(|w| w == [5, 0x80, 0x80, 0x80, 5])
+            .expect("DecoderSpecificInfo");
+    bytes[info + 1..info + 5].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0x7F]);
+    let e = open(&bytes).err().expect("refused");
+    assert!(matches!(e, Error::Malformed { .. }), "{e}");
+    assert!(
+        e.to_string().contains("descriptor 5") && e.to_string().contains("268435455 bytes"),
+        "{e}"
+    );
+}
+
+/// A fragmented file's sample sizes (`trun` entries, the `tfhd` and `trex`
+/// defaults) past the end of the file are malformed, as `stsz`'s are.
+#[test]
+fn an_mp4_fragment_sample_size_past_the_file_is_malformed() {
+    let ftyp = mp4_box(b"ftyp", b"M4A \0\0\x02\0");
+    let huge = 0xF000_0000u32.to_be_bytes();
+    // trun: flags 0x200 (sizes), one sample.
+    let mut trun = vec![0, 0, 0x02, 0, 0, 0, 0, 1];
+    trun.extend_from_slice(&huge);
+    // tfhd: flags 0x10 (default size), track 1.
+    let mut tfhd = vec![0, 0, 0, 0x10, 0, 0, 0, 1];
+    tfhd.extend_from_slice(&huge);
+    // trex: track, description index, duration, then the size.
+    let mut trex = vec![0; 16];
+    trex.extend_from_slice(&huge);
+    trex.extend_from_slice(&[0; 4]);
+    let cases = [
+        (
+            "trun",
+            mp4_box(b"moof", &mp4_box(b"traf", &mp4_box(b"trun", &trun))),
+        ),
+        (
+            "tfhd",
+            mp4_box(b"moof", &mp4_box(b"traf", &mp4_box(b"tfhd", &tfhd))),
+        ),
+        (
+            "trex",
+            mp4_box(b"moov", &mp4_box(b"mvex", &mp4_box(b"trex", &trex))),
+        ),
+    ];
+    for (kind, b) in cases {
+        let mut bytes = ftyp.clone();
+        bytes.extend_from_slice(&b);
+        let e = mp4_tables::check(&bytes).expect_err("refused").to_string();
+        assert!(
+            e.contains(kind) && e.contains("4026531840 bytes"),
+            "{kind}: {e}"
+        );
+    }
+}
+
 /// Decodes hostile bytes: Ok or an error, never a panic (the decoders run
 /// under `guarded`, but `open`'s own parsing must not need it either).
 fn no_panic(bytes: &[u8]) {
