@@ -193,6 +193,9 @@ pub struct Intake {
     pub capacity: u64,
     /// Sightings of files deferred because the queue was full.
     pub deferred: u64,
+    /// inotify events dropped on the watcher's full channel.
+    #[serde(default)]
+    pub watch_dropped: u64,
 }
 
 /// Everything one scrape shows.
@@ -433,7 +436,11 @@ fn encode_intake(
     let help = "Sightings of files left in the drop directory because the intake was full \
                 (a rescan offers them once it has room).";
     let v = one(Counter, Num::Int(i.deferred));
-    family(d, "melforge_intake_deferred_files", help, None, &v)
+    family(d, "melforge_intake_deferred_files", help, None, &v)?;
+    let help = "inotify events the watcher dropped because its queue was full (each run of \
+                them is followed by a rescan that finds their files).";
+    let v = one(Counter, Num::Int(i.watch_dropped));
+    family(d, "melforge_watch_dropped_events", help, None, &v)
 }
 
 /// serve's journal commits and the drop→commit histogram.

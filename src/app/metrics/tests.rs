@@ -34,6 +34,7 @@ fn snapshot() -> Snapshot {
         intake: Some(Intake {
             capacity: 16,
             deferred: 3,
+            watch_dropped: 9,
         }),
         rows: [("TRAINING".to_string(), 7)].into_iter().collect(),
         journal: Some(clock.journal(5)),
@@ -90,6 +91,10 @@ fn every_contract_metric_is_rendered_with_its_labels() {
     );
     assert!(
         text.contains("melforge_intake_deferred_files_total 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("melforge_watch_dropped_events_total 9\n"),
         "{text}"
     );
     assert!(

@@ -109,6 +109,10 @@ pub struct Stats {
     /// full, since the start.
     #[serde(default)]
     pub deferred_files: u64,
+    /// inotify events the watcher dropped on its full channel since the
+    /// start (each run of them followed by a rescan).
+    #[serde(default)]
+    pub watch_dropped_events: u64,
     /// Handed to the readers, not yet written or rejected.
     pub in_flight: usize,
     /// Depth of each ring now, in stage order.
@@ -138,6 +142,7 @@ impl Stats {
             intake: Some(IntakeGauges {
                 capacity: self.max_queued_files as u64,
                 deferred: self.deferred_files,
+                watch_dropped: self.watch_dropped_events,
             }),
             rows: self.rows.clone(),
             journal: Some(self.journal.clone()),

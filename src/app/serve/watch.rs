@@ -70,6 +70,17 @@ pub enum WatchEvent {
 /// (at most `serve.flush_interval_ms` apart), and an event is one path:
 /// 4,096 of them is under 1 MiB, and more than the intake takes at once
 /// (`serve.max_queued_files`, 8,192 by default, fills from rescans too).
+/// Events every watcher of this process dropped on a full channel (one
+/// serve per process; a watcher restarted by `reload` counts on).
+static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Events dropped on a full channel since the process started, by every
+/// watcher it ran (`ctl stats`' `watch_dropped_events`, the metric
+/// `melforge_watch_dropped_events`).
+pub fn dropped_total() -> u64 {
+    DROPPED_TOTAL.load(Ordering::Relaxed)
+}
+
 /// Past it, events are dropped and a rescan is owed (module doc).
 pub const QUEUE_EVENTS: usize = 4_096;
 
@@ -281,6 +292,7 @@ impl State {
     /// Counts a dropped event; the first of a run of them is logged.
     fn drop_event(&mut self, first: bool) {
         self.dropped.fetch_add(1, Ordering::Relaxed);
+        DROPPED_TOTAL.fetch_add(1, Ordering::Relaxed);
         if first {
             tracing::warn!(
                 max_events = QUEUE_EVENTS,
@@ -755,6 +767,10 @@ mod tests {
         }
         assert!(rescans >= 1, "events were dropped but no rescan came");
         assert!(w.dropped() > 0);
+        assert!(
+            dropped_total() >= w.dropped(),
+            "the process total counts them too"
+        );
         w.stop();
     }
 }

@@ -70,6 +70,7 @@ impl Service {
             queued: self.intake.queued(),
             max_queued_files: self.intake.capacity(),
             deferred_files: self.intake.deferred_total(),
+            watch_dropped_events: crate::app::serve::watch::dropped_total(),
             in_flight: self.intake.in_flight(),
             rings: self.pipeline.ring_depths(),
             journal: self.journal_metrics(),
