@@ -6,7 +6,6 @@
 //! breaks half-way is taken back out of the file.
 
 use std::path::Path;
-use std::process::Command;
 
 use melforge::app::build::{self, Input, Outcomes};
 use melforge::config::Config;
@@ -14,20 +13,10 @@ use melforge::model::RejectKind;
 
 use crate::common::{frame_rows, put};
 use crate::manifest::{pcm16, signal};
+use crate::manifest_spill::ffmpeg;
 
 /// The limit the streamed builds run under: every long file is over it.
 const CAP: u64 = 1 << 20;
-
-fn ffmpeg(src: &Path, dst: &Path, args: &[&str]) {
-    let st = Command::new("ffmpeg")
-        .args(["-loglevel", "error", "-y", "-i"])
-        .arg(src)
-        .args(args)
-        .arg(dst)
-        .status()
-        .expect("ffmpeg runs");
-    assert!(st.success(), "ffmpeg {}", dst.display());
-}
 
 /// Long recordings at 16 kHz: a mono WAV of 200 s, its FLAC (ffmpeg's:
 /// no SEEKTABLE, so parts are searched for) and MP3, a stereo WAV of 130 s
@@ -38,11 +27,11 @@ fn corpus(root: &Path) {
         "a/mono.wav",
         &pcm16(&signal(16_000 * 200 + 777, 1, 5), 1, 16_000),
     );
-    ffmpeg(&mono, &root.join("a/mono.flac"), &[]);
+    ffmpeg(&mono, &[], &root.join("a/mono.flac"));
     ffmpeg(
         &mono,
-        &root.join("a/mono.mp3"),
         &["-c:a", "libmp3lame", "-b:a", "32k"],
+        &root.join("a/mono.mp3"),
     );
     put(
         root,

@@ -18,7 +18,7 @@ use melforge::decode::policy::Channels;
 use crate::common::{Tmpfs, put};
 use crate::manifest::{cut_line, kaldi, pcm16, rows, signal};
 
-fn ffmpeg(src: &Path, args: &[&str], dst: &Path) {
+pub(crate) fn ffmpeg(src: &Path, args: &[&str], dst: &Path) {
     let st = Command::new("ffmpeg")
         .args(["-loglevel", "error", "-y", "-i"])
         .arg(src)

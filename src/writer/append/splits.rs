@@ -172,6 +172,13 @@ impl Splits {
     /// Appends `row` for `file` to its split (opened before); returns its
     /// index.
     pub(super) fn append(&mut self, file: &Dest, row: &[f32]) -> Result<usize, writer::Error> {
+        let (app, label_id) = self.appender_for(file)?;
+        app.append_with_meta(&file.rel, label_id, row, file.meta.as_deref())
+    }
+
+    /// The appender of `file`'s split (opened before) and its label's id,
+    /// the label added where it is new.
+    fn appender_for(&mut self, file: &Dest) -> Result<(&mut super::Appender, i32), writer::Error> {
         if let Some(l) = &file.label {
             self.add_label(l)?;
         }
@@ -183,7 +190,7 @@ impl Splits {
             Some(l) => app.label_id(l)?,
             None => -1,
         };
-        app.append_with_meta(&file.rel, label_id, row, file.meta.as_deref())
+        Ok((app, label_id))
     }
 
     /// [`Splits::append`] of a row in pieces (`Ok(Err(_))`: refused
@@ -194,17 +201,7 @@ impl Splits {
         row: &mut dyn crate::writer::RowPieces,
         piece: &mut Vec<f32>,
     ) -> Result<Result<usize, crate::model::Refusal>, writer::Error> {
-        if let Some(l) = &file.label {
-            self.add_label(l)?;
-        }
-        let app = self
-            .appenders
-            .get_mut(&file.split)
-            .ok_or_else(|| not_opened(&file.split))?;
-        let label_id = match &file.label {
-            Some(l) => app.label_id(l)?,
-            None => -1,
-        };
+        let (app, label_id) = self.appender_for(file)?;
         let target = (file.rel.as_str(), label_id, file.meta.as_deref());
         app.append_pieces(target, row, piece)
     }

@@ -60,22 +60,32 @@ fn kaldi_rows_survive_kill_9_and_equal_a_cpu_build(stage: Stage) {
         corpus.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
         "every file exactly once"
     );
-    // The same files built on the CPU.
-    let cfg = tmp.path().join("recipe.toml");
+    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir);
+}
+
+/// Asserts that `got` (serve's rows by path) equals, bit for bit, what
+/// `melforge build --backend cpu` of `corpus` under `recipe` writes.
+fn same_rows_as_a_cpu_build(
+    got: &std::collections::BTreeMap<String, Vec<f32>>,
+    tmp: &Path,
+    recipe: &str,
+    corpus: &Path,
+) {
+    let cfg = tmp.join("recipe.toml");
     std::fs::write(&cfg, recipe).unwrap();
-    let out = tmp.path().join("built");
+    let out = tmp.join("built");
     let o = Command::new(BIN)
         .env_remove(melforge::compute::HOST_DOUBLE_ENV)
         .args(["build", "--backend", "cpu", "--config"])
         .arg(&cfg)
         .arg("--out")
         .arg(&out)
-        .arg(&corpus_dir)
+        .arg(corpus)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let want = crate::common::frame_rows(&out);
-    for (p, row) in &got {
+    for (p, row) in got {
         let same = row.len() == want[p].len()
             && row
                 .iter()
@@ -118,26 +128,5 @@ fn a_recording_over_the_size_limit_is_streamed_once_through_kill_9(stage: Stage)
         ["x/long.wav", "x/short.wav"],
         "every file exactly once"
     );
-    let cfg = tmp.path().join("recipe.toml");
-    std::fs::write(&cfg, recipe).unwrap();
-    let out = tmp.path().join("built");
-    let o = Command::new(BIN)
-        .env_remove(melforge::compute::HOST_DOUBLE_ENV)
-        .args(["build", "--backend", "cpu", "--config"])
-        .arg(&cfg)
-        .arg("--out")
-        .arg(&out)
-        .arg(&corpus_dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let want = crate::common::frame_rows(&out);
-    for (p, row) in &got {
-        let same = row.len() == want[p].len()
-            && row
-                .iter()
-                .zip(&want[p])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "{p}: serve's row differs from the build's");
-    }
+    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir);
 }
