@@ -64,9 +64,7 @@ impl Reject {
             Reject::Read(e) => match e {
                 R::Open(_) | R::Stat(_) | R::Read(_) => RejectKind::Unreadable,
                 R::NotAFile(_) => RejectKind::NotAFile,
-                R::TooLarge { .. } | R::RangeTooLarge { .. } | R::ArenaTooSmall { .. } => {
-                    RejectKind::TooLarge
-                }
+                R::TooLarge { .. } | R::ArenaTooSmall { .. } => RejectKind::TooLarge,
                 R::SizeChanged { .. } => RejectKind::Changed,
             },
             Reject::Wav(e) => match e {

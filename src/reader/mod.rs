@@ -36,8 +36,6 @@ pub enum Error {
     NotAFile(FileKind),
     #[error("file is {size} bytes, larger than io.max_file_bytes = {limit}")]
     TooLarge { size: u64, limit: u64 },
-    #[error("the segment's bytes are {len}, more than io.max_file_bytes = {limit} held at once")]
-    RangeTooLarge { len: u64, limit: u64 },
     #[error("read failed: {0}")]
     Read(std::io::Error),
     #[error("file changed size while being read: {expected} bytes at open, {got} read")]

@@ -318,13 +318,7 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
 fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local) -> bool {
     let range = j.range.expect("a ranged job");
     let mut buf = ctx.free.pop().unwrap_or_default();
-    let r = match range.len > ctx.limit {
-        true => Err(super::Error::RangeTooLarge {
-            len: range.len,
-            limit: ctx.limit,
-        }),
-        false => local.time(Stage::Read, || read_range(&j.path, &range, &mut buf)),
-    };
+    let r = local.time(Stage::Read, || read_range(&j.path, &range, &mut buf));
     let bytes = r.map(|()| {
         local.add_bytes(range.len);
         FileBytes::Heap(buf)

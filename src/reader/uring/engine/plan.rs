@@ -64,15 +64,6 @@ impl UringEngine {
                 size,
                 limit: self.opts.max_file_bytes,
             })
-        } else if let Some(r) = s
-            .range
-            .as_ref()
-            .filter(|r| r.len > self.opts.max_file_bytes)
-        {
-            Some(Error::RangeTooLarge {
-                len: r.len,
-                limit: self.opts.max_file_bytes,
-            })
         } else if s.range.is_some() && size < s.target() {
             Some(Error::SizeChanged {
                 expected: s.target(),
