@@ -60,6 +60,12 @@ pub const PIECE_FRAMES: usize = 6000;
 /// recording's first seconds (librosa's clip, Whisper's 30 s) from them.
 pub struct Streamer {
     how: How,
+    base: Base,
+}
+
+/// What every long recording of a run is checked against.
+#[derive(Clone, Debug)]
+struct Base {
     policy: Policy,
     rate: u32,
     recipe: String,
@@ -86,8 +92,7 @@ enum Host {
 impl std::fmt::Debug for Streamer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Streamer")
-            .field("recipe", &self.recipe)
-            .field("rate", &self.rate)
+            .field("base", &self.base)
             .finish_non_exhaustive()
     }
 }
@@ -116,9 +121,11 @@ impl Streamer {
                 how: first_seconds(spec.clip_samples(), spec.sample_rate, move || {
                     Host::Mel(HostMel::new(&plan, policy), Arc::clone(&plan))
                 }),
-                policy,
-                rate: spec.sample_rate,
-                recipe: "librosa".into(),
+                base: Base {
+                    policy,
+                    rate: spec.sample_rate,
+                    recipe: "librosa".into(),
+                },
             });
         };
         let layout = recipe.layout();
@@ -134,18 +141,21 @@ impl Streamer {
         };
         Some(Streamer {
             how,
-            policy,
-            rate: layout.sample_rate,
-            recipe: layout.recipe.clone(),
+            base: Base {
+                policy,
+                rate: layout.sample_rate,
+                recipe: layout.recipe.clone(),
+            },
         })
     }
 
     /// The row of the recording at `path`, whose whole-file read was refused
-    /// as `why` (too large), as pieces; `seg` is a manifest item's (its
-    /// channel and stated duration), `seed` the file's dither seed (its job
-    /// id, as the workers use). Reads the recording's header (or seek index)
-    /// and decodes its first part, so a file that is not what it claims is
-    /// rejected here rather than half-way through its row.
+    /// as `why` (too large); `seg` is a manifest item's (its channel and
+    /// stated duration), `seed` the file's dither seed (its job id, as the
+    /// workers use). A row of the first seconds is computed here; a Kaldi
+    /// row is only described: nothing of the file is read until the sink
+    /// pulls its first piece (a build may hold many such rows for ordering,
+    /// and each costs a few hundred bytes until then).
     pub fn open(
         &self,
         path: &Path,
@@ -157,35 +167,24 @@ impl Streamer {
             reader::Error::TooLarge { size, limit } => (*size, *limit),
             _ => unreachable!("only a file refused as too large is streamed"),
         };
-        let refuse = |why: String| Reject::Long(Error::NotStreamable { size, limit, why });
-        if seg.is_some_and(|s| !s.is_whole()) {
-            return Err(refuse(
-                "it is a segment of the recording, and only whole recordings are".into(),
-            ));
-        }
-        let mut rec = Recording::open(path).ok_or_else(|| {
-            refuse(
-                "it is not a WAV, FLAC, MP3, Ogg or MP4 recording whose parts can be read \
-                 alone"
-                    .into(),
-            )
-        })?;
-        let rate = rec.sample_rate();
-        // With resampling off, the decoder refuses the rate as for any file.
-        if rate != self.rate && self.policy.resample != Resample::Off {
-            return Err(refuse(format!(
-                "it is at {rate} Hz and {} computes at {} Hz: resampling runs over the whole \
-                 signal",
-                self.recipe, self.rate
-            )));
-        }
+        let file = File {
+            path: path.to_path_buf(),
+            size,
+            limit,
+            seg: seg.copied(),
+            seed,
+        };
         match &self.how {
-            How::Pieces(plan) => self.pieces(plan, (path, rec), seg, seed, &refuse),
+            How::Pieces(plan) => Ok(Opened::Pieces(Box::new(LongRow {
+                start: Some((self.base.clone(), Arc::clone(plan), file)),
+                streaming: None,
+            }))),
             How::First {
                 seconds,
                 host,
                 make,
             } => {
+                let mut rec = self.base.recording(&file)?;
                 let first = Segment {
                     offset_s: 0.0,
                     duration_s: Some(f64::from(*seconds)),
@@ -194,7 +193,7 @@ impl Streamer {
                 };
                 let (range, cut) = rec
                     .range(&first)
-                    .ok_or_else(|| refuse("its first seconds cannot be read alone".into()))?;
+                    .ok_or_else(|| file.refuse("its first seconds cannot be read alone".into()))?;
                 let mut bytes = Vec::new();
                 reader::read_range(path, &range, &mut bytes)?;
                 let mut host = host
@@ -213,17 +212,61 @@ impl Streamer {
             }
         }
     }
+}
 
-    /// [`Streamer::open`] of a Kaldi row: the recording's length and parts
-    /// checked, its first part read.
-    fn pieces(
-        &self,
-        plan: &Arc<KaldiPlan>,
-        (path, mut rec): (&Path, Recording),
-        seg: Option<&Segment>,
-        seed: u64,
-        refuse: &dyn Fn(String) -> Reject,
-    ) -> Result<Opened, Reject> {
+/// One long recording as [`Streamer::open`] was given it.
+#[derive(Debug)]
+struct File {
+    path: PathBuf,
+    size: u64,
+    limit: u64,
+    seg: Option<Segment>,
+    seed: u64,
+}
+
+impl File {
+    /// The rejection of this file for `why` it cannot be streamed.
+    fn refuse(&self, why: String) -> Reject {
+        Reject::Long(Error::NotStreamable {
+            size: self.size,
+            limit: self.limit,
+            why,
+        })
+    }
+}
+
+impl Base {
+    /// The recording's header or index, checked: a whole recording, a
+    /// container whose parts can be read alone, at the recipe's rate.
+    fn recording(&self, file: &File) -> Result<Recording, Reject> {
+        if file.seg.is_some_and(|s| !s.is_whole()) {
+            return Err(file
+                .refuse("it is a segment of the recording, and only whole recordings are".into()));
+        }
+        let rec = Recording::open(&file.path).ok_or_else(|| {
+            file.refuse(
+                "it is not a WAV, FLAC, MP3, Ogg or MP4 recording whose parts can be read \
+                 alone"
+                    .into(),
+            )
+        })?;
+        let rate = rec.sample_rate();
+        // With resampling off, the decoder refuses the rate as for any file.
+        if rate != self.rate && self.policy.resample != Resample::Off {
+            return Err(file.refuse(format!(
+                "it is at {rate} Hz and {} computes at {} Hz: resampling runs over the whole \
+                 signal",
+                self.recipe, self.rate
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// A Kaldi row's state once its first piece is asked for: the
+    /// recording's length and parts checked.
+    fn stream(&self, plan: &Arc<KaldiPlan>, file: &File) -> Result<Streaming, Reject> {
+        let mut rec = self.recording(file)?;
+        let (seg, refuse) = (file.seg.as_ref(), |why| file.refuse(why));
         let rate = rec.sample_rate();
         let total = rec.frames().ok_or_else(|| {
             refuse("the stream does not state its length (STREAMINFO, LAME tag, granule)".into())
@@ -254,9 +297,9 @@ impl Streamer {
             }
         }
         let mut scratch = plan.scratch();
-        scratch.seed(seed);
-        let mut row = LongRow {
-            path: path.to_path_buf(),
+        scratch.seed(file.seed);
+        Ok(Streaming {
+            path: file.path.clone(),
             rec,
             channel: seg.and_then(|s| s.channel),
             decoder: ClipDecoder::new(rate, self.policy),
@@ -271,9 +314,7 @@ impl Streamer {
             parts_read: 0,
             bytes: Vec::new(),
             part: Vec::new(),
-        };
-        row.read_part()?;
-        Ok(Opened::Pieces(Box::new(row)))
+        })
     }
 }
 
@@ -305,8 +346,36 @@ fn part(k: usize, item: Option<&Segment>) -> Segment {
     }
 }
 
-/// One long recording's row, computed piece by piece ([`RowPieces`]).
+/// One long recording's Kaldi row, computed piece by piece
+/// ([`RowPieces`]); nothing is read before the first piece is asked for.
 pub struct LongRow {
+    /// What opens it, until the first piece.
+    start: Option<(Base, Arc<KaldiPlan>, File)>,
+    streaming: Option<Streaming>,
+}
+
+impl LongRow {
+    /// The next piece (opening the recording first), or why there is none.
+    fn next_piece(&mut self, out: &mut Vec<f32>) -> Result<bool, Reject> {
+        if let Some((base, plan, file)) = self.start.take() {
+            self.streaming = Some(base.stream(&plan, &file)?);
+        }
+        match &mut self.streaming {
+            Some(s) => s.piece(out),
+            None => unreachable!("a LongRow is opened at its first piece"),
+        }
+    }
+}
+
+impl RowPieces for LongRow {
+    fn next(&mut self, out: &mut Vec<f32>) -> Result<bool, Refusal> {
+        self.next_piece(out)
+            .map_err(|why| Refusal::of(why.kind(), &why))
+    }
+}
+
+/// A Kaldi row under way: the recording, the samples held, the frames done.
+struct Streaming {
     path: PathBuf,
     rec: Recording,
     channel: Option<u16>,
@@ -327,9 +396,9 @@ pub struct LongRow {
     part: Vec<f32>,
 }
 
-impl std::fmt::Debug for LongRow {
+impl std::fmt::Debug for Streaming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LongRow")
+        f.debug_struct("Streaming")
             .field("path", &self.path)
             .field("total", &self.total)
             .field("frames", &self.frames)
@@ -338,12 +407,7 @@ impl std::fmt::Debug for LongRow {
     }
 }
 
-impl LongRow {
-    /// Frames of the whole row.
-    pub fn frames(&self) -> usize {
-        self.frames
-    }
-
+impl Streaming {
     /// Reads and decodes the next part onto the held samples.
     fn read_part(&mut self) -> Result<(), Reject> {
         let k = self.parts_read;
@@ -398,11 +462,5 @@ impl LongRow {
             .compute_piece(&self.samples[from..], &piece, &mut self.scratch, out);
         self.next_frame = run.end;
         Ok(true)
-    }
-}
-
-impl RowPieces for LongRow {
-    fn next(&mut self, out: &mut Vec<f32>) -> Result<bool, Refusal> {
-        self.piece(out).map_err(|why| Refusal::of(why.kind(), &why))
     }
 }

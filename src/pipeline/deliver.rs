@@ -32,8 +32,7 @@ pub fn deliver<S: Sink>(
                 Ok(Opened::Pieces(pieces)) => {
                     tracing::info!(
                         path = rel_path,
-                        frames = pieces.frames(),
-                        "Computing a recording too large to read whole in pieces."
+                        "A recording too large to read whole will be computed in pieces."
                     );
                     let d = stream(
                         sink,
