@@ -214,6 +214,23 @@ fn kind(v: &serde_json::Value) -> &'static str {
 mod tests {
     use super::*;
 
+    /// A number the default float parser rounded 1 ULP off (…665e52 where
+    /// the value is …666e52): the compact JSON did not read back as itself
+    /// (the `sidecar` fuzz target, fuzz/corpus/sidecar/float_not_a_fixed_point).
+    #[test]
+    fn compact_json_reads_back_as_itself_for_a_long_number() {
+        let text = br#"{"a":66466666366666666652664666663666666666666666662269767}"#;
+        let once = parse(PathBuf::from("a.json"), &text[..]).unwrap();
+        let twice = parse(PathBuf::from("b.json"), once.as_bytes()).unwrap();
+        assert_eq!(once, twice);
+        // The value is the correctly rounded one (Rust's own parser's).
+        let exact: f64 = "66466666366666666652664666663666666666666666662269767"
+            .parse()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&once).unwrap();
+        assert_eq!(v["a"].as_f64(), Some(exact), "{once}");
+    }
+
     #[test]
     fn the_full_name_wins_over_the_stem_and_none_is_no_metadata() {
         let d = tempfile::tempdir().unwrap();

@@ -80,10 +80,10 @@ fn children<'a>(parent: &Box4<'a>, skip: usize) -> Result<Vec<Box4<'a>>, Error> 
     let base = parent.at + skip;
     let in_parent = || {
         format!(
-            "its parent {} at byte {} holds {} bytes",
+            "its parent {} holds {} bytes from byte {}",
             ByteStr(&parent.kind),
-            parent.at,
-            parent.body.len()
+            parent.body.len(),
+            parent.at
         )
     };
     let mut out = Vec::new();
@@ -132,11 +132,11 @@ fn children<'a>(parent: &Box4<'a>, skip: usize) -> Result<Vec<Box4<'a>>, Error> 
                 F,
                 format!(
                     "box {} at byte {at} declares {size} bytes, more than the {left} bytes left \
-                     in its parent {} at byte {} ({} bytes)",
+                     in its parent {} ({} bytes from byte {})",
                     ByteStr(&kind),
                     ByteStr(&parent.kind),
-                    parent.at,
-                    parent.body.len()
+                    parent.body.len(),
+                    parent.at
                 ),
             ));
         }

@@ -312,6 +312,17 @@ fn an_mp4_metadata_atom_past_its_parent_is_malformed_not_an_allocation() {
             "{e}"
         );
     }
+    // The fuzz target's input, minimised.
+    let fuzzed = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus/decode_file/oom_ilst_data_atom_past_its_item");
+    let e = open(&std::fs::read(fuzzed).unwrap())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("box b\"data\" at byte 2622 declares 2785017885 bytes, more than the 29 bytes"),
+        "{e}"
+    );
     // Too short for its version, flags, country and language: symphonia's
     // length arithmetic would wrap.
     let e = open(&m4a_with_udta(&tagged(&mp4_box(b"data", &[0; 4]))))
