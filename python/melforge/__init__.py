@@ -40,6 +40,7 @@ from ._report import (
     ProgressEvent,
     Rejection,
     Ring,
+    SerialStage,
     Startup,
     Stats,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "ProgressEvent",
     "Rejection",
     "Ring",
+    "SerialStage",
     "Startup",
     "Stats",
     "build",

@@ -132,6 +132,24 @@ class BusySeconds:
 
 
 @dataclass(frozen=True)
+class SerialStage:
+    """One single-threaded stage's own CPU time (CLOCK_THREAD_CPUTIME_ID, not
+    time spent waiting) and what it costs each file of the run."""
+
+    stage: str
+    cpu_s: float
+    files: int
+    cpu_us_per_file: float
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "SerialStage":
+        f = _Fields(doc, "report.serial[]")
+        return SerialStage(f.text("stage"), f.number("cpu_s"), f.integer("files"), f.number("cpu_us_per_file"),
+                           f.extra())
+
+
+@dataclass(frozen=True)
 class Ring:
     """Counters of one ring between stages."""
 
@@ -170,6 +188,8 @@ class Stats:
     elapsed_s: float
     files_per_s: float
     busy_s: BusySeconds
+    serial: List[SerialStage]
+    serial_ceiling_files_per_s: Optional[float]
     rings: List[Ring]
     extra: Dict[str, Any] = field(default_factory=dict)
 
@@ -186,6 +206,8 @@ class Stats:
             elapsed_s=f.number("elapsed_s"),
             files_per_s=f.number("files_per_s"),
             busy_s=BusySeconds.from_json(f.obj("busy_s")),
+            serial=[SerialStage.from_json(s) for s in f.items("serial")],
+            serial_ceiling_files_per_s=f.opt_number("serial_ceiling_files_per_s"),
             rings=[Ring.from_json(r) for r in f.items("rings")],
             extra=f.extra(),
         )

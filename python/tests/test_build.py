@@ -53,6 +53,12 @@ def test_build_returns_the_typed_report_and_the_files_read_back(corpus: Path, tm
         assert len(ds) == o.rows
     assert r.rejected_log.is_file()
     assert [x.name for x in r.report.rings] == ["jobs", "loaded", "features"]
+    # Every single-threaded stage reports its own CPU time; the ceiling is
+    # 1e6 / the largest per-file cost.
+    stages = {s.stage for s in r.report.serial}
+    assert "writer" in stages and any(s.startswith("reader-") for s in stages), stages
+    worst = max(s.cpu_us_per_file for s in r.report.serial)
+    assert r.report.serial_ceiling_files_per_s == pytest.approx(1e6 / worst)
 
 
 def test_report_parsing_refuses_a_renamed_field(corpus: Path, tmp_path: Path) -> None:

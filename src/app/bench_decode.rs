@@ -88,15 +88,7 @@ fn codec_name(c: Container) -> String {
 
 /// CPU seconds this thread has run.
 fn thread_cpu_s() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec for the call's duration, and
-    // CLOCK_THREAD_CPUTIME_ID is supported on every Linux melforge runs on.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    debug_assert_eq!(rc, 0);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+    crate::runtime::telemetry::thread_cpu().as_secs_f64()
 }
 
 /// The regular files under `dir`, recursively.

@@ -167,7 +167,7 @@ impl ReaderStage {
                 .name(format!("reader-{i}"))
                 .spawn(move || {
                     crate::runtime::pin::pin_or_warn(cpu, &ctx.name);
-                    let mut local = Local::default();
+                    let mut local = Local::serial(&ctx.telemetry, format!("reader-{i}"));
                     match uring {
                         Some(e) => uring_loop(e, &ctx, &mut local),
                         None => std_loop(&ctx, &mut local),
@@ -239,7 +239,9 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
                 None => Next::Job(j.id, j.path),
             }
         };
+        let handled = std::cell::Cell::new(0u64);
         let done = |job, bytes, _latency| {
+            handled.set(handled.get() + 1);
             let segment = segments.borrow_mut().remove(&job);
             ctx.out
                 .push(Loaded {
@@ -249,7 +251,9 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
                 })
                 .is_ok()
         };
-        match engine.run_stream(&mut next, done) {
+        let ran = engine.run_stream(&mut next, done);
+        local.handled(handled.get());
+        match ran {
             Ok(stats) => {
                 // Busy = the loop's wall time less time blocked handing files on.
                 local.add_busy(Stage::Read, stats.busy());
@@ -303,6 +307,7 @@ fn std_loop(ctx: &Ctx, local: &mut Local) {
             bytes,
             segment: j.segment,
         };
+        local.handled(1);
         if ctx.out.push(loaded).is_err() {
             return; // downstream ended early
         }
@@ -328,6 +333,7 @@ fn read_ranged(j: ReadJob, ctx: &Ctx, local: &mut Local) -> bool {
         bytes,
         segment: j.segment,
     };
+    local.handled(1);
     ctx.out.push(loaded).is_ok()
 }
 

@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +41,48 @@ pub struct Telemetry {
     /// Nanoseconds from [`clock::process_start`] to the first job a reader
     /// took (its open is submitted at once); 0 until then.
     first_read_ns: AtomicU64,
+    /// The single-threaded stages' own CPU clocks ([`Local::serial`]).
+    serial: Mutex<Vec<Arc<SerialSlot>>>,
+}
+
+/// One single-threaded stage's published CPU time and files.
+#[derive(Debug)]
+struct SerialSlot {
+    name: String,
+    cpu_ns: AtomicU64,
+    files: AtomicU64,
+    /// The thread whose clock this is: the first to publish into it.
+    owner: OnceLock<ThreadId>,
+}
+
+impl SerialSlot {
+    /// Records the calling thread's CPU time so far and `files` more handled;
+    /// a publish from another thread than the first would read the wrong
+    /// clock and is ignored.
+    fn record(&self, files: u64) {
+        let me = std::thread::current().id();
+        if *self.owner.get_or_init(|| me) != me {
+            debug_assert!(false, "stage {} published from another thread", self.name);
+            return;
+        }
+        self.cpu_ns
+            .store(thread_cpu().as_nanos() as u64, Ordering::Relaxed);
+        self.files.fetch_add(files, Ordering::Relaxed);
+    }
+}
+
+/// CPU time the calling thread has run (`CLOCK_THREAD_CPUTIME_ID`): its
+/// work, without the time it waited.
+pub fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration, and
+    // CLOCK_THREAD_CPUTIME_ID is supported on every Linux melforge runs on.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    debug_assert_eq!(rc, 0);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 /// A thread's private tally; publish with [`Local::publish`].
@@ -50,9 +94,42 @@ pub struct Local {
     rejected_by_kind: [u64; KINDS],
     bytes_read: u64,
     unpublished: u32,
+    /// A single-threaded stage's clock ([`Local::serial`]).
+    serial: Option<Arc<SerialSlot>>,
+    /// Files this stage handled since the last publish.
+    handled: u64,
 }
 
 impl Local {
+    /// The tally of a single-threaded stage named `name` ("writer",
+    /// "reader-0", "cuda", …): besides the counts, each [`publish`](Self::publish)
+    /// records the publishing thread's own CPU time, which the report gives
+    /// per file of the run ([`SerialStage`]). Publish only from the stage's
+    /// thread.
+    pub fn serial(shared: &Telemetry, name: impl Into<String>) -> Local {
+        let slot = Arc::new(SerialSlot {
+            name: name.into(),
+            cpu_ns: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+            owner: OnceLock::new(),
+        });
+        shared
+            .serial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Arc::clone(&slot));
+        Local {
+            serial: Some(slot),
+            ..Local::default()
+        }
+    }
+
+    /// Counts `n` files this stage handled (a reader's reads, say); finished
+    /// files ([`file_done`](Self::file_done)) count by themselves.
+    pub fn handled(&mut self, n: u64) {
+        self.handled += n;
+    }
+
     /// Runs `f`, charging its wall time to `stage`.
     pub fn time<R>(&mut self, stage: Stage, f: impl FnOnce() -> R) -> R {
         let t = Instant::now();
@@ -73,6 +150,7 @@ impl Local {
     /// Counts one finished file (written, or rejected with its kind) and
     /// publishes every 32.
     pub fn file_done(&mut self, outcome: Result<(), RejectKind>, shared: &Telemetry) {
+        self.handled += 1;
         match outcome {
             Ok(()) => self.files_ok += 1,
             Err(kind) => {
@@ -107,6 +185,9 @@ impl Local {
         shared
             .bytes_read
             .fetch_add(std::mem::take(&mut self.bytes_read), Ordering::Relaxed);
+        if let Some(slot) = &self.serial {
+            slot.record(std::mem::take(&mut self.handled));
+        }
         self.unpublished = 0;
     }
 }
@@ -124,6 +205,44 @@ impl Telemetry {
         for a in all {
             a.store(0, Ordering::Relaxed);
         }
+        self.serial_slots().clear();
+    }
+
+    /// Adds a serial stage measured by its own thread elsewhere (a pool
+    /// thread that outlives the run): `cpu` and `files` are this run's share.
+    pub fn record_serial(&self, name: impl Into<String>, cpu: Duration, files: u64) {
+        let slot = Arc::new(SerialSlot {
+            name: name.into(),
+            cpu_ns: AtomicU64::new(cpu.as_nanos() as u64),
+            files: AtomicU64::new(files),
+            owner: OnceLock::new(),
+        });
+        self.serial_slots().push(slot);
+    }
+
+    fn serial_slots(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SerialSlot>>> {
+        self.serial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Each single-threaded stage's CPU time as published, per file of
+    /// `run_files` (the files the run finished: a stage that handled a share
+    /// of them, as each of several readers does, caps the run at its own
+    /// rate over the whole), in the order the stages started.
+    pub fn serial_stages(&self, run_files: u64) -> Vec<SerialStage> {
+        self.serial_slots()
+            .iter()
+            .map(|s| {
+                let cpu_s = s.cpu_ns.load(Ordering::Relaxed) as f64 * 1e-9;
+                SerialStage {
+                    stage: s.name.clone(),
+                    cpu_s,
+                    files: s.files.load(Ordering::Relaxed),
+                    cpu_us_per_file: cpu_s * 1e6 / run_files.max(1) as f64,
+                }
+            })
+            .collect()
     }
 
     /// Records that a reader took its first job now, unless one already did
@@ -188,6 +307,7 @@ impl Telemetry {
         let files_ok = self.files_ok.load(Ordering::Relaxed);
         let files_rejected = self.files_rejected.load(Ordering::Relaxed);
         let secs = elapsed.as_secs_f64();
+        let serial = self.serial_stages(files_ok + files_rejected);
         Report {
             files_ok,
             files_rejected,
@@ -200,6 +320,8 @@ impl Telemetry {
                 0.0
             },
             busy_s: self.busy_seconds(),
+            serial_ceiling_files_per_s: serial_ceiling(&serial),
+            serial,
             rings: rings
                 .into_iter()
                 .map(|(name, stats)| RingReport {
@@ -220,6 +342,27 @@ pub struct BusySeconds {
     pub write: f64,
 }
 
+/// One single-threaded stage's own CPU time (`CLOCK_THREAD_CPUTIME_ID`,
+/// not the wall time it waited), and what that costs each file of the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SerialStage {
+    /// The stage's thread: "reader-0", "cuda", "writer", "serve", "append".
+    pub stage: String,
+    pub cpu_s: f64,
+    /// Files the stage handled itself.
+    pub files: u64,
+    /// `cpu_s` in µs over the files the run finished.
+    pub cpu_us_per_file: f64,
+}
+
+/// The most files per second the run's serial stages allow, however many
+/// cores compute: 1e6 / the largest `cpu_us_per_file` (`None` with no
+/// serial stage or no CPU time measured).
+pub fn serial_ceiling(stages: &[SerialStage]) -> Option<f64> {
+    let worst = stages.iter().map(|s| s.cpu_us_per_file).fold(0.0, f64::max);
+    (worst > 0.0).then(|| 1e6 / worst)
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RingReport {
     pub name: String,
@@ -238,6 +381,12 @@ pub struct Report {
     pub elapsed_s: f64,
     pub files_per_s: f64,
     pub busy_s: BusySeconds,
+    /// The single-threaded stages' own CPU time ([`SerialStage`]).
+    #[serde(default)]
+    pub serial: Vec<SerialStage>,
+    /// 1e6 / the largest serial `cpu_us_per_file` ([`serial_ceiling`]).
+    #[serde(default)]
+    pub serial_ceiling_files_per_s: Option<f64>,
     pub rings: Vec<RingReport>,
 }
 
@@ -266,6 +415,18 @@ impl std::fmt::Display for Report {
             "busy seconds: read {:.2}, decode {:.2}, mel {:.2}, write {:.2}",
             b.read, b.decode, b.mel, b.write
         )?;
+        if !self.serial.is_empty() {
+            let stages: Vec<String> = self
+                .serial
+                .iter()
+                .map(|s| format!("{} {:.1}", s.stage, s.cpu_us_per_file))
+                .collect();
+            write!(f, "serial CPU µs per file: {}", stages.join(", "))?;
+            match self.serial_ceiling_files_per_s {
+                Some(c) => writeln!(f, " (ceiling {c:.0} files/s)")?,
+                None => writeln!(f)?,
+            }
+        }
         for r in &self.rings {
             writeln!(
                 f,

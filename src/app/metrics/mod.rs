@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compute::RejectKind;
 use crate::pipeline::RingDepth;
-use crate::runtime::telemetry::BusySeconds;
+use crate::runtime::telemetry::{BusySeconds, SerialStage};
 
 pub use endpoint::{Endpoint, Error, Source};
 pub use source::from_pipeline;
@@ -209,6 +209,8 @@ pub struct Snapshot {
     pub rejected_by_kind: BTreeMap<RejectKind, u64>,
     pub bytes_read: u64,
     pub busy_s: BusySeconds,
+    /// The single-threaded stages' own CPU time.
+    pub serial: Vec<SerialStage>,
     pub rings: Vec<RingDepth>,
     /// Handed to the readers, not yet written or rejected.
     pub in_flight: u64,
@@ -364,6 +366,20 @@ impl Snapshot {
         );
         let help = "Seconds each stage was busy, summed over its threads.";
         family(d, "melforge_stage_busy", help, Some(&Unit::Seconds), &busy)?;
+        let cpu = labelled(
+            Counter,
+            "stage",
+            (self.serial.iter()).map(|s| (s.stage.clone(), Num::Float(s.cpu_s))),
+        );
+        let help = "CPU seconds each single-threaded stage's own thread ran \
+                    (CLOCK_THREAD_CPUTIME_ID: work, not waiting).";
+        family(
+            d,
+            "melforge_serial_stage_cpu",
+            help,
+            Some(&Unit::Seconds),
+            &cpu,
+        )?;
         let depth = |f: fn(&RingDepth) -> usize| {
             labelled(
                 Gauge,

@@ -29,6 +29,7 @@ pub fn from_pipeline(p: Arc<Pipeline>, started: Instant) -> Source {
             rejected_by_kind: r.rejected_by_kind,
             bytes_read: r.bytes_read,
             busy_s: r.busy_s,
+            serial: r.serial,
             rings: p.ring_depths(),
             in_flight: 0,
             queued: 0,

@@ -24,6 +24,12 @@ fn snapshot() -> Snapshot {
             mel: 1.5,
             write: 0.125,
         },
+        serial: vec![SerialStage {
+            stage: "writer".into(),
+            cpu_s: 0.75,
+            files: 9,
+            cpu_us_per_file: 83333.3,
+        }],
         rings: vec![RingDepth {
             name: "jobs".into(),
             depth: 3,
@@ -72,6 +78,10 @@ fn every_contract_metric_is_rendered_with_its_labels() {
     assert!(text.contains("melforge_bytes_read_total 4096\n"), "{text}");
     assert!(
         text.contains("melforge_stage_busy_seconds_total{stage=\"mel\"} 1.5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("melforge_serial_stage_cpu_seconds_total{stage=\"writer\"} 0.75\n"),
         "{text}"
     );
     assert!(

@@ -136,6 +136,7 @@ impl Stats {
             rejected_by_kind: r.rejected_by_kind.clone(),
             bytes_read: r.bytes_read,
             busy_s: r.busy_s.clone(),
+            serial: r.serial.clone(),
             rings: self.rings.clone(),
             in_flight: self.in_flight as u64,
             queued: self.queued as u64,

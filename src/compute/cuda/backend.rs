@@ -425,7 +425,7 @@ fn run<D: Device>(
             row_len: spec.row_len(),
             closed: false,
         },
-        local: Local::default(),
+        local: Local::serial(&w.telemetry, "cuda"),
         failure: None,
         open_since: None,
         host_decoded: 0,

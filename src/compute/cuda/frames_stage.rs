@@ -240,7 +240,7 @@ impl StageThread {
             stats: RunnerStats::default(),
             host: None,
             recipe: &self.recipe,
-            local: Local::default(),
+            local: Local::serial(&self.wiring.telemetry, "cuda"),
             host_computed: 0,
             copy_threads: host_copy::copy_threads(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),

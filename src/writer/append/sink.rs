@@ -378,7 +378,7 @@ fn serve_commands(
     back: &ArrayQueue<Vec<f32>>,
     telemetry: &Telemetry,
 ) {
-    let mut local = Local::default();
+    let mut local = Local::serial(telemetry, "append");
     // `Some` once a row failed: the error, until a waiting call takes it.
     let mut failure: Option<Option<Error>> = None;
     for cmd in rx {

@@ -174,6 +174,7 @@ impl Service {
             Arc::clone(&telemetry),
         )?;
         let intake = Intake::new(serve.max_queued_files);
+        let local = Local::serial(&telemetry, "serve");
         let mut svc = Service {
             config_path: config_path.to_path_buf(),
             cfg,
@@ -182,7 +183,7 @@ impl Service {
             sink,
             pipeline,
             telemetry,
-            local: Local::default(),
+            local,
             intake,
             staged: Staged::default(),
             sealed: None,
