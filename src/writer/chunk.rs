@@ -18,6 +18,52 @@ pub(super) enum MelBuf {
     F16(Vec<f16>),
 }
 
+impl MelBuf {
+    /// Forgets the values, keeping the storage.
+    pub(super) fn clear(&mut self) {
+        match self {
+            MelBuf::F32(b) => b.clear(),
+            MelBuf::F16(b) => b.clear(),
+        }
+    }
+
+    /// An empty buffer of this one's type: `spare` (cleared) when it is one.
+    pub(super) fn emptied(&self, spare: Option<MelBuf>) -> MelBuf {
+        match (self, spare) {
+            (MelBuf::F32(_), Some(MelBuf::F32(b))) => MelBuf::F32(b),
+            (MelBuf::F16(_), Some(MelBuf::F16(b))) => MelBuf::F16(b),
+            (MelBuf::F32(_), _) => MelBuf::F32(Vec::new()),
+            (MelBuf::F16(_), _) => MelBuf::F16(Vec::new()),
+        }
+    }
+
+    /// Pads with zeros to `len` values.
+    pub(super) fn pad(&mut self, len: usize) {
+        match self {
+            MelBuf::F32(b) => b.resize(len, 0.0),
+            MelBuf::F16(b) => b.resize(len, f16::ZERO),
+        }
+    }
+
+    /// Moves the values from `at` on into a buffer of their own (`spare`'s
+    /// storage where it fits the type), which it returns.
+    pub(super) fn split_tail(&mut self, at: usize, spare: Option<MelBuf>) -> MelBuf {
+        let mut rest = self.emptied(spare);
+        match (&mut *self, &mut rest) {
+            (MelBuf::F32(a), MelBuf::F32(r)) => {
+                r.extend_from_slice(&a[at..]);
+                a.truncate(at);
+            }
+            (MelBuf::F16(a), MelBuf::F16(r)) => {
+                r.extend_from_slice(&a[at..]);
+                a.truncate(at);
+            }
+            _ => unreachable!("`emptied` gives the same type"),
+        }
+        rest
+    }
+}
+
 pub(super) struct ChunkBuf {
     mel: MelBuf,
     labels: Vec<i32>,

@@ -36,6 +36,11 @@ use hdf5::Dataset;
 use ndarray::ArrayView5;
 
 use super::chunk::MelBuf;
+use super::lent::{self, Loaned};
+
+/// Written chunks whose bytes may still be queued for the file (`lent`)
+/// before the oldest is waited for: what bounds the memory they hold.
+const MAX_IN_FLIGHT: usize = 4;
 
 /// Raw HDF5 chunk calls the high-level crate does not offer (also used by
 /// the appender).
@@ -171,6 +176,11 @@ pub(super) struct MelChunks {
     held: VecDeque<(usize, MelBuf)>,
     /// Buffers already written, for [`MelChunks::spare`].
     spare: Vec<MelBuf>,
+    /// Chunks handed to HDF5 whose bytes may still be queued for the file
+    /// (`lent`), oldest first.
+    in_flight: VecDeque<Loaned<MelBuf>>,
+    /// A queued write's failure, returned by the next put or flush.
+    failed: Option<std::io::Error>,
     /// Whether the dataset has its chunk index (see [`MelChunks::put`]).
     indexed: bool,
 }
@@ -199,12 +209,21 @@ impl MelChunks {
             cache_slots: cache.nslots.max(1),
             held: VecDeque::new(),
             spare: Vec::new(),
+            in_flight: VecDeque::new(),
+            failed: None,
             indexed: false,
         })
     }
 
     /// A buffer no longer needed by a written chunk, if any (cleared).
     pub(super) fn spare(&mut self) -> Option<MelBuf> {
+        if self.spare.is_empty()
+            && let Some(oldest) = self.in_flight.front()
+            && oldest.is_written()
+            && let Some(oldest) = self.in_flight.pop_front()
+        {
+            self.reclaim(oldest);
+        }
         self.spare.pop()
     }
 
@@ -227,9 +246,7 @@ impl MelChunks {
         }
         let bytes = mel_bytes(&mel);
         if bytes > self.cache_bytes {
-            write(ds, start, &mel)?;
-            self.recycle(mel);
-            return Ok(());
+            return self.write_lent(ds, start, mel);
         }
         if !self.indexed {
             // `write_slice` creates the chunk index (its first file space) on
@@ -244,8 +261,7 @@ impl MelChunks {
         if let Some(i) = self.held.iter().position(|(s, _)| slot(*s) == slot(start))
             && let Some((s, m)) = self.held.remove(i)
         {
-            write(ds, s, &m)?;
-            self.recycle(m);
+            self.write_lent(ds, s, m)?;
         }
         while !self.held.is_empty() && self.held_bytes() + bytes > self.cache_bytes {
             self.write_oldest(ds)?;
@@ -256,11 +272,53 @@ impl MelChunks {
 
     /// Writes every held chunk, oldest first (what closing the dataset would
     /// flush from its cache).
+    /// Also waits until every written chunk's bytes are in the file.
     pub(super) fn flush(&mut self, ds: &Dataset) -> hdf5::Result<()> {
         while !self.held.is_empty() {
             self.write_oldest(ds)?;
         }
-        Ok(())
+        while let Some(l) = self.in_flight.pop_front() {
+            self.reclaim(l);
+        }
+        self.check()
+    }
+
+    /// The direct write of the chunk at row `start`, its bytes lent to the
+    /// file driver (`lent`): the buffer comes back through
+    /// [`spare`](Self::spare) once they are in the file.
+    fn write_lent(&mut self, ds: &Dataset, start: usize, mel: MelBuf) -> hdf5::Result<()> {
+        let loaned = Loaned::new(mel);
+        let r = match loaned.get() {
+            MelBuf::F32(b) => lent::lend(&loaned, b, || write(ds, start, loaned.get())),
+            MelBuf::F16(b) => lent::lend(&loaned, b, || write(ds, start, loaned.get())),
+        };
+        self.in_flight.push_back(loaned);
+        while self.in_flight.len() > MAX_IN_FLIGHT
+            && let Some(oldest) = self.in_flight.pop_front()
+        {
+            self.reclaim(oldest);
+        }
+        r?;
+        self.check()
+    }
+
+    /// Takes a written chunk's buffer back (waiting for its queued write),
+    /// or keeps the write's failure for [`check`](Self::check).
+    fn reclaim(&mut self, loaned: Loaned<MelBuf>) {
+        match loaned.reclaim() {
+            Ok(mel) => self.recycle(mel),
+            Err(e) => {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// The first queued write's failure, if one failed.
+    fn check(&mut self) -> hdf5::Result<()> {
+        match self.failed.take() {
+            Some(e) => Err(format!("writing a chunk into the file failed: {e}").into()),
+            None => Ok(()),
+        }
     }
 
     fn held_bytes(&self) -> usize {
@@ -268,20 +326,14 @@ impl MelChunks {
     }
 
     fn write_oldest(&mut self, ds: &Dataset) -> hdf5::Result<()> {
-        if let Some((start, mel)) = self.held.front() {
-            write(ds, *start, mel)?;
+        match self.held.pop_front() {
+            Some((start, mel)) => self.write_lent(ds, start, mel),
+            None => Ok(()),
         }
-        if let Some((_, mel)) = self.held.pop_front() {
-            self.recycle(mel);
-        }
-        Ok(())
     }
 
     fn recycle(&mut self, mut mel: MelBuf) {
-        match &mut mel {
-            MelBuf::F32(b) => b.clear(),
-            MelBuf::F16(b) => b.clear(),
-        }
+        mel.clear();
         self.spare.push(mel);
     }
 }

@@ -19,6 +19,7 @@
 //! writes the same buffer with `write_slice` at each flush
 //! ([`FrameSets::write`]).
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -28,6 +29,7 @@ use hdf5::{Dataset, Extent, File, SimpleExtents};
 use super::chunk::MelBuf;
 use super::direct::raw;
 use super::h5::{Context, Header, PathColumn, create_1d, create_file, finish_file, write_attrs};
+use super::lent::{self, Loaned};
 use super::sink::RowPieces;
 use super::{Dtype, Error};
 use crate::frames::FrameLayout;
@@ -243,6 +245,13 @@ pub(super) struct FrameBuf {
     paths: Vec<VarLenUnicode>,
     bins: usize,
     trailer: usize,
+    /// Buffers of whole chunks handed to HDF5 whose bytes may still be
+    /// queued for the file (`lent`), oldest first.
+    in_flight: VecDeque<Loaned<MelBuf>>,
+    /// Buffers given back, for the frames that follow.
+    spares: Vec<MelBuf>,
+    /// A queued write's failure, returned by the next write or settle.
+    failed: Option<std::io::Error>,
 }
 
 impl FrameBuf {
@@ -259,6 +268,9 @@ impl FrameBuf {
             paths: Vec::new(),
             bins: layout.bins,
             trailer: layout.trailer(),
+            in_flight: VecDeque::new(),
+            spares: Vec::new(),
+            failed: None,
         }
     }
 
@@ -378,6 +390,10 @@ impl FrameBuf {
     /// Direct writes of the buffered frames at file frame `at` (a chunk
     /// boundary) as whole chunks of `chunk` frames, keeping the rest; with
     /// `last`, the rest too, zero padded. Returns the frames written.
+    ///
+    /// The chunks' bytes are lent to the file driver (`lent`): the buffer
+    /// that holds them is set aside until they are in the file, and the
+    /// frames left over start a buffer of their own.
     fn write_chunks(
         &mut self,
         ds: &Dataset,
@@ -385,40 +401,92 @@ impl FrameBuf {
         chunk: usize,
         last: bool,
     ) -> hdf5::Result<usize> {
-        let bins = self.bins;
-        match &mut self.values {
-            MelBuf::F32(v) => drain_chunks(ds, at, chunk * bins, last, v, 0.0),
-            MelBuf::F16(v) => drain_chunks(ds, at, chunk * bins, last, v, f16::ZERO),
+        let (bins, len) = (self.bins, chunk * self.bins);
+        let values = self.buffered_frames() * bins;
+        let whole = values / len * len;
+        if whole == 0 && !(last && values > 0) {
+            return Ok(0);
         }
-        .map(|values| values / bins)
+        let spare = self.spares.pop();
+        let full = if last {
+            let empty = self.values.emptied(spare);
+            let mut all = std::mem::replace(&mut self.values, empty);
+            all.pad(values.div_ceil(len) * len);
+            all
+        } else {
+            let rest = self.values.split_tail(whole, spare);
+            std::mem::replace(&mut self.values, rest)
+        };
+        let loaned = Loaned::new(full);
+        let r = match loaned.get() {
+            MelBuf::F32(v) => lend_chunks(ds, at, len, &loaned, v),
+            MelBuf::F16(v) => lend_chunks(ds, at, len, &loaned, v),
+        };
+        self.in_flight.push_back(loaned);
+        while self.in_flight.len() > MAX_IN_FLIGHT
+            && let Some(oldest) = self.in_flight.pop_front()
+        {
+            self.reclaim(oldest);
+        }
+        while let Some(oldest) = self.in_flight.front()
+            && oldest.is_written()
+            && let Some(oldest) = self.in_flight.pop_front()
+        {
+            self.reclaim(oldest);
+        }
+        r?;
+        self.check()?;
+        Ok(if last { values } else { whole } / bins)
+    }
+
+    /// Waits until every chunk written is in the file.
+    fn settle(&mut self) -> hdf5::Result<()> {
+        while let Some(l) = self.in_flight.pop_front() {
+            self.reclaim(l);
+        }
+        self.check()
+    }
+
+    fn reclaim(&mut self, loaned: Loaned<MelBuf>) {
+        match loaned.reclaim() {
+            Ok(mut b) => {
+                b.clear();
+                self.spares.push(b);
+            }
+            Err(e) => {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    fn check(&mut self) -> hdf5::Result<()> {
+        match self.failed.take() {
+            Some(e) => Err(format!("writing a chunk into the file failed: {e}").into()),
+            None => Ok(()),
+        }
     }
 }
 
-/// Writes the whole chunks of `len` values at the front of `v` as chunks
-/// from frame `at` on (and, with `last`, the rest, zero padded), removing
-/// them; returns the values written (not counting the padding).
-fn drain_chunks<T: Copy>(
+/// Written chunks whose bytes may still be queued for the file (`lent`)
+/// before the oldest is waited for: what bounds the memory they hold.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Writes `v` (whole chunks of `len` values) as the chunks from frame `at`
+/// on, its bytes lent from `loaned`.
+fn lend_chunks<T: Copy>(
     ds: &Dataset,
     at: usize,
     len: usize,
-    last: bool,
-    v: &mut Vec<T>,
-    zero: T,
-) -> hdf5::Result<usize> {
+    loaned: &Loaned<MelBuf>,
+    v: &[T],
+) -> hdf5::Result<()> {
     let bins = ds.shape().get(1).copied().unwrap_or(1).max(1);
-    let mut i = 0;
-    while v.len() - i >= len {
-        raw::write_chunk(ds, &[(at + i / bins) as u64, 0], &v[i..i + len])?;
-        i += len;
-    }
-    if last && i < v.len() {
-        let mut tail = v[i..].to_vec();
-        tail.resize(len, zero);
-        raw::write_chunk(ds, &[(at + i / bins) as u64, 0], &tail)?;
-        i = v.len();
-    }
-    v.drain(..i);
-    Ok(i)
+    lent::lend(loaned, v, || {
+        for (k, c) in v.chunks_exact(len).enumerate() {
+            raw::write_chunk(ds, &[(at + k * len / bins) as u64, 0], c)?;
+        }
+        Ok(())
+    })
 }
 
 /// A variable-length `<split>.h5.partial` being built.
@@ -602,6 +670,7 @@ impl FrameSplit {
     /// Returns (final path, rows, size in bytes).
     pub(super) fn close(mut self) -> Result<(PathBuf, usize, u64), Error> {
         self.write_frames(true)?;
+        (self.buf.settle()).ctx(&self.partial, || "write the `features` chunks".into())?;
         let rows = self.rows_written + self.buf.rows();
         self.ds
             .write_rows(&self.partial, self.rows_written, &self.buf)?;

@@ -251,16 +251,39 @@ pub(crate) fn metadata_cache(max_bytes: usize) -> hdf5::plist::file_access::Meta
 const BUILD_METADATA_CACHE_BYTES: usize = 2 << 20;
 
 /// Creates (truncating) a file with libver bounds (latest, latest), object
-/// time tracking off and a bounded metadata cache.
+/// time tracking off and a bounded metadata cache, written through the
+/// build's driver (`lent`: chunk bytes copied into the file off the writer
+/// thread; `sec2` where this HDF5 cannot register it).
 pub(super) fn create_file(p: &Path) -> Result<File, Error> {
-    File::with_options()
-        .with_fapl(|fapl| {
-            fapl.libver_latest()
-                .mdc_config(&metadata_cache(BUILD_METADATA_CACHE_BYTES))
-        })
-        .with_fcpl(|fcpl| fcpl.obj_track_times(false))
-        .create(p)
-        .ctx(p, || "create the file".into())
+    create_lent(p).ctx(p, || "create the file".into())
+}
+
+fn create_lent(p: &Path) -> hdf5::Result<File> {
+    use std::os::unix::ffi::OsStrExt;
+    let fapl = hdf5::plist::FileAccess::build()
+        .libver_latest()
+        .mdc_config(&metadata_cache(BUILD_METADATA_CACHE_BYTES))
+        .finish()?;
+    let fcpl = hdf5::plist::FileCreate::build()
+        .obj_track_times(false)
+        .finish()?;
+    let name = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| hdf5::Error::from("file name contains a NUL byte"))?;
+    hdf5::sync::sync(|| {
+        super::lent::use_in(fapl.id())?;
+        // SAFETY: `name` is NUL-terminated and both property lists are live
+        // for the call.
+        let id = hdf5::h5check(unsafe {
+            hdf5_sys::h5f::H5Fcreate(
+                name.as_ptr(),
+                hdf5_sys::h5f::H5F_ACC_TRUNC,
+                fcpl.id(),
+                fapl.id(),
+            )
+        })?;
+        // SAFETY: `id` is a file id just returned by H5Fcreate, owned by nobody else.
+        unsafe { hdf5::from_id::<File>(id) }
+    })
 }
 
 impl Datasets {

@@ -38,21 +38,22 @@
 //!   files of the splits not yet renamed: a failed build leaves no debris (a
 //!   killed one leaves `.partial` files, which the next build overwrites).
 //!
-//! **Why one thread.** Row order is decided here (a row's index is known only once
-//! every lower seq has arrived) and HDF5 is not thread-safe, so every HDF5 call
-//! stays on this thread; what is left to share is the copy of a row into its
-//! chunk (a 30 KB memcpy, or the float16 conversion). Profiled writing 4096
-//! default rows to tmpfs, the time is the kernel's (`pwrite` allocating and
-//! filling page-cache pages) and the copy is about 4 %: a pool for assembly
-//! would save that 4 % and cost a hand-off per row. The thread alone writes
-//! 14,500 float32 rows/s (25,600 float16) to tmpfs on the 2-core dev VM with
-//! both cores busy (load average 9), as fast as h5py's `write_direct_chunk`
-//! there (13,750 / 22,100): a second HDF5 thread could only split the same
-//! kernel copy (docs/BENCHMARKS.md, "Round 3: writer").
+//! **Why one thread, and who copies.** Row order is decided here (a row's
+//! index is known only once every lower seq has arrived) and HDF5 is not
+//! thread-safe, so every HDF5 call stays on this thread. Profiled on a warm
+//! 20,000-clip build to tmpfs, two thirds of this thread's CPU time was the
+//! kernel's `pwrite` of each chunk into the page cache (page allocation and
+//! a copy), not HDF5: the build's files are therefore written through their
+//! own file driver ([`lent`]), which takes the raw-data write of a chunk the
+//! writer lends it and hands it to a pool of copier threads, at the address
+//! HDF5 allocated. The bytes and their places in the file are the same; the
+//! writer thread's own CPU went from 15.1 to about 7 µs per 30.6 KB row
+//! (docs/BENCHMARKS.md, "Issue 39"), and the copy spreads over the cores.
 //!
 //! The file layout is documented for users in `docs/FORMAT.md`; the HDF5 calls live
 //! in `h5` (schema, build files), `direct` (direct chunk writes of `mel`, the
-//! writer's one raw HDF5 call besides `append::recover`'s) and [`append`] (SWMR
+//! writer's one raw HDF5 call besides `append::recover`'s), `driver` and
+//! [`lent`] (the file drivers: what they share, and the build's) and [`append`] (SWMR
 //! appends for `serve`), the chunk buffer in `chunk`; [`sink`] is the interface the stage graph writes
 //! through, implemented here for `build`.
 
@@ -60,8 +61,10 @@ pub mod append;
 mod attrs;
 mod chunk;
 mod direct;
+mod driver;
 pub mod frames;
 pub(crate) mod h5;
+pub(crate) mod lent;
 pub mod meta;
 mod plan_error;
 pub mod sink;

@@ -45,9 +45,10 @@ fn write_all(
     window: &Window,
     p: &Pipeline,
 ) -> Written {
-    let mut local = Local::default();
-    let mut rejected = Vec::new();
     let telemetry = p.telemetry();
+    let mut local = Local::serial(telemetry, "writer");
+    let copiers = crate::writer::lent::copiers();
+    let mut rejected = Vec::new();
     let line = |j: &Job| items.map(|i| u64::from(i.lines[j.path as usize]));
     // Jobs are in (split, seq) order: the first job of each split.
     let mut split_start = vec![jobs.len(); open.splits.len()];
@@ -106,6 +107,13 @@ fn write_all(
     }
     let report = local.time(crate::runtime::telemetry::Stage::Write, || w.finish());
     local.publish(telemetry);
+    // The chunk copiers' share of this build (they serve every build of
+    // the process).
+    for (name, cpu, jobs) in crate::writer::lent::copiers() {
+        let before = copiers.iter().find(|c| c.0 == name);
+        let (cpu0, jobs0) = before.map_or((Default::default(), 0), |c| (c.1, c.2));
+        telemetry.record_serial(name, cpu.saturating_sub(cpu0), jobs - jobs0);
+    }
     interrupt::checkpoint("finished");
     rejected.sort_by(|a, b| (a.line, &a.path).cmp(&(b.line, &b.path)));
     Ok(Ok((report?, rejected)))

@@ -144,7 +144,7 @@ pub(super) enum Store {
     },
     Frames {
         ds: FrameSets,
-        buf: FrameBuf,
+        buf: Box<FrameBuf>,
         layout: FrameLayout,
         /// Frames in `features` (written rows).
         frames: usize,
@@ -160,7 +160,7 @@ impl Store {
         match (sets, &spec.frames) {
             (Sets::Frames(ds), Some(l)) => Ok(Store::Frames {
                 frames: ds.features.shape()[0],
-                buf: FrameBuf::new(spec.dtype, l),
+                buf: Box::new(FrameBuf::new(spec.dtype, l)),
                 chunk_frames: chunk_frames(l, spec.dtype),
                 layout: l.clone(),
                 ds,
