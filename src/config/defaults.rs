@@ -62,7 +62,7 @@ pub mod io {
     /// `io.pin`.
     pub const PIN: PinPolicy = PinPolicy::Auto;
     /// `io.threads`: `None` is `"auto"`, sized by the cores
-    /// (`config::io::auto_threads`: 1 on up to 15 cores, 2 on 16).
+    /// (`config::io::auto_threads`: 2 on 2 to 23 cores, 1 on one).
     pub const THREADS: Option<usize> = None;
     /// `io.queue_depth`: O_DIRECT reads are latency-bound, so files in flight
     /// decide throughput (20k reference clips, 2 cores: 64 → 13.4k files/s,

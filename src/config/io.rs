@@ -51,17 +51,20 @@ pub enum RawThreads {
 
 /// Reader threads for `io.threads = "auto"` on a machine with `cores`
 /// available cores, and the sentence that says why: one reader per 8 cores,
-/// 1 to 4. A ring keeps `io.queue_depth` reads in flight, so one reader
-/// reaches the disk's rate on a small machine (2 cores: a second reader only
-/// takes a core from compute); on the 16-core GPU box two readers were the
+/// 2 to 4 (1 on one core). A ring keeps `io.queue_depth` reads in flight, so
+/// one reader reaches a disk's rate; but a warm file is copied out of the
+/// page cache by the thread that reads it (about 20 µs of a reader's CPU for
+/// a 82 KB clip on the 2-core dev VM), a serial cost that capped a warm
+/// build at about 40k files/s with one reader there: two halve it, at the
+/// same build rate on two cores. On the 16-core GPU box two readers were the
 /// best of 1/2/4/8 (22.3k files/s vs 16.3–20.5k with one, 19.6k with eight:
 /// more rings only contend for the cores that decode and write).
 pub fn auto_threads(cores: usize) -> (usize, String) {
-    let n = (cores / 8).clamp(1, 4);
+    let n = (cores / 8).clamp(2, 4).min(cores.max(1));
     let s = if n == 1 { "" } else { "s" };
     (
         n,
-        format!("io.threads = \"auto\": {n} reader{s} for {cores} cores (one per 8 cores, 1 to 4)"),
+        format!("io.threads = \"auto\": {n} reader{s} for {cores} cores (one per 8 cores, 2 to 4)"),
     )
 }
 
@@ -242,9 +245,9 @@ mod tests {
     }
 
     #[test]
-    fn auto_threads_grow_with_the_cores_from_one_to_four() {
+    fn auto_threads_grow_with_the_cores_from_two_to_four() {
         let n = |cores| super::auto_threads(cores).0;
-        assert_eq!([n(1), n(2), n(8), n(15)], [1, 1, 1, 1]);
+        assert_eq!([n(1), n(2), n(8), n(15)], [1, 2, 2, 2]);
         assert_eq!([n(16), n(24), n(32), n(64), n(256)], [2, 3, 4, 4, 4]);
         let (_, why) = super::auto_threads(16);
         assert!(why.contains("2 readers for 16 cores"), "{why}");

@@ -14,7 +14,7 @@
 //! The graph starts in two steps, so reads never wait for the GPU:
 //! [`Pipeline::start_reading`] makes the reader's choices (io_uring after its
 //! probe, or plain reads where `io.fallback` allows; `io.threads` readers,
-//! `"auto"`: one per 8 cores), places them (hwloc; `io.pin` overrides), sizes
+//! `"auto"`: one per 8 cores, 2 to 4), places them (hwloc; `io.pin` overrides), sizes
 //! the rings and the arena and starts the readers, whatever the backend probe
 //! ([`Probe`], on its own thread) has found so far; [`Pipeline::start_compute`]
 //! joins the probe ([`compute::select`]: CPU workers or the CUDA stage, and the
@@ -659,10 +659,18 @@ mod tests {
     fn default_arena_fits_the_files_in_flight() {
         let mut cfg = Config::default();
         cfg.compute.workers = 2;
+        cfg.io.threads = 1;
         let cpu = arena_bytes(&cfg, &compute::Target::Cpu);
         // 258 reference files (128 + 128 + 2) of 84 KiB, plus a quarter.
         assert_eq!(cpu, 258 * 86_016 * 5 / 4);
         assert!(cpu < 32 << 20, "{cpu}");
+        // Each reader keeps its own files in flight.
+        cfg.io.threads = 2;
+        assert_eq!(
+            arena_bytes(&cfg, &compute::Target::Cpu),
+            514 * 86_016 * 5 / 4
+        );
+        cfg.io.threads = 1;
         // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
         let gpu = arena_bytes(&cfg, &compute::Target::HostDouble);
         assert_eq!(gpu, (256 + 512) * 86_016 * 5 / 4);
