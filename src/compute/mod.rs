@@ -164,14 +164,18 @@ pub fn for_recipe(
     requested: Backend,
     recipe: Option<&dyn crate::frames::FrameRecipe>,
 ) -> Result<Choice, Error> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let Some(recipe) = recipe else {
-        return Ok(choice);
+        return Ok(auto_rule(choice, requested, None, cores));
     };
     if choice.target == Target::Cpu {
         return Ok(choice);
     }
     let why = match cuda::frames_exec::FrameTables::new(&recipe.plan()) {
-        Ok(_) => return Ok(choice),
+        Ok(_) => {
+            let name = recipe.layout().recipe.clone();
+            return Ok(auto_rule(choice, requested, Some(&name), cores));
+        }
         Err(why) => why,
     };
     let name = recipe.layout().recipe.clone();
@@ -181,6 +185,49 @@ pub fn for_recipe(
             "auto: features.recipe = \"{name}\" cannot run on the CUDA kernels ({why}), so the \
              CPU backend is used"
         ))),
+    }
+}
+
+/// The fewest cores at which the CPU backend outruns the CUDA stage for a
+/// recipe (None: librosa), from the round-4 runs on the 16-core H200 box
+/// (docs/GPU.md, "Which backend `auto` picks"): the CPU's rate per core
+/// there against the CUDA stage's rate, which its serial host stages cap
+/// whatever the cores. librosa: 22.6k files/s on 16 cores (1.4k a core)
+/// against 11.4–12.7k on cuda, so 9 cores pass it; Whisper: 2.45k (153 a
+/// core) against 2.0k, 14; Kaldi fbank and MFCC ran 1.21–1.39× faster on
+/// cuda than on 16 cores, so 21.
+pub fn cpu_outruns_gpu_from(recipe: Option<&str>) -> usize {
+    match recipe {
+        None => 9,
+        Some("whisper") => 14,
+        Some(_) => 21,
+    }
+}
+
+/// `auto` with a real GPU found: the CPU backend where this machine's cores
+/// outrun the CUDA stage for the recipe ([`cpu_outruns_gpu_from`]); the
+/// reason says which rule chose. `cuda` asked, or the host double, is kept.
+fn auto_rule(choice: Choice, requested: Backend, recipe: Option<&str>, cores: usize) -> Choice {
+    if requested != Backend::Auto || !matches!(choice.target, Target::Gpu(_)) {
+        return choice;
+    }
+    let from = cpu_outruns_gpu_from(recipe);
+    let name = recipe.unwrap_or("librosa");
+    if cores >= from {
+        return Choice::cpu(format!(
+            "auto: {}; but for features.recipe = \"{name}\" the CPU backend outruns the CUDA \
+             stage from {from} cores and this machine has {cores}, so the CPU backend is used \
+             (--backend cuda forces the GPU)",
+            choice.reason.trim_start_matches("auto: ")
+        ));
+    }
+    Choice {
+        reason: format!(
+            "{}; for features.recipe = \"{name}\" the CUDA stage outruns the CPU below {from} \
+             cores and this machine has {cores}",
+            choice.reason
+        ),
+        ..choice
     }
 }
 
@@ -336,6 +383,58 @@ mod tests {
                 .unwrap()
                 .backend,
             Backend::Cpu
+        );
+    }
+
+    #[test]
+    fn auto_picks_the_backend_the_cores_make_faster_and_cuda_forces_the_gpu() {
+        let gpu = cuda::Gpu {
+            name: "Test GPU".into(),
+            cc: (9, 0),
+            devices: 1,
+            driver_version: 12040,
+            pci_bus_id: "0000:41:00.0".into(),
+        };
+        let found = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
+        let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, cores);
+        // The round-4 box: 16 cores, where the CPU won librosa and Whisper
+        // and lost Kaldi fbank / MFCC.
+        let c = pick(None, 16);
+        assert_eq!(c.backend, Backend::Cpu);
+        assert!(
+            c.reason.contains("\"librosa\"")
+                && c.reason.contains("from 9 cores")
+                && c.reason.contains("has 16")
+                && c.reason.contains("Test GPU"),
+            "{}",
+            c.reason
+        );
+        assert_eq!(pick(Some("whisper"), 16).backend, Backend::Cpu);
+        assert_eq!(pick(Some("kaldi-fbank"), 16).backend, Backend::Cuda);
+        assert_eq!(pick(Some("kaldi-mfcc"), 16).backend, Backend::Cuda);
+        // Fewer cores: the GPU.
+        let c = pick(None, 8);
+        assert_eq!(c.backend, Backend::Cuda);
+        assert!(
+            c.reason.contains("below 9 cores") && c.reason.contains("has 8"),
+            "{}",
+            c.reason
+        );
+        assert_eq!(pick(Some("whisper"), 13).backend, Backend::Cuda);
+        assert_eq!(pick(Some("kaldi-fbank"), 32).backend, Backend::Cpu);
+        // Asked for cuda: the GPU, whatever the cores.
+        let forced = select_with(Backend::Cuda, || Ok(gpu.clone())).unwrap();
+        let c = auto_rule(forced, Backend::Cuda, None, 64);
+        assert_eq!(c.backend, Backend::Cuda);
+        // The host double (tests) is never second-guessed.
+        let double = Choice {
+            backend: Backend::Cuda,
+            reason: "double".into(),
+            target: Target::HostDouble,
+        };
+        assert_eq!(
+            auto_rule(double, Backend::Auto, None, 64).backend,
+            Backend::Cuda
         );
     }
 
