@@ -27,6 +27,18 @@ def rel_of(i):
     return f"TRAINING/{LABELS[i % 4]}/f{i:06d}.wav"
 
 
+def find_report(doc):
+    """The stage report inside a `ctl stats --json` reply ({} if none)."""
+    if isinstance(doc, dict):
+        if "serial" in doc:
+            return doc
+        for v in doc.values():
+            r = find_report(v)
+            if r:
+                return r
+    return {}
+
+
 def ctl(bin_, sock, cmd):
     out = subprocess.run(
         [bin_, "ctl", "--json", "--socket", sock, cmd],
@@ -43,38 +55,45 @@ def ctl(bin_, sock, cmd):
 def reader(path, want, limit_s, poll_s, ready, results):
     """Opens `path` SWMR, then records (rel, t_seen) for every new path row.
 
-    `path` holds variable-length strings, which HDF5's SWMR does not cover: once
-    the writer starts a new global heap collection past the end of allocation
-    the reader saw at open, reading those strings fails ("address of object
-    past end of allocation"). The reader then reopens the file (a fresh SWMR
-    open sees the current end) and reads again; those reopens are counted and
-    their cost is part of the measured latency.
+    serve's files store `path` as a string column (docs/FORMAT.md, layout
+    version 2): `path_end` (int64, one past each path's last byte) and
+    `path_utf8` (the bytes), both plain datasets SWMR covers. A row is
+    visible once `path_end` holds it; its bytes are read after refreshing
+    `path_utf8`. Reopens (kept from the variable-length layout, whose global
+    heap SWMR did not cover) are counted and should stay 0.
     """
     import h5py
 
     def open_():
         f = h5py.File(path, "r", libver="latest", swmr=True)
-        return f, f["path"]
+        return f, f["path_end"], f["path_utf8"]
 
-    f, ds = open_()
-    ds.refresh()
-    seen = ds.shape[0]
+    f, ends, utf8 = open_()
+    ends.refresh()
+    seen = ends.shape[0]
     ready.set()
     out, reopens = [], 0
     deadline = time.monotonic() + limit_s
     while len(out) < want and time.monotonic() < deadline:
-        ds.refresh()
-        n = ds.shape[0]
+        ends.refresh()
+        n = ends.shape[0]
         if n > seen:
             try:
-                new = ds.asstr()[seen:n]
+                e = ends[max(seen - 1, 0):n]
+                lo = int(e[0]) if seen else 0
+                utf8.refresh()
+                raw = bytes(utf8[lo:int(e[-1])])
             except OSError:
                 f.close()
-                f, ds = open_()
+                f, ends, utf8 = open_()
                 reopens += 1
                 continue
             now = time.monotonic()
-            out.extend((p, now) for p in new)
+            bounds = [int(x) - lo for x in (e[1:] if seen else e)]
+            start = 0
+            for b in bounds:
+                out.append((raw[start:b].decode(), now))
+                start = b
             seen = n
         else:
             time.sleep(poll_s)
@@ -179,6 +198,7 @@ def main():
         seen, reopens = got
         rd.join()
         status = ctl(a.bin, sock, "status") or {}
+        stats = ctl(a.bin, sock, "stats") or {}
         ctl(a.bin, sock, "shutdown")
         svc.wait(timeout=60)
     finally:
@@ -207,6 +227,13 @@ def main():
                 "service_rejected": status.get("files_rejected"),
                 "engine": status.get("engine"),
                 "backend": status.get("backend"),
+                # Each single-threaded stage's own CPU µs per file and the
+                # ceiling they set (docs/ARCHITECTURE.md, "Serial stages").
+                "serial_us_per_file": {
+                    s["stage"]: round(s["cpu_us_per_file"], 1)
+                    for s in (find_report(stats).get("serial") or [])
+                },
+                "serial_ceiling_files_per_s": find_report(stats).get("serial_ceiling_files_per_s"),
                 # Cores each of serve's threads used while files were
                 # dropped (by thread name, busiest first): which one caps it.
                 "thread_cores": {
