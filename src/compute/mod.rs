@@ -368,13 +368,7 @@ mod tests {
             let e = select_with(Backend::Cuda, unavailable).unwrap_err();
             assert!(e.to_string().contains("CUDA") && e.to_string().contains(&why));
         }
-        let gpu = cuda::Gpu {
-            name: "Test GPU".into(),
-            cc: (9, 0),
-            devices: 1,
-            driver_version: 12040,
-            pci_bus_id: "0000:41:00.0".into(),
-        };
+        let gpu = test_gpu();
         let c = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
         assert_eq!(c.backend, Backend::Cuda);
         assert!(c.reason.contains("Test GPU (sm_90"), "{}", c.reason);
@@ -386,15 +380,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn auto_picks_the_backend_the_cores_make_faster_and_cuda_forces_the_gpu() {
-        let gpu = cuda::Gpu {
+    /// A GPU as the probe would describe one.
+    fn test_gpu() -> cuda::Gpu {
+        cuda::Gpu {
             name: "Test GPU".into(),
             cc: (9, 0),
             devices: 1,
             driver_version: 12040,
             pci_bus_id: "0000:41:00.0".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn auto_picks_the_backend_the_cores_make_faster_and_cuda_forces_the_gpu() {
+        let gpu = test_gpu();
         let found = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
         let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, cores);
         // The round-4 box: 16 cores, where the CPU won librosa and Whisper

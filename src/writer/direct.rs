@@ -36,11 +36,7 @@ use hdf5::Dataset;
 use ndarray::ArrayView5;
 
 use super::chunk::MelBuf;
-use super::lent::{self, Loaned};
-
-/// Written chunks whose bytes may still be queued for the file (`lent`)
-/// before the oldest is waited for: what bounds the memory they hold.
-const MAX_IN_FLIGHT: usize = 4;
+use super::lent::{self, InFlight, Loaned};
 
 /// Raw HDF5 chunk calls the high-level crate does not offer (also used by
 /// the appender).
@@ -177,10 +173,8 @@ pub(super) struct MelChunks {
     /// Buffers already written, for [`MelChunks::spare`].
     spare: Vec<MelBuf>,
     /// Chunks handed to HDF5 whose bytes may still be queued for the file
-    /// (`lent`), oldest first.
-    in_flight: VecDeque<Loaned<MelBuf>>,
-    /// A queued write's failure, returned by the next put or flush.
-    failed: Option<std::io::Error>,
+    /// (`lent`).
+    in_flight: InFlight<MelBuf>,
     /// Whether the dataset has its chunk index (see [`MelChunks::put`]).
     indexed: bool,
 }
@@ -209,8 +203,7 @@ impl MelChunks {
             cache_slots: cache.nslots.max(1),
             held: VecDeque::new(),
             spare: Vec::new(),
-            in_flight: VecDeque::new(),
-            failed: None,
+            in_flight: InFlight::new(),
             indexed: false,
         })
     }
@@ -218,11 +211,9 @@ impl MelChunks {
     /// A buffer no longer needed by a written chunk, if any (cleared).
     pub(super) fn spare(&mut self) -> Option<MelBuf> {
         if self.spare.is_empty()
-            && let Some(oldest) = self.in_flight.front()
-            && oldest.is_written()
-            && let Some(oldest) = self.in_flight.pop_front()
+            && let Some(mel) = self.in_flight.written()
         {
-            self.reclaim(oldest);
+            self.recycle(mel);
         }
         self.spare.pop()
     }
@@ -277,10 +268,9 @@ impl MelChunks {
         while !self.held.is_empty() {
             self.write_oldest(ds)?;
         }
-        while let Some(l) = self.in_flight.pop_front() {
-            self.reclaim(l);
-        }
-        self.check()
+        let spare = &mut self.spare;
+        self.in_flight.settle(|mel| recycle(spare, mel));
+        self.in_flight.check()
     }
 
     /// The direct write of the chunk at row `start`, its bytes lent to the
@@ -292,33 +282,10 @@ impl MelChunks {
             MelBuf::F32(b) => lent::lend(&loaned, b, || write(ds, start, loaned.get())),
             MelBuf::F16(b) => lent::lend(&loaned, b, || write(ds, start, loaned.get())),
         };
-        self.in_flight.push_back(loaned);
-        while self.in_flight.len() > MAX_IN_FLIGHT
-            && let Some(oldest) = self.in_flight.pop_front()
-        {
-            self.reclaim(oldest);
-        }
+        let spare = &mut self.spare;
+        self.in_flight.keep(loaned, |mel| recycle(spare, mel));
         r?;
-        self.check()
-    }
-
-    /// Takes a written chunk's buffer back (waiting for its queued write),
-    /// or keeps the write's failure for [`check`](Self::check).
-    fn reclaim(&mut self, loaned: Loaned<MelBuf>) {
-        match loaned.reclaim() {
-            Ok(mel) => self.recycle(mel),
-            Err(e) => {
-                self.failed.get_or_insert(e);
-            }
-        }
-    }
-
-    /// The first queued write's failure, if one failed.
-    fn check(&mut self) -> hdf5::Result<()> {
-        match self.failed.take() {
-            Some(e) => Err(format!("writing a chunk into the file failed: {e}").into()),
-            None => Ok(()),
-        }
+        self.in_flight.check()
     }
 
     fn held_bytes(&self) -> usize {
@@ -332,10 +299,15 @@ impl MelChunks {
         }
     }
 
-    fn recycle(&mut self, mut mel: MelBuf) {
-        mel.clear();
-        self.spare.push(mel);
+    fn recycle(&mut self, mel: MelBuf) {
+        recycle(&mut self.spare, mel);
     }
+}
+
+/// A written chunk's buffer, cleared, into `spare`.
+fn recycle(spare: &mut Vec<MelBuf>, mut mel: MelBuf) {
+    mel.clear();
+    spare.push(mel);
 }
 
 fn mel_bytes(mel: &MelBuf) -> usize {

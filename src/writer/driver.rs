@@ -24,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use hdf5_sys::h5::{haddr_t, hbool_t, herr_t, hsize_t};
 use hdf5_sys::h5i::hid_t;
@@ -182,12 +183,65 @@ pub(super) fn register(callbacks: Callbacks) -> Result<hid_t, &'static str> {
     Ok(id)
 }
 
-/// Makes `fapl` open files with driver `id`.
-pub(super) fn set_driver(fapl: hid_t, id: hid_t) -> hdf5::Result<()> {
+/// The driver registered in `cell` (once per process, under the HDF5
+/// lock), or why this HDF5 cannot have it; `on_fail` says so once.
+pub(super) fn register_once(
+    cell: &'static OnceLock<Result<hid_t, &'static str>>,
+    callbacks: Callbacks,
+    on_fail: fn(&'static str),
+) -> Result<hid_t, &'static str> {
+    *cell.get_or_init(|| {
+        let r = hdf5::sync::sync(|| register(callbacks));
+        if let Err(why) = r {
+            on_fail(why);
+        }
+        r
+    })
+}
+
+/// Makes `fapl` open files with the driver `registered` names; `Ok` (and
+/// `fapl` unchanged: HDF5's sec2) where it could not be registered.
+pub(super) fn use_registered(
+    fapl: hid_t,
+    registered: Result<hid_t, &'static str>,
+) -> hdf5::Result<()> {
+    let Ok(id) = registered else {
+        return Ok(());
+    };
     // SAFETY: `fapl` is a live file-access property list owned by the caller;
     // `id` a registered driver that takes no driver info (null).
     let r = unsafe { hdf5_sys::h5p::H5Pset_driver(fapl, id, std::ptr::null()) };
     hdf5::h5check(r).map(drop)
+}
+
+/// The driver's open file behind HDF5's file pointer.
+///
+/// # Safety
+/// `f` must come from the `open` of the driver whose files are `T`s (boxed,
+/// `#[repr(C)]`, starting with a [`Base`]) and not be closed yet; HDF5
+/// serialises calls, so no other reference to it exists during a callback.
+pub(super) unsafe fn file<'a, T>(f: *const Public) -> &'a mut T {
+    // SAFETY: per the contract.
+    unsafe { &mut *f.cast::<T>().cast_mut() }
+}
+
+/// Boxes an opened file for HDF5, or HDF5's failure (null) when it did not
+/// open.
+pub(super) fn into_public<T>(opened: std::io::Result<T>) -> *mut Public {
+    match opened {
+        Ok(o) => Box::into_raw(Box::new(o)).cast(),
+        Err(_) => std::ptr::null_mut(),
+    }
+}
+
+/// `read` into HDF5's buffer of `size` bytes at `buf`, as sec2.
+///
+/// # Safety
+/// `buf` is the buffer HDF5 passes to `read`, valid for `size` bytes.
+pub(super) unsafe fn read_into(o: &Base, addr: haddr_t, size: usize, buf: *mut c_void) -> herr_t {
+    // SAFETY: per the contract.
+    let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), size) };
+    o.read_at(addr, buf)
 }
 
 impl Base {

@@ -19,7 +19,6 @@
 //! writes the same buffer with `write_slice` at each flush
 //! ([`FrameSets::write`]).
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -29,7 +28,7 @@ use hdf5::{Dataset, Extent, File, SimpleExtents};
 use super::chunk::MelBuf;
 use super::direct::raw;
 use super::h5::{Context, Header, PathColumn, create_1d, create_file, finish_file, write_attrs};
-use super::lent::{self, Loaned};
+use super::lent::{self, InFlight, Loaned};
 use super::sink::RowPieces;
 use super::{Dtype, Error};
 use crate::frames::FrameLayout;
@@ -246,12 +245,10 @@ pub(super) struct FrameBuf {
     bins: usize,
     trailer: usize,
     /// Buffers of whole chunks handed to HDF5 whose bytes may still be
-    /// queued for the file (`lent`), oldest first.
-    in_flight: VecDeque<Loaned<MelBuf>>,
+    /// queued for the file (`lent`).
+    in_flight: InFlight<MelBuf>,
     /// Buffers given back, for the frames that follow.
     spares: Vec<MelBuf>,
-    /// A queued write's failure, returned by the next write or settle.
-    failed: Option<std::io::Error>,
 }
 
 impl FrameBuf {
@@ -268,9 +265,8 @@ impl FrameBuf {
             paths: Vec::new(),
             bins: layout.bins,
             trailer: layout.trailer(),
-            in_flight: VecDeque::new(),
+            in_flight: InFlight::new(),
             spares: Vec::new(),
-            failed: None,
         }
     }
 
@@ -422,54 +418,26 @@ impl FrameBuf {
             MelBuf::F32(v) => lend_chunks(ds, at, len, &loaned, v),
             MelBuf::F16(v) => lend_chunks(ds, at, len, &loaned, v),
         };
-        self.in_flight.push_back(loaned);
-        while self.in_flight.len() > MAX_IN_FLIGHT
-            && let Some(oldest) = self.in_flight.pop_front()
-        {
-            self.reclaim(oldest);
-        }
-        while let Some(oldest) = self.in_flight.front()
-            && oldest.is_written()
-            && let Some(oldest) = self.in_flight.pop_front()
-        {
-            self.reclaim(oldest);
-        }
+        let spares = &mut self.spares;
+        self.in_flight.keep(loaned, |b| spare_into(spares, b));
         r?;
-        self.check()?;
+        self.in_flight.check()?;
         Ok(if last { values } else { whole } / bins)
     }
 
     /// Waits until every chunk written is in the file.
     fn settle(&mut self) -> hdf5::Result<()> {
-        while let Some(l) = self.in_flight.pop_front() {
-            self.reclaim(l);
-        }
-        self.check()
-    }
-
-    fn reclaim(&mut self, loaned: Loaned<MelBuf>) {
-        match loaned.reclaim() {
-            Ok(mut b) => {
-                b.clear();
-                self.spares.push(b);
-            }
-            Err(e) => {
-                self.failed.get_or_insert(e);
-            }
-        }
-    }
-
-    fn check(&mut self) -> hdf5::Result<()> {
-        match self.failed.take() {
-            Some(e) => Err(format!("writing a chunk into the file failed: {e}").into()),
-            None => Ok(()),
-        }
+        let spares = &mut self.spares;
+        self.in_flight.settle(|b| spare_into(spares, b));
+        self.in_flight.check()
     }
 }
 
-/// Written chunks whose bytes may still be queued for the file (`lent`)
-/// before the oldest is waited for: what bounds the memory they hold.
-const MAX_IN_FLIGHT: usize = 4;
+/// A written chunk's buffer, cleared, into `spares`.
+fn spare_into(spares: &mut Vec<MelBuf>, mut b: MelBuf) {
+    b.clear();
+    spares.push(b);
+}
 
 /// Writes `v` (whole chunks of `len` values) as the chunks from frame `at`
 /// on, its bytes lent from `loaned`.

@@ -29,6 +29,7 @@
 //!   buffer's reclaim): nothing is lost silently.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -131,6 +132,78 @@ impl<B> Drop for Loaned<B> {
     fn drop(&mut self) {
         // Queued writes read the buffer: it lives until they are done.
         let _ = self.count.wait();
+    }
+}
+
+/// Loans kept before the oldest is waited for: what bounds the memory that
+/// queued writes hold.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Buffers whose chunks were handed to HDF5 and may still be queued for the
+/// file, oldest first, with the first queued write that failed.
+pub(super) struct InFlight<B> {
+    loans: VecDeque<Loaned<B>>,
+    failed: Option<std::io::Error>,
+}
+
+impl<B> InFlight<B> {
+    pub(super) fn new() -> InFlight<B> {
+        InFlight {
+            loans: VecDeque::new(),
+            failed: None,
+        }
+    }
+
+    /// Keeps `loaned` (its HDF5 call made) and hands `back` every buffer
+    /// whose writes are done: the oldest beyond [`MAX_IN_FLIGHT`], waited
+    /// for, and any already written.
+    pub(super) fn keep(&mut self, loaned: Loaned<B>, mut back: impl FnMut(B)) {
+        self.loans.push_back(loaned);
+        while self.loans.len() > MAX_IN_FLIGHT
+            && let Some(oldest) = self.loans.pop_front()
+        {
+            self.reclaim(oldest, &mut back);
+        }
+        while let Some(b) = self.written() {
+            back(b);
+        }
+    }
+
+    /// The oldest buffer, if its writes are done.
+    pub(super) fn written(&mut self) -> Option<B> {
+        while self.loans.front().is_some_and(Loaned::is_written) {
+            let oldest = self.loans.pop_front()?;
+            let mut got = None;
+            self.reclaim(oldest, &mut |b| got = Some(b));
+            if got.is_some() {
+                return got;
+            }
+        }
+        None
+    }
+
+    /// Waits for every loan, handing each buffer `back`.
+    pub(super) fn settle(&mut self, mut back: impl FnMut(B)) {
+        while let Some(l) = self.loans.pop_front() {
+            self.reclaim(l, &mut back);
+        }
+    }
+
+    fn reclaim(&mut self, loaned: Loaned<B>, back: &mut impl FnMut(B)) {
+        match loaned.reclaim() {
+            Ok(b) => back(b),
+            Err(e) => {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// The first queued write's failure, once.
+    pub(super) fn check(&mut self) -> hdf5::Result<()> {
+        match self.failed.take() {
+            Some(e) => Err(format!("writing a chunk into the file failed: {e}").into()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -331,33 +404,25 @@ pub(super) fn use_in(fapl: hid_t) -> hdf5::Result<()> {
     if *SEC2.get_or_init(|| std::env::var_os(SEC2_ENV).is_some_and(|v| v == "sec2")) {
         return Ok(());
     }
-    match driver() {
-        Ok(id) => driver::set_driver(fapl, id),
-        Err(_) => Ok(()),
-    }
+    driver::use_registered(fapl, driver())
 }
 
 fn driver() -> Result<hid_t, &'static str> {
     static ID: OnceLock<Result<hid_t, &'static str>> = OnceLock::new();
-    *ID.get_or_init(|| {
-        let r = hdf5::sync::sync(|| {
-            driver::register(Callbacks {
-                name: c"melforge_lent",
-                open,
-                close,
-                read,
-                write,
-                truncate,
-            })
-        });
-        if let Err(why) = r {
-            tracing::info!(
-                reason = why,
-                "Build files are written with HDF5's sec2 driver: chunk bytes are \
-                 copied on the writer thread."
-            );
-        }
-        r
+    let callbacks = Callbacks {
+        name: c"melforge_lent",
+        open,
+        close,
+        read,
+        write,
+        truncate,
+    };
+    driver::register_once(&ID, callbacks, |why| {
+        tracing::info!(
+            reason = why,
+            "Build files are written with HDF5's sec2 driver: chunk bytes are \
+             copied on the writer thread."
+        );
     })
 }
 
@@ -371,11 +436,10 @@ struct Open {
 /// The `Open` behind HDF5's file pointer.
 ///
 /// # Safety
-/// `f` must come from [`open`] and not be closed yet; HDF5 serialises calls.
+/// `f` must come from [`open`] and not be closed yet.
 unsafe fn this<'a>(f: *const Public) -> &'a mut Open {
-    // SAFETY: per the contract, `f` is the first field of a live, boxed Open,
-    // and no other reference to it exists during this callback.
-    unsafe { &mut *f.cast::<Open>().cast_mut() }
+    // SAFETY: per the contract; an Open starts with a Base.
+    unsafe { driver::file(f) }
 }
 
 unsafe extern "C" fn open(
@@ -387,20 +451,15 @@ unsafe extern "C" fn open(
     // SAFETY: HDF5 passes the file name as a NUL-terminated string.
     let opened = unsafe { Base::open(name, flags) }.and_then(|base| {
         let file = base.file.try_clone()?;
-        Ok((base, file))
+        pool();
+        let flight = Arc::new(Flight {
+            file,
+            ranges: Mutex::default(),
+            count: Count::default(),
+        });
+        Ok(Open { base, flight })
     });
-    match opened {
-        Ok((base, file)) => {
-            pool();
-            let flight = Arc::new(Flight {
-                file,
-                ranges: Mutex::default(),
-                count: Count::default(),
-            });
-            Box::into_raw(Box::new(Open { base, flight })).cast()
-        }
-        Err(_) => std::ptr::null_mut(),
-    }
+    driver::into_public(opened)
 }
 
 unsafe extern "C" fn close(f: *mut Public) -> herr_t {
@@ -421,17 +480,13 @@ unsafe extern "C" fn read(
     size: usize,
     buf: *mut c_void,
 ) -> herr_t {
-    // SAFETY: an open file of this driver; HDF5 passes a buffer of `size` bytes.
-    let (o, buf) = unsafe {
-        (
-            this(f),
-            std::slice::from_raw_parts_mut(buf.cast::<u8>(), size),
-        )
-    };
+    // SAFETY: an open file of this driver.
+    let o = unsafe { this(f) };
     if let Err(e) = o.flight.settle(addr, size as u64) {
         return o.base.fail("queued chunk write", &e);
     }
-    o.base.read_at(addr, buf)
+    // SAFETY: HDF5 passes a buffer of `size` bytes.
+    unsafe { driver::read_into(&o.base, addr, size, buf) }
 }
 
 unsafe extern "C" fn write(

@@ -41,44 +41,35 @@ pub fn available() -> Result<(), &'static str> {
 /// Makes `fapl` open files with this driver; `Ok` (and `fapl` unchanged)
 /// where [`available`] says no.
 pub(super) fn use_in(fapl: hid_t) -> hdf5::Result<()> {
-    match driver() {
-        Ok(id) => driver::set_driver(fapl, id),
-        Err(_) => Ok(()),
-    }
+    driver::use_registered(fapl, driver())
 }
 
 fn driver() -> Result<hid_t, &'static str> {
     static ID: OnceLock<Result<hid_t, &'static str>> = OnceLock::new();
-    *ID.get_or_init(|| {
-        let r = hdf5::sync::sync(|| {
-            driver::register(Callbacks {
-                name: c"melforge_undo",
-                open,
-                close,
-                read,
-                write,
-                truncate,
-            })
-        });
-        if let Err(why) = r {
-            tracing::warn!(
-                reason = why,
-                "Split files are opened with HDF5's sec2 driver: their close and \
-                 recovery are not protected against torn writes by an undo log."
-            );
-        }
-        r
+    let callbacks = Callbacks {
+        name: c"melforge_undo",
+        open,
+        close,
+        read,
+        write,
+        truncate,
+    };
+    driver::register_once(&ID, callbacks, |why| {
+        tracing::warn!(
+            reason = why,
+            "Split files are opened with HDF5's sec2 driver: their close and \
+             recovery are not protected against torn writes by an undo log."
+        );
     })
 }
 
 /// The `Open` behind HDF5's file pointer.
 ///
 /// # Safety
-/// `f` must come from [`open`] and not be closed yet; HDF5 serialises calls.
+/// `f` must come from [`open`] and not be closed yet.
 unsafe fn this<'a>(f: *const Public) -> &'a mut Open {
-    // SAFETY: per the contract, `f` is the first field of a live, boxed Open,
-    // and no other reference to it exists during this callback.
-    unsafe { &mut *f.cast::<Open>().cast_mut() }
+    // SAFETY: per the contract; an Open starts with a Base.
+    unsafe { driver::file(f) }
 }
 
 unsafe extern "C" fn open(
@@ -88,10 +79,7 @@ unsafe extern "C" fn open(
     _maxaddr: haddr_t,
 ) -> *mut Public {
     // SAFETY: HDF5 passes the file name as a NUL-terminated string.
-    match unsafe { Base::open(name, flags) } {
-        Ok(base) => Box::into_raw(Box::new(Open { base })).cast(),
-        Err(_) => std::ptr::null_mut(),
-    }
+    driver::into_public(unsafe { Base::open(name, flags) }.map(|base| Open { base }))
 }
 
 unsafe extern "C" fn close(f: *mut Public) -> herr_t {
@@ -110,13 +98,7 @@ unsafe extern "C" fn read(
     buf: *mut c_void,
 ) -> herr_t {
     // SAFETY: an open file of this driver; HDF5 passes a buffer of `size` bytes.
-    let (o, buf) = unsafe {
-        (
-            this(f),
-            std::slice::from_raw_parts_mut(buf.cast::<u8>(), size),
-        )
-    };
-    o.base.read_at(addr, buf)
+    unsafe { driver::read_into(&this(f).base, addr, size, buf) }
 }
 
 unsafe extern "C" fn write(
