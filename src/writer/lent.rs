@@ -222,10 +222,16 @@ pub(super) fn lend<B, T: Copy, R>(loaned: &Loaned<B>, data: &[T], f: impl FnOnce
         start + std::mem::size_of_val(data),
         Arc::clone(&loaned.count),
     );
+    /// Ends the loan however `f` returns, unwinding included.
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            LENT.with(|l| *l.borrow_mut() = None);
+        }
+    }
     LENT.with(|l| *l.borrow_mut() = Some(range));
-    let r = f();
-    LENT.with(|l| *l.borrow_mut() = None);
-    r
+    let _end = End;
+    f()
 }
 
 /// The lent buffer's counter, when `[ptr, ptr + len)` lies in it.
