@@ -45,7 +45,7 @@ use crate::runtime::telemetry::Telemetry;
 use crate::writer;
 
 mod deliver;
-pub use deliver::{Delivered, LongFile, deliver, too_large};
+pub use deliver::{Delivered, Delivery, LongFile, deliver, too_large};
 
 /// Why the stage graph could not start or did not end cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +373,15 @@ impl Pipeline {
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
             frames: crate::recipes::frame_recipe(cfg),
+            stats: None,
+        };
+        let stats = match &wiring.frames {
+            Some(r) => crate::cmvn::Bins::frames(r.layout(), cfg.output.dtype),
+            None => crate::cmvn::Bins::mel(cfg.spec.row_shape(), cfg.output.dtype),
+        };
+        let wiring = Wiring {
+            stats: Some(stats),
+            ..wiring
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
         let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);
