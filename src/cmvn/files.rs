@@ -195,3 +195,10 @@ pub fn remove(h5: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Split files and the statistics files beside them (what a stopped
+/// command discards).
+pub fn with_beside(split_files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let beside: Vec<PathBuf> = split_files.iter().flat_map(|p| names(p)).collect();
+    split_files.into_iter().chain(beside).collect()
+}

@@ -95,6 +95,14 @@ impl Bins {
         }
     }
 
+    /// The rows `cfg` builds: its recipe's, stored as `output.dtype`.
+    pub fn of_config(cfg: &crate::config::Config) -> Bins {
+        match crate::recipes::frame_layout(cfg) {
+            Some(l) => Bins::frames(&l, cfg.output.dtype),
+            None => Bins::mel(cfg.spec.row_shape(), cfg.output.dtype),
+        }
+    }
+
     pub fn bins(&self) -> usize {
         self.bins
     }

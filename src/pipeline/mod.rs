@@ -373,15 +373,7 @@ impl Pipeline {
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
             frames: crate::recipes::frame_recipe(cfg),
-            stats: None,
-        };
-        let stats = match &wiring.frames {
-            Some(r) => crate::cmvn::Bins::frames(r.layout(), cfg.output.dtype),
-            None => crate::cmvn::Bins::mel(cfg.spec.row_shape(), cfg.output.dtype),
-        };
-        let wiring = Wiring {
-            stats: Some(stats),
-            ..wiring
+            stats: Some(crate::cmvn::Bins::of_config(cfg)),
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
         let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);

@@ -268,11 +268,7 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
     let r = merge_into(dir, copy, &mut written);
     if let Err(Error::Interrupted(_)) = &r {
         // A merged split's CMVN statistics beside it go with it.
-        let beside: Vec<PathBuf> = (written.iter())
-            .filter(|p| p.extension().is_some_and(|e| e == "h5"))
-            .flat_map(|p| crate::cmvn::files::names(p))
-            .collect();
-        interrupt::discard(written.into_iter().chain(beside));
+        interrupt::discard(crate::cmvn::files::with_beside(written));
     }
     r
 }
