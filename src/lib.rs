@@ -44,6 +44,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod cmvn;
 pub mod compute;
 pub mod config;
 pub mod decode;

@@ -360,6 +360,30 @@ class MelDataset:
 
     # -- rows -------------------------------------------------------------
 
+    def cmvn_stats(self) -> Tuple[int, np.ndarray, np.ndarray]:
+        """The split's global CMVN statistics as the file stores them:
+        `(frames, sum, sum_square)`, the sums float64 arrays of one value per
+        feature bin (docs/FORMAT.md, "CMVN statistics"). Raises `KeyError`
+        for a file without them (an older melforge's). `melforge serve` does
+        not update them yet: rows it appended are not counted."""
+        f = self._dataset(0).file
+        if "cmvn_frames" not in f:
+            raise KeyError(f"{self.path} holds no CMVN statistics (cmvn_frames)")
+        frames = int(f["cmvn_frames"][()])
+        return frames, f["cmvn_sum"][:].astype(np.float64), f["cmvn_sum_square"][:].astype(np.float64)
+
+    def cmvn(self, eps: float = 1e-20) -> Tuple[np.ndarray, np.ndarray]:
+        """Per-bin `(mean, std)` over every stored frame of the split, float64:
+        `mean = sum / n`, `std = sqrt(max(sum_square / n - mean**2, eps))`
+        (the variance floored at `eps`, as WeNet's `load_cmvn` floors it).
+        Normalise a row with `(x - mean) / std`; a bin is a column of a
+        variable-length row, a mel band of a librosa row (axis -2)."""
+        frames, s, q = self.cmvn_stats()
+        n = float(max(frames, 1))
+        mean = s / n
+        var = np.maximum(q / n - mean * mean, eps)
+        return mean, np.sqrt(var)
+
     def _dataset(self, need: int) -> h5py.Dataset:
         """This process's `mel` dataset, holding at least `need` rows (for a
         variable-length file: `features`, holding at least `need` frames)."""

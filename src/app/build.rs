@@ -636,7 +636,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
     let total = jobs.len() as u64;
     let stopped = |outputs: Vec<PathBuf>| {
         let s = Stopped::check(telemetry.files_done(), total, "files")?;
-        interrupt::discard(outputs);
+        interrupt::discard(crate::cmvn::files::with_beside(outputs));
         Some(s)
     };
     let (write_report, mut rejected) = match written? {
@@ -705,8 +705,12 @@ fn report(mut outcomes: Outcomes, out: &Path, shard: Option<Shard>) -> Result<Ou
     let r = &outcomes.report;
     let done = r.files_ok + r.files_rejected;
     if let Some(s) = Stopped::check(done, done, "files") {
-        let outputs = outcomes.outputs.iter().map(|o| o.path.clone());
-        interrupt::discard(outputs.chain([rejected_log]));
+        let outputs = outcomes.outputs.iter().map(|o| o.path.clone()).collect();
+        interrupt::discard(
+            crate::cmvn::files::with_beside(outputs)
+                .into_iter()
+                .chain([rejected_log]),
+        );
         return Err(s.into());
     }
     outcomes.rejected_log = rejected_log;

@@ -174,6 +174,7 @@ impl Workers {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
                     let mut host = Host::new(&plan, w.frames.as_deref(), w.policy);
                     let mut local = Local::default();
+                    let mut scratch = w.stats.as_ref().map(|b| b.acc());
                     while let Some(Loaded {
                         job,
                         bytes,
@@ -197,7 +198,11 @@ impl Workers {
                                 r.map(|()| row)
                             }
                         };
-                        if output.push(Outcome { job, row }).is_err() {
+                        let stats = match (&row, &w.stats, &mut scratch) {
+                            (Ok(row), Some(b), Some(scratch)) => Some(b.row(row, scratch)),
+                            _ => None,
+                        };
+                        if output.push(Outcome { job, row, stats }).is_err() {
                             break;
                         }
                     }

@@ -249,6 +249,9 @@ pub struct Wiring {
     /// A variable-length recipe (rows of their own length; the CPU workers
     /// or the CUDA stage's `frames_stage`); None: the librosa `Plan`.
     pub frames: Option<Arc<dyn crate::frames::FrameRecipe>>,
+    /// How the CPU workers sum each row's CMVN statistics (`crate::cmvn`),
+    /// so the sink's serial thread only adds them; None: they do not.
+    pub stats: Option<crate::cmvn::Bins>,
 }
 
 #[cfg(test)]
@@ -267,6 +270,7 @@ impl Wiring {
             arena: None,
             policy: crate::decode::clip::Policy::default(),
             frames: None,
+            stats: None,
         };
         (wiring, input, output)
     }

@@ -23,6 +23,9 @@ pub struct Outcome {
     pub job: usize,
     /// The row (`spec.row_len()` values, dB) or why the file has none.
     pub row: Result<Vec<f32>, Reject>,
+    /// The row's CMVN statistics, when the stage that made it summed them
+    /// (`crate::cmvn`: the CPU workers do; the sink sums the others).
+    pub stats: Option<crate::cmvn::RowStats>,
 }
 
 /// Why a file produced no row.

@@ -18,7 +18,7 @@ pub fn deliver<S: Sink>(
     sink: &mut S,
     file: &S::File,
     rel_path: &str,
-    (row, long): (Result<Vec<f32>, Reject>, Option<LongFile<'_>>),
+    (row, stats, long): Delivery<'_>,
     free_rows: &ArrayQueue<Vec<f32>>,
     local: &mut Local,
     telemetry: &Telemetry,
@@ -56,7 +56,9 @@ pub fn deliver<S: Sink>(
     };
     let delivered = match row {
         Ok(row) => {
-            let placed = local.time(Stage::Write, || sink.write(file, row, &mut recycled))?;
+            let placed = local.time(Stage::Write, || {
+                sink.write_with_stats(file, row, stats, &mut recycled)
+            })?;
             local.file_done(Ok(()), telemetry);
             Delivered::Row(placed)
         }
@@ -77,6 +79,14 @@ pub fn deliver<S: Sink>(
     }
     Ok(delivered)
 }
+
+/// What [`deliver`] hands on: the row (or why none), its CMVN statistics
+/// when its worker summed them, and the file when it may be long.
+pub type Delivery<'a> = (
+    Result<Vec<f32>, Reject>,
+    Option<crate::cmvn::RowStats>,
+    Option<LongFile<'a>>,
+);
 
 /// A file whose outcome [`deliver`] may compute in pieces when the reader
 /// refused it as too large (`crate::long`): the run's streamer, where the

@@ -45,7 +45,7 @@ use crate::runtime::telemetry::Telemetry;
 use crate::writer;
 
 mod deliver;
-pub use deliver::{Delivered, LongFile, deliver, too_large};
+pub use deliver::{Delivered, Delivery, LongFile, deliver, too_large};
 
 /// Why the stage graph could not start or did not end cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +373,7 @@ impl Pipeline {
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
             frames: crate::recipes::frame_recipe(cfg),
+            stats: Some(crate::cmvn::Bins::of_config(cfg)),
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
         let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);

@@ -512,6 +512,11 @@ impl FrameSplit {
         &self.partial
     }
 
+    /// The name the file gets once finished.
+    pub(super) fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
     /// Appends one row (checked against the row protocol by the caller).
     pub(super) fn push(&mut self, row: &[f32], label: i32, path: &str) -> Result<(), Error> {
         self.buf.push(row, self.frames, label, path)?;

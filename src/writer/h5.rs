@@ -165,6 +165,11 @@ impl SplitFile {
         &self.partial
     }
 
+    /// The name the file gets once finished.
+    pub(super) fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
     /// Grows every dataset by `chunk.rows()` and writes the chunk's rows there
     /// (a whole chunk, or the file's last rows). Leaves `chunk` to be cleared.
     pub(super) fn append(&mut self, chunk: &mut ChunkBuf) -> Result<(), Error> {

@@ -68,6 +68,7 @@ pub(crate) mod lent;
 pub mod meta;
 mod plan_error;
 pub mod sink;
+pub mod stats;
 pub mod strings;
 #[cfg(test)]
 mod tests;
@@ -75,6 +76,7 @@ mod tests;
 mod tests_frames;
 #[cfg(test)]
 mod tests_identity;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -83,12 +85,12 @@ use crate::dsp::Spec;
 use crate::frames::FrameLayout;
 pub use crate::model::Dtype;
 use crate::model::Refusal;
-use attrs::{FRAME_ATTRS, RESERVED_ATTRS};
 use chunk::ChunkBuf;
 use frames::FrameSplit;
 use h5::{Header, SplitFile};
 pub use plan_error::PlanError;
 pub use sink::{Placed, RowPieces, Sink, Streamed};
+use validate::validate;
 
 /// The files of one split, in sorted path order; a file's index is its `seq`.
 #[derive(Clone, Debug)]
@@ -248,11 +250,14 @@ pub struct DatasetWriter {
     meta: Option<meta::RowMeta>,
     /// Rows written from pieces (or refused) not yet taken.
     streamed: Vec<(usize, usize, Result<(), Refusal>)>,
+    /// Sums the rows that arrive without their statistics.
+    summer: stats::Summer,
 }
 
 /// One file's outcome as the build writer holds it until its turn.
 pub(crate) enum Arrived {
-    Row(Vec<f32>),
+    /// A row, with its statistics when its worker summed them.
+    Row(Vec<f32>, Option<crate::cmvn::RowStats>),
     Skip,
     Pieces(Box<dyn RowPieces>),
 }
@@ -317,6 +322,8 @@ struct SplitWriter {
     out: SplitOut,
     /// The rows written, when metadata is attached (None: not recorded).
     kept: Option<Vec<meta::Kept>>,
+    /// The CMVN statistics of the rows written, in row order.
+    stats: crate::cmvn::Stats,
 }
 
 impl DatasetWriter {
@@ -353,6 +360,10 @@ impl DatasetWriter {
             Some(l) => RowRule::Frames(l.clone()),
             None => RowRule::Fixed(plan.spec.row_len()),
         };
+        let bins = match &plan.frames {
+            Some(l) => crate::cmvn::Bins::frames(l, plan.dtype),
+            None => crate::cmvn::Bins::mel(row_shape, plan.dtype),
+        };
         let mut splits = Vec::with_capacity(plan.splits.len());
         for split in plan.splits {
             let header = Header {
@@ -388,6 +399,7 @@ impl DatasetWriter {
                 pending: BTreeMap::new(),
                 out,
                 kept: None,
+                stats: crate::cmvn::Stats::new(bins.bins()),
             });
         }
         Ok(DatasetWriter {
@@ -396,6 +408,7 @@ impl DatasetWriter {
             failed: false,
             meta: None,
             streamed: Vec::new(),
+            summer: stats::Summer::new(bins),
         })
     }
 
@@ -423,10 +436,22 @@ impl DatasetWriter {
         row: Option<Vec<f32>>,
     ) -> Result<Vec<Vec<f32>>, Error> {
         let arrived = match row {
-            Some(row) => Arrived::Row(row),
+            Some(row) => Arrived::Row(row, None),
             None => Arrived::Skip,
         };
         self.submit_arrived(split, seq, arrived)
+    }
+
+    /// [`DatasetWriter::submit`] of a row whose statistics its worker
+    /// summed (`crate::cmvn::Bins::row`); they are added, not recomputed.
+    pub fn submit_with_stats(
+        &mut self,
+        split: usize,
+        seq: usize,
+        row: Vec<f32>,
+        stats: Option<crate::cmvn::RowStats>,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        self.submit_arrived(split, seq, Arrived::Row(row, stats))
     }
 
     /// [`DatasetWriter::submit`] of any outcome: a row in pieces is pulled
@@ -453,11 +478,12 @@ impl DatasetWriter {
             return Ok(recycled);
         }
         let (rule, streamed) = (&self.rows, &mut self.streamed);
+        let summer = &mut self.summer;
         let result = s
-            .consume(row, rule, &mut recycled, streamed)
+            .consume(row, (rule, summer), &mut recycled, streamed)
             .and_then(|()| {
                 while let Some(row) = s.pending.remove(&s.next_seq) {
-                    s.consume(row, rule, &mut recycled, streamed)?;
+                    s.consume(row, (rule, summer), &mut recycled, streamed)?;
                 }
                 Ok(())
             });
@@ -522,11 +548,17 @@ impl DatasetWriter {
                 meta::write(file, &partial, m, &rows).inspect_err(|_| remove_partial(&partial))?;
             }
             report.kept.extend(s.kept.take());
+            let stats_files = s.write_stats().inspect_err(|_| remove_partial(&partial))?;
             let closed = match s.out {
                 SplitOut::Mel { out, .. } => out.close(),
                 SplitOut::Frames(f) => f.close(),
             };
             let (path, rows, bytes) = closed.inspect_err(|_| remove_partial(&partial))?;
+            stats_files.commit().map_err(|source| Error::Io {
+                path: path.clone(),
+                action: "rename the statistics files beside",
+                source,
+            })?;
             tracing::debug!(
                 split = %s.name,
                 path = %path.display(),
@@ -568,6 +600,21 @@ fn remove_partial(p: &std::path::Path) {
 
 impl SplitWriter {
     /// Rejects a submission that would break the protocol, changing nothing.
+    /// Stores the split's statistics in its open file and writes the files
+    /// beside it under their `.partial` names (renamed after the split file).
+    fn write_stats(&self) -> Result<crate::cmvn::files::Pending, Error> {
+        let (file, partial, final_path) = match &self.out {
+            SplitOut::Mel { out, .. } => (out.file(), out.partial_path(), out.final_path()),
+            SplitOut::Frames(f) => (f.file(), f.partial_path(), f.final_path()),
+        };
+        stats::write(file, partial, &self.stats)?;
+        crate::cmvn::files::prepare(final_path, &self.stats).map_err(|source| Error::Io {
+            path: final_path.to_path_buf(),
+            action: "write the statistics files beside",
+            source,
+        })
+    }
+
     fn check(&self, seq: usize, row: &Arrived, rule: &RowRule) -> Result<(), Error> {
         if seq >= self.files.len() {
             return Err(Error::SeqOutOfRange {
@@ -583,7 +630,7 @@ impl SplitWriter {
             });
         }
         match row {
-            Arrived::Row(row) => rule.check(&self.name, seq, row),
+            Arrived::Row(row, _) => rule.check(&self.name, seq, row),
             Arrived::Skip => Ok(()),
             Arrived::Pieces(_) if matches!(rule, RowRule::Fixed(_)) => {
                 Err(Error::PiecesOfFixedRow {
@@ -599,14 +646,17 @@ impl SplitWriter {
     fn consume(
         &mut self,
         row: Arrived,
-        rule: &RowRule,
+        (rule, summer): (&RowRule, &mut stats::Summer),
         recycled: &mut Vec<Vec<f32>>,
         streamed: &mut Vec<(usize, usize, Result<(), Refusal>)>,
     ) -> Result<(), Error> {
         let file = self.files[self.next_seq];
         self.next_seq += 1;
-        let row = match row {
-            Arrived::Row(row) => row,
+        let (row, row_stats) = match row {
+            Arrived::Row(row, given) => {
+                let s = summer.row(&row, given);
+                (row, s)
+            }
             Arrived::Skip => return Ok(()),
             Arrived::Pieces(mut pieces) => {
                 let seq = self.next_seq - 1;
@@ -615,8 +665,15 @@ impl SplitWriter {
                 };
                 let mut piece = recycled.pop().unwrap_or_default();
                 let path = self.paths.get(file.path);
-                let r = f.push_pieces(pieces.as_mut(), &mut piece, file.label, path)?;
+                let mut tally = stats::Tally {
+                    inner: pieces.as_mut(),
+                    acc: summer.bins.acc(),
+                };
+                let r = f.push_pieces(&mut tally, &mut piece, file.label, path)?;
                 recycled.push(piece);
+                if r.is_ok() {
+                    self.stats.add_row(&tally.acc.take());
+                }
                 if let (Some(kept), Ok(frames)) = (&mut self.kept, &r) {
                     kept.push((seq as u32, u32::try_from(*frames).unwrap_or(u32::MAX)));
                 }
@@ -643,120 +700,8 @@ impl SplitWriter {
             }
             SplitOut::Frames(f) => f.push(&row, file.label, path)?,
         }
+        self.stats.add_row(&row_stats);
         recycled.push(row);
         Ok(())
     }
-}
-
-fn validate(plan: &OutputPlan) -> Result<(), Error> {
-    let bad = |e: PlanError| Err(Error::Plan(e));
-    if plan.chunk_files == 0 {
-        return bad(PlanError::ChunkFiles);
-    }
-    if let Err(e) = plan.spec.validate() {
-        return bad(PlanError::Spec(e));
-    }
-    if let Some(l) = &plan.frames {
-        validate_layout(l)?;
-    }
-    for w in plan.label_names.windows(2) {
-        if w[0] >= w[1] {
-            return bad(PlanError::LabelOrder {
-                before: w[0].clone(),
-                after: w[1].clone(),
-            });
-        }
-    }
-    validate_splits(plan)?;
-    for name in plan
-        .label_names
-        .iter()
-        .chain(plan.extra_attrs.iter().map(|(_, v)| v))
-    {
-        if name.contains('\0') {
-            return bad(PlanError::Nul {
-                what: "string",
-                value: name.clone(),
-            });
-        }
-    }
-    let params = plan
-        .frames
-        .iter()
-        .flat_map(|l| l.params.iter().map(|(k, _)| k));
-    for key in params {
-        if plan.extra_attrs.iter().any(|(k, _)| k == key) {
-            return bad(PlanError::ParamAttr { key: key.clone() });
-        }
-    }
-    for (i, (key, _)) in plan.extra_attrs.iter().enumerate() {
-        if key.is_empty() || key.contains('\0') || key == "." {
-            return bad(PlanError::AttrName { key: key.clone() });
-        }
-        if RESERVED_ATTRS.contains(&key.as_str())
-            || plan.extra_attrs[..i].iter().any(|(k, _)| k == key)
-        {
-            return bad(PlanError::AttrTwice { key: key.clone() });
-        }
-    }
-    Ok(())
-}
-
-/// Each split's name is a usable, distinct file name and each of its rows
-/// names a path of the table and a label of the list (or -1).
-fn validate_splits(plan: &OutputPlan) -> Result<(), Error> {
-    let bad = |e: PlanError| Err(Error::Plan(e));
-    let n_labels = plan.label_names.len();
-    for (i, split) in plan.splits.iter().enumerate() {
-        let name = &split.name;
-        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
-            return bad(PlanError::SplitName { name: name.clone() });
-        }
-        if plan.splits[..i].iter().any(|s| &s.name == name) {
-            return bad(PlanError::SplitTwice { name: name.clone() });
-        }
-        for f in &split.files {
-            if f.path as usize >= plan.paths.len() {
-                return bad(PlanError::PathIndex {
-                    index: f.path as usize,
-                    paths: plan.paths.len(),
-                });
-            }
-            let rel_path = plan.paths.get(f.path);
-            let known = usize::try_from(f.label).is_ok_and(|l| l < n_labels);
-            if f.label != -1 && !known {
-                return bad(PlanError::LabelIndex {
-                    path: rel_path.to_string(),
-                    label: f.label,
-                    n_labels,
-                });
-            }
-            if rel_path.contains('\0') {
-                return bad(PlanError::Nul {
-                    what: "path",
-                    value: rel_path.to_string(),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A variable-length layout the writer can store: bins ≥ 1, parameter names
-/// usable as attributes and not the writer's own.
-pub(crate) fn validate_layout(l: &FrameLayout) -> Result<(), PlanError> {
-    if l.bins == 0 {
-        return Err(PlanError::NoBins {
-            recipe: l.recipe.clone(),
-        });
-    }
-    for (i, (key, _)) in l.params.iter().enumerate() {
-        if key.is_empty() || key.contains('\0') || key == "." {
-            return Err(PlanError::AttrName { key: key.clone() });
-        }
-        if FRAME_ATTRS.contains(&key.as_str()) || l.params[..i].iter().any(|(k, _)| k == key) {
-            return Err(PlanError::ParamTwice { key: key.clone() });
-        }
-    }
-    Ok(())
 }

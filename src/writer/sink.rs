@@ -66,6 +66,20 @@ pub trait Sink {
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error>;
 
+    /// [`Sink::write`] of a row whose CMVN statistics its worker summed
+    /// (`crate::cmvn`); a sink that keeps statistics adds them instead of
+    /// summing the row again. By default they are dropped.
+    fn write_with_stats(
+        &mut self,
+        file: &Self::File,
+        row: Vec<f32>,
+        stats: Option<crate::cmvn::RowStats>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error> {
+        let _ = stats;
+        self.write(file, row, recycle)
+    }
+
     /// Writes the row of `file` that `row` gives in pieces.
     fn write_pieces(
         &mut self,
@@ -89,6 +103,18 @@ impl Sink for DatasetWriter {
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error> {
         recycle.extend(self.submit(file.split as usize, file.seq as usize, Some(row))?);
+        Ok(Placed::Pending)
+    }
+
+    fn write_with_stats(
+        &mut self,
+        file: &Job,
+        row: Vec<f32>,
+        stats: Option<crate::cmvn::RowStats>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error> {
+        let (split, seq) = (file.split as usize, file.seq as usize);
+        recycle.extend(self.submit_with_stats(split, seq, row, stats)?);
         Ok(Placed::Pending)
     }
 

@@ -221,3 +221,46 @@ fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes()
     );
     assert!(ratio < 0.5, "{ratio}");
 }
+
+/// Each split's CMVN statistics: the rows' own sums added in row order,
+/// the same whether the writer sums a row or is handed its sums, and
+/// whatever the arrival order; stored in the file and in the two files
+/// beside it, and none of them left by a writer dropped unfinished.
+#[test]
+fn statistics_describe_the_stored_rows_in_the_file_and_beside_it() {
+    let n = 23;
+    let bins = crate::cmvn::Bins::frames(&layout(true), Dtype::Float16);
+    let mut want = crate::cmvn::Stats::new(BINS);
+    for seq in (0..n).filter(|s| !rejected(*s)) {
+        want.add_row(&bins.row(&row(seq, true), &mut bins.acc()));
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let shuffled: Vec<usize> = (0..n).map(|i| (i * 7) % n).collect();
+    write(a.path(), n, Dtype::Float16, true, &shuffled);
+    let mut w = DatasetWriter::create(plan(b.path(), n, Dtype::Float16, true)).unwrap();
+    for seq in 0..n {
+        match rejected(seq) {
+            true => drop(w.submit(0, seq, None).unwrap()),
+            false => {
+                let r = row(seq, true);
+                let s = Some(bins.row(&r, &mut bins.acc()));
+                drop(w.submit_with_stats(0, seq, r, s).unwrap());
+            }
+        }
+    }
+    w.finish().unwrap();
+    for dir in [a.path(), b.path()] {
+        let f = hdf5::File::open(dir.join("train.h5")).unwrap();
+        assert_eq!(stats::read(&f).unwrap().as_ref(), Some(&want));
+        let json = std::fs::read_to_string(dir.join("train.global_cmvn")).unwrap();
+        assert_eq!(json, crate::cmvn::files::global_cmvn_json(&want));
+        let npz = std::fs::read(dir.join("train.feats_stats.npz")).unwrap();
+        assert_eq!(npz, crate::cmvn::files::feats_stats_npz(&want));
+    }
+    let c = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(plan(c.path(), n, Dtype::Float32, true)).unwrap();
+    drop(w.submit(0, 0, Some(row(0, true))).unwrap());
+    drop(w); // an interrupted build
+    let left: Vec<_> = std::fs::read_dir(c.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

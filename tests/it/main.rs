@@ -2,6 +2,7 @@
 //! temporary corpora and reads outputs back.
 mod build;
 mod cli;
+mod cmvn;
 mod common;
 mod control;
 mod crash;

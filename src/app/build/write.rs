@@ -76,7 +76,7 @@ fn write_all(
             &mut w,
             j,
             open.paths.get(j.path),
-            (o.row, long),
+            (o.row, o.stats, long),
             p.free_rows(),
             &mut local,
             telemetry,

@@ -48,6 +48,7 @@ mod map;
 mod offsets;
 pub mod open;
 pub mod shard;
+mod stats;
 mod vds;
 
 use std::path::{Path, PathBuf};
@@ -266,7 +267,8 @@ pub fn merge(dir: &Path, copy: bool) -> Result<Report, Error> {
     let mut written = Vec::new();
     let r = merge_into(dir, copy, &mut written);
     if let Err(Error::Interrupted(_)) = &r {
-        interrupt::discard(written);
+        // A merged split's CMVN statistics beside it go with it.
+        interrupt::discard(crate::cmvn::files::with_beside(written));
     }
     r
 }
@@ -352,13 +354,34 @@ fn merge_split(
         }
     }
     let rows: usize = parts.iter().map(|p| p.rows).sum();
-    write_atomically(dir, &format!("{split}.h5"), |out| {
+    let cmvn = stats::combine(dir, parts)?;
+    let name = format!("{split}.h5");
+    let mut beside = None;
+    let path = write_atomically(dir, &name, |out| {
         // A split with no rows at all has nothing to map: it gets the
         // standalone (empty) datasets in either mode.
         if copy || rows == 0 {
-            copy::write(dir, parts, &split_attrs, out)
+            copy::write(dir, parts, &split_attrs, out)?;
         } else {
-            map::write(dir, parts, &split_attrs, out)
+            map::write(dir, parts, &split_attrs, out)?;
         }
-    })
+        if let Some(s) = &cmvn {
+            stats::store(out, s)?;
+            let pending = crate::cmvn::files::prepare(&dir.join(&name), s);
+            beside = Some(pending.map_err(|cause| Error::Io {
+                path: dir.join(&name),
+                action: "write the CMVN statistics beside",
+                cause,
+            })?);
+        }
+        Ok(())
+    })?;
+    if let Some(p) = beside {
+        p.commit().map_err(|cause| Error::Io {
+            path: path.clone(),
+            action: "rename the CMVN statistics beside",
+            cause,
+        })?;
+    }
+    Ok(path)
 }

@@ -160,6 +160,7 @@ fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
                     .push(Outcome {
                         job,
                         row: Err(e.into()),
+                        stats: None,
                     })
                     .is_err()
                 {
@@ -183,7 +184,14 @@ fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
             Err(e) => {
                 recycle(bytes, &w.free_bytes);
                 let why: Reject = e.into();
-                if output.push(Outcome { job, row: Err(why) }).is_err() {
+                if output
+                    .push(Outcome {
+                        job,
+                        row: Err(why),
+                        stats: None,
+                    })
+                    .is_err()
+                {
                     break;
                 }
                 continue;

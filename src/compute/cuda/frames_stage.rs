@@ -170,7 +170,13 @@ fn decode(c: &PoolCtx, fed: &Producer<Utterance>, output: &Producer<Outcome>) {
         };
         let pushed = match next {
             Ok(u) => fed.push(u).is_ok(),
-            Err(why) => output.push(Outcome { job, row: Err(why) }).is_ok(),
+            Err(why) => output
+                .push(Outcome {
+                    job,
+                    row: Err(why),
+                    stats: None,
+                })
+                .is_ok(),
         };
         if !pushed {
             break;
@@ -510,7 +516,15 @@ impl<D: Device> Frames<'_, D> {
             host_copy::PARALLEL_MIN_BYTES,
         );
         for (&job, row) in self.slots[i].jobs.iter().zip(rows) {
-            if self.output.push(Outcome { job, row: Ok(row) }).is_err() {
+            if self
+                .output
+                .push(Outcome {
+                    job,
+                    row: Ok(row),
+                    stats: None,
+                })
+                .is_err()
+            {
                 self.closed = true;
             }
         }
@@ -561,7 +575,15 @@ impl<D: Device> Frames<'_, D> {
     }
 
     fn send(&mut self, job: usize, row: Result<Vec<f32>, Reject>) {
-        if self.output.push(Outcome { job, row }).is_err() {
+        if self
+            .output
+            .push(Outcome {
+                job,
+                row,
+                stats: None,
+            })
+            .is_err()
+        {
             self.closed = true;
         }
     }

@@ -384,7 +384,7 @@ impl Service {
             &mut self.sink,
             &job,
             &job.rel,
-            (o.row, long),
+            (o.row, o.stats, long),
             self.pipeline.free_rows(),
             &mut self.local,
             &self.telemetry,

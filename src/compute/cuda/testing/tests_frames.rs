@@ -122,7 +122,7 @@ fn collect(
         input.close();
     });
     let mut got: Vec<Option<Result<Vec<f32>, Reject>>> = (0..n).map(|_| None).collect();
-    while let Some(Outcome { job, row }) = output.pop() {
+    while let Some(Outcome { job, row, .. }) = output.pop() {
         assert!(got[job].is_none(), "job {job} twice");
         got[job] = Some(row);
     }
