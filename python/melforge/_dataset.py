@@ -364,12 +364,26 @@ class MelDataset:
         """The split's global CMVN statistics as the file stores them:
         `(frames, sum, sum_square)`, the sums float64 arrays of one value per
         feature bin (docs/FORMAT.md, "CMVN statistics"). Raises `KeyError`
-        for a file without them (an older melforge's). `melforge serve` does
-        not update them yet: rows it appended are not counted."""
-        f = self._dataset(0).file
+        for a file without them (an older melforge's), and `ValueError` when
+        they no longer cover every stored frame: `melforge serve` does not
+        update them yet, so rows it appended to a built file are not counted,
+        and stale statistics are refused rather than returned."""
+        mel = self._dataset(0)
+        f = mel.file
         if "cmvn_frames" not in f:
             raise KeyError(f"{self.path} holds no CMVN statistics (cmvn_frames)")
         frames = int(f["cmvn_frames"][()])
+        if self.frames_layout:
+            held = int(np.asarray(f["lengths"][: self._n], dtype=np.int64).sum())
+        else:
+            shape = mel.shape
+            held = self._n * int(np.prod(shape[1:3])) * int(shape[4])
+        if frames != held:
+            raise ValueError(
+                f"{self.path}: the CMVN statistics cover {frames} frames but the file holds {held}: "
+                "rows were appended after they were computed (melforge serve does not update them yet); "
+                "rebuild the split with `melforge build` for current statistics"
+            )
         return frames, f["cmvn_sum"][:].astype(np.float64), f["cmvn_sum_square"][:].astype(np.float64)
 
     def cmvn(self, eps: float = 1e-20) -> Tuple[np.ndarray, np.ndarray]:
