@@ -20,7 +20,8 @@
 //! * [`whisper`]: transformers' `WhisperFeatureExtractor`, stored without its
 //!   padding to 30 s: [`whisper::WhisperPlan`].
 //! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16, 8 or 4 frames
-//!   at once in float32 SIMD lanes, the recipe's CPU path.
+//!   at once in float32 SIMD lanes, the recipe's CPU path, over `stockham32`
+//!   (the lanes' complex FFT) and `logf32` (cephes' float32 `logf`).
 //! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
 //! The librosa path computes everything in the precision librosa uses (float64 window
@@ -33,10 +34,12 @@ pub mod kaldi;
 mod lanes;
 mod lanes32;
 mod layout;
+mod logf32;
 pub mod params;
 pub mod plan;
 pub mod spec;
 mod spectrum;
+mod stockham32;
 pub mod whisper;
 mod whisper_batch;
 pub mod window;
