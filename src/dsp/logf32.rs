@@ -1,7 +1,7 @@
 //! [`ln`]: the natural logarithm in float32 as cephes' `logf` computes it
 //! (range reduction to [√½, √2), a degree-8 polynomial, the exponent's ln 2
 //! in two parts), within 2 ulp of the true value: plain scalar code that the
-//! batched recipes (`whisper_batch`) call over whole buffers
+//! batched recipes (`whisper_batch`, `kaldi::batch`) call over whole buffers
 //! inside their `#[target_feature]` functions, where it compiles to vector
 //! instructions. Only IEEE operations in one order (Rust never contracts
 //! `a·b + c`), so every build gives the same bits.

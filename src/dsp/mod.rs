@@ -20,14 +20,17 @@
 //! * [`whisper`]: transformers' `WhisperFeatureExtractor`, stored without its
 //!   padding to 30 s: [`whisper::WhisperPlan`].
 //! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16, 8 or 4 frames
-//!   at once in float32 SIMD lanes, the recipe's CPU path, over `stockham32`
-//!   (the lanes' complex FFT) and `logf32` (cephes' float32 `logf`).
+//!   at once in float32 SIMD lanes, the recipe's CPU path; `stockham32` (the
+//!   lanes' complex FFT) and `logf32` (cephes' float32 `logf`) are shared
+//!   with the Kaldi recipes' batched path (`kaldi::batch`), which also has
+//!   `dit32` (an in-place power-of-two FFT in float32 lanes).
 //! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
 //! The librosa path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
 //! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
 mod batch_fft;
+mod dit32;
 pub mod f16;
 pub mod filterbank;
 pub mod kaldi;

@@ -1,12 +1,14 @@
 //! [`Stockham32`]: a complex FFT of `m` points over [`Lanes32`] values, `L`
 //! transforms at once (lane `l` = transform `l`), for the float32 batched
-//! recipes (`whisper_batch`: 200 points).
+//! recipes (`whisper_batch`: 200 points; `kaldi::batch`: the padded frame
+//! length over 2, 256 at 16 kHz).
 //!
 //! Stockham's autosort (decimation in frequency, ping-pong buffers, natural
 //! order in and out): a radix-`r` stage of current size `n` and stride `s`
 //! reads `a_k = x[q + s(p + k·n/r)]` and writes
 //! `y[q + s(r·p + j)] = DFT_r(a)_j · W_n^{j·p}`, `W_n = e^{−2πi/n}`, with the
-//! twiddles computed in float64 and rounded once. Radices 2, 4 and 5.
+//! twiddles computed in float64 and rounded once. Radices 2, 3, 4, 5 and 8;
+//! [`Stockham32::new`] factors `m` into them (8s, then 5s, 4, 3s, 2).
 //!
 //! Every value is the same scalar expression in every lane, with only
 //! lane-wise IEEE operations (no FMA), so a transform's result does not depend
@@ -40,10 +42,27 @@ pub(crate) struct Stockham32 {
 }
 
 impl Stockham32 {
+    /// The transform of `m` points, or None when `m` < 2 or has a prime
+    /// factor above 5.
+    pub fn new(m: usize) -> Option<Stockham32> {
+        if m < 2 {
+            return None;
+        }
+        let mut radices = Vec::new();
+        let mut rest = m;
+        for r in [8, 5, 4, 3, 2] {
+            while rest.is_multiple_of(r) {
+                radices.push(r);
+                rest /= r;
+            }
+        }
+        (rest == 1).then(|| Stockham32::with_radices(&radices))
+    }
+
     /// The transform of `radices.iter().product()` points, stages in this
-    /// order (each radix 2, 4 or 5).
+    /// order (each radix 2, 3, 4, 5 or 8).
     pub fn with_radices(radices: &[usize]) -> Stockham32 {
-        assert!(radices.iter().all(|r| [2, 4, 5].contains(r)));
+        assert!(radices.iter().all(|r| [2, 3, 4, 5, 8].contains(r)));
         let m = radices.iter().product();
         let mut stages = Vec::new();
         let (mut n, mut s) = (m, 1);
@@ -86,8 +105,10 @@ impl Stockham32 {
                 );
                 match st.radix {
                     2 => stage::<V, 2>(s, d, st),
+                    3 => stage::<V, 3>(s, d, st),
                     4 => stage::<V, 4>(s, d, st),
                     5 => stage::<V, 5>(s, d, st),
+                    8 => stage::<V, 8>(s, d, st),
                     r => unreachable!("radix {r}"),
                 }
             }
@@ -152,7 +173,13 @@ fn sub<V: Lanes32>(x: (V, V), y: (V, V)) -> (V, V) {
     (x.0.sub(y.0), x.1.sub(y.1))
 }
 
-/// The DFT of `a` in place (`W_R = e^{−2πi/R}`), `R` ∈ {2, 4, 5}.
+/// `−i·x`.
+#[inline(always)]
+fn neg_i<V: Lanes32>(x: (V, V)) -> (V, V) {
+    (x.1, V::splat(0.0).sub(x.0))
+}
+
+/// The DFT of `a` in place (`W_R = e^{−2πi/R}`), `R` ∈ {2, 3, 4, 5, 8}.
 #[inline(always)]
 fn dft<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
     match R {
@@ -161,6 +188,7 @@ fn dft<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
             a[0] = add(x, y);
             a[1] = sub(x, y);
         }
+        3 => dft3(a),
         4 => {
             let (s02, d02) = (add(a[0], a[2]), sub(a[0], a[2]));
             let (s13, d13) = (add(a[1], a[3]), sub(a[1], a[3]));
@@ -171,8 +199,24 @@ fn dft<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
             a[3] = (d02.0.sub(d13.1), d02.1.add(d13.0));
         }
         5 => dft5(a),
+        8 => dft8(a),
         _ => unreachable!("radix {R}"),
     }
+}
+
+/// The 3-point DFT: with `t = a1 + a2`, `u = a0 − t/2`,
+/// `v = sin(2π/3)·(a1 − a2)`: `b0 = a0 + t`, `b1,2 = u ∓ i·v`.
+#[inline(always)]
+fn dft3<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
+    let half = V::splat(0.5);
+    let s = V::splat((2.0 * std::f64::consts::PI / 3.0).sin() as f32);
+    let (t, d) = (add(a[1], a[2]), sub(a[1], a[2]));
+    let a0 = a[0];
+    let u = (a0.0.sub(half.mul(t.0)), a0.1.sub(half.mul(t.1)));
+    let v = (s.mul(d.0), s.mul(d.1));
+    a[0] = add(a0, t);
+    a[1] = (u.0.add(v.1), u.1.sub(v.0));
+    a[2] = (u.0.sub(v.1), u.1.add(v.0));
 }
 
 /// The 5-point DFT: with `t1 = a1 + a4`, `t2 = a2 + a3`, `t3 = a1 − a4`,
@@ -203,4 +247,43 @@ fn dft5<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
     a[4] = (u1.0.sub(v1.1), u1.1.add(v1.0));
     a[2] = (u2.0.add(v2.1), u2.1.sub(v2.0));
     a[3] = (u2.0.sub(v2.1), u2.1.add(v2.0));
+}
+
+/// The 4-point DFT of `x`, out of place.
+#[inline(always)]
+fn dft4<V: Lanes32>(x: [(V, V); 4]) -> [(V, V); 4] {
+    let (s02, d02) = (add(x[0], x[2]), sub(x[0], x[2]));
+    let (s13, d13) = (add(x[1], x[3]), sub(x[1], x[3]));
+    [
+        add(s02, s13),
+        (d02.0.add(d13.1), d02.1.sub(d13.0)),
+        sub(s02, s13),
+        (d02.0.sub(d13.1), d02.1.add(d13.0)),
+    ]
+}
+
+/// The 8-point DFT as two 4-point DFTs of the even and odd inputs and a
+/// radix-2 step with `W_8^j`: `W_8 = (1 − i)/√2`, `W_8^2 = −i`,
+/// `W_8^3 = −(1 + i)/√2`.
+#[inline(always)]
+fn dft8<V: Lanes32, const R: usize>(a: &mut [(V, V); R]) {
+    let r = V::splat(std::f64::consts::FRAC_1_SQRT_2 as f32);
+    let e = dft4([a[0], a[2], a[4], a[6]]);
+    let o = dft4([a[1], a[3], a[5], a[7]]);
+    // W_8·o1 = (o1.re + o1.im, o1.im − o1.re)/√2;
+    // W_8^3·o3 = (o3.im − o3.re, −o3.re − o3.im)/√2.
+    let o1 = (r.mul(o[1].0.add(o[1].1)), r.mul(o[1].1.sub(o[1].0)));
+    let o2 = neg_i(o[2]);
+    let o3 = (
+        r.mul(o[3].1.sub(o[3].0)),
+        r.mul(V::splat(0.0).sub(o[3].0.add(o[3].1))),
+    );
+    a[0] = add(e[0], o[0]);
+    a[4] = sub(e[0], o[0]);
+    a[1] = add(e[1], o1);
+    a[5] = sub(e[1], o1);
+    a[2] = add(e[2], o2);
+    a[6] = sub(e[2], o2);
+    a[3] = add(e[3], o3);
+    a[7] = sub(e[3], o3);
 }
