@@ -35,11 +35,30 @@ pub fn frame_recipe(cfg: &Config) -> Option<Arc<dyn FrameRecipe>> {
     }
 }
 
-/// Kaldi fbank or MFCC (`kind`) with `opts`, as the stages take it.
+/// Kaldi fbank or MFCC (`kind`) with `opts`, as the stages take it: the
+/// float32 SIMD path where it takes the options ([`KaldiPlan::compute`]).
 pub fn kaldi(opts: &KaldiOptions, kind: Kind) -> Result<Arc<dyn FrameRecipe>, KaldiError> {
+    kaldi_in(opts, kind, false)
+}
+
+/// [`kaldi`] one frame at a time ([`KaldiPlan::compute_per_frame`]: realfft
+/// and libm's `logf`): the numbers the CUDA kernels' host double computes,
+/// for comparing the two backends bit for bit.
+pub fn kaldi_per_frame(
+    opts: &KaldiOptions,
+    kind: Kind,
+) -> Result<Arc<dyn FrameRecipe>, KaldiError> {
+    kaldi_in(opts, kind, true)
+}
+
+fn kaldi_in(
+    opts: &KaldiOptions,
+    kind: Kind,
+    per_frame: bool,
+) -> Result<Arc<dyn FrameRecipe>, KaldiError> {
     let plan = KaldiPlan::new(opts, kind)?;
     let params = params(opts.params(kind));
-    Ok(Arc::new(Kaldi::new(plan, params)))
+    Ok(Arc::new(Kaldi::new(plan, params, per_frame)))
 }
 
 /// Whisper's log-mel with `n_mels` (80 or 128), as the stages take it: the
@@ -82,10 +101,12 @@ pub fn frame_layout(cfg: &Config) -> Option<FrameLayout> {
     frame_recipe(cfg).map(|r| r.layout().clone())
 }
 
-/// Kaldi fbank or MFCC over a shared plan.
+/// Kaldi fbank or MFCC over a shared plan, batched or (`per_frame`) one
+/// frame at a time.
 struct Kaldi {
     plan: Arc<KaldiPlan>,
     layout: FrameLayout,
+    per_frame: bool,
 }
 
 impl std::fmt::Debug for Kaldi {
@@ -97,7 +118,7 @@ impl std::fmt::Debug for Kaldi {
 }
 
 impl Kaldi {
-    fn new(plan: KaldiPlan, params: Vec<(String, Param)>) -> Kaldi {
+    fn new(plan: KaldiPlan, params: Vec<(String, Param)>, per_frame: bool) -> Kaldi {
         let rate = plan.options().sample_frequency;
         let layout = FrameLayout {
             recipe: match plan.kind() {
@@ -115,6 +136,7 @@ impl Kaldi {
         Kaldi {
             plan: Arc::new(plan),
             layout,
+            per_frame,
         }
     }
 }
@@ -123,6 +145,7 @@ struct KaldiWorker {
     plan: Arc<KaldiPlan>,
     scratch: KaldiScratch,
     recipe: String,
+    per_frame: bool,
 }
 
 impl FrameRecipe for Kaldi {
@@ -134,6 +157,7 @@ impl FrameRecipe for Kaldi {
             scratch: self.plan.scratch(),
             plan: Arc::clone(&self.plan),
             recipe: self.layout.recipe.clone(),
+            per_frame: self.per_frame,
         })
     }
     fn plan(&self) -> RecipePlan {
@@ -156,7 +180,11 @@ impl FrameWorker for KaldiWorker {
             });
         }
         self.scratch.seed(seed);
-        self.plan.compute(samples, &mut self.scratch, row);
+        if self.per_frame {
+            self.plan.compute_per_frame(samples, &mut self.scratch, row);
+        } else {
+            self.plan.compute(samples, &mut self.scratch, row);
+        }
         Ok(())
     }
 }

@@ -6,10 +6,8 @@
 //! Per batch of frames:
 //! * pack: frame `t` is `padded[160 t .. 160 t + 400]` times the periodic Hann
 //!   window (float32), packed as `z[j] = x[2j] + i·x[2j+1]`, `j < 200`;
-//! * a complex FFT of 200 = 5·5·4·2 points, Stockham's autosort (decimation
-//!   in frequency, ping-pong buffers, natural order in and out): a radix-`r`
-//!   stage of current size `n` and stride `s` reads `a_k = x[q + s(p + k·n/r)]`
-//!   and writes `y[q + s(r·p + j)] = DFT_r(a)_j · W_n^{j·p}`;
+//! * a complex FFT of 200 = 5·5·4·2 points, Stockham's autosort
+//!   ([`Stockham32`], shared with `kaldi::batch`);
 //! * the real-FFT split step (`X[k] = E[k] + W_400^k O[k]`), then `|X[k]|²`
 //!   for the 201 bins below and at Nyquist; both are carried at twice `X`
 //!   (no halving), and the mel weights are stored divided by 4: scaling by
@@ -31,6 +29,8 @@ use super::batch_fft::Level;
 #[cfg(target_arch = "x86_64")]
 use super::lanes32::{Avx2x8, Avx512x16};
 use super::lanes32::{Lanes32, Portable32};
+use super::logf32;
+use super::stockham32::{Stockham32, twiddle};
 
 /// Widest lane count any level uses (AVX-512: 16 f32).
 pub(crate) const MAX_LANES: usize = 16;
@@ -51,26 +51,11 @@ const FLOOR: f32 = 1e-10;
 /// log10 of the floor, as the extractor's float32 (`1e-10f64.log10() as f32`).
 const FLOOR_LOG: f32 = -10.0;
 
-/// One Stockham stage: radix, current transform size, stride, and
-/// `tw[p·(r − 1) + j − 1] = W_n^{j·p}` as `(re, im)`.
-struct Stage {
-    radix: usize,
-    n: usize,
-    s: usize,
-    tw: Vec<[f32; 2]>,
-}
-
-/// `e^{−2πi·j/n}` as float32 `(re, im)`, computed in float64.
-fn twiddle(j: usize, n: usize) -> [f32; 2] {
-    let angle = -2.0 * std::f64::consts::PI * j as f64 / n as f64;
-    [angle.cos() as f32, angle.sin() as f32]
-}
-
 /// The float32 tables of the batched path; `Send + Sync`, shared by workers.
 pub(crate) struct WhisperBatch {
     level: Level,
     window: Vec<f32>,
-    stages: Vec<Stage>,
+    fft: Stockham32,
     /// `W_400^k` for `k = 1 .. 100`.
     split: Vec<[f32; 2]>,
     /// Each filter's first bin and its weights / 4.
@@ -97,15 +82,6 @@ impl WhisperBatch {
     ) -> WhisperBatch {
         assert!(level.available(), "{level:?} on a CPU without it");
         assert_eq!(window.len(), N_FFT);
-        let mut stages = Vec::new();
-        let (mut n, mut s) = (M, 1);
-        for radix in RADICES {
-            let tw = (0..n / radix)
-                .flat_map(|p| (1..radix).map(move |j| twiddle(j * p, n)))
-                .collect();
-            stages.push(Stage { radix, n, s, tw });
-            (n, s) = (n / radix, s * radix);
-        }
         let filters = filters
             .map(|(first, w)| (first, w.iter().map(|&w| (w * 0.25) as f32).collect()))
             .collect::<Vec<(usize, Vec<f32>)>>();
@@ -115,7 +91,7 @@ impl WhisperBatch {
         WhisperBatch {
             level,
             window: window.iter().map(|&w| w as f32).collect(),
-            stages,
+            fft: Stockham32::with_radices(&RADICES),
             split: (1..M / 2).map(|k| twiddle(k, N_FFT)).collect(),
             filters,
         }
@@ -223,7 +199,10 @@ impl WhisperBatch {
                 &b.edge[..span]
             };
             self.pack::<V>(src, &mut b.re[0], &mut b.im[0]);
-            let done = self.fft::<V>(b);
+            let done = self.fft.run::<V>(
+                b.re.each_mut().map(|v| &mut v[..]),
+                b.im.each_mut().map(|v| &mut v[..]),
+            );
             let [re, im] = [&b.re[done][..M * l], &b.im[done][..M * l]];
             self.power::<V>(re, im, &mut b.power[..BINS * l]);
             let mel = &mut b.mel[..n_mels * l];
@@ -260,39 +239,6 @@ impl WhisperBatch {
                 xi.mul(V::splat(w[1])).store(im.as_mut_ptr().add(j * l));
             }
         }
-    }
-
-    /// The Stockham stages over `b.re`/`b.im` (input in buffer 0); returns the
-    /// buffer that holds the result.
-    #[inline(always)]
-    fn fft<V: Lanes32>(&self, b: &mut BatchBuffers) -> usize {
-        let len = M * V::L;
-        let mut from = 0;
-        for st in &self.stages {
-            let [r0, r1] = &mut b.re;
-            let [i0, i1] = &mut b.im;
-            let (src, dst) = if from == 0 {
-                ((&r0[..len], &i0[..len]), (&mut r1[..len], &mut i1[..len]))
-            } else {
-                ((&r1[..len], &i1[..len]), (&mut r0[..len], &mut i0[..len]))
-            };
-            // SAFETY: every buffer holds M·L values and the stage's indices
-            // are < n·s = M (see `stage`).
-            unsafe {
-                let (s, d) = (
-                    (src.0.as_ptr(), src.1.as_ptr()),
-                    (dst.0.as_mut_ptr(), dst.1.as_mut_ptr()),
-                );
-                match st.radix {
-                    2 => stage::<V, 2>(s, d, st),
-                    4 => stage::<V, 4>(s, d, st),
-                    5 => stage::<V, 5>(s, d, st),
-                    r => unreachable!("radix {r}"),
-                }
-            }
-            from = 1 - from;
-        }
-        from
     }
 
     /// The split step and `|2X[k]|²` for `k = 0 ..= 200` into `power[k·L ..]`.
@@ -342,145 +288,12 @@ impl WhisperBatch {
     }
 }
 
-/// One radix-`R` Stockham stage (`R` ∈ {2, 4, 5}) from `src` to `dst`.
-///
-/// # Safety
-/// `src` and `dst`: `st.n · st.s · V::L` values each (re, im), and `R | st.n`.
-#[inline(always)]
-unsafe fn stage<V: Lanes32, const R: usize>(
-    src: (*const f32, *const f32),
-    dst: (*mut f32, *mut f32),
-    st: &Stage,
-) {
-    let (l, s, m) = (V::L, st.s, st.n / R);
-    let zero = V::splat(0.0);
-    for p in 0..m {
-        let mut w = [(zero, zero); 5];
-        let tw = &st.tw[p * (R - 1)..(p + 1) * (R - 1)];
-        for (w, &[wr, wi]) in w[1..R].iter_mut().zip(tw) {
-            *w = (V::splat(wr), V::splat(wi));
-        }
-        for q in 0..s {
-            let mut a = [(zero, zero); 5];
-            for (k, a) in a.iter_mut().enumerate().take(R) {
-                let i = (q + s * (p + k * m)) * l;
-                // SAFETY: q + s(p + k·m) < s·R·m = n·s (caller's bound).
-                *a = unsafe { (V::load(src.0.add(i)), V::load(src.1.add(i))) };
-            }
-            dft::<V, R>(&mut a);
-            for (j, &v) in a.iter().enumerate().take(R) {
-                let (vr, vi) = if j > 0 && p > 0 { cmul(v, w[j]) } else { v };
-                let o = (q + s * (R * p + j)) * l;
-                // SAFETY: q + s(R·p + j) < s·R·m (caller's bound).
-                unsafe {
-                    vr.store(dst.0.add(o));
-                    vi.store(dst.1.add(o));
-                }
-            }
-        }
-    }
-}
-
-/// `x · w`, complex.
-#[inline(always)]
-fn cmul<V: Lanes32>((xr, xi): (V, V), (wr, wi): (V, V)) -> (V, V) {
-    (xr.mul(wr).sub(xi.mul(wi)), xr.mul(wi).add(xi.mul(wr)))
-}
-
-/// The DFT of `a[.. R]` in place (`W_R = e^{−2πi/R}`), `R` ∈ {2, 4, 5}.
-#[inline(always)]
-fn dft<V: Lanes32, const R: usize>(a: &mut [(V, V); 5]) {
-    match R {
-        2 => {
-            let (x, y) = (a[0], a[1]);
-            a[0] = (x.0.add(y.0), x.1.add(y.1));
-            a[1] = (x.0.sub(y.0), x.1.sub(y.1));
-        }
-        4 => {
-            let (s02, d02) = (add(a[0], a[2]), sub(a[0], a[2]));
-            let (s13, d13) = (add(a[1], a[3]), sub(a[1], a[3]));
-            a[0] = add(s02, s13);
-            a[2] = sub(s02, s13);
-            // d02 ∓ i·d13.
-            a[1] = (d02.0.add(d13.1), d02.1.sub(d13.0));
-            a[3] = (d02.0.sub(d13.1), d02.1.add(d13.0));
-        }
-        5 => dft5(a),
-        _ => unreachable!("radix {R}"),
-    }
-}
-
-#[inline(always)]
-fn add<V: Lanes32>(x: (V, V), y: (V, V)) -> (V, V) {
-    (x.0.add(y.0), x.1.add(y.1))
-}
-
-#[inline(always)]
-fn sub<V: Lanes32>(x: (V, V), y: (V, V)) -> (V, V) {
-    (x.0.sub(y.0), x.1.sub(y.1))
-}
-
-/// The 5-point DFT: with `t1 = a1 + a4`, `t2 = a2 + a3`, `t3 = a1 − a4`,
-/// `t4 = a2 − a3`, `c_k = cos(2πk/5)`, `s_k = sin(2πk/5)`:
-/// `b1,4 = a0 + c1 t1 + c2 t2 ∓ i(s1 t3 + s2 t4)`,
-/// `b2,3 = a0 + c2 t1 + c1 t2 ∓ i(s2 t3 − s1 t4)`.
-#[inline(always)]
-fn dft5<V: Lanes32>(a: &mut [(V, V); 5]) {
-    let tau = 2.0 * std::f64::consts::PI / 5.0;
-    let k = |x: f64| V::splat(x as f32);
-    let (c1, c2, s1, s2) = (
-        k(tau.cos()),
-        k((2.0 * tau).cos()),
-        k(tau.sin()),
-        k((2.0 * tau).sin()),
-    );
-    let scale = |c: V, x: (V, V)| (c.mul(x.0), c.mul(x.1));
-    let (t1, t2) = (add(a[1], a[4]), add(a[2], a[3]));
-    let (t3, t4) = (sub(a[1], a[4]), sub(a[2], a[3]));
-    let a0 = a[0];
-    let u1 = add(a0, add(scale(c1, t1), scale(c2, t2)));
-    let u2 = add(a0, add(scale(c2, t1), scale(c1, t2)));
-    let v1 = add(scale(s1, t3), scale(s2, t4));
-    let v2 = sub(scale(s2, t3), scale(s1, t4));
-    a[0] = add(a0, add(t1, t2));
-    // u ∓ i·v = (u.re ± v.im, u.im ∓ v.re).
-    a[1] = (u1.0.add(v1.1), u1.1.sub(v1.0));
-    a[4] = (u1.0.sub(v1.1), u1.1.add(v1.0));
-    a[2] = (u2.0.add(v2.1), u2.1.sub(v2.0));
-    a[3] = (u2.0.sub(v2.1), u2.1.add(v2.0));
-}
-
 /// `log10(max(1e-10, x))` in float32; exactly −10 at or below the floor.
-/// cephes' `logf` (range reduction to [√½, √2), a degree-8 polynomial, the
-/// exponent's ln 2 in two parts), times log10(e): within 2 ulp.
+/// cephes' `logf` ([`logf32::ln`]) times log10(e): within 2 ulp.
 #[inline(always)]
 pub(crate) fn log10_floored(x: f32) -> f32 {
     let v = x.max(FLOOR);
-    let bits = v.to_bits();
-    // v = m · 2^e with m in [0.5, 1).
-    let mut e = ((bits >> 23) & 0xff) as i32 - 126;
-    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f00_0000);
-    let small = m < std::f32::consts::FRAC_1_SQRT_2;
-    e -= i32::from(small);
-    let m = if small { m + m - 1.0 } else { m - 1.0 };
-    let z = m * m;
-    let mut y = 7.037_683_6e-2_f32;
-    for c in [
-        -1.151_461e-1_f32,
-        1.167_699_9e-1,
-        -1.242_014_1e-1,
-        1.424_932_3e-1,
-        -1.666_805_8e-1,
-        2.000_071_5e-1,
-        -2.499_999_4e-1,
-        3.333_333e-1,
-    ] {
-        y = y * m + c;
-    }
-    let fe = e as f32;
-    let y = y * m * z + fe * -2.121_944_4e-4 - 0.5 * z;
-    let ln = m + y + fe * 0.693_359_4;
-    let log10 = ln * std::f32::consts::LOG10_E;
+    let log10 = logf32::ln(v) * std::f32::consts::LOG10_E;
     if x <= FLOOR { FLOOR_LOG } else { log10 }
 }
 

@@ -67,6 +67,16 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
     assert_eq!(frames, plan.num_frames(24_321));
     assert_eq!(l.frames_of(row.len()), Some(frames));
     assert_eq!(row, want);
+    // One frame at a time: the per-frame path's rows.
+    let per_frame = kaldi_per_frame(&opts, Kind::Fbank).unwrap();
+    assert_eq!(per_frame.layout(), l);
+    let mut host_per_frame = HostFrames::new(per_frame.as_ref(), Policy::default());
+    let mut row_per_frame = Vec::new();
+    host_per_frame
+        .row(&wav16(&s), None, 7, &mut row_per_frame, &mut local)
+        .unwrap();
+    plan.compute_per_frame(&decoded(&s), &mut plan.scratch(), &mut want);
+    assert_eq!(row_per_frame, want);
     let e = host
         .row(&wav16(&signal(300, 2)), None, 8, &mut row, &mut local)
         .unwrap_err();

@@ -170,3 +170,38 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// Whether two Kaldi rows of `bins` values a frame (`recipe` kaldi-fbank,
+/// log, or kaldi-mfcc) agree within docs/FORMAT.md's tolerance: log fbank
+/// 1e-3 absolute in every band within 1e6 (ln 1e6 ≈ 13.8) of the frame's
+/// loudest, 0.5 in quieter ones (rounding noise in any float32 FFT); MFCC
+/// 1e-3 of the frame's largest absolute value. What the CUDA stage (realfft
+/// on the host double, cuFFT on a GPU, one frame at a time) and the CPU
+/// workers (the batched float32 path) give for the same file. Returns the
+/// worst difference in a band it holds to 1e-3 (relative for MFCC), or the
+/// first frame and bin outside the tolerance.
+pub fn kaldi_rows_close(recipe: &str, bins: usize, a: &[f32], b: &[f32]) -> Result<f32, String> {
+    if a.len() != b.len() {
+        return Err(format!("{} values against {}", a.len(), b.len()));
+    }
+    let mut worst = 0f32;
+    for (f, (x, y)) in a.chunks_exact(bins).zip(b.chunks_exact(bins)).enumerate() {
+        let loudest = y.iter().fold(f32::MIN, |m, &v| m.max(v));
+        let largest = y.iter().fold(0f32, |m, &v| m.max(v.abs()));
+        for (k, (&x, &y)) in x.iter().zip(y).enumerate() {
+            let d = (x - y).abs();
+            let (d, tol, held) = match recipe {
+                "kaldi-mfcc" => (d / largest.max(1e-30), 1e-3, true),
+                _ if y >= loudest - 13.8 => (d, 1e-3, true),
+                _ => (d, 0.5, false),
+            };
+            if d > tol {
+                return Err(format!("frame {f} bin {k}: {x} against {y}"));
+            }
+            if held {
+                worst = worst.max(d);
+            }
+        }
+    }
+    Ok(worst)
+}

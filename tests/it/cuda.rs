@@ -343,10 +343,10 @@ fn compute_decode_threads_sizes_the_cuda_stage_decode_pool() {
 fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
     // `melforge build` with each variable-length recipe over the host double
     // (`auto` chooses it: the CUDA stage, kernels/frames.cu built for the
-    // host) against `--backend cpu`: the same rows for the same paths, Kaldi
-    // bit for bit (realfft f32 stands in for cuFFT R2C on both sides), and
-    // Whisper within its parity tolerance (the kernels run the extractor's
-    // float64 FFT; the CPU may run its float32 path).
+    // host) against `--backend cpu`: the same rows for the same paths, each
+    // within its parity tolerance (docs/FORMAT.md): the kernels compute one
+    // frame at a time with realfft standing in for cuFFT (Kaldi in float32,
+    // Whisper's FFT in float64), the CPU workers in float32 SIMD lanes.
     let d = tempfile::tempdir().unwrap();
     let corpus = d.path().join("speech");
     let o = Command::new(env!("CARGO_BIN_EXE_melforge"))
@@ -355,7 +355,7 @@ fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for (recipe, tol) in [("kaldi-fbank", 0.0), ("kaldi-mfcc", 0.0), ("whisper", 1e-4)] {
+    for recipe in ["kaldi-fbank", "kaldi-mfcc", "whisper"] {
         let cfg = d.path().join(format!("{recipe}.toml"));
         std::fs::write(&cfg, format!("[features]\nrecipe = \"{recipe}\"\n")).unwrap();
         let run = |backend: &str, double: bool| {
@@ -394,12 +394,20 @@ fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
         for (p, g) in &gpu {
             let c = &cpu[p];
             assert_eq!(g.len(), c.len(), "{recipe} {p}: frames");
-            let worst = g
-                .iter()
-                .zip(c)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(worst <= tol, "{recipe} {p}: differs by {worst}");
+            let worst = match recipe {
+                // torchaudio's defaults: 23 mel bins, 13 cepstra.
+                "kaldi-fbank" => crate::common::kaldi_rows_close(recipe, 23, g, c),
+                "kaldi-mfcc" => crate::common::kaldi_rows_close(recipe, 13, g, c),
+                _ => {
+                    let worst = g.iter().zip(c).map(|(a, b)| (a - b).abs());
+                    let worst = worst.fold(0f32, f32::max);
+                    (worst <= 1e-4)
+                        .then_some(worst)
+                        .ok_or(format!("by {worst}"))
+                }
+            };
+            let worst = worst.unwrap_or_else(|e| panic!("{recipe} {p}: differs {e}"));
+            eprintln!("{recipe} {p}: worst {worst:e}");
         }
     }
 }

@@ -60,16 +60,20 @@ fn kaldi_rows_survive_kill_9_and_equal_a_cpu_build(stage: Stage) {
         corpus.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
         "every file exactly once"
     );
-    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir);
+    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir, stage);
 }
 
-/// Asserts that `got` (serve's rows by path) equals, bit for bit, what
-/// `melforge build --backend cpu` of `corpus` under `recipe` writes.
+/// Asserts that `got` (serve's rows by path, from `stage`, of torchaudio's
+/// default kaldi-fbank) equals what `melforge build --backend cpu` of
+/// `corpus` under `recipe` writes: bit for bit from the CPU stage, within
+/// docs/FORMAT.md's tolerance from the CUDA stage (one frame at a time, the
+/// CPU workers in SIMD lanes: `common::kaldi_rows_close`).
 fn same_rows_as_a_cpu_build(
     got: &std::collections::BTreeMap<String, Vec<f32>>,
     tmp: &Path,
     recipe: &str,
     corpus: &Path,
+    stage: Stage,
 ) {
     let cfg = tmp.join("recipe.toml");
     std::fs::write(&cfg, recipe).unwrap();
@@ -86,6 +90,11 @@ fn same_rows_as_a_cpu_build(
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let want = crate::common::frame_rows(&out);
     for (p, row) in got {
+        if stage == Stage::CudaDouble {
+            let close = crate::common::kaldi_rows_close("kaldi-fbank", 23, row, &want[p]);
+            close.unwrap_or_else(|e| panic!("{p}: serve's row differs from the build's: {e}"));
+            continue;
+        }
         let same = row.len() == want[p].len()
             && row
                 .iter()
@@ -128,5 +137,5 @@ fn a_recording_over_the_size_limit_is_streamed_once_through_kill_9(stage: Stage)
         ["x/long.wav", "x/short.wav"],
         "every file exactly once"
     );
-    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir);
+    same_rows_as_a_cpu_build(&got, tmp.path(), recipe, &corpus_dir, stage);
 }

@@ -1,5 +1,7 @@
 //! The recipe kernels (`kernels/frames.cu`) on the host against the CPU
-//! recipes (`dsp::kaldi::KaldiPlan::compute`, `dsp::whisper::WhisperPlan::compute`):
+//! recipes (`dsp::kaldi::KaldiPlan::compute_per_frame`,
+//! `dsp::whisper::WhisperPlan::compute_f64`: the per-frame paths the kernels
+//! mirror; the batched float32 CPU paths differ from them by FFT rounding):
 //! one batch of utterances of many lengths (empty, shorter than one frame, odd,
 //! longer than Whisper's 30 s) of speech-like synthetic audio, every Kaldi
 //! window type and the options that change the kernels' paths.
@@ -120,7 +122,7 @@ fn kaldi_cases() -> Vec<(&'static str, KaldiOptions, Kind)> {
 }
 
 /// Every case: one batch of LENGTHS through the host kernels equals
-/// `KaldiPlan::compute` per utterance, bit for bit.
+/// `KaldiPlan::compute_per_frame` per utterance, bit for bit.
 #[test]
 fn kaldi_kernels_equal_the_cpu_recipe_bit_for_bit() {
     for (name, opts, kind) in kaldi_cases() {
@@ -132,7 +134,7 @@ fn kaldi_kernels_equal_the_cpu_recipe_bit_for_bit() {
         let bins = plan.num_bins();
         let (mut scratch, mut cpu) = (plan.scratch(), Vec::new());
         for (u, audio) in utts.iter().enumerate() {
-            let frames = plan.compute(audio, &mut scratch, &mut cpu);
+            let frames = plan.compute_per_frame(audio, &mut scratch, &mut cpu);
             let r = batch.rows(u);
             assert_eq!(frames, r.len(), "{name}: utterance {u} frames");
             let what = format!("{name}: utterance {u} ({} samples)", audio.len());

@@ -1,7 +1,8 @@
 //! The CUDA stage of the variable-length recipes (`frames_stage`,
 //! `frames_exec`) on the host double with the host build of
 //! `kernels/frames.cu`: every file gets the CPU workers' outcome, rows bit for
-//! bit (realfft stands in for cuFFT, in the CPU recipes' precisions) and
+//! bit (realfft stands in for cuFFT; the CPU recipes in the precisions the
+//! kernels compute: Kaldi one frame at a time, Whisper in float64) and
 //! rejections with the same reason, whatever the batch size, the order in
 //! which the double completes work, or the lengths (shorter than a frame,
 //! empty, longer than 30 s, longer than a device batch); a device failure
@@ -176,9 +177,9 @@ fn recipes() -> Vec<Arc<dyn FrameRecipe>> {
         ..KaldiOptions::default()
     };
     vec![
-        crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap(),
-        crate::recipes::kaldi(&centred, Kind::Fbank).unwrap(),
-        crate::recipes::kaldi(&mfcc, Kind::Mfcc).unwrap(),
+        crate::recipes::kaldi_per_frame(&KaldiOptions::default(), Kind::Fbank).unwrap(),
+        crate::recipes::kaldi_per_frame(&centred, Kind::Fbank).unwrap(),
+        crate::recipes::kaldi_per_frame(&mfcc, Kind::Mfcc).unwrap(),
         crate::recipes::whisper_f64(80).unwrap(),
         crate::recipes::whisper_f64(128).unwrap(),
     ]
@@ -230,7 +231,7 @@ fn an_utterance_longer_than_a_device_batch_is_computed_on_the_host_with_the_same
         crate::synth::encode_wav_pcm16(&long, 16_000),
         crate::synth::encode_wav_pcm16(&long[..32_000], 16_000),
     ];
-    let recipe = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap();
+    let recipe = crate::recipes::kaldi_per_frame(&KaldiOptions::default(), Kind::Fbank).unwrap();
     let cpu = cpu_outcomes(&recipe, &files);
     let opts = CudaOptions {
         batch_files: 1,
