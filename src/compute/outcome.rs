@@ -28,6 +28,17 @@ pub struct Outcome {
     pub stats: Option<crate::cmvn::RowStats>,
 }
 
+impl Outcome {
+    /// A result with no statistics summed (the sink sums the row's).
+    pub fn new(job: usize, row: Result<Vec<f32>, Reject>) -> Outcome {
+        Outcome {
+            job,
+            row,
+            stats: None,
+        }
+    }
+}
+
 /// Why a file produced no row.
 #[derive(Debug, thiserror::Error)]
 pub enum Reject {

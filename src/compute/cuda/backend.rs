@@ -474,27 +474,13 @@ impl Rows<'_> {
         row.clear();
         row.extend_from_slice(vals);
         debug_assert_eq!(row.len(), self.row_len);
-        if self
-            .output
-            .push(Outcome {
-                job,
-                row: Ok(row),
-                stats: None,
-            })
-            .is_err()
-        {
+        if self.output.push(Outcome::new(job, Ok(row))).is_err() {
             self.closed = true;
         }
     }
 
     fn reject(&self, job: usize, why: Reject) -> bool {
-        self.output
-            .push(Outcome {
-                job,
-                row: Err(why),
-                stats: None,
-            })
-            .is_ok()
+        self.output.push(Outcome::new(job, Err(why))).is_ok()
     }
 }
 

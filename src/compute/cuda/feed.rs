@@ -156,14 +156,7 @@ fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
-                if output
-                    .push(Outcome {
-                        job,
-                        row: Err(e.into()),
-                        stats: None,
-                    })
-                    .is_err()
-                {
+                if output.push(Outcome::new(job, Err(e.into()))).is_err() {
                     break;
                 }
                 continue;
@@ -184,14 +177,7 @@ fn run(w: &FeedWiring, fed: &Producer<Fed>, output: &Producer<Outcome>) {
             Err(e) => {
                 recycle(bytes, &w.free_bytes);
                 let why: Reject = e.into();
-                if output
-                    .push(Outcome {
-                        job,
-                        row: Err(why),
-                        stats: None,
-                    })
-                    .is_err()
-                {
+                if output.push(Outcome::new(job, Err(why))).is_err() {
                     break;
                 }
                 continue;

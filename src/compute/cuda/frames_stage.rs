@@ -170,13 +170,7 @@ fn decode(c: &PoolCtx, fed: &Producer<Utterance>, output: &Producer<Outcome>) {
         };
         let pushed = match next {
             Ok(u) => fed.push(u).is_ok(),
-            Err(why) => output
-                .push(Outcome {
-                    job,
-                    row: Err(why),
-                    stats: None,
-                })
-                .is_ok(),
+            Err(why) => output.push(Outcome::new(job, Err(why))).is_ok(),
         };
         if !pushed {
             break;
@@ -516,15 +510,7 @@ impl<D: Device> Frames<'_, D> {
             host_copy::PARALLEL_MIN_BYTES,
         );
         for (&job, row) in self.slots[i].jobs.iter().zip(rows) {
-            if self
-                .output
-                .push(Outcome {
-                    job,
-                    row: Ok(row),
-                    stats: None,
-                })
-                .is_err()
-            {
+            if self.output.push(Outcome::new(job, Ok(row))).is_err() {
                 self.closed = true;
             }
         }
@@ -575,15 +561,7 @@ impl<D: Device> Frames<'_, D> {
     }
 
     fn send(&mut self, job: usize, row: Result<Vec<f32>, Reject>) {
-        if self
-            .output
-            .push(Outcome {
-                job,
-                row,
-                stats: None,
-            })
-            .is_err()
-        {
+        if self.output.push(Outcome::new(job, row)).is_err() {
             self.closed = true;
         }
     }

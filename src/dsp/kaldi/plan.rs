@@ -78,6 +78,17 @@ pub struct Piece {
     pub frames: std::ops::Range<usize>,
 }
 
+impl Piece {
+    /// All `frames` frames of a waveform of `samples` samples.
+    pub fn whole(samples: usize, frames: usize) -> Piece {
+        Piece {
+            first_sample: 0,
+            total_samples: samples,
+            frames: 0..frames,
+        }
+    }
+}
+
 /// Validated options with everything precomputed; immutable, shared by workers.
 pub struct KaldiPlan {
     opts: KaldiOptions,
@@ -262,11 +273,7 @@ impl KaldiPlan {
         out: &mut Vec<f32>,
     ) -> usize {
         let frames = self.num_frames(samples.len());
-        let piece = Piece {
-            first_sample: 0,
-            total_samples: samples.len(),
-            frames: 0..frames,
-        };
+        let piece = Piece::whole(samples.len(), frames);
         self.compute_piece(samples, &piece, scratch, out);
         frames
     }
@@ -281,11 +288,7 @@ impl KaldiPlan {
         out: &mut Vec<f32>,
     ) -> usize {
         let frames = self.num_frames(samples.len());
-        let piece = Piece {
-            first_sample: 0,
-            total_samples: samples.len(),
-            frames: 0..frames,
-        };
+        let piece = Piece::whole(samples.len(), frames);
         self.check_piece(&piece);
         out.clear();
         self.per_frame(samples, &piece, scratch, out);
