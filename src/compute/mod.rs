@@ -189,18 +189,19 @@ pub fn for_recipe(
 }
 
 /// The fewest cores at which the CPU backend outruns the CUDA stage for a
-/// recipe (None: librosa), from the round-4 runs on the 16-core H200 box
-/// (docs/GPU.md, "Which backend `auto` picks"): the CPU's rate per core
-/// there against the CUDA stage's rate, which its serial host stages cap
-/// whatever the cores. librosa: 22.6k files/s on 16 cores (1.4k a core)
-/// against 11.4–12.7k on cuda, so 9 cores pass it; Whisper: 2.45k (153 a
-/// core) against 2.0k, 14; Kaldi fbank and MFCC ran 1.21–1.39× faster on
-/// cuda than on 16 cores, so 21.
+/// recipe (None: librosa), from the full-size `gpu-bench` on the 16-core
+/// H200 box after issue 39 (docs/GPU.md, "Which backend `auto` picks"): the
+/// CPU's rate per core there against the CUDA stage's rate, which its
+/// serial host stages cap whatever the cores. librosa: 28.2k files/s on 16
+/// cores (1.76k a core) against 16.3k on cuda, and 22.6k against 11.4–12.7k
+/// in round 4, so 9 cores pass it; Whisper: 2.77k (173 a core) against
+/// 1.66k, 10; Kaldi fbank: 4.38k (274 a core) against 2.68k, and MFCC 7.93k
+/// (495) against 4.77k, 10 (before the float32 lanes the CPU's Kaldi ran
+/// at half that rate and the GPU led below 21 cores).
 pub fn cpu_outruns_gpu_from(recipe: Option<&str>) -> usize {
     match recipe {
         None => 9,
-        Some("whisper") => 14,
-        Some(_) => 21,
+        Some(_) => 10,
     }
 }
 
