@@ -103,7 +103,9 @@ KALDI_DEFAULTS = dict(
 )
 
 
-def knf_reference(recipe, opts, y):
+def knf_options(recipe, opts):
+    """kaldi-native-fbank's FbankOptions / MfccOptions for melforge's recipe
+    options (torchaudio's keyword names and defaults, dither 0)."""
     import kaldi_native_fbank as knf
 
     o = dict(KALDI_DEFAULTS, **opts)
@@ -129,11 +131,18 @@ def knf_reference(recipe, opts, y):
     if recipe == "kaldi-fbank":
         k.use_log_fbank = o["use_log_fbank"]
         k.use_power = o["use_power"]
-        comp = knf.OnlineFbank(k)
     else:
         k.num_ceps = o["num_ceps"]
         k.cepstral_lifter = o["cepstral_lifter"]
-        comp = knf.OnlineMfcc(k)
+    return k
+
+
+def knf_reference(recipe, opts, y):
+    import kaldi_native_fbank as knf
+
+    o = dict(KALDI_DEFAULTS, **opts)
+    k = knf_options(recipe, opts)
+    comp = knf.OnlineFbank(k) if recipe == "kaldi-fbank" else knf.OnlineMfcc(k)
     comp.accept_waveform(o["sample_frequency"], (y * o["sample_scale"]).astype(np.float32).tolist())
     comp.input_finished()
     n = comp.num_frames_ready
