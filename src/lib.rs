@@ -1,4 +1,6 @@
-//! melforge: WAV trees → librosa-exact log-mel datasets in HDF5, as a CLI
+//! melforge: audio corpora (trees, NeMo and lhotse manifests, WebDataset
+//! shards, Hugging Face parquet) → feature datasets in HDF5 (librosa
+//! log-mel, Kaldi fbank and MFCC, Whisper log-mel), as a CLI
 //! (`build`) and a daemon (`serve`) that run the same stage graph.
 //!
 //! One process, one thread per role, bounded lock-free rings between them
@@ -56,6 +58,7 @@ pub mod fuzzing;
 pub mod long;
 pub mod model;
 pub mod pipeline;
+pub mod plan;
 pub mod reader;
 pub mod recipes;
 pub mod runtime;

@@ -64,11 +64,16 @@ pub enum RejectKind {
     /// A file dropped for serve whose sidecar (`<file>.json`) cannot supply
     /// its metadata: unreadable, not JSON, not an object, too large.
     BadSidecar,
+    /// A sample of a stored corpus that names no single recording: a
+    /// WebDataset sample with no audio member or with two, a parquet row
+    /// whose audio bytes are null or empty, or rows and members lost to
+    /// damage in their tar or parquet file.
+    BadSample,
 }
 
 impl RejectKind {
     /// Every kind, in a stable order (telemetry arrays index by position).
-    pub const ALL: [RejectKind; 13] = [
+    pub const ALL: [RejectKind; 14] = [
         RejectKind::Unreadable,
         RejectKind::NotAFile,
         RejectKind::TooLarge,
@@ -82,6 +87,7 @@ impl RejectKind {
         RejectKind::BadLine,
         RejectKind::BadSegment,
         RejectKind::BadSidecar,
+        RejectKind::BadSample,
     ];
 
     /// The snake_case name used in JSON, logs and metrics labels.
@@ -100,6 +106,7 @@ impl RejectKind {
             RejectKind::BadLine => "bad_line",
             RejectKind::BadSegment => "bad_segment",
             RejectKind::BadSidecar => "bad_sidecar",
+            RejectKind::BadSample => "bad_sample",
         }
     }
 

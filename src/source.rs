@@ -1,8 +1,10 @@
 //! The job source for `build`: a sorted walk of the input tree.
 //!
-//! Finds every file whose extension is one of `input.extensions` (`wav` and
-//! `flac` by default, matched case-insensitively) below the input directory, assigns each its split, label and sequence number by the
-//! docs/DESIGN.md rule, and fixes the order in which rows will appear:
+//! Finds every file whose extension is one of `input.extensions` (by
+//! default the eight of `config::defaults::input::EXTENSIONS`: wav, flac,
+//! mp3, ogg, opus, oga, m4a, mp4; matched case-insensitively) below the
+//! input directory, assigns each its split, label and sequence number by
+//! the docs/DESIGN.md rule, and fixes the order in which rows will appear:
 //!
 //! * `<INPUT>/c1/…/ck/name.wav`: k ≥ 2 → split c1, label ck; k = 1 → split
 //!   "all", label c1; k = 0 → split "all", no label (-1).

@@ -7,7 +7,7 @@ from typing import Optional
 
 class BuildError(RuntimeError):
     """A `melforge` command failed; `str(e)` is the binary's own sentence
-    (e.g. "no .wav files found under /data"), `returncode` its exit status."""
+    (e.g. "no audio files found under /data"), `returncode` its exit status."""
 
     def __init__(self, message: str, returncode: Optional[int] = None) -> None:
         super().__init__(message)

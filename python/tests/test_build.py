@@ -99,7 +99,7 @@ def test_progress_events_count_up_to_the_total(tmp_path: Path) -> None:
 def test_a_failed_build_raises_build_error_with_the_binary_sentence(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(melforge.BuildError, match=r"no \.wav files found under") as e:
+    with pytest.raises(melforge.BuildError, match=r"no audio files found under") as e:
         melforge.build(empty, tmp_path / "out", progress=False)
     assert e.value.returncode == 1
 

@@ -58,8 +58,15 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no .wav files found under {0}")]
+    #[error(
+        "no audio files found under {0} (input.extensions names the extensions a tree's files \
+         are taken by)"
+    )]
     Empty(PathBuf),
+    #[error("no sample found in {0}: the shards or parquet files hold no audio")]
+    EmptyStored(String),
+    #[error(transparent)]
+    Stored(#[from] crate::plan::Error),
     #[error(transparent)]
     Manifest(#[from] crate::source::manifest::Error),
     #[error(
@@ -125,10 +132,23 @@ pub struct Outcomes {
     /// The manifests written back (`OUT/<split>.jsonl`), for a manifest build.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub manifests: Vec<PathBuf>,
+    /// What planning read and spilled, for a manifest or stored-corpus
+    /// build (the readers' bytes are `report.bytes_read`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned: Option<PlanReport>,
     pub report: Report,
     /// The rows each split's writer wrote (a manifest build's write-back).
     #[serde(skip)]
     kept: Vec<Vec<writer::meta::Kept>>,
+}
+
+/// What the planner read beside the readers: headers, seek indexes, tar
+/// headers and sibling members, parquet pages, and what it spilled.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PlanReport {
+    pub bytes_read: u64,
+    pub spilled: usize,
+    pub spill_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -249,7 +269,8 @@ pub fn build_input(
         },
         r => r?,
     };
-    let outcomes = report(outcomes, out, shard)?;
+    let mut outcomes = report(outcomes, out, shard)?;
+    outcomes.planned = items.as_ref().map(|i| i.planned);
     // librosa's fixed rows all have the clip's frames (the writer records 0).
     let fixed_frames =
         crate::recipes::frame_layout(cfg).map_or(Some(cfg.spec.row_shape()[3] as u32), |_| None);
@@ -335,6 +356,12 @@ fn plan(
             manifest::limits(cfg),
             manifest::first_seconds(cfg),
         )?,
+        Input::Tarred { manifests, shards } => {
+            manifest::read_tarred(manifests, shards, shard, manifest::limits(cfg))?
+        }
+        Input::Stored(sets) => {
+            manifest::read_stored(sets, shard, spill, Some(&cfg.input.audio_column))?
+        }
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
         path: out.to_path_buf(),
@@ -669,6 +696,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         rejected,
         rejected_log: PathBuf::new(),
         manifests: Vec::new(),
+        planned: None,
         report,
         kept,
     })

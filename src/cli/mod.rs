@@ -33,7 +33,7 @@ use crate::config::{Backend, Config};
 #[command(
     name = "melforge",
     version,
-    about = "Turn trees of WAV recordings into librosa-exact log-mel datasets in HDF5"
+    about = "Turn audio corpora (trees, NeMo and lhotse manifests, WebDataset shards, parquet) into feature datasets in HDF5: librosa log-mel, Kaldi fbank and MFCC, Whisper log-mel"
 )]
 struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
@@ -101,10 +101,22 @@ enum Command {
     /// Build one HDF5 file per split from a tree of audio files, or from
     /// NeMo / lhotse manifests (one split per manifest, named after its stem).
     Build {
-        /// Input directory (split/label folders, see docs/FORMAT.md), or one
-        /// or more manifests (`.json`/`.jsonl`, gzipped or not).
+        /// Input directory (split/label folders, see docs/FORMAT.md), one
+        /// or more manifests (`.json`/`.jsonl`, gzipped or not), or stored
+        /// corpora, one split each: WebDataset tar shards
+        /// ('data/train-{000000..000127}.tar', quoted: melforge expands the
+        /// braces) or Hugging Face parquet files ('data/train-*.parquet').
         #[arg(required = true, num_args = 1..)]
         input: Vec<PathBuf>,
+        /// The split of a stored corpus given as one pattern (default: the
+        /// pattern's stem, e.g. `train` for 'train-{000000..000127}.tar').
+        #[arg(long)]
+        split: Option<String>,
+        /// NeMo tarred audio: the tar shards (NeMo's
+        /// `tarred_audio_filepaths`, e.g. 'audio_{0..511}.tar', quoted) whose
+        /// members the manifests' `audio_filepath`s name.
+        #[arg(long, value_name = "PATTERN")]
+        tarred_audio: Option<String>,
         /// Output directory for <split>.h5 and rejected.jsonl.
         #[arg(long)]
         out: PathBuf,
@@ -289,13 +301,35 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             json,
             shard,
             progress,
+            split,
+            tarred_audio,
         } => {
             let cfg = build_config(config.as_deref(), backend)?;
             let opts = build::Options {
                 progress: progress_for(progress, json, format),
                 telemetry: None,
             };
-            let input = build::Input::of(&input);
+            let input = match tarred_audio {
+                Some(shards) => {
+                    if !input.iter().all(|p| p.is_file()) {
+                        anyhow::bail!(
+                            "--tarred-audio reads NeMo manifests: every input must be a \
+                             manifest file"
+                        );
+                    }
+                    build::Input::Tarred {
+                        manifests: input,
+                        shards,
+                    }
+                }
+                None => build::Input::resolve(&input, split.as_deref())?,
+            };
+            if split.is_some() && !matches!(input, build::Input::Stored(_)) {
+                anyhow::bail!(
+                    "--split names the split of a stored corpus (tar shards or parquet files); a \
+                     tree's splits are its folders and a manifest's its file name"
+                );
+            }
             let done = build::build_input(&input, &out, &cfg, &opts, shard)?;
             print_build(&done, json)?;
             if strict && !done.rejected.is_empty() {

@@ -25,6 +25,8 @@ pub struct RawInput {
     pub manifest_max_line_kib: Option<u64>,
     /// Lines (default [`defaults::input::MANIFEST_MAX_LINES`]).
     pub manifest_max_lines: Option<u64>,
+    /// The parquet column holding the audio (default "audio").
+    pub audio_column: Option<String>,
 }
 
 /// Validated input settings.
@@ -47,6 +49,10 @@ pub struct InputConfig {
     /// A manifest with more lines than this (blank ones included) stops the
     /// build with an error.
     pub manifest_max_lines: u64,
+    /// The column of a parquet input that holds each row's audio: a struct
+    /// of `bytes` and `path` (Hugging Face's `Audio` feature) or a binary
+    /// column (`plan::parquet`).
+    pub audio_column: String,
 }
 
 impl Default for InputConfig {
@@ -113,12 +119,23 @@ impl InputConfig {
             ));
         }
         let (manifest_max_line_kib, manifest_max_lines) = manifest_limits(i, cx)?;
+        let audio_column = i
+            .audio_column
+            .clone()
+            .unwrap_or_else(|| "audio".to_string());
+        if audio_column.is_empty() {
+            return Err(cx.invalid(
+                "input.audio_column",
+                "an empty name; expected a parquet column such as \"audio\"",
+            ));
+        }
         Ok(InputConfig {
             extensions,
             policy: Policy { resample, channels },
             spill_max_mib,
             manifest_max_line_kib,
             manifest_max_lines,
+            audio_column,
         })
     }
 

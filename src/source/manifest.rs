@@ -185,6 +185,19 @@ pub struct Options<'a> {
     /// Whole-file items over the size limit read for their first seconds
     /// only ([`FirstSeconds`]).
     pub first: Option<FirstSeconds>,
+    /// Where the audio paths are members of archives rather than files
+    /// (NeMo's tarred audio, `plan::tarred`); None: files beside the
+    /// manifest.
+    pub members: Option<&'a dyn Members>,
+}
+
+/// Where a manifest's audio lives when a path names a member of an
+/// archive, not a file of its own (NeMo's tarred audio: `plan::tarred`).
+pub trait Members {
+    /// The file to open and the extent (start, length) of member `name`
+    /// of shard `shard_id`, or why there is none.
+    fn find_member(&self, name: &str, shard_id: Option<u64>)
+    -> Result<(PathBuf, u64, u64), String>;
 }
 
 /// Which lines of each manifest to plan: given a manifest's number of
@@ -233,6 +246,7 @@ pub fn plan_spilling(
             spill,
             limits,
             first,
+            members: None,
         },
     )
 }
@@ -245,9 +259,11 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
         spill,
         limits,
         first,
+        members,
     } = o;
     let mut b = Builder {
         first,
+        members,
         ..Builder::default()
     };
     for (split, file) in manifests.iter().enumerate() {
@@ -301,7 +317,7 @@ pub fn count_lines(path: &Path, limits: Limits) -> Result<usize, Error> {
 
 /// The plan as it grows, manifest by manifest.
 #[derive(Default)]
-struct Builder {
+struct Builder<'a> {
     m: Manifests,
     paths: PathTable,
     meta: PathTable,
@@ -310,9 +326,10 @@ struct Builder {
     /// Segments of recordings read whole ([`spill`]).
     pending: spill::Pending,
     first: Option<FirstSeconds>,
+    members: Option<&'a dyn Members>,
 }
 
-impl Builder {
+impl Builder<'_> {
     /// The lines `keep` (0-based) of manifest `file`, split `split`, read
     /// within `limits`. A cut whose `id` an earlier line of the manifest
     /// has is rejected, naming that line.
@@ -368,14 +385,23 @@ impl Builder {
                 },
                 None => Ok(item),
             });
+            let parsed = parsed.and_then(|item| match self.members {
+                None => Ok((item, None)),
+                Some(m) => {
+                    let shard_id = item.meta.get("shard_id").and_then(Value::as_u64);
+                    match m.find_member(&item.audio, shard_id) {
+                        Ok(found) => Ok((item, Some(found))),
+                        Err(why) => Err((Some(item.audio.clone()), why)),
+                    }
+                }
+            });
             match parsed {
-                Ok(item) => {
-                    self.item(item, &dir, split, seq, line_no).ok_or_else(|| {
-                        Error::TooMuchText {
+                Ok((item, member)) => {
+                    self.item(item, member, &dir, (split, seq, line_no))
+                        .ok_or_else(|| Error::TooMuchText {
                             path: file.to_path_buf(),
                             line: line_no,
-                        }
-                    })?;
+                        })?;
                     seq += 1;
                 }
                 Err((audio, reason)) => self.m.rejected.push(LineRejection {
@@ -393,10 +419,34 @@ impl Builder {
     /// A usable line: its job (the `seq`-th of its split), metadata, line,
     /// segment and byte range. None (nothing added) when the paths or the
     /// metadata would pass the 4 GiB a [`PathTable`] holds.
-    fn item(&mut self, item: Item, dir: &Path, split: u32, seq: u32, line_no: u64) -> Option<()> {
+    fn item(
+        &mut self,
+        item: Item,
+        member: Option<(PathBuf, u64, u64)>,
+        dir: &Path,
+        (split, seq, line_no): (u32, u32, u64),
+    ) -> Option<()> {
         let meta = Value::Object(item.meta).to_string();
         if !self.paths.fits(&item.audio) || !self.meta.fits(&meta) {
             return None;
+        }
+        if let Some((open, start, len)) = member {
+            // An archive member: read whole, its segment cut by the decoder.
+            let path = self.paths.push(&item.audio);
+            self.meta.push(&meta);
+            self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
+            self.m.plan.targets.insert(path, open);
+            self.m.segments.push(item.segment);
+            self.m
+                .ranges
+                .push(Some(ReadRange::new(Vec::new(), start, len)));
+            self.m.plan.jobs.push(Job {
+                path,
+                split,
+                seq,
+                label: -1,
+            });
+            return Some(());
         }
         let open = dir.join(&item.audio);
         let ranged = match item.segment {
@@ -437,7 +487,7 @@ impl Builder {
     }
 }
 
-impl Builder {
+impl Builder<'_> {
     /// The range of the first seconds of the whole-file item at `open`,
     /// when [`FirstSeconds`] applies to it.
     fn first_seconds(&mut self, open: &Path) -> Option<(ReadRange, Segment)> {

@@ -22,4 +22,5 @@ mod progress;
 mod serve;
 mod shard;
 mod shard_manifest;
+mod stored;
 mod uring;

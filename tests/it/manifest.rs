@@ -93,6 +93,18 @@ pub(crate) struct Rows {
     line: Vec<u32>,
 }
 
+impl Rows {
+    /// Row `i`'s metadata object.
+    pub(crate) fn meta_of(&self, i: usize) -> serde_json::Value {
+        self.meta[i].clone()
+    }
+
+    /// Row `i`'s 1-based `line`.
+    pub(crate) fn line_of(&self, i: usize) -> u32 {
+        self.line[i]
+    }
+}
+
 fn strings(f: &hdf5::File, name: &str) -> Vec<String> {
     f.dataset(name)
         .unwrap()

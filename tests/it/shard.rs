@@ -399,7 +399,7 @@ fn merge_refuses_overlapping_shards() {
 }
 
 /// Runs scripts/check_deploy.py on `dir`; (success, stdout + stderr).
-fn check_deploy(dir: &Path) -> (bool, String) {
+pub(crate) fn check_deploy(dir: &Path) -> (bool, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
         .arg(root.join("scripts/check_deploy.py"))

@@ -35,16 +35,25 @@ use crate::app::merge::shard::Shard;
 use crate::compute::Rejection;
 use crate::config::Config;
 use crate::model::Segment;
+use crate::plan;
 use crate::reader::{ReadJob, ReadRange};
 use crate::source::manifest::{self, FirstSeconds, Limits, Line, Lines, Manifests, SpillDir};
 use crate::source::{Job, PathTable, Plan};
 use crate::writer::meta::RowMeta;
 
-/// What `build` reads: a directory tree, or manifests (one split each).
+/// What `build` reads: a directory tree, manifests (one split each), or
+/// stored corpora (WebDataset shards, parquet files; one split per set).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input {
     Tree(PathBuf),
     Manifests(Vec<PathBuf>),
+    Stored(Vec<plan::Set>),
+    /// NeMo's tarred audio: manifests whose `audio_filepath`s are members
+    /// of the tar shards the pattern names (`tarred_audio_filepaths`).
+    Tarred {
+        manifests: Vec<PathBuf>,
+        shards: String,
+    },
 }
 
 impl Input {
@@ -56,18 +65,34 @@ impl Input {
         }
     }
 
+    /// What the command line's `paths` name: stored corpora when they are
+    /// patterns, tar shards or parquet files (`plan::stored`; `split`
+    /// names the one set's split), else [`Input::of`].
+    pub fn resolve(paths: &[PathBuf], split: Option<&str>) -> Result<Input, plan::Error> {
+        match plan::sets_of(paths, split)? {
+            Some(sets) => Ok(Input::Stored(sets)),
+            None => Ok(Input::of(paths)),
+        }
+    }
+
     /// The path recorded as the `input` attribute: the tree, or the first
     /// manifest.
     pub fn shown(&self) -> &Path {
         match self {
             Input::Tree(p) => p,
-            Input::Manifests(m) => m.first().map_or(Path::new(""), |p| p.as_path()),
+            Input::Manifests(m) | Input::Tarred { manifests: m, .. } => {
+                m.first().map_or(Path::new(""), |p| p.as_path())
+            }
+            Input::Stored(sets) => sets
+                .first()
+                .and_then(|s| s.files.first())
+                .map_or(Path::new(""), |p| p.as_path()),
         }
     }
 }
 
 /// A manifest build's items beyond the plan, by path index (one per job).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Items {
     pub lines: Arc<[u32]>,
     meta: Arc<PathTable>,
@@ -75,6 +100,8 @@ pub(super) struct Items {
     ranges: Vec<Option<ReadRange>>,
     /// By split: its items' path indices (seq q is `start + q`).
     items_of: Vec<Range<u32>>,
+    /// What planning read and spilled.
+    pub planned: super::PlanReport,
 }
 
 impl Items {
@@ -109,7 +136,7 @@ pub(super) fn spill_dir(
     max_mib: u64,
     shard: Option<Shard>,
 ) -> Option<SpillDir> {
-    if !matches!(input, Input::Manifests(_)) || max_mib == 0 {
+    if matches!(input, Input::Tree(_)) || max_mib == 0 {
         return None;
     }
     let infix = shard.map_or(String::new(), |s| s.infix());
@@ -151,6 +178,54 @@ pub(super) fn read(
     limits: Limits,
     first: Option<FirstSeconds>,
 ) -> Result<Read, Error> {
+    read_members(files, shard, (spill, limits, first), None)
+}
+
+/// [`read`] of NeMo tarred-audio manifests: each `audio_filepath` a member
+/// of the shards `pattern` names (`plan::tarred`); damage in a shard is a
+/// rejection of its own.
+pub(super) fn read_tarred(
+    files: &[PathBuf],
+    pattern: &str,
+    shard: Option<Shard>,
+    limits: Limits,
+) -> Result<Read, Error> {
+    let shards = plan::pattern::expand(pattern).map_err(plan::Error::from)?;
+    let tarred = plan::tarred::Tarred::index(shards);
+    let (plan, mut rejected, seconds, items) =
+        read_members(files, shard, (None, limits, None), Some(&tarred))?;
+    // Every shard of the build indexes all the tars; shard 0 reports them.
+    if shard.is_none_or(|s| s.index == 0) {
+        for (file, p) in tarred.problems() {
+            let name = file.file_name().map_or_else(
+                || file.display().to_string(),
+                |n| n.to_string_lossy().into(),
+            );
+            rejected.push(Rejection {
+                path: p
+                    .member
+                    .as_ref()
+                    .map_or_else(|| name.clone(), |m| format!("{name}/{m}")),
+                kind: crate::model::RejectKind::Malformed,
+                reason: format!("shard {name}, byte {}: {}", p.at, p.reason),
+                line: None,
+            });
+        }
+    }
+    let items = items.map(|i| {
+        let mut i = Arc::unwrap_or_clone(i);
+        i.planned.bytes_read += tarred.bytes_read;
+        Arc::new(i)
+    });
+    Ok((plan, rejected, seconds, items))
+}
+
+fn read_members(
+    files: &[PathBuf],
+    shard: Option<Shard>,
+    (spill, limits, first): (Option<&SpillDir>, Limits, Option<FirstSeconds>),
+    members: Option<&dyn manifest::Members>,
+) -> Result<Read, Error> {
     let t = Instant::now();
     let share = shard.map(|s| move |lines: usize| s.range(lines));
     let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
@@ -159,6 +234,7 @@ pub(super) fn read(
         spill,
         limits,
         first,
+        members,
     };
     let m: Manifests = manifest::plan_with(files, o)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
@@ -193,6 +269,79 @@ pub(super) fn read(
         segments: m.segments,
         ranges: m.ranges,
         items_of: m.items_of,
+        planned: super::PlanReport {
+            bytes_read: m.header_bytes,
+            spilled: m.spilled,
+            spill_bytes: m.spill_bytes,
+        },
+    };
+    Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
+}
+
+/// The plan of stored corpora (`plan::stored`): with `shard`, its
+/// contiguous block of the sets' files, whole; the items left out, the
+/// seconds it took, and the items. Gzipped shards and parquet audio are
+/// spilled into `spill`.
+pub(super) fn read_stored(
+    sets: &[plan::Set],
+    shard: Option<Shard>,
+    spill: Option<&SpillDir>,
+    audio_column: Option<&str>,
+) -> Result<Read, Error> {
+    let t = Instant::now();
+    let share = shard.map(|s| move |files: usize| s.range(files));
+    let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
+    let o = plan::Options {
+        share,
+        spill,
+        audio_column,
+    };
+    let planned = plan::plan(sets, o);
+    let m = planned.m;
+    let seconds = t.elapsed().as_secs_f64();
+    let rejected: Vec<Rejection> = planned
+        .rejected
+        .iter()
+        .map(|r| Rejection {
+            path: r.path.clone(),
+            kind: r.kind,
+            reason: r.reason.clone(),
+            line: None,
+        })
+        .collect();
+    for r in &planned.rejected {
+        tracing::warn!(path = %r.path, kind = %r.kind, reason = %r.reason, "Left out a stored item.");
+    }
+    tracing::info!(
+        items = m.plan.jobs.len(),
+        left_out = rejected.len(),
+        splits = m.plan.splits.len(),
+        files = planned.files,
+        planner_bytes = m.header_bytes,
+        spilled = m.spilled,
+        spill_bytes = m.spill_bytes,
+        seconds,
+        "Read the stored corpus."
+    );
+    if m.plan.jobs.is_empty() && rejected.is_empty() && shard.is_none() {
+        return Err(Error::EmptyStored(
+            sets.iter()
+                .map(|s| s.pattern.clone())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
+    }
+    let items = Items {
+        lines: m.lines,
+        meta: m.meta,
+        segments: m.segments,
+        ranges: m.ranges,
+        items_of: m.items_of,
+        planned: super::PlanReport {
+            bytes_read: m.header_bytes,
+            spilled: m.spilled,
+            spill_bytes: m.spill_bytes,
+        },
     };
     Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
 }
@@ -210,7 +359,14 @@ pub(super) fn write_back(
     (fixed_frames, shard, limits): (Option<u32>, Option<Shard>, Limits),
     items: Option<&Items>,
 ) -> Result<Outcomes, Error> {
-    let (Input::Manifests(files), Some(items)) = (input, items) else {
+    let (
+        Input::Manifests(files)
+        | Input::Tarred {
+            manifests: files, ..
+        },
+        Some(items),
+    ) = (input, items)
+    else {
         return Ok(outcomes);
     };
     // The same names, in the same order, as `read`'s splits.

@@ -27,8 +27,9 @@
 //! * [`tables`] — the tables the kernels read, built on the host and
 //!   uploaded once per plan (kernels/README.md); [`recipe_tables`] — the
 //!   same for the Kaldi and Whisper kernels (`kernels/frames.cu`) and their
-//!   per-batch utterance table. The stage does not run those kernels yet
-//!   (docs/GPU.md): `auto` computes those recipes on the CPU.
+//!   per-batch utterance table, which [`frames_stage`] runs (one batch of
+//!   utterances at a time, [`frames_exec`]); `auto` picks the CPU for them
+//!   on hosts with enough cores (`compute::cpu_outruns_gpu_from`).
 //!
 //! Everything above runs in production. The test harness lives apart, in
 //! `testing/`, behind the cargo feature `host-kernels` (on for every

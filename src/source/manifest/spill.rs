@@ -99,6 +99,11 @@ impl SpillDir {
         &self.path
     }
 
+    /// The most bytes one spill may hold (`input.spill_max_mib`).
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     fn remove(&self) {
         match std::fs::remove_dir_all(&self.path) {
             Ok(()) => {}
