@@ -1,6 +1,6 @@
 //! The planning room for corpora stored as containers of recordings:
-//! WebDataset tar shards (plain or gzipped) and Hugging Face parquet files,
-//! read in place.
+//! WebDataset tar shards (plain or gzipped), lhotse Shar, NeMo tarred audio
+//! and Hugging Face parquet files, read in place.
 //!
 //! Its product is the item plan every manifest build already runs on
 //! ([`crate::source::manifest::Manifests`]): per item its split, the path
@@ -18,6 +18,8 @@
 //!   siblings as metadata;
 //! * [`parquet`]: the audio column's bytes, decoded page by page by the
 //!   Arrow crates, spilled to one file whose extents the readers read;
+//! * [`shar`]: lhotse Shar folders, each cut's audio a member of the
+//!   recording tar beside its CutSet shard;
 //! * [`tarred`]: NeMo's tarred audio, a manifest's paths as members of
 //!   its shards (the manifest planner, `source::manifest`, asks it through
 //!   the `Members` trait, so `source` does not import this room);
@@ -29,6 +31,7 @@
 
 pub mod parquet;
 pub mod pattern;
+pub mod shar;
 pub mod stored;
 pub mod tar;
 pub mod tarred;

@@ -35,10 +35,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{parquet, pattern, tar, webdataset};
+use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
 use crate::reader::ReadRange;
-use crate::source::manifest::{Manifests, SpillDir};
+use crate::source::manifest::{self, Line, Lines, Manifests, SpillDir};
 use crate::source::{Job, PathTable};
 
 /// What one set holds.
@@ -48,6 +48,9 @@ pub enum Kind {
     WebDataset,
     /// Hugging Face parquet files.
     Parquet,
+    /// A lhotse Shar folder: each file a CutSet shard beside its
+    /// recording tar.
+    Shar,
 }
 
 impl Kind {
@@ -55,6 +58,7 @@ impl Kind {
         match self {
             Kind::WebDataset => "webdataset",
             Kind::Parquet => "parquet",
+            Kind::Shar => "shar",
         }
     }
 }
@@ -110,6 +114,9 @@ pub enum Error {
 
 /// Whether `arg` names a stored corpus (module doc).
 pub fn is_stored(arg: &Path) -> bool {
+    if shar::is_shar_dir(arg) {
+        return true;
+    }
     let text = arg.to_string_lossy();
     if pattern::is_pattern(&text) && !arg.exists() {
         return true;
@@ -177,12 +184,19 @@ pub fn sets_of(args: &[PathBuf], split: Option<&str>) -> Result<Option<Vec<Set>>
     let mut sets: Vec<Set> = Vec::with_capacity(args.len());
     for arg in args {
         let text = arg.to_string_lossy().into_owned();
-        let files = if pattern::is_pattern(&text) && !arg.exists() {
+        let shar = shar::is_shar_dir(arg);
+        let files = if shar {
+            shar::cuts_files(arg)
+        } else if pattern::is_pattern(&text) && !arg.exists() {
             pattern::expand(&text)?
         } else {
             vec![arg.clone()]
         };
-        let kinds: Vec<Kind> = files.iter().map(|f| kind_of(f)).collect();
+        let kinds: Vec<Kind> = if shar {
+            vec![Kind::Shar; files.len()]
+        } else {
+            files.iter().map(|f| kind_of(f)).collect()
+        };
         let kind = kinds[0];
         if let Some(other) = kinds.iter().position(|&k| k != kind) {
             let (t, p) = if kind == Kind::WebDataset {
@@ -198,6 +212,13 @@ pub fn sets_of(args: &[PathBuf], split: Option<&str>) -> Result<Option<Vec<Set>>
         }
         let name = match split {
             Some(s) => s.to_string(),
+            // A Shar folder is named after itself.
+            None if shar => arg
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(|| Error::NoSplit {
+                    pattern: text.clone(),
+                })?,
             None => pattern::split_of(&text).ok_or_else(|| Error::NoSplit {
                 pattern: text.clone(),
             })?,
@@ -268,6 +289,7 @@ pub fn plan(sets: &[Set], o: Options<'_>) -> Planned {
                 match set.kind {
                     Kind::WebDataset => b.shard(split as u32, &mut seq, file, k, o),
                     Kind::Parquet => b.parquet(split as u32, &mut seq, file, k, o),
+                    Kind::Shar => b.shar(split as u32, &mut seq, file),
                 }
             }
             k += 1;
@@ -430,6 +452,107 @@ impl Builder {
                 let reason = format!("shard {name}: {why}");
                 self.reject(name.to_string(), RejectKind::Malformed, reason);
                 None
+            }
+        }
+    }
+
+    /// A lhotse Shar shard's cuts (`super::shar`), each its member of the
+    /// recording tar beside `cuts`.
+    fn shar(&mut self, split: u32, seq: &mut u32, cuts: &Path) {
+        let cname = shown(cuts);
+        let Some(rec) = shar::recording_of(cuts) else {
+            return; // cuts_files only lists names recording_of maps
+        };
+        let rname = shown(&rec);
+        let ix = match tar::index(&rec) {
+            Ok(ix) => ix,
+            Err(e) => {
+                let reason = format!(
+                    "cannot read {} ({e}), the audio of every cut of {cname}",
+                    rec.display()
+                );
+                self.reject(rname, RejectKind::Unreadable, reason);
+                return;
+            }
+        };
+        self.m.header_bytes += ix.bytes_read;
+        for p in &ix.problems {
+            let path = p
+                .member
+                .as_ref()
+                .map_or_else(|| rname.clone(), |m| format!("{rname}/{m}"));
+            let reason = format!("shard {rname}, byte {}: {}", p.at, p.reason);
+            self.reject(path, RejectKind::Malformed, reason);
+        }
+        let audio = shar::audio_by_id(&ix);
+        let mut lines = match Lines::open(cuts, manifest::Limits::default()) {
+            Ok(l) => l,
+            Err(e) => {
+                self.reject(cname, RejectKind::Unreadable, e.to_string());
+                return;
+            }
+        };
+        loop {
+            let (no, line) = match lines.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(e) => {
+                    let reason = format!("{e}; the cuts after this point are not read");
+                    self.reject(cname.clone(), RejectKind::Malformed, reason);
+                    break;
+                }
+            };
+            let text = match line {
+                Line::Text(t) if t.trim().is_empty() => continue,
+                Line::Text(t) => t,
+                _ => {
+                    let reason = format!("{cname}, line {no}: not a UTF-8 line within the limit");
+                    self.reject(cname.clone(), RejectKind::BadLine, reason);
+                    continue;
+                }
+            };
+            let cut: Map<String, Value> = match serde_json::from_str(text) {
+                Ok(Value::Object(o)) => o,
+                _ => {
+                    let reason = format!("{cname}, line {no}: not a JSON object (a lhotse cut)");
+                    self.reject(cname.clone(), RejectKind::BadLine, reason);
+                    continue;
+                }
+            };
+            let Some(id) = cut.get("id").and_then(Value::as_str) else {
+                let reason = format!("{cname}, line {no}: the cut has no string `id`");
+                self.reject(cname.clone(), RejectKind::BadLine, reason);
+                continue;
+            };
+            let members = audio.get(id).map_or(&[][..], Vec::as_slice);
+            let member = match (members, cut.get("recording")) {
+                (_, None | Some(Value::Null)) => Err(format!(
+                    "{cname}, line {no}: cut `{id}` has no recording (Shar's `.nodata` \
+                     placeholder); there is no audio to build"
+                )),
+                ([one], _) => Ok(*one),
+                ([], _) => Err(format!(
+                    "{cname}, line {no}: {rname} has no audio member `{id}.<flac|wav|mp3|opus>` \
+                     for cut `{id}`"
+                )),
+                (many, _) => Err(format!(
+                    "{cname}, line {no}: {rname} has {} audio members for cut `{id}`; expected \
+                     one",
+                    many.len()
+                )),
+            };
+            match member {
+                Ok(i) => {
+                    let m = &ix.members[i];
+                    let mut meta = manifest::cut_meta(&cut);
+                    meta.insert("shard".into(), Value::String(rname.clone()));
+                    let path = format!("{rname}/{}", m.name);
+                    let extent = (m.start, m.len);
+                    self.item((split, seq), &path, &rec, extent, meta, no);
+                }
+                Err(reason) => {
+                    self.reject(format!("{rname}/{id}"), RejectKind::BadSample, reason);
+                }
             }
         }
     }

@@ -296,3 +296,82 @@ fn an_unreadable_shard_is_one_rejection() {
     assert_eq!(out.rejected[0].path, "train-000001.tar");
     assert_eq!(out.rejected[0].kind, RejectKind::Unreadable);
 }
+
+/// A Shar folder as lhotse's SharWriter lays it out: the cuts (start 0, a
+/// `shar` placeholder source) and, per cut, `<id>.flac` then `<id>.json`.
+#[test]
+fn a_shar_folder_builds_each_cut_from_its_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let shar = dir.path().join("dev-clean");
+    std::fs::create_dir(&shar).unwrap();
+    let cut = |id: &str, rec: bool| {
+        let recording = if rec {
+            format!(
+                ", \"recording\": {{\"id\": \"{id}-rec\", \"sources\": [{{\"type\": \"shar\", \
+                 \"channels\": [0], \"source\": \"\"}}], \"sampling_rate\": 16000, \
+                 \"num_samples\": 16000, \"duration\": 1.0, \"channel_ids\": [0]}}"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{{\"id\": \"{id}\", \"start\": 0, \"duration\": 1.0, \"channel\": 0, \
+             \"supervisions\": [{{\"id\": \"s\", \"recording_id\": \"{id}-rec\", \"start\": 0, \
+             \"duration\": 1.0, \"text\": \"words of {id}\", \"speaker\": \"spk\"}}]{recording}, \
+             \"type\": \"MonoCut\"}}\n"
+        )
+    };
+    let lines = [
+        cut("1089-0001.a", true),
+        cut("1089-0002", true),
+        cut("1089-0003", false),
+    ]
+    .concat()
+        + &cut("1089-0004", true);
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(shar.join("cuts.000000.jsonl.gz")).unwrap(),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(lines.as_bytes()).unwrap();
+    gz.finish().unwrap();
+    shard(
+        &shar.join("recording.000000.tar"),
+        &[
+            (
+                "1089-0001.a",
+                vec![("flac", flac(1)), ("json", b"{}".to_vec())],
+            ),
+            (
+                "1089-0002",
+                vec![("flac", flac(2)), ("json", b"{}".to_vec())],
+            ),
+            ("1089-0003", vec![("nodata", Vec::new())]),
+        ],
+    );
+    let sets = sets_of(std::slice::from_ref(&shar), None).unwrap().unwrap();
+    assert_eq!(sets[0].kind, Kind::Shar);
+    assert_eq!(sets[0].split, "dev-clean");
+    let out = plan(&sets, Options::default());
+    let m = &out.m;
+    assert_eq!(m.plan.jobs.len(), 2);
+    assert_eq!(m.plan.paths.get(0), "recording.000000.tar/1089-0001.a.flac");
+    assert_eq!(&*m.lines, &[1, 2]);
+    let meta: Value = serde_json::from_str(m.meta.get(1)).unwrap();
+    assert_eq!(meta["id"], "1089-0002");
+    assert_eq!(meta["text"], "words of 1089-0002");
+    assert_eq!(meta["shard"], "recording.000000.tar");
+    let bytes = std::fs::read(shar.join("recording.000000.tar")).unwrap();
+    let r = m.ranges[1].as_ref().unwrap();
+    assert_eq!(
+        &bytes[r.start as usize..(r.start + r.len) as usize],
+        flac(2).as_slice()
+    );
+    let why: Vec<(&str, &str)> = out
+        .rejected
+        .iter()
+        .map(|r| (r.path.as_str(), r.reason.as_str()))
+        .collect();
+    assert_eq!(why.len(), 2, "{why:?}");
+    assert!(why[0].0 == "recording.000000.tar/1089-0003" && why[0].1.contains("no recording"));
+    assert!(why[1].0 == "recording.000000.tar/1089-0004" && why[1].1.contains("line 4"));
+}

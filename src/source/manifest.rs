@@ -76,7 +76,7 @@ mod parse;
 pub mod spill;
 
 pub use lines::{Limits, Line, Lines};
-pub use parse::MAX_TIME_S;
+pub use parse::{MAX_TIME_S, cut_meta};
 pub use spill::SpillDir;
 
 use parse::{Item, parse_line};

@@ -24,8 +24,10 @@ use crate::source::PathTable;
 pub struct RowMeta {
     /// A JSON object per path index.
     pub json: Arc<PathTable>,
-    /// A 1-based manifest line per path index.
-    pub lines: Arc<[u32]>,
+    /// A 1-based manifest line per path index; None for inputs without
+    /// lines (stored corpora: `meta` says where each row came from), whose
+    /// files then have no `line` dataset.
+    pub lines: Option<Arc<[u32]>>,
 }
 
 /// A row as written: its seq in the split and its frames.
@@ -46,10 +48,13 @@ pub(super) fn write(file: &File, p: &Path, meta: &RowMeta, rows: &[u32]) -> Resu
         let s = meta.json.get(r);
         json.push(super::plan_error::storable("metadata", s)?);
     }
-    let lines: Vec<u32> = rows.iter().map(|&r| meta.lines[r as usize]).collect();
     let ds = create_1d::<VarLenUnicode>(file, "meta", chunk).ctx(p, || "create `meta`".into())?;
     ds.resize(rows.len()).ctx(p, || "size `meta`".into())?;
     ds.write(&json).ctx(p, || "write `meta`".into())?;
+    let Some(all) = &meta.lines else {
+        return Ok(());
+    };
+    let lines: Vec<u32> = rows.iter().map(|&r| all[r as usize]).collect();
     let ds = create_1d::<u32>(file, "line", chunk).ctx(p, || "create `line`".into())?;
     ds.resize(rows.len()).ctx(p, || "size `line`".into())?;
     ds.write(&lines).ctx(p, || "write `line`".into())?;

@@ -99,9 +99,9 @@ impl Rows {
         self.meta[i].clone()
     }
 
-    /// Row `i`'s 1-based `line`.
-    pub(crate) fn line_of(&self, i: usize) -> u32 {
-        self.line[i]
+    /// Every row's 1-based `line` (empty without the dataset).
+    pub(crate) fn line_of_all(&self) -> &[u32] {
+        &self.line
     }
 }
 
@@ -132,7 +132,11 @@ pub(crate) fn rows(path: &Path) -> Rows {
             .iter()
             .map(|s| serde_json::from_str(s).unwrap())
             .collect();
-        (meta, f.dataset("line").unwrap().read_raw::<u32>().unwrap())
+        let line = match f.dataset("line") {
+            Ok(d) => d.read_raw::<u32>().unwrap(),
+            Err(_) => Vec::new(), // a stored corpus's rows have none
+        };
+        (meta, line)
     } else {
         (Vec::new(), Vec::new())
     };

@@ -102,6 +102,10 @@ pub(super) struct Items {
     items_of: Vec<Range<u32>>,
     /// What planning read and spilled.
     pub planned: super::PlanReport,
+    /// Whether `lines` are manifest lines (stored into `line`, and on
+    /// rejections); a stored corpus's positions are not: a shard's rows
+    /// restart at each file, so `merge` could not order them.
+    has_lines: bool,
 }
 
 impl Items {
@@ -119,8 +123,14 @@ impl Items {
     pub fn row_meta(&self) -> RowMeta {
         RowMeta {
             json: Arc::clone(&self.meta),
-            lines: Arc::clone(&self.lines),
+            lines: self.has_lines.then(|| Arc::clone(&self.lines)),
         }
+    }
+
+    /// Job `j`'s manifest line, when its input has lines.
+    pub fn line(&self, j: &Job) -> Option<u64> {
+        self.has_lines
+            .then(|| u64::from(self.lines[j.path as usize]))
     }
 }
 
@@ -274,6 +284,7 @@ fn read_members(
             spilled: m.spilled,
             spill_bytes: m.spill_bytes,
         },
+        has_lines: true,
     };
     Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
 }
@@ -342,6 +353,7 @@ pub(super) fn read_stored(
             spilled: m.spilled,
             spill_bytes: m.spill_bytes,
         },
+        has_lines: false,
     };
     Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
 }

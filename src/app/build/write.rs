@@ -49,7 +49,7 @@ fn write_all(
     let mut local = Local::serial(telemetry, "writer");
     let copiers = crate::writer::lent::copiers();
     let mut rejected = Vec::new();
-    let line = |j: &Job| items.map(|i| u64::from(i.lines[j.path as usize]));
+    let line = |j: &Job| items.and_then(|i| i.line(j));
     // Jobs are in (split, seq) order: the first job of each split.
     let mut split_start = vec![jobs.len(); open.splits.len()];
     for (i, j) in jobs.iter().enumerate().rev() {

@@ -200,6 +200,29 @@ fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
         }
         Some(v) => channel_of(v, &audio)?,
     };
+    let meta = cut_meta(&obj);
+    let cut_id = obj.get("id").and_then(Value::as_str).map(str::to_string);
+    Ok(Item {
+        audio,
+        cut_id,
+        segment: Some(Segment {
+            offset_s: start,
+            duration_s: Some(duration),
+            channel: Some(channel),
+            expect_s: None,
+            base_frame: 0,
+            lossy: None,
+        }),
+        meta,
+    })
+}
+
+/// A lhotse cut's metadata: its `id`, `start`, `duration` and `channel`,
+/// its recording's id as `recording_id`, the first supervision's `text`,
+/// `speaker` and `language`, and its `custom` fields (lhotse Shar's cuts
+/// too, `plan::shar`).
+pub fn cut_meta(obj: &Map<String, Value>) -> Map<String, Value> {
+    let rec = obj.get("recording").and_then(Value::as_object);
     let mut meta = Map::new();
     for key in ["id", "start", "duration", "channel"] {
         if let Some(v) = obj.get(key) {
@@ -224,20 +247,7 @@ fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
             meta.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
-    let cut_id = obj.get("id").and_then(Value::as_str).map(str::to_string);
-    Ok(Item {
-        audio,
-        cut_id,
-        segment: Some(Segment {
-            offset_s: start,
-            duration_s: Some(duration),
-            channel: Some(channel),
-            expect_s: None,
-            base_frame: 0,
-            lossy: None,
-        }),
-        meta,
-    })
+    meta
 }
 
 fn channel_of(v: &Value, audio: &str) -> Result<u16, Bad> {
