@@ -32,13 +32,20 @@ def build(
     backend: str = "auto",
     shard: Optional[Shard] = None,
     progress: bool = True,
+    split: Optional[str] = None,
+    tarred_audio: Optional[str] = None,
 ) -> BuildReport:
     """Builds `input` into one HDF5 file per split in `out`; returns the
     typed report. `input` is a directory (split/label folders of audio
     files), or a NeMo / lhotse manifest (`.json`/`.jsonl`, gzipped or not) or
     a list of them: one split per manifest, named after its stem, rows in
     line order, each row's manifest fields stored beside it (`meta(i)`) and
-    the manifest written back as `out/<split>.jsonl`.
+    the manifest written back as `out/<split>.jsonl`. Stored corpora build
+    in place: WebDataset shards or Hugging Face parquet files as a pattern
+    melforge expands (`"data/train-{000000..000127}.tar"`,
+    `"data/train-*.parquet"`), or a lhotse Shar folder; each pattern is one
+    split, named by its stem or by `split`. `tarred_audio`: NeMo's
+    `tarred_audio_filepaths` pattern, whose members the manifests name.
 
     `config`: a `Config`, or a TOML path (validated first). `backend`:
     "auto", "cpu" or "cuda". `shard`: `(k, n)` or "k/n" to build one shard
@@ -61,6 +68,10 @@ def build(
         args += ["--config", str(cfg.path)]
     if shard is not None:
         args += ["--shard", _shard_arg(shard)]
+    if split is not None:
+        args += ["--split", split]
+    if tarred_audio is not None:
+        args += ["--tarred-audio", tarred_audio]
     display = Display("melforge build") if progress else None
     try:
         doc = run_streaming(args, display)

@@ -315,7 +315,10 @@ class MelDataset:
         `audio_filepath`, `duration`, `offset`, `text`, … as written; lhotse:
         the cut's `id`, `start`, `duration`, `channel`, `recording_id`, its
         first supervision's `text`, `speaker`, `language` and its `custom`
-        fields) and `line`, the 1-based manifest line. A file `serve` wrote
+        fields) and `line`, the 1-based manifest line. A stored corpus adds
+        its sample's: WebDataset's `shard`, `key` and siblings (`json`,
+        `txt`, `cls`, …), parquet's `file`, `row` and columns, Shar's cut
+        fields and `shard` (no `line`). A file `serve` wrote
         adds the fields of the dropped file's sidecar (`<file>.json`), when
         it had one."""
         j = self._index(i)

@@ -81,8 +81,29 @@ class _Fields:
     def opt_obj(self, key: str) -> Optional[Dict[str, Any]]:
         return None if self._get(key) is None else self.obj(key)
 
+    def absent_or_obj(self, key: str) -> Optional[Dict[str, Any]]:
+        """A field the binary writes only for some builds."""
+        return self.obj(key) if key in self.doc else None
+
     def extra(self) -> Dict[str, Any]:
         return {k: v for k, v in self.doc.items() if k not in self.used}
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a manifest or stored-corpus build's planner read beside the
+    readers (headers, tar headers and metadata members, parquet pages), and
+    what it spilled (gzipped shards, parquet audio)."""
+
+    bytes_read: int
+    spilled: int
+    spill_bytes: int
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(doc: Any) -> "Planned":
+        f = _Fields(doc, "planned")
+        return Planned(f.integer("bytes_read"), f.integer("spilled"), f.integer("spill_bytes"), f.extra())
 
 
 @dataclass(frozen=True)
@@ -259,6 +280,9 @@ class BuildReport:
     rejected: List[Rejection]
     rejected_log: Path
     report: Stats
+    planned: Optional[Planned] = None
+    """The planner's reads and spills (manifests and stored corpora; None
+    for a tree)."""
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -281,8 +305,13 @@ class BuildReport:
             rejected=[Rejection.from_json(r) for r in f.items("rejected")],
             rejected_log=Path(f.text("rejected_log")),
             report=Stats.from_json(f.obj("report")),
+            planned=_planned(f.absent_or_obj("planned")),
             extra=f.extra(),
         )
+
+
+def _planned(doc: Optional[Dict[str, Any]]) -> Optional[Planned]:
+    return None if doc is None else Planned.from_json(doc)
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,39 @@ def test_the_child_sees_this_interpreters_site_packages(monkeypatch: pytest.Monk
     sites = child_env()["MELFORGE_PYTHON_SITE"].split(os.pathsep)
     assert sites[0] == "/opt/x"
     assert str(Path(melforge.__file__).resolve().parent.parent) in sites
+
+
+def test_webdataset_shards_build_from_a_pattern(corpus: Path, tmp_path: Path) -> None:
+    """A brace pattern of WebDataset shards (written with tarfile, as
+    webdataset's TarWriter does) builds the same rows as the loose files,
+    each with its shard, key and siblings in `meta`."""
+    import io
+    import json
+    import tarfile
+
+    files = sorted(p for p in corpus.rglob("*.wav"))[:12]
+    for s in range(3):
+        with tarfile.open(tmp_path / f"train-{s:06d}.tar", "w") as t:
+            for i, f in enumerate(files[s::3]):
+                key = f"k{s}{i:02d}"
+                t.add(f, arcname=f"{key}.wav")
+                meta = json.dumps({"src": str(f.relative_to(corpus))}).encode()
+                info = tarfile.TarInfo(f"{key}.json")
+                info.size = len(meta)
+                t.addfile(info, io.BytesIO(meta))
+    r = melforge.build(str(tmp_path / "train-{000000..000002}.tar"), tmp_path / "out", backend="cpu", progress=False)
+    no_extra(r)
+    assert [o.split for o in r.outputs] == ["train"]
+    assert r.planned is not None and r.planned.bytes_read > 0
+    tree = melforge.build(corpus, tmp_path / "tree", backend="cpu", progress=False)
+    by_path = {}
+    for o in tree.outputs:
+        ds = melforge.MelDataset(o.path)
+        for i, p in enumerate(ds.paths):
+            by_path[p] = ds[i][0]
+    ds = melforge.MelDataset(r.outputs[0].path)
+    assert len(ds) == r.report.files_ok
+    for i in range(len(ds)):
+        m = ds.meta(i)
+        assert m["shard"].startswith("train-00000") and m["key"].startswith("k")
+        np.testing.assert_array_equal(ds[i][0], by_path[m["json"]["src"]])
