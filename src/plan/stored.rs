@@ -391,14 +391,7 @@ impl Builder {
             }
         };
         self.m.header_bytes += ix.bytes_read;
-        for p in &ix.problems {
-            let path = p
-                .member
-                .as_ref()
-                .map_or_else(|| name.clone(), |m| format!("{name}/{m}"));
-            let reason = format!("shard {name}, byte {}: {}", p.at, p.reason);
-            self.reject(path, RejectKind::Malformed, reason);
-        }
+        self.rejected.extend(damage(&name, &ix.problems));
         let Ok(f) = File::open(&open) else {
             return; // indexed a moment ago; the readers will say what changed
         };
@@ -476,14 +469,7 @@ impl Builder {
             }
         };
         self.m.header_bytes += ix.bytes_read;
-        for p in &ix.problems {
-            let path = p
-                .member
-                .as_ref()
-                .map_or_else(|| rname.clone(), |m| format!("{rname}/{m}"));
-            let reason = format!("shard {rname}, byte {}: {}", p.at, p.reason);
-            self.reject(path, RejectKind::Malformed, reason);
-        }
+        self.rejected.extend(damage(&rname, &ix.problems));
         let audio = shar::audio_by_id(&ix);
         let mut lines = match Lines::open(cuts, manifest::Limits::default()) {
             Ok(l) => l,
@@ -616,6 +602,22 @@ impl Builder {
             self.item((split, seq), &path, &to, extent, meta, row.row + 1);
         }
     }
+}
+
+/// The rejections of the damage found in shard `name` (`tar::Problem`s):
+/// the member when its name could be read, with the byte offset.
+pub fn damage<'a>(
+    name: &'a str,
+    problems: &'a [tar::Problem],
+) -> impl Iterator<Item = Rejected> + 'a {
+    problems.iter().map(move |p| Rejected {
+        path: p
+            .member
+            .as_ref()
+            .map_or_else(|| name.to_string(), |m| format!("{name}/{m}")),
+        kind: RejectKind::Malformed,
+        reason: format!("shard {name}, byte {}: {}", p.at, p.reason),
+    })
 }
 
 fn is_gzip(file: &Path) -> bool {

@@ -109,6 +109,25 @@ pub(super) struct Items {
 }
 
 impl Items {
+    /// The plan of `m` and its items; `has_lines`: its positions are
+    /// manifest lines.
+    fn split(m: Manifests, has_lines: bool) -> (Plan, Items) {
+        let items = Items {
+            lines: m.lines,
+            meta: m.meta,
+            segments: m.segments,
+            ranges: m.ranges,
+            items_of: m.items_of,
+            planned: super::PlanReport {
+                bytes_read: m.header_bytes,
+                spilled: m.spilled,
+                spill_bytes: m.spill_bytes,
+            },
+            has_lines,
+        };
+        (m.plan, items)
+    }
+
     /// Job `j`'s segment, if it has one.
     pub fn segment(&self, j: &Job) -> Option<&Segment> {
         self.segments[j.path as usize].as_ref()
@@ -211,15 +230,7 @@ pub(super) fn read_tarred(
                 || file.display().to_string(),
                 |n| n.to_string_lossy().into(),
             );
-            rejected.push(Rejection {
-                path: p
-                    .member
-                    .as_ref()
-                    .map_or_else(|| name.clone(), |m| format!("{name}/{m}")),
-                kind: crate::model::RejectKind::Malformed,
-                reason: format!("shard {name}, byte {}: {}", p.at, p.reason),
-                line: None,
-            });
+            rejected.extend(plan::stored::damage(&name, std::slice::from_ref(p)).map(rejection));
         }
     }
     let items = items.map(|i| {
@@ -273,20 +284,8 @@ fn read_members(
         seconds,
         "Read the manifests."
     );
-    let items = Items {
-        lines: m.lines,
-        meta: m.meta,
-        segments: m.segments,
-        ranges: m.ranges,
-        items_of: m.items_of,
-        planned: super::PlanReport {
-            bytes_read: m.header_bytes,
-            spilled: m.spilled,
-            spill_bytes: m.spill_bytes,
-        },
-        has_lines: true,
-    };
-    Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
+    let (plan, items) = Items::split(m, true);
+    Ok((plan, rejected, seconds, Some(Arc::new(items))))
 }
 
 /// The plan of stored corpora (`plan::stored`): with `shard`, its
@@ -310,16 +309,7 @@ pub(super) fn read_stored(
     let planned = plan::plan(sets, o);
     let m = planned.m;
     let seconds = t.elapsed().as_secs_f64();
-    let rejected: Vec<Rejection> = planned
-        .rejected
-        .iter()
-        .map(|r| Rejection {
-            path: r.path.clone(),
-            kind: r.kind,
-            reason: r.reason.clone(),
-            line: None,
-        })
-        .collect();
+    let rejected: Vec<Rejection> = planned.rejected.iter().cloned().map(rejection).collect();
     for r in &planned.rejected {
         tracing::warn!(path = %r.path, kind = %r.kind, reason = %r.reason, "Left out a stored item.");
     }
@@ -342,20 +332,18 @@ pub(super) fn read_stored(
                 .join(" "),
         ));
     }
-    let items = Items {
-        lines: m.lines,
-        meta: m.meta,
-        segments: m.segments,
-        ranges: m.ranges,
-        items_of: m.items_of,
-        planned: super::PlanReport {
-            bytes_read: m.header_bytes,
-            spilled: m.spilled,
-            spill_bytes: m.spill_bytes,
-        },
-        has_lines: false,
-    };
-    Ok((m.plan, rejected, seconds, Some(Arc::new(items))))
+    let (plan, items) = Items::split(m, false);
+    Ok((plan, rejected, seconds, Some(Arc::new(items))))
+}
+
+/// A stored item left out, as the build's rejection (no line).
+fn rejection(r: plan::Rejected) -> Rejection {
+    Rejection {
+        path: r.path,
+        kind: r.kind,
+        reason: r.reason,
+        line: None,
+    }
 }
 
 /// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree);
