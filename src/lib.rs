@@ -56,6 +56,7 @@ pub mod fuzzing;
 pub mod long;
 pub mod model;
 pub mod pipeline;
+pub mod plan;
 pub mod reader;
 pub mod recipes;
 pub mod runtime;

@@ -1,0 +1,3 @@
+//! The planning room: what turns a dataset on disk into recordings to build.
+
+pub mod parquet;
