@@ -277,7 +277,10 @@ pub struct Planned {
 pub fn plan(sets: &[Set], o: Options<'_>) -> Planned {
     let total: usize = sets.iter().map(|s| s.files.len()).sum();
     let take = o.share.map_or(0..total, |share| share(total));
-    let mut b = Builder::default();
+    let mut b = Builder {
+        indexed: index_plain_shards(sets, &take),
+        ..Builder::default()
+    };
     let mut k = 0usize;
     for (split, set) in sets.iter().enumerate() {
         b.m.plan.splits.push(set.split.clone());
@@ -306,6 +309,7 @@ pub fn plan(sets: &[Set], o: Options<'_>) -> Planned {
         lines,
         rejected,
         files,
+        ..
     } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
@@ -313,8 +317,48 @@ pub fn plan(sets: &[Set], o: Options<'_>) -> Planned {
     Planned { m, rejected, files }
 }
 
+/// The indexes of the plain (not gzipped) WebDataset shards among the
+/// files `take`s, by their position in the sets, made on several threads:
+/// a shard's index is a header read per member, so a build of many shards
+/// spends its planning here, and shards are independent.
+fn index_plain_shards(
+    sets: &[Set],
+    take: &Range<usize>,
+) -> std::collections::HashMap<usize, std::io::Result<tar::Index>> {
+    let files: Vec<(usize, &Path)> = sets
+        .iter()
+        .flat_map(|s| s.files.iter().map(move |f| (s.kind, f.as_path())))
+        .enumerate()
+        .filter(|(k, (kind, f))| take.contains(k) && *kind == Kind::WebDataset && !is_gzip(f))
+        .map(|(k, (_, f))| (k, f))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(files.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(std::collections::HashMap::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(&(k, f)) =
+                    files.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let ix = tar::index(f);
+                    done.lock()
+                        .expect("an indexing thread panicked")
+                        .insert(k, ix);
+                }
+            });
+        }
+    });
+    done.into_inner().expect("an indexing thread panicked")
+}
+
 #[derive(Default)]
 struct Builder {
+    /// Shards indexed ahead ([`index_plain_shards`]), by position.
+    indexed: std::collections::HashMap<usize, std::io::Result<tar::Index>>,
     m: Manifests,
     paths: PathTable,
     meta: PathTable,
@@ -382,7 +426,8 @@ impl Builder {
             Some(p) => p,
             None => return,
         };
-        let ix = match tar::index(&open) {
+        let indexed = self.indexed.remove(&k);
+        let ix = match indexed.unwrap_or_else(|| tar::index(&open)) {
             Ok(ix) => ix,
             Err(e) => {
                 let reason = format!("cannot read the shard {}: {e}", file.display());

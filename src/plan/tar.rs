@@ -31,8 +31,12 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Bytes read per header: the header and the start of the member's data.
-pub const PEEK: usize = 1024;
+/// Bytes read per header: the header and the start of the member's data,
+/// enough to tell every container melforge decodes (an Ogg stream's first
+/// packet starts within its first 60 bytes) and to hold a WebDataset
+/// sample's small siblings (`.cls`, a short `.txt` or `.json`) whole, so
+/// they need no read of their own.
+pub const PEEK: usize = BLOCK + 256;
 /// Bytes of a member's data kept for telling its container.
 pub const SNIFF: usize = PEEK - BLOCK;
 const BLOCK: usize = 512;

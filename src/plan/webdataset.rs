@@ -140,11 +140,17 @@ pub fn sample_meta(
         if i == audio || ext.is_empty() || m.len > MAX_SIBLING_BYTES || meta.contains_key(ext) {
             continue;
         }
-        let mut buf = vec![0u8; m.len as usize];
-        if file.read_exact_at(&mut buf, m.start).is_err() {
-            continue;
-        }
-        *read += m.len;
+        // A small sibling came whole with its header.
+        let buf = if m.head.len() as u64 == m.len {
+            m.head.clone()
+        } else {
+            let mut buf = vec![0u8; m.len as usize];
+            if file.read_exact_at(&mut buf, m.start).is_err() {
+                continue;
+            }
+            *read += m.len;
+            buf
+        };
         let Ok(text) = String::from_utf8(buf) else {
             continue;
         };
