@@ -31,6 +31,10 @@ parquet file, each damaged at its middle sample:
 * `neg-000002.tar`: that sample has only `.json` and `.txt` (no audio);
 * `neg-000003.tar`: that sample has `KEY.flac` and `KEY.wav` (two audio);
 * `negpq-00000-of-00001.parquet`: that row's `audio.bytes` is null.
+* `crc-00000-of-00001.parquet` (written with page checksums): its middle row
+  group's audio page damaged; that group's rows are one rejection naming the
+  checksum, the others build.
+* the shards gzipped (`train-*.tar.gz`): the same rows as the tree's.
 
 Each set is built; `rejected.jsonl` must name each bad item (a line holding
 the shard's file name and the sample's key or member, or for the header
@@ -358,6 +362,85 @@ def negative_parquet(corpus, doc, d):
     return os.path.join(d, "negpq-*.parquet"), good, bad
 
 
+def corrupt_page(melforge, corpus, doc, d, config, tree, tree_ix, fails):
+    """A parquet file written with page checksums (pyarrow's
+    write_page_checksum=True) whose middle row group's `audio` data page is
+    damaged: that row group's rows are one rejection naming the file, the
+    row range and the checksum; every row of the other groups builds, equal
+    to the tree's. (Without a checksum, damage inside a snappy literal is
+    undetectable by any reader: the bytes decode, altered.)"""
+    import pyarrow.parquet as pq
+    os.makedirs(d)
+    samples = [s for s in doc["samples"] if s["parquet"] == doc["parquet_files"][-1]]
+    samples.sort(key=lambda s: s["parquet_row"])
+    rows = []
+    for s in samples:
+        p = os.path.join(corpus, "tree", doc["split"], str(s["cls"]), s["key"] + ".flac")
+        with open(p, "rb") as f:
+            rows.append(dict(s, flac=f.read()))
+    group = max(1, len(rows) // 3)
+    name = "crc-00000-of-00001.parquet"
+    path = os.path.join(d, name)
+    pq.write_table(parquet_table(rows), path, row_group_size=group, compression="snappy",
+                   write_page_checksum=True)
+    md = pq.ParquetFile(path).metadata
+    g = 1
+    audio = next(i for i in range(md.num_columns)
+                 if md.schema.column(i).path.startswith("audio.bytes"))
+    col = md.row_group(g).column(audio)
+    # pyarrow dictionary-encodes the bytes: the chunk starts at its
+    # dictionary page, which holds them.
+    start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+    at = start + col.total_compressed_size // 2
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(16)
+        f.seek(at)
+        f.write(bytes(x ^ 0x5A for x in b))
+    lo = sum(md.row_group(i).num_rows for i in range(g))
+    hi = lo + md.row_group(g).num_rows
+    out = os.path.join(d, "out")
+    report, why = sh_build(melforge, path, out, config)
+    if not fails.check(why is None, f"corrupt page build: {why}"):
+        return
+    rejected = read_rejected(out)
+    print(f"corrupt parquet page: {report['report']['files_ok']} rows, {len(rejected)} rejected:")
+    for r in rejected:
+        print("   ", json.dumps(r, ensure_ascii=False))
+    fails.check(len(rejected) == 1 and rejected[0]["path"] == f"{name}/{lo}..{hi}"
+                and re.search(r"checksum|crc", rejected[0]["reason"], re.I),
+                f"corrupt page: expected one rejection of {name}/{lo}..{hi} naming the checksum, "
+                f"got {rejected}")
+    split = Split(out)
+    keys = index(split, parquet_key, "corrupt page", fails)
+    want = [s["key"] for i, s in enumerate(samples) if not lo <= i < hi]
+    fails.check(sorted(keys) == sorted(want),
+                f"corrupt page: rows {len(keys)}, expected the {len(want)} outside rows {lo}..{hi}")
+    compare_rows("corrupt page", split, {k: keys[k] for k in want if k in keys}, tree, tree_ix, fails)
+
+
+def gzipped(melforge, corpus, doc, d, config, tree, tree_ix, fails):
+    """The shards gzipped (`.tar.gz`, as WebDataset accepts them): streamed
+    once through gunzip, the same rows as the tree's."""
+    import gzip
+    os.makedirs(d)
+    shards = sorted(glob.glob(os.path.join(corpus, "wds", "*.tar")))
+    for p in shards:
+        with open(p, "rb") as f, gzip.open(os.path.join(d, os.path.basename(p) + ".gz"), "wb", 1) as g:
+            shutil.copyfileobj(f, g)
+    out = os.path.join(d, "out")
+    report, why = sh_build(melforge, os.path.join(d, doc["split"] + "-*.tar.gz"), out, config)
+    if not fails.check(why is None, f"gzipped shards build: {why}"):
+        return
+    split = Split(out)
+    keys = index(split, wds_key, "gzipped shards", fails)
+    fails.check(sorted(keys) == sorted(s["key"] for s in doc["samples"]) and not report["rejected"],
+                f"gzipped shards: {len(keys)} rows, {len(report['rejected'])} rejected")
+    compare_rows("gzipped shards", split, keys, tree, tree_ix, fails)
+    print(f"gzipped shards: {len(keys)} rows equal the tree's; {report['planned']['spill_bytes']} "
+          "bytes of tar spilled")
+
+
 def names(record, word):
     """Whether a rejected.jsonl line names `word` (as a whole token)."""
     text = json.dumps(record, ensure_ascii=False)
@@ -494,6 +577,10 @@ def main():
             if tree:
                 check_negative(label, split, rejected, g, b, opt, key_of, tree, tree_ix, fails,
                                a.after_bad_header)
+        if tree:
+            corrupt_page(melforge, corpus, doc, os.path.join(neg, "crc"), config, tree, tree_ix,
+                         fails)
+            gzipped(melforge, corpus, doc, os.path.join(neg, "gz"), config, tree, tree_ix, fails)
         elapsed = time.perf_counter() - t0
         print(f"stored parity: {doc['utterances']} utterances, {len(doc['shards'])} shards, "
               f"{len(doc['parquet_files'])} parquet files; corpus {t_corpus:.1f} s, builds and "
