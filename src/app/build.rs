@@ -63,8 +63,11 @@ pub enum Error {
          are taken by)"
     )]
     Empty(PathBuf),
-    #[error("no sample found in {0}: the shards or parquet files hold no audio")]
-    EmptyStored(String),
+    #[error(
+        "no sample found in {}: the shards or parquet files hold no audio",
+        inputs.join(" ")
+    )]
+    EmptyStored { inputs: Vec<String> },
     #[error(transparent)]
     Stored(#[from] crate::plan::Error),
     #[error(transparent)]

@@ -401,8 +401,8 @@ mod tests {
         let gpu = test_gpu();
         let found = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
         let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, cores);
-        // The round-4 box: 16 cores, where the CPU won librosa and Whisper
-        // and lost Kaldi fbank / MFCC.
+        // The H200 box: 16 cores, where the CPU won every recipe (full-size
+        // gpu-bench after issue 39).
         let c = pick(None, 16);
         assert_eq!(c.backend, Backend::Cpu);
         assert!(
@@ -414,8 +414,11 @@ mod tests {
             c.reason
         );
         assert_eq!(pick(Some("whisper"), 16).backend, Backend::Cpu);
-        assert_eq!(pick(Some("kaldi-fbank"), 16).backend, Backend::Cuda);
-        assert_eq!(pick(Some("kaldi-mfcc"), 16).backend, Backend::Cuda);
+        assert_eq!(pick(Some("kaldi-fbank"), 16).backend, Backend::Cpu);
+        assert_eq!(pick(Some("kaldi-mfcc"), 16).backend, Backend::Cpu);
+        // The speech recipes' crossover is 10 cores.
+        assert_eq!(pick(Some("kaldi-fbank"), 9).backend, Backend::Cuda);
+        assert_eq!(pick(Some("kaldi-mfcc"), 10).backend, Backend::Cpu);
         // Fewer cores: the GPU.
         let c = pick(None, 8);
         assert_eq!(c.backend, Backend::Cuda);
@@ -424,7 +427,7 @@ mod tests {
             "{}",
             c.reason
         );
-        assert_eq!(pick(Some("whisper"), 13).backend, Backend::Cuda);
+        assert_eq!(pick(Some("whisper"), 9).backend, Backend::Cuda);
         assert_eq!(pick(Some("kaldi-fbank"), 32).backend, Backend::Cpu);
         // Asked for cuda: the GPU, whatever the cores.
         let forced = select_with(Backend::Cuda, || Ok(gpu.clone())).unwrap();

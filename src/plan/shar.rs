@@ -18,8 +18,82 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use serde_json::{Map, Value};
+
 use super::tar::Index;
 use super::webdataset::audio_kind;
+use crate::source::manifest::Line;
+
+/// One cut of a CutSet shard: its `id` and every field.
+pub struct Cut {
+    pub id: String,
+    pub fields: Map<String, Value>,
+}
+
+/// Why a CutSet line is no cut, or a cut has no member to build.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadCut {
+    #[error("the line is {bytes} bytes, over the manifest line limit")]
+    TooLong { bytes: u64 },
+    #[error("the line is not UTF-8 (from byte {at}); expected UTF-8 JSON")]
+    NotUtf8 { at: usize },
+    #[error("the line is not a JSON object; expected a lhotse cut")]
+    NotACut,
+    #[error("the cut has no string `id`; expected one, its member's name")]
+    NoId,
+    #[error(
+        "cut `{id}` has no recording (Shar's `.nodata` placeholder); there is no audio to build"
+    )]
+    NoRecording { id: String },
+    #[error("{tar} has no audio member `{id}.<flac|wav|mp3|opus>` for cut `{id}`")]
+    NoMember { tar: String, id: String },
+    #[error("{tar} has {count} audio members for cut `{id}`; expected one")]
+    Members {
+        tar: String,
+        id: String,
+        count: usize,
+    },
+}
+
+/// A CutSet line as a cut; None for a blank line.
+pub fn cut_of(line: Line<'_>) -> Result<Option<Cut>, BadCut> {
+    let text = match line {
+        Line::Text(t) if t.trim().is_empty() => return Ok(None),
+        Line::Text(t) => t,
+        Line::TooLong { bytes } => return Err(BadCut::TooLong { bytes }),
+        Line::NotUtf8 { at } => return Err(BadCut::NotUtf8 { at }),
+    };
+    let fields: Map<String, Value> = match serde_json::from_str(text) {
+        Ok(Value::Object(o)) => o,
+        _ => return Err(BadCut::NotACut),
+    };
+    let Some(id) = fields.get("id").and_then(Value::as_str) else {
+        return Err(BadCut::NoId);
+    };
+    Ok(Some(Cut {
+        id: id.to_string(),
+        fields,
+    }))
+}
+
+/// The index (among `audio`, [`audio_by_id`]) of `cut`'s member of the
+/// recording tar `tar`.
+pub fn member_of(cut: &Cut, audio: &HashMap<&str, Vec<usize>>, tar: &str) -> Result<usize, BadCut> {
+    let id = cut.id.clone();
+    if matches!(cut.fields.get("recording"), None | Some(Value::Null)) {
+        return Err(BadCut::NoRecording { id });
+    }
+    let tar = tar.to_string();
+    match audio.get(cut.id.as_str()).map_or(&[][..], Vec::as_slice) {
+        [one] => Ok(*one),
+        [] => Err(BadCut::NoMember { tar, id }),
+        many => Err(BadCut::Members {
+            tar,
+            id,
+            count: many.len(),
+        }),
+    }
+}
 
 /// Whether `dir` is a Shar folder: at least one `cuts.*.jsonl.gz` with its
 /// `recording.*.tar`.

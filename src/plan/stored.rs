@@ -38,7 +38,7 @@ use serde_json::{Map, Value};
 use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
 use crate::reader::ReadRange;
-use crate::source::manifest::{self, Line, Lines, Manifests, SpillDir};
+use crate::source::manifest::{self, Lines, Manifests, SpillDir};
 use crate::source::{Job, PathTable};
 
 /// What one set holds.
@@ -131,8 +131,9 @@ pub fn is_stored(arg: &Path) -> bool {
     arg.is_file() && sniff(arg).is_some()
 }
 
-/// What the file at `path` starts like: a tar archive (`ustar` at 257, or
-/// gzip) or a parquet file (`PAR1`).
+/// What the file at `path` starts like: a tar archive (`ustar` at 257) or
+/// a parquet file (`PAR1`). Gzip alone says nothing (a gzipped manifest is
+/// gzip too): a gzipped shard is told by its name (`.tar.gz`, `.tgz`).
 fn sniff(path: &Path) -> Option<Kind> {
     use std::io::Read;
     let mut head = [0u8; 264];
@@ -147,7 +148,7 @@ fn sniff(path: &Path) -> Option<Kind> {
     let head = &head[..n];
     if head.starts_with(b"PAR1") {
         Some(Kind::Parquet)
-    } else if head.get(257..262) == Some(b"ustar") || head.starts_with(&[0x1f, 0x8b]) {
+    } else if head.get(257..262) == Some(b"ustar") {
         Some(Kind::WebDataset)
     } else {
         None
@@ -498,23 +499,10 @@ impl Builder {
     /// recording tar beside `cuts`.
     fn shar(&mut self, split: u32, seq: &mut u32, cuts: &Path) {
         let cname = shown(cuts);
-        let Some(rec) = shar::recording_of(cuts) else {
-            return; // cuts_files only lists names recording_of maps
+        let Some((rec, ix)) = self.shar_index(cuts, &cname) else {
+            return;
         };
         let rname = shown(&rec);
-        let ix = match tar::index(&rec) {
-            Ok(ix) => ix,
-            Err(e) => {
-                let reason = format!(
-                    "cannot read {} ({e}), the audio of every cut of {cname}",
-                    rec.display()
-                );
-                self.reject(rname, RejectKind::Unreadable, reason);
-                return;
-            }
-        };
-        self.m.header_bytes += ix.bytes_read;
-        self.rejected.extend(damage(&rname, &ix.problems));
         let audio = shar::audio_by_id(&ix);
         let mut lines = match Lines::open(cuts, manifest::Limits::default()) {
             Ok(l) => l,
@@ -533,57 +521,51 @@ impl Builder {
                     break;
                 }
             };
-            let text = match line {
-                Line::Text(t) if t.trim().is_empty() => continue,
-                Line::Text(t) => t,
-                _ => {
-                    let reason = format!("{cname}, line {no}: not a UTF-8 line within the limit");
+            let cut = match shar::cut_of(line) {
+                Ok(Some(cut)) => cut,
+                Ok(None) => continue,
+                Err(why) => {
+                    let reason = format!("{cname}, line {no}: {why}");
                     self.reject(cname.clone(), RejectKind::BadLine, reason);
                     continue;
                 }
             };
-            let cut: Map<String, Value> = match serde_json::from_str(text) {
-                Ok(Value::Object(o)) => o,
-                _ => {
-                    let reason = format!("{cname}, line {no}: not a JSON object (a lhotse cut)");
-                    self.reject(cname.clone(), RejectKind::BadLine, reason);
-                    continue;
-                }
-            };
-            let Some(id) = cut.get("id").and_then(Value::as_str) else {
-                let reason = format!("{cname}, line {no}: the cut has no string `id`");
-                self.reject(cname.clone(), RejectKind::BadLine, reason);
-                continue;
-            };
-            let members = audio.get(id).map_or(&[][..], Vec::as_slice);
-            let member = match (members, cut.get("recording")) {
-                (_, None | Some(Value::Null)) => Err(format!(
-                    "{cname}, line {no}: cut `{id}` has no recording (Shar's `.nodata` \
-                     placeholder); there is no audio to build"
-                )),
-                ([one], _) => Ok(*one),
-                ([], _) => Err(format!(
-                    "{cname}, line {no}: {rname} has no audio member `{id}.<flac|wav|mp3|opus>` \
-                     for cut `{id}`"
-                )),
-                (many, _) => Err(format!(
-                    "{cname}, line {no}: {rname} has {} audio members for cut `{id}`; expected \
-                     one",
-                    many.len()
-                )),
-            };
-            match member {
+            let id = cut.id.as_str();
+            match shar::member_of(&cut, &audio, &rname) {
                 Ok(i) => {
                     let m = &ix.members[i];
-                    let mut meta = manifest::cut_meta(&cut);
+                    let mut meta = manifest::cut_meta(&cut.fields);
                     meta.insert("shard".into(), Value::String(rname.clone()));
                     let path = format!("{rname}/{}", m.name);
                     let extent = (m.start, m.len);
                     self.item((split, seq), &path, &rec, extent, meta, no);
                 }
-                Err(reason) => {
+                Err(why) => {
+                    let reason = format!("{cname}, line {no}: {why}");
                     self.reject(format!("{rname}/{id}"), RejectKind::BadSample, reason);
                 }
+            }
+        }
+    }
+
+    /// The recording tar beside `cuts` and its index, its damage
+    /// rejected; None when it cannot be read (one rejection).
+    fn shar_index(&mut self, cuts: &Path, cname: &str) -> Option<(PathBuf, tar::Index)> {
+        let rec = shar::recording_of(cuts)?;
+        let rname = shown(&rec);
+        match tar::index(&rec) {
+            Ok(ix) => {
+                self.m.header_bytes += ix.bytes_read;
+                self.rejected.extend(damage(&rname, &ix.problems));
+                Some((rec, ix))
+            }
+            Err(e) => {
+                let reason = format!(
+                    "cannot read {} ({e}), the audio of every cut of {cname}",
+                    rec.display()
+                );
+                self.reject(rname, RejectKind::Unreadable, reason);
+                None
             }
         }
     }

@@ -117,114 +117,133 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn run(&mut self) -> std::io::Result<()> {
-        let size = self.ix.size;
         let mut at = 0u64;
         let mut buf = vec![0u8; PEEK];
-        while at < size {
-            if size - at < BLOCK as u64 {
-                self.problem(
+        while at < self.ix.size {
+            match self.step(at, &mut buf)? {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The header at `at` and what follows it: the offset of the next
+    /// header, or None where the walk ends (the end marker, or damage past
+    /// which nothing can be read).
+    fn step(&mut self, at: u64, buf: &mut [u8]) -> std::io::Result<Option<u64>> {
+        let size = self.ix.size;
+        if size - at < BLOCK as u64 {
+            let reason = format!(
+                "the archive ends {} bytes into a header (a header is {BLOCK} bytes): it is \
+                 truncated",
+                size - at
+            );
+            self.problem(at, None, reason);
+            return Ok(None);
+        }
+        let n = (PEEK as u64).min(size - at) as usize;
+        self.read_at(&mut buf[..n], at)?;
+        let block: &[u8; BLOCK] = buf[..BLOCK].try_into().expect("a block");
+        if block.iter().all(|&b| b == 0) {
+            return Ok(None); // the end-of-archive marker
+        }
+        if let Some(why) = bad_checksum(block) {
+            return self.damaged(at, block, &why);
+        }
+        let header = tar::Header::from_byte_slice(block);
+        let stated = match header.entry_size() {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("the header's size field cannot be read ({e})");
+                self.problem(at, name_of(block), reason);
+                return Ok(None);
+            }
+        };
+        let len = self.pax_size.take().unwrap_or(stated);
+        let start = at + BLOCK as u64;
+        let name = self
+            .long_name
+            .take()
+            .or_else(|| self.pax_path.take())
+            .or_else(|| {
+                std::str::from_utf8(&header.path_bytes())
+                    .ok()
+                    .map(str::to_string)
+            });
+        if start.saturating_add(len) > size {
+            let reason = format!(
+                "the header says {len} bytes of data at byte {start}, but the archive ends {} \
+                 bytes into them: it is truncated",
+                size - start
+            );
+            self.problem(at, name, reason);
+            return Ok(None);
+        }
+        let head = &buf[BLOCK..n];
+        self.entry(header.entry_type(), name, (at, start, len), head)?;
+        Ok(Some(start + len.div_ceil(BLOCK as u64) * BLOCK as u64))
+    }
+
+    /// A header whose checksum does not match: the walk goes on at the next
+    /// valid header, if any.
+    fn damaged(&mut self, at: u64, block: &[u8; BLOCK], why: &str) -> std::io::Result<Option<u64>> {
+        let member = name_of(block);
+        let size = self.ix.size;
+        let next = self.resync(at + BLOCK as u64)?;
+        let reason = match next {
+            Some(next) => format!(
+                "{why}: the header is damaged; bytes {at}..{next} were skipped to the next valid \
+                 header (any member in them is lost)"
+            ),
+            None => format!(
+                "{why}: the header is damaged, and no valid header follows it (bytes \
+                 {at}..{size} hold no member that can be read)"
+            ),
+        };
+        self.problem(at, member, reason);
+        self.long_name = None;
+        (self.pax_path, self.pax_size) = (None, None);
+        Ok(next)
+    }
+
+    /// The entry of header `at` with data `[start, start + len)`, whose
+    /// first bytes are `head`: a member, or a long name or pax header for
+    /// the next one; other kinds are skipped.
+    fn entry(
+        &mut self,
+        kind: tar::EntryType,
+        name: Option<String>,
+        (at, start, len): (u64, u64, u64),
+        head: &[u8],
+    ) -> std::io::Result<()> {
+        match kind {
+            tar::EntryType::GNULongName => match self.extended(start, len)? {
+                Some(text) => self.long_name = Some(text.trim_end_matches('\0').to_string()),
+                None => self.problem(at, None, long_unusable("GNU long name", len)),
+            },
+            tar::EntryType::XHeader => match self.extended(start, len)? {
+                Some(text) => self.pax(&text),
+                None => self.problem(at, None, long_unusable("pax header", len)),
+            },
+            tar::EntryType::Regular | tar::EntryType::Continuous => match name {
+                Some(name) => {
+                    let head = head.iter().take(len as usize).copied().collect();
+                    self.ix.members.push(Member {
+                        name,
+                        header_at: at,
+                        start,
+                        len,
+                        head,
+                    });
+                }
+                None => self.problem(
                     at,
                     None,
-                    format!(
-                        "the archive ends {} bytes into a header (a header is {BLOCK} bytes): \
-                         it is truncated",
-                        size - at
-                    ),
-                );
-                return Ok(());
-            }
-            let n = (PEEK as u64).min(size - at) as usize;
-            self.read_at(&mut buf[..n], at)?;
-            let block: &[u8; BLOCK] = buf[..BLOCK].try_into().expect("a block");
-            if block.iter().all(|&b| b == 0) {
-                return Ok(()); // the end-of-archive marker
-            }
-            if let Some(why) = bad_checksum(block) {
-                let member = name_of(block);
-                match self.resync(at + BLOCK as u64)? {
-                    Some(next) => {
-                        let reason = format!(
-                            "{why}: the header is damaged; bytes {at}..{next} were skipped to the \
-                             next valid header (any member in them is lost)"
-                        );
-                        self.problem(at, member, reason);
-                        self.long_name = None;
-                        (self.pax_path, self.pax_size) = (None, None);
-                        at = next;
-                        continue;
-                    }
-                    None => {
-                        let reason = format!(
-                            "{why}: the header is damaged, and no valid header follows it \
-                             (bytes {at}..{size} hold no member that can be read)"
-                        );
-                        self.problem(at, member, reason);
-                        return Ok(());
-                    }
-                }
-            }
-            let header = tar::Header::from_byte_slice(block);
-            let stated = match header.entry_size() {
-                Ok(s) => s,
-                Err(e) => {
-                    let reason = format!("the header's size field cannot be read ({e})");
-                    self.problem(at, name_of(block), reason);
-                    return Ok(());
-                }
-            };
-            let len = self.pax_size.take().unwrap_or(stated);
-            let start = at + BLOCK as u64;
-            let kind = header.entry_type();
-            let name = self
-                .long_name
-                .take()
-                .or_else(|| self.pax_path.take())
-                .or_else(|| {
-                    std::str::from_utf8(&header.path_bytes())
-                        .ok()
-                        .map(str::to_string)
-                });
-            if start.saturating_add(len) > size {
-                let reason = format!(
-                    "the header says {len} bytes of data at byte {start}, but the archive ends \
-                     {} bytes into them: it is truncated",
-                    size - start
-                );
-                self.problem(at, name, reason);
-                return Ok(());
-            }
-            let next = start + len.div_ceil(BLOCK as u64) * BLOCK as u64;
-            match kind {
-                tar::EntryType::GNULongName => match self.extended(start, len)? {
-                    Some(text) => {
-                        self.long_name = Some(text.trim_end_matches('\0').to_string());
-                    }
-                    None => self.problem(at, None, long_unusable("GNU long name", len)),
-                },
-                tar::EntryType::XHeader => match self.extended(start, len)? {
-                    Some(text) => self.pax(&text),
-                    None => self.problem(at, None, long_unusable("pax header", len)),
-                },
-                tar::EntryType::Regular | tar::EntryType::Continuous => match name {
-                    Some(name) => {
-                        let head = buf[BLOCK..n].iter().take(len as usize).copied().collect();
-                        self.ix.members.push(Member {
-                            name,
-                            header_at: at,
-                            start,
-                            len,
-                            head,
-                        });
-                    }
-                    None => self.problem(
-                        at,
-                        None,
-                        "the member's name is not UTF-8; it cannot be a row's path".into(),
-                    ),
-                },
-                _ => {} // directories, links, devices, global pax headers
-            }
-            at = next;
+                    "the member's name is not UTF-8; it cannot be a row's path".into(),
+                ),
+            },
+            _ => {} // directories, links, devices, global pax headers
         }
         Ok(())
     }

@@ -83,7 +83,7 @@ impl Tarred {
 
     /// Where member `name` of shard `shard_id` is (module doc), or why it
     /// is nowhere.
-    pub fn find(&self, name: &str, shard_id: Option<u64>) -> Result<Found<'_>, String> {
+    pub fn find(&self, name: &str, shard_id: Option<u64>) -> Result<Found<'_>, NotFound> {
         let name = name.strip_prefix("./").unwrap_or(name);
         let at = |&(s, start, len): &(u32, u64, u64)| Found {
             shard: &self.shards[s as usize],
@@ -99,32 +99,64 @@ impl Tarred {
         if let Some(hit) = hits.first() {
             return Ok(at(hit));
         }
-        let shard = shard_id.and_then(|id| usize::try_from(id).ok());
-        Err(match shard {
-            Some(id) if id >= self.shards.len() => format!(
-                "`shard_id` {id} names no shard: tarred_audio_filepaths has {} (0 to {}), and \
-                 no shard holds a member `{name}`",
-                self.shards.len(),
-                self.shards.len().saturating_sub(1)
-            ),
-            Some(id) => match &self.unreadable[id] {
-                Some(why) => format!(
-                    "its shard {} (shard_id {id}) cannot be read ({why}), and no other shard \
-                     holds a member `{name}`",
-                    self.shards[id].display()
-                ),
-                None => format!(
-                    "shard {} (shard_id {id}) has no member `{name}`, and neither has any other \
-                     shard; expected `audio_filepath` to name a member of its shard",
-                    self.shards[id].display()
-                ),
+        let name = name.to_string();
+        let shards = self.shards.len();
+        let Some(id) = shard_id.and_then(|id| usize::try_from(id).ok()) else {
+            return Err(NotFound::Nowhere { name, shards });
+        };
+        Err(match self.unreadable.get(id) {
+            None => NotFound::NoSuchShard { id, shards, name },
+            Some(Some(why)) => NotFound::Unreadable {
+                shard: self.shards[id].clone(),
+                id,
+                why: why.clone(),
+                name,
             },
-            None => format!(
-                "no shard of tarred_audio_filepaths ({} shards) has a member `{name}`",
-                self.shards.len()
-            ),
+            Some(None) => NotFound::NotInShard {
+                shard: self.shards[id].clone(),
+                id,
+                name,
+            },
         })
     }
+}
+
+/// Why a manifest line's member is in no shard.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotFound {
+    #[error(
+        "`shard_id` {id} names no shard: tarred_audio_filepaths has {shards} (0 to {}), and no \
+         shard holds a member `{name}`",
+        shards.saturating_sub(1)
+    )]
+    NoSuchShard {
+        id: usize,
+        shards: usize,
+        name: String,
+    },
+    #[error(
+        "its shard {} (shard_id {id}) cannot be read ({why}), and no other shard holds a member \
+         `{name}`",
+        shard.display()
+    )]
+    Unreadable {
+        shard: PathBuf,
+        id: usize,
+        why: String,
+        name: String,
+    },
+    #[error(
+        "shard {} (shard_id {id}) has no member `{name}`, and neither has any other shard; \
+         expected `audio_filepath` to name a member of its shard",
+        shard.display()
+    )]
+    NotInShard {
+        shard: PathBuf,
+        id: usize,
+        name: String,
+    },
+    #[error("no shard of tarred_audio_filepaths ({shards} shards) has a member `{name}`")]
+    Nowhere { name: String, shards: usize },
 }
 
 impl crate::source::manifest::Members for Tarred {
@@ -135,6 +167,7 @@ impl crate::source::manifest::Members for Tarred {
     ) -> Result<(PathBuf, u64, u64), String> {
         self.find(name, shard_id)
             .map(|f| (f.shard.to_path_buf(), f.start, f.len))
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -179,13 +212,13 @@ mod tests {
         // A wrong shard_id still finds the member by name, as NeMo does.
         assert_eq!(bytes(t.find("u2.wav", Some(1)).unwrap()), b"two");
         assert_eq!(bytes(t.find("u2.wav", None).unwrap()), b"two");
-        let e = t.find("u9.wav", Some(0)).unwrap_err();
+        let e = t.find("u9.wav", Some(0)).unwrap_err().to_string();
         assert!(e.contains("has no member `u9.wav`"), "{e}");
-        let e = t.find("u9.wav", Some(2)).unwrap_err();
+        let e = t.find("u9.wav", Some(2)).unwrap_err().to_string();
         assert!(e.contains("cannot be read"), "{e}");
-        let e = t.find("u9.wav", Some(7)).unwrap_err();
+        let e = t.find("u9.wav", Some(7)).unwrap_err().to_string();
         assert!(e.contains("names no shard"), "{e}");
-        let e = t.find("u9.wav", None).unwrap_err();
+        let e = t.find("u9.wav", None).unwrap_err().to_string();
         assert!(
             e.contains("no shard of tarred_audio_filepaths (3 shards)"),
             "{e}"

@@ -385,16 +385,7 @@ impl Builder<'_> {
                 },
                 None => Ok(item),
             });
-            let parsed = parsed.and_then(|item| match self.members {
-                None => Ok((item, None)),
-                Some(m) => {
-                    let shard_id = item.meta.get("shard_id").and_then(Value::as_u64);
-                    match m.find_member(&item.audio, shard_id) {
-                        Ok(found) => Ok((item, Some(found))),
-                        Err(why) => Err((Some(item.audio.clone()), why)),
-                    }
-                }
-            });
+            let parsed = parsed.and_then(|item| self.member(item));
             match parsed {
                 Ok((item, member)) => {
                     self.item(item, member, &dir, (split, seq, line_no))
@@ -414,6 +405,19 @@ impl Builder<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The archive member a line's audio path names, when the manifest's
+    /// audio is in archives ([`Members`]; its `shard_id` says which).
+    fn member(&self, item: Item) -> Result<(Item, Option<(PathBuf, u64, u64)>), parse::Bad> {
+        let Some(m) = self.members else {
+            return Ok((item, None));
+        };
+        let shard_id = item.meta.get("shard_id").and_then(Value::as_u64);
+        match m.find_member(&item.audio, shard_id) {
+            Ok(found) => Ok((item, Some(found))),
+            Err(why) => Err((Some(item.audio.clone()), why)),
+        }
     }
 
     /// A usable line: its job (the `seq`-th of its split), metadata, line,

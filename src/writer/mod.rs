@@ -1,4 +1,6 @@
-//! The writer: the only code in melforge that calls HDF5.
+//! The writer: the pipeline's HDF5 writer (build files, serve's SWMR
+//! appends). The commands that read or join finished files (`app::merge`,
+//! `app::inspect`, `app::bench_write`, serve's `rebuild`) open them themselves.
 //!
 //! A [`DatasetWriter`] is a plain synchronous object; the pipeline runs it on one
 //! dedicated thread and feeds it the outcome of every planned file with

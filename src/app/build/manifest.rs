@@ -325,12 +325,9 @@ pub(super) fn read_stored(
         "Read the stored corpus."
     );
     if m.plan.jobs.is_empty() && rejected.is_empty() && shard.is_none() {
-        return Err(Error::EmptyStored(
-            sets.iter()
-                .map(|s| s.pattern.clone())
-                .collect::<Vec<_>>()
-                .join(" "),
-        ));
+        return Err(Error::EmptyStored {
+            inputs: sets.iter().map(|s| s.pattern.clone()).collect(),
+        });
     }
     let (plan, items) = Items::split(m, false);
     Ok((plan, rejected, seconds, Some(Arc::new(items))))
