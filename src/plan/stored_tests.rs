@@ -5,9 +5,11 @@ use std::io::Write as _;
 
 use super::*;
 
-/// A shard of `samples` (key, [(ext, bytes)]), as WebDataset's TarWriter
-/// lays it out.
-fn shard(path: &Path, samples: &[(&str, Vec<(&str, Vec<u8>)>)]) {
+/// A sample: its key and its members, (extension, bytes).
+type Sample<'a> = (&'a str, Vec<(&'a str, Vec<u8>)>);
+
+/// A shard of `samples`, as WebDataset's TarWriter lays it out.
+fn shard(path: &Path, samples: &[Sample<'_>]) {
     let mut b = ::tar::Builder::new(Vec::new());
     for (key, members) in samples {
         for (ext, data) in members {
@@ -27,7 +29,7 @@ fn flac(n: u8) -> Vec<u8> {
     v
 }
 
-fn sample(key: &str, n: u8) -> (&str, Vec<(&str, Vec<u8>)>) {
+fn sample(key: &str, n: u8) -> Sample<'_> {
     (
         key,
         vec![

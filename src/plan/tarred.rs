@@ -91,10 +91,10 @@ impl Tarred {
             len,
         };
         let hits = self.by_name.get(name).map_or(&[][..], |v| v.as_slice());
-        if let Some(id) = shard_id {
-            if let Some(hit) = hits.iter().find(|h| u64::from(h.0) == id) {
-                return Ok(at(hit));
-            }
+        if let Some(id) = shard_id
+            && let Some(hit) = hits.iter().find(|h| u64::from(h.0) == id)
+        {
+            return Ok(at(hit));
         }
         if let Some(hit) = hits.first() {
             return Ok(at(hit));
@@ -164,7 +164,7 @@ impl crate::source::manifest::Members for Tarred {
         &self,
         name: &str,
         shard_id: Option<u64>,
-    ) -> Result<(PathBuf, u64, u64), String> {
+    ) -> Result<crate::source::manifest::Member, String> {
         self.find(name, shard_id)
             .map(|f| (f.shard.to_path_buf(), f.start, f.len))
             .map_err(|e| e.to_string())

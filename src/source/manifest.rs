@@ -194,11 +194,14 @@ pub struct Options<'a> {
 /// Where a manifest's audio lives when a path names a member of an
 /// archive, not a file of its own (NeMo's tarred audio: `plan::tarred`).
 pub trait Members {
-    /// The file to open and the extent (start, length) of member `name`
-    /// of shard `shard_id`, or why there is none.
-    fn find_member(&self, name: &str, shard_id: Option<u64>)
-    -> Result<(PathBuf, u64, u64), String>;
+    /// The file to open and the extent of member `name` of shard
+    /// `shard_id`, or why there is none.
+    fn find_member(&self, name: &str, shard_id: Option<u64>) -> Result<Member, String>;
 }
+
+/// An archive member: the file to open, and the extent (start, length)
+/// of the member's bytes in it.
+pub type Member = (PathBuf, u64, u64);
 
 /// Which lines of each manifest to plan: given a manifest's number of
 /// lines, the 0-based indices of the lines taken (a shard's share of them,
@@ -409,7 +412,7 @@ impl Builder<'_> {
 
     /// The archive member a line's audio path names, when the manifest's
     /// audio is in archives ([`Members`]; its `shard_id` says which).
-    fn member(&self, item: Item) -> Result<(Item, Option<(PathBuf, u64, u64)>), parse::Bad> {
+    fn member(&self, item: Item) -> Result<(Item, Option<Member>), parse::Bad> {
         let Some(m) = self.members else {
             return Ok((item, None));
         };
@@ -426,7 +429,7 @@ impl Builder<'_> {
     fn item(
         &mut self,
         item: Item,
-        member: Option<(PathBuf, u64, u64)>,
+        member: Option<Member>,
         dir: &Path,
         (split, seq, line_no): (u32, u32, u64),
     ) -> Option<()> {
