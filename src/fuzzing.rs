@@ -179,3 +179,77 @@ pub fn flac_seek(data: &[u8]) {
         );
     }
 }
+
+/// A tar archive's index (`plan::tar`, WebDataset shards and NeMo's
+/// tarred audio): every member's extent lies in the file after its header,
+/// members do not overlap and come in order, every problem has a reason,
+/// and the bytes read stay within two passes over the file (the headers,
+/// and a resync's scan).
+pub fn tar_index(data: &[u8]) {
+    use std::io::Write as _;
+    let Ok(mut f) = tempfile::tempfile() else {
+        return;
+    };
+    if f.write_all(data).is_err() {
+        return;
+    }
+    let size = data.len() as u64;
+    let Ok(ix) = crate::plan::tar::index_file(&f, size) else {
+        return;
+    };
+    let mut end = 0;
+    for m in &ix.members {
+        assert!(
+            m.start >= m.header_at + 512 && m.start >= end,
+            "{m:?} overlaps"
+        );
+        assert!(m.start + m.len <= size, "{m:?} past {size} bytes");
+        assert!(m.head.len() as u64 <= m.len.min(crate::plan::tar::SNIFF as u64));
+        end = m.start + m.len;
+    }
+    for p in &ix.problems {
+        assert!(!p.reason.is_empty() && p.at < size.max(1), "{p:?}");
+    }
+    assert!(
+        ix.bytes_read <= 2 * size + 1024,
+        "{} bytes read of {size}",
+        ix.bytes_read
+    );
+}
+
+/// A parquet file's audio column (`plan::parquet`, Hugging Face's
+/// layout): whatever the bytes, a file is an error or rows and
+/// rejections; every row's extent lies in what was spilled, rows come in
+/// order and every rejection has a reason.
+pub fn parquet_audio(data: &[u8]) {
+    let Ok(dir) = tempfile::tempdir() else {
+        return;
+    };
+    let path = dir.path().join("fuzz.parquet");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let Ok(mut spill) = std::fs::File::create(dir.path().join("spill")) else {
+        return;
+    };
+    let o = crate::plan::parquet::Options {
+        audio_column: None,
+        max_spill_bytes: 64 << 20,
+    };
+    let Ok(s) = crate::plan::parquet::spill(&path, &mut spill, &o) else {
+        return;
+    };
+    let mut last = None;
+    for r in &s.rows {
+        assert!(r.start + r.len <= s.bytes_written, "{r:?} past the spill");
+        assert!(
+            last.is_none_or(|l| r.row > l),
+            "row {} after {last:?}",
+            r.row
+        );
+        last = Some(r.row);
+    }
+    for r in &s.rejected {
+        assert!(!r.reason.is_empty() && r.rows.start < r.rows.end, "{r:?}");
+    }
+}

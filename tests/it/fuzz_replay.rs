@@ -25,6 +25,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("decode_file", melforge::fuzzing::decode_file),
     ("manifest", melforge::fuzzing::manifest),
     ("sidecar", melforge::app::serve::sidecar::fuzz_sidecar),
+    ("tar_index", melforge::fuzzing::tar_index),
+    ("parquet_audio", melforge::fuzzing::parquet_audio),
 ];
 
 fn fuzz_dir() -> PathBuf {
