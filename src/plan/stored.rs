@@ -382,7 +382,6 @@ impl Builder {
     }
 
     /// One item: `len` bytes of `open` from `start`, recorded as `path`.
-    #[allow(clippy::too_many_arguments)]
     fn item(
         &mut self,
         (split, seq): (u32, &mut u32),
