@@ -107,7 +107,13 @@ fn webdataset_shards_build_the_loose_files_rows_with_their_siblings() {
         .sum();
     // The readers read the audio members once; the planner headers and siblings.
     let audio: u64 = utts.iter().map(|(_, w)| w.len() as u64).sum();
-    assert_eq!(done.report.bytes_read, audio);
+    // Exactly the members when read through the page cache; with O_DIRECT
+    // (a cold cache) each range's blocks, at most two more per member.
+    let read = done.report.bytes_read;
+    assert!(
+        read >= audio && read < audio + 14 * 2 * 4096,
+        "{read} of {audio}"
+    );
     assert!(planned.bytes_read < shards / 10, "{planned:?} of {shards}");
 
     let loose = rows(&dir.path().join("out-tree/train.h5"));
