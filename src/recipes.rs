@@ -6,9 +6,12 @@
 //! protocol of `crate::frames`: Kaldi fbank/MFCC ([`KaldiPlan`]: the whole
 //! file, rows of `num_bins` values; a file shorter than one frame is
 //! rejected with the reason) and Whisper ([`WhisperPlan`]: the first 30 s,
-//! the covering frames and the pad value as the row's trailer). The pipeline
-//! hands the recipe to the compute stage (`compute::Wiring::frames`);
-//! `build` and serve's sink hand its layout to the writers.
+//! the covering frames and the pad value as the row's trailer). A run builds
+//! it once: `build`'s plan step makes it and hands it to the writer (its
+//! layout), the planner (Whisper's first seconds) and the pipeline
+//! (`Pipeline::start_reading`, which puts it in `compute::Wiring::frames`
+//! and sizes the CMVN sums from it); serve's sink builds the layout once for
+//! its split files and row checks.
 
 use std::sync::Arc;
 

@@ -35,6 +35,7 @@ use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
 use crate::compute::{self, Rejection, cuda};
 use crate::config::{Backend, Config, Direct};
+use crate::frames::{FrameLayout, FrameRecipe};
 use crate::pipeline::{self, Pipeline};
 use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Report, Telemetry};
@@ -164,7 +165,7 @@ pub struct OutputFile {
 fn output_plan(
     out: &Path,
     input: &Path,
-    cfg: &Config,
+    (cfg, frames): (&Config, Option<&FrameLayout>),
     plan: &source::Plan,
     shard: Option<Shard>,
 ) -> OutputPlan {
@@ -210,7 +211,7 @@ fn output_plan(
         dtype: cfg.output.dtype,
         chunk_files: cfg.output.chunk_files,
         extra_attrs,
-        frames: crate::recipes::frame_layout(cfg),
+        frames: frames.cloned(),
     }
 }
 
@@ -260,6 +261,11 @@ pub fn build_input(
     // The write-back names each row's line from the first plan's items (a
     // run again on the CPU plans the same lines).
     let items = planned.items.clone();
+    // librosa's fixed rows all have the clip's frames (the writer records 0).
+    let fixed_frames = match &planned.frames {
+        Some(_) => None,
+        None => Some(cfg.spec.row_shape()[3] as u32),
+    };
     let attempt =
         start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));
     let outcomes = match attempt {
@@ -274,9 +280,6 @@ pub fn build_input(
     };
     let mut outcomes = report(outcomes, out, shard)?;
     outcomes.planned = items.as_ref().map(|i| i.planned);
-    // librosa's fixed rows all have the clip's frames (the writer records 0).
-    let fixed_frames =
-        crate::recipes::frame_layout(cfg).map_or(Some(cfg.spec.row_shape()[3] as u32), |_| None);
     let limits = manifest::limits(cfg);
     manifest::write_back(
         outcomes,
@@ -326,8 +329,11 @@ fn again_on_the_cpu(
 }
 
 /// What [`plan`] settled before any read: the walk's jobs and open paths, the
-/// rejections the walk found, and the writer with its files created.
+/// rejections the walk found, the writer with its files created, and the
+/// recipe, built once for the run (the writer's layout, the planner's first
+/// seconds and the compute stage all take this one).
 struct Planned {
+    frames: Option<Arc<dyn FrameRecipe>>,
     jobs: Vec<Job>,
     /// What a manifest build's items carry beyond the plan.
     items: Option<Arc<manifest::Items>>,
@@ -347,6 +353,8 @@ fn plan(
     cfg: &Config,
     (shard, spill): (Option<Shard>, Option<&SpillDir>),
 ) -> Result<Planned, Error> {
+    let frames = crate::recipes::frame_recipe(cfg);
+    let layout = frames.as_ref().map(|r| r.layout());
     let (mut plan, walk_rejected, walk_s, items) = match input {
         Input::Tree(dir) => {
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
@@ -357,7 +365,7 @@ fn plan(
             shard,
             spill,
             manifest::limits(cfg),
-            manifest::first_seconds(cfg),
+            manifest::first_seconds(layout, cfg),
         )?,
         Input::Tarred { manifests, shards } => {
             manifest::read_tarred(manifests, shards, shard, manifest::limits(cfg))?
@@ -370,7 +378,7 @@ fn plan(
         path: out.to_path_buf(),
         source,
     })?;
-    let output = output_plan(out, input.shown(), cfg, &plan, shard);
+    let output = output_plan(out, input.shown(), (cfg, layout), &plan, shard);
     let mut writer = match shard {
         Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
         None => DatasetWriter::create(output)?,
@@ -380,6 +388,7 @@ fn plan(
     }
     let jobs = std::mem::take(&mut plan.jobs);
     Ok(Planned {
+        frames,
         jobs,
         items,
         open: plan,
@@ -489,6 +498,7 @@ fn start(
     started: Instant,
 ) -> Result<Running, Error> {
     let Planned {
+        frames,
         jobs,
         items,
         open,
@@ -503,7 +513,7 @@ fn start(
     let queue_ahead = jobs.len().min(4096);
     let (read_mode, run_cfg) = choose_read_mode(cfg, &jobs, &open);
     let p = Arc::new(Pipeline::start_reading(
-        &run_cfg,
+        (&run_cfg, frames),
         &mut probe,
         telemetry,
         queue_ahead,

@@ -95,10 +95,11 @@ impl Bins {
         }
     }
 
-    /// The rows `cfg` builds: its recipe's, stored as `output.dtype`.
-    pub fn of_config(cfg: &crate::config::Config) -> Bins {
-        match crate::recipes::frame_layout(cfg) {
-            Some(l) => Bins::frames(&l, cfg.output.dtype),
+    /// The rows of the run's recipe (`layout`, None for librosa's `mel`
+    /// of `cfg.spec`), stored as `output.dtype`.
+    pub fn of_recipe(layout: Option<&FrameLayout>, cfg: &crate::config::Config) -> Bins {
+        match layout {
+            Some(l) => Bins::frames(l, cfg.output.dtype),
             None => Bins::mel(cfg.spec.row_shape(), cfg.output.dtype),
         }
     }

@@ -323,7 +323,8 @@ impl Pipeline {
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        let p = Pipeline::start_reading(cfg, &mut probe, telemetry, queue_ahead)?;
+        let frames = crate::recipes::frame_recipe(cfg);
+        let p = Pipeline::start_reading((cfg, frames), &mut probe, telemetry, queue_ahead)?;
         match p.start_compute(probe) {
             Ok(()) => Ok(p),
             Err(e) => {
@@ -339,8 +340,10 @@ impl Pipeline {
     /// the arena until [`Pipeline::start_compute`] starts the consumer. When
     /// the probe has not answered yet, the arena is sized for either backend
     /// and the readers are placed without the GPU's locality.
+    /// `frames`: the run's recipe, built once by the caller
+    /// (`recipes::frame_recipe`; None for librosa).
     pub fn start_reading(
-        cfg: &Config,
+        (cfg, frames): (&Config, Option<Arc<dyn crate::frames::FrameRecipe>>),
         probe: &mut Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
@@ -364,6 +367,7 @@ impl Pipeline {
             Arc::clone(&telemetry),
         )?;
         let arena_s = t.elapsed().as_secs_f64();
+        let stats = crate::cmvn::Bins::of_recipe(frames.as_ref().map(|r| r.layout()), cfg);
         let wiring = Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
@@ -372,8 +376,8 @@ impl Pipeline {
             telemetry: Arc::clone(&telemetry),
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
-            frames: crate::recipes::frame_recipe(cfg),
-            stats: Some(crate::cmvn::Bins::of_config(cfg)),
+            stats: Some(stats),
+            frames,
         };
         let plan = Arc::new(Plan::new(&cfg.spec));
         let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);
@@ -595,7 +599,9 @@ mod tests {
         let mut cfg = Config::default();
         cfg.compute.workers = 1;
         let telemetry = Arc::new(Telemetry::default());
-        let p = Pipeline::start_reading(&cfg, &mut probe, Arc::clone(&telemetry), 16).unwrap();
+        let frames = crate::recipes::frame_recipe(&cfg);
+        let p = Pipeline::start_reading((&cfg, frames), &mut probe, Arc::clone(&telemetry), 16)
+            .unwrap();
         assert_eq!(p.shape().backend, "pending");
         let feed = p.jobs().producer();
         for (id, path) in files.iter().enumerate() {
@@ -646,8 +652,13 @@ mod tests {
                 compute::cuda::Cause::NoDevice,
             ))
         });
-        let p =
-            Pipeline::start_reading(&cfg, &mut probe, Arc::new(Telemetry::default()), 0).unwrap();
+        let p = Pipeline::start_reading(
+            (&cfg, crate::recipes::frame_recipe(&cfg)),
+            &mut probe,
+            Arc::new(Telemetry::default()),
+            0,
+        )
+        .unwrap();
         let e = p.start_compute(probe).unwrap_err();
         assert!(e.to_string().contains("no CUDA device"), "{e}");
         p.abort();

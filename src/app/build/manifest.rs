@@ -176,8 +176,11 @@ pub(super) fn spill_dir(
 /// What the recipe of `cfg` reads of a recording when that is only its
 /// start (Whisper's 30 s): whole-file items over `io.max_file_bytes` are
 /// then read for that much ([`FirstSeconds`]).
-pub(super) fn first_seconds(cfg: &Config) -> Option<FirstSeconds> {
-    let layout = crate::recipes::frame_layout(cfg)?;
+pub(super) fn first_seconds(
+    layout: Option<&crate::frames::FrameLayout>,
+    cfg: &Config,
+) -> Option<FirstSeconds> {
+    let layout = layout?;
     let samples = layout.max_samples?;
     Some(FirstSeconds {
         rate_hz: layout.sample_rate,

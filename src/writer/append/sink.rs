@@ -107,7 +107,10 @@ impl AppendSink {
         input: &Path,
         telemetry: Arc<Telemetry>,
     ) -> Result<AppendSink, Error> {
-        let splits = Splits::new(output_dir, cfg, input);
+        // The recipe's layout, built once for the splits and the row checks.
+        let frames = crate::recipes::frame_layout(cfg);
+        let row_len = frames.is_none().then(|| cfg.spec.row_len());
+        let splits = Splits::new(output_dir, (cfg, frames), input);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (reply_tx, replies) = mpsc::sync_channel(1);
         let (piece_tx, piece_replies) = mpsc::sync_channel(1);
@@ -131,9 +134,7 @@ impl AppendSink {
             back,
             thread: Some(thread),
             rows: HashMap::new(),
-            row_len: crate::recipes::frame_layout(cfg)
-                .is_none()
-                .then(|| cfg.spec.row_len()),
+            row_len,
             flush_pending: false,
             flush_answer: None,
         })

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AppendSpec, Appender};
 use crate::config::Config;
+use crate::frames::FrameLayout;
 use crate::writer;
 
 /// Where one row goes: its split, the path recorded for it and its label.
@@ -42,7 +43,12 @@ pub(super) struct Splits {
 impl Splits {
     /// A sink writing `cfg`'s rows into `output_dir`, recording `input` (serve's
     /// drop directory) as the files' `input` attribute.
-    pub(super) fn new(output_dir: &Path, cfg: &Config, input: &Path) -> Splits {
+    /// `frames`: the recipe's layout (None for librosa), built by the caller.
+    pub(super) fn new(
+        output_dir: &Path,
+        (cfg, frames): (&Config, Option<FrameLayout>),
+        input: &Path,
+    ) -> Splits {
         Splits {
             output_dir: output_dir.to_path_buf(),
             base: AppendSpec {
@@ -63,7 +69,7 @@ impl Splits {
                         cfg.input.policy.channels.name().into(),
                     ),
                 ],
-                frames: crate::recipes::frame_layout(cfg),
+                frames,
             },
             appenders: HashMap::new(),
             labels: Vec::new(),

@@ -302,7 +302,8 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         spec: crate::writer::tests::tiny_spec(),
         ..crate::config::Config::default()
     };
-    let mut sink = splits::Splits::new(d.path(), &cfg, Path::new("/drop"));
+    let frames = crate::recipes::frame_layout(&cfg);
+    let mut sink = splits::Splits::new(d.path(), (&cfg, frames), Path::new("/drop"));
     let dest = |split: &str, label: &str| splits::Dest {
         rel: format!("{split}/{label}/g.wav"),
         split: split.into(),
