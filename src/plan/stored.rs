@@ -38,8 +38,8 @@ use serde_json::{Map, Value};
 use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
 use crate::reader::ReadRange;
+use crate::source::PathTable;
 use crate::source::manifest::{self, Lines, Manifests, SpillDir};
-use crate::source::{Job, PathTable};
 
 /// What one set holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,17 +405,9 @@ impl Builder {
         let p = self.paths.push(path);
         self.meta.push(&meta);
         self.lines.push(u32::try_from(position).unwrap_or(u32::MAX));
-        self.m.plan.targets.insert(p, open.to_path_buf());
-        self.m.segments.push(None);
+        let range = Some(ReadRange::new(Vec::new(), start, len));
         self.m
-            .ranges
-            .push(Some(ReadRange::new(Vec::new(), start, len)));
-        self.m.plan.jobs.push(Job {
-            path: p,
-            split,
-            seq: *seq,
-            label: -1,
-        });
+            .push_job((p, split, *seq), Some(open.to_path_buf()), None, range);
         *seq += 1;
     }
 

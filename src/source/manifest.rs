@@ -157,6 +157,32 @@ pub struct Manifests {
     pub spill_no_room: usize,
 }
 
+impl Manifests {
+    /// Job `path` (an index of the plan's paths, its metadata and line
+    /// pushed by the caller) of `split` at `seq`: the reader opens `open`
+    /// (None: the path itself), reads `range` (None: the whole file) and
+    /// the decoder cuts `segment`.
+    pub fn push_job(
+        &mut self,
+        (path, split, seq): (u32, u32, u32),
+        open: Option<PathBuf>,
+        segment: Option<Segment>,
+        range: Option<ReadRange>,
+    ) {
+        if let Some(open) = open {
+            self.plan.targets.insert(path, open);
+        }
+        self.segments.push(segment);
+        self.ranges.push(range);
+        self.plan.jobs.push(Job {
+            path,
+            split,
+            seq,
+            label: -1,
+        });
+    }
+}
+
 /// Whether `input` is a manifest (a regular file) rather than a tree.
 pub fn is_manifest(input: &Path) -> bool {
     input.is_file()
@@ -442,17 +468,9 @@ impl Builder<'_> {
             let path = self.paths.push(&item.audio);
             self.meta.push(&meta);
             self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
-            self.m.plan.targets.insert(path, open);
-            self.m.segments.push(item.segment);
+            let range = Some(ReadRange::new(Vec::new(), start, len));
             self.m
-                .ranges
-                .push(Some(ReadRange::new(Vec::new(), start, len)));
-            self.m.plan.jobs.push(Job {
-                path,
-                split,
-                seq,
-                label: -1,
-            });
+                .push_job((path, split, seq), Some(open), item.segment, range);
             return Some(());
         }
         let open = dir.join(&item.audio);
@@ -479,17 +497,8 @@ impl Builder<'_> {
         }
         self.meta.push(&meta);
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
-        if open != Path::new(&item.audio) {
-            self.m.plan.targets.insert(path, open);
-        }
-        self.m.segments.push(segment);
-        self.m.ranges.push(range);
-        self.m.plan.jobs.push(Job {
-            path,
-            split,
-            seq,
-            label: -1,
-        });
+        let open = (open != Path::new(&item.audio)).then_some(open);
+        self.m.push_job((path, split, seq), open, segment, range);
         Some(())
     }
 }
