@@ -24,7 +24,7 @@ use crate::decode::compressed::fuzzing::probe_segments;
 pub use crate::decode::compressed::fuzzing::{
     decode_file, lossy_part, mp3_frames, mp4_sections, mp4_table, ogg_pages,
 };
-pub use crate::source::manifest::fuzz_manifest as manifest;
+pub use crate::plan::manifest::fuzz_manifest as manifest;
 
 /// Called once by each fuzz target before the first input: a panic inside
 /// a third-party crate (a decoder refusing hostile bytes with a panic) no

@@ -62,7 +62,7 @@ pub mod plan;
 pub mod reader;
 pub mod recipes;
 pub mod runtime;
-pub mod source;
+
 pub mod synth;
 pub mod writer;
 

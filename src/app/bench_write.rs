@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::dsp::Spec;
-use crate::source::PathTable;
+use crate::plan::PathTable;
 use crate::writer::{ChunkWrite, DatasetWriter, Dtype, Error, OutputPlan, PlannedFile, SplitPlan};
 
 /// Arguments of `melforge bench write`.

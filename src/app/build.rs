@@ -37,11 +37,11 @@ use crate::compute::{self, Rejection, cuda};
 use crate::config::{Backend, Config, Direct};
 use crate::frames::{FrameLayout, FrameRecipe};
 use crate::pipeline::{self, Pipeline};
+use crate::plan::manifest::SpillDir;
+use crate::plan::{Job, Plan, tree};
 use crate::reader::{ReadJob, cache};
 use crate::runtime::telemetry::{Report, Telemetry};
 use crate::runtime::window::Window;
-use crate::source::manifest::SpillDir;
-use crate::source::{self, Job, Plan};
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
 mod manifest;
@@ -72,7 +72,7 @@ pub enum Error {
     #[error(transparent)]
     Stored(#[from] crate::plan::Error),
     #[error(transparent)]
-    Manifest(#[from] crate::source::manifest::Error),
+    Manifest(#[from] crate::plan::manifest::Error),
     #[error(
         "manifest {0} would be split `rejected`, whose written-back manifest would be the \
          rejection log rejected.jsonl: rename it"
@@ -166,7 +166,7 @@ fn output_plan(
     out: &Path,
     input: &Path,
     (cfg, frames): (&Config, Option<&FrameLayout>),
-    plan: &source::Plan,
+    plan: &Plan,
     shard: Option<Shard>,
 ) -> OutputPlan {
     let splits = plan
@@ -406,7 +406,7 @@ fn walk(
     shard: Option<Shard>,
 ) -> Result<(Plan, Vec<Rejection>, f64), Error> {
     let t = Instant::now();
-    let plan = source::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
+    let plan = tree::scan_with(input, &cfg.input.extensions).map_err(|source| Error::Input {
         path: input.to_path_buf(),
         source,
     })?;

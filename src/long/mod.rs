@@ -39,9 +39,9 @@ use crate::dsp::Plan;
 use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
 use crate::frames::{FrameError, FrameRecipe, RecipePlan};
 use crate::model::{Refusal, Segment};
+use crate::plan::manifest::Recording;
 use crate::reader;
 use crate::runtime::telemetry::Local;
-use crate::source::manifest::Recording;
 use crate::writer::RowPieces;
 
 pub mod error;

@@ -3,7 +3,7 @@
 //! and Hugging Face parquet files, read in place.
 //!
 //! Its product is the item plan every manifest build already runs on
-//! ([`crate::source::manifest::Manifests`]): per item its split, the path
+//! ([`crate::plan::manifest::Manifests`]): per item its split, the path
 //! recorded as its `path`, the file the readers open, the byte extent they
 //! read there ([`crate::reader::ReadRange`]), its metadata as one JSON
 //! object and its 1-based position in its file (the `line` dataset). So a
@@ -29,12 +29,16 @@
 //! Nothing here imports the commands (`app`) or the stages after the
 //! readers: the room sits beside `source`, below `app`.
 
+pub mod items;
+pub mod manifest;
 pub mod parquet;
 pub mod pattern;
 pub mod shar;
 pub mod stored;
 pub mod tar;
 pub mod tarred;
+pub mod tree;
 pub mod webdataset;
 
+pub use items::{Job, PathTable, Plan};
 pub use stored::{Error, Kind, Options, Planned, Rejected, Set, plan, sets_of};

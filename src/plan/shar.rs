@@ -9,7 +9,7 @@
 //! `start` is 0 and its recording a placeholder (`"type": "shar"`). So a
 //! cut's row is its member decoded whole, as `CutSet.from_shar` loads it,
 //! and its metadata that of a cut in a CutSet manifest
-//! ([`crate::source::manifest::cut_meta`]) with the `shard` it came from.
+//! ([`crate::plan::manifest::cut_meta`]) with the `shard` it came from.
 //!
 //! A cut whose member is missing, is not audio, or which has no recording
 //! (the writer's `.nodata` placeholder) is a rejection naming the shard and
@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use super::tar::Index;
 use super::webdataset::audio_kind;
-use crate::source::manifest::Line;
+use crate::plan::manifest::Line;
 
 /// One cut of a CutSet shard: its `id` and every field.
 pub struct Cut {

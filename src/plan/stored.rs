@@ -37,9 +37,9 @@ use serde_json::{Map, Value};
 
 use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
+use crate::plan::PathTable;
+use crate::plan::manifest::{self, Lines, Manifests, SpillDir};
 use crate::reader::ReadRange;
-use crate::source::PathTable;
-use crate::source::manifest::{self, Lines, Manifests, SpillDir};
 
 /// What one set holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

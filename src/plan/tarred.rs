@@ -159,12 +159,12 @@ pub enum NotFound {
     Nowhere { name: String, shards: usize },
 }
 
-impl crate::source::manifest::Members for Tarred {
+impl crate::plan::manifest::Members for Tarred {
     fn find_member(
         &self,
         name: &str,
         shard_id: Option<u64>,
-    ) -> Result<crate::source::manifest::Member, String> {
+    ) -> Result<crate::plan::manifest::Member, String> {
         self.find(name, shard_id)
             .map(|f| (f.shard.to_path_buf(), f.start, f.len))
             .map_err(|e| e.to_string())

@@ -17,7 +17,7 @@ use hdf5::types::VarLenUnicode;
 
 use super::Error;
 use super::h5::{Context, create_1d};
-use crate::source::PathTable;
+use crate::plan::PathTable;
 
 /// What to store beside each row, by the row's path index.
 #[derive(Clone, Debug)]

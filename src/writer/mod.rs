@@ -130,7 +130,7 @@ pub struct PlannedFile {
 pub struct OutputPlan {
     pub out_dir: PathBuf,
     /// The relative paths [`PlannedFile::path`] indexes (shared with the walk).
-    pub paths: std::sync::Arc<crate::source::PathTable>,
+    pub paths: std::sync::Arc<crate::plan::PathTable>,
     pub splits: Vec<SplitPlan>,
     /// Sorted, distinct; label ids index this.
     pub label_names: Vec<String>,
@@ -316,7 +316,7 @@ struct SplitWriter {
     index: usize,
     name: String,
     files: Vec<PlannedFile>,
-    paths: std::sync::Arc<crate::source::PathTable>,
+    paths: std::sync::Arc<crate::plan::PathTable>,
     /// Lowest seq not yet consumed; every seq below it is in the file or the chunk.
     next_seq: usize,
     /// Early arrivals (seq > next_seq), held until their turn.

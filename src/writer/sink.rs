@@ -12,7 +12,7 @@
 
 use super::{DatasetWriter, Error};
 use crate::model::Refusal;
-use crate::source::Job;
+use crate::plan::Job;
 
 /// A row too long to hold whole (a recording streamed from disk,
 /// `crate::long`): the sink pulls its frames piece by piece when the row's

@@ -33,7 +33,7 @@ const ROW_SHAPE: [usize; 4] = [2, 3, 4, 5];
 const ROW_LEN: usize = 120;
 
 fn plan(out_dir: &Path, n_files: usize, chunk_files: usize, dtype: Dtype) -> OutputPlan {
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let files = (0..n_files)
         .map(|i| PlannedFile {
             path: paths.push(&format!("train/{}/f{i:03}.wav", ["leak", "noleak"][i % 2])),

@@ -17,7 +17,7 @@ fn layout(padded: bool) -> FrameLayout {
 }
 
 fn plan(out_dir: &Path, n_files: usize, dtype: Dtype, padded: bool) -> OutputPlan {
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let files = (0..n_files)
         .map(|i| PlannedFile {
             path: paths.push(&format!("train/spk{}/u{i:03}.wav", i % 3)),
@@ -166,7 +166,7 @@ fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes()
     let mut host = HostFrames::new(recipe.as_ref(), crate::decode::clip::Policy::default());
     let mut local = crate::runtime::telemetry::Local::default();
     let n_files = 24;
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let files = (0..n_files)
         .map(|i| PlannedFile {
             path: paths.push(&format!("train/u{i:02}.wav")),

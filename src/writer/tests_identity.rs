@@ -28,7 +28,7 @@ fn plan(
     chunk_files: usize,
     sizes: &[usize],
 ) -> OutputPlan {
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let splits = sizes
         .iter()
         .enumerate()

@@ -1,7 +1,7 @@
 //! `melforge bench io`: how fast can the reader engines load a corpus?
 //!
 //! Measures whole-file loads of every `*.wav` below a directory (the job list
-//! of [`crate::source::scan`], in its order) as a matrix of passes:
+//! of [`crate::plan::tree::scan`], in its order) as a matrix of passes:
 //! {direct, buffered} × {cold, warm} × {uring, psync}, and, with
 //! `--compare-fio`, fio over the same files with the same queue depth and
 //! direct flag.
@@ -190,7 +190,7 @@ pub struct Corpus {
 
 /// Collects the `*.wav` files below `dir` in job order, at most `limit`.
 pub fn collect(dir: &Path, limit: Option<usize>) -> Result<Corpus, Error> {
-    let plan = crate::source::scan(dir).map_err(|err| Error::Scan {
+    let plan = crate::plan::tree::scan(dir).map_err(|err| Error::Scan {
         dir: dir.to_path_buf(),
         err,
     })?;

@@ -36,9 +36,9 @@ use crate::compute::Rejection;
 use crate::config::Config;
 use crate::model::Segment;
 use crate::plan;
+use crate::plan::manifest::{self, FirstSeconds, Limits, Line, Lines, Manifests, SpillDir};
+use crate::plan::{Job, PathTable, Plan};
 use crate::reader::{ReadJob, ReadRange};
-use crate::source::manifest::{self, FirstSeconds, Limits, Line, Lines, Manifests, SpillDir};
-use crate::source::{Job, PathTable, Plan};
 use crate::writer::meta::RowMeta;
 
 /// What `build` reads: a directory tree, manifests (one split each), or

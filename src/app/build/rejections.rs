@@ -6,33 +6,33 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::compute::{RejectKind, Rejection};
+use crate::plan::tree;
 use crate::runtime::telemetry::Report;
-use crate::source;
 
 /// The rejection for a path the walk skipped: its path relative to `input`
 /// (bytes that are not UTF-8 escaped), the kind, and the reason.
-pub(super) fn walk_rejection(input: &Path, w: &source::Warning) -> Rejection {
+pub(super) fn walk_rejection(input: &Path, w: &tree::Warning) -> Rejection {
     let rel = w.path.strip_prefix(input).unwrap_or(&w.path);
-    let path = source::escape_path(rel);
+    let path = tree::escape_path(rel);
     let (kind, reason) = match w.kind {
-        source::WarningKind::NonUtf8Name => (
+        tree::WarningKind::NonUtf8Name => (
             RejectKind::BadPath,
             "the name is not valid UTF-8 (shown with \\xNN escapes), so it cannot be a row's \
              path; rename it to UTF-8"
                 .to_string(),
         ),
-        source::WarningKind::UnreadableDir => (
+        tree::WarningKind::UnreadableDir => (
             RejectKind::Unreadable,
             format!(
                 "directory cannot be read, nothing below it was built: {}",
                 w.reason
             ),
         ),
-        source::WarningKind::UnlistableEntry => (
+        tree::WarningKind::UnlistableEntry => (
             RejectKind::Unreadable,
             format!("an entry of this directory cannot be listed: {}", w.reason),
         ),
-        source::WarningKind::BrokenLink => (
+        tree::WarningKind::BrokenLink => (
             RejectKind::Unreadable,
             format!(
                 "symbolic link whose target cannot be resolved: {}",

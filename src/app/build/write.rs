@@ -8,9 +8,9 @@ use super::{Error, Halt, Written, manifest};
 use crate::app::interrupt;
 use crate::compute::{Reject, Rejection};
 use crate::pipeline::{self, Delivered, Pipeline};
+use crate::plan::{Job, Plan};
 use crate::runtime::telemetry::Local;
 use crate::runtime::window::{CloseOnDrop, Window};
-use crate::source::{Job, Plan};
 use crate::writer::DatasetWriter;
 
 /// The sink: one writer thread.

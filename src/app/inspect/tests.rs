@@ -7,7 +7,7 @@ use crate::writer::{DatasetWriter, Dtype, OutputPlan, PlannedFile, SplitPlan};
 /// bins, and a rejection log with two of its files and one of another split.
 fn build(dir: &Path) -> PathBuf {
     let recipe = Blocks::new(16, 4, None);
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let lens = [0usize, 3, 40, 250];
     let files = lens
         .iter()

@@ -174,7 +174,7 @@ fn recovery_refuses_what_it_cannot_trust() {
 fn appends_to_a_build_file() {
     let d = tempfile::tempdir().unwrap();
     let s = spec();
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let plan = super::super::OutputPlan {
         out_dir: d.path().to_path_buf(),
         splits: vec![super::super::SplitPlan {

@@ -25,7 +25,7 @@ fn chunk_bytes(d: &hdf5::Dataset, start: usize) -> Vec<u8> {
 /// A build file of `train` with rows 0..n (variable-length `path`).
 fn build_file(dir: &Path, n: usize) {
     let s = spec();
-    let mut paths = crate::source::PathTable::default();
+    let mut paths = crate::plan::PathTable::default();
     let plan = crate::writer::OutputPlan {
         out_dir: dir.to_path_buf(),
         splits: vec![crate::writer::SplitPlan {

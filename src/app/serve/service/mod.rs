@@ -215,7 +215,7 @@ impl Service {
         };
         let (rel, utf8) = match rel.to_str() {
             Some(r) => (r.to_string(), true),
-            None => (crate::source::escape_path(rel), false),
+            None => (crate::plan::tree::escape_path(rel), false),
         };
         if self.intake.holds(&rel) {
             return ControlFlow::Continue(());
@@ -252,7 +252,7 @@ impl Service {
             }
         };
         let parts: Vec<&str> = rel.split('/').collect();
-        let (split, label) = crate::source::split_and_label(&parts);
+        let (split, label) = crate::plan::tree::split_and_label(&parts);
         self.intake.admit(DropFile {
             abs,
             dest: Dest {

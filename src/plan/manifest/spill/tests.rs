@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::decode::policy::Mix;
 use crate::decode::wav;
-use crate::source::manifest::plan_spilling;
+use crate::plan::manifest::plan_spilling;
 
 fn fixture(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
