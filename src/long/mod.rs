@@ -39,7 +39,7 @@ use crate::dsp::Plan;
 use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
 use crate::frames::{FrameError, FrameRecipe, RecipePlan};
 use crate::model::{Refusal, Segment};
-use crate::plan::manifest::Recording;
+use crate::plan::container::Recording;
 use crate::reader;
 use crate::runtime::telemetry::Local;
 use crate::writer::RowPieces;

@@ -30,7 +30,10 @@
 //! outside it are neither parsed nor rejected here, and the items keep
 //! their manifest line numbers (`seq` counts the good lines of the share).
 //!
-//! A segment of a WAV file is read as its exact byte extent, one of a FLAC
+//! Where a segment lies is its recording's container's answer
+//! ([`super::container`]: one trait that WAV, FLAC, the compressed streams
+//! and archive members answer, read once per recording). A segment of a
+//! WAV file is read as its exact byte extent, one of a FLAC
 //! file from the seek point before it to the one after it (without a
 //! SEEKTABLE: from the frame holding its first sample through the one
 //! holding its last, found with small reads, `seek::bisect`): the header is
@@ -57,17 +60,14 @@
 //! to the segment's end; the decoder names what is wrong, if anything.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::container::{Heads, Window};
 use super::{Job, PathTable, Plan};
-use crate::decode::compressed::{self, index};
-use crate::decode::flac::seek;
-use crate::decode::wav::extent;
 use crate::model::{RejectKind, Segment};
 use crate::reader::{FileKind, ReadRange};
 
@@ -464,20 +464,31 @@ impl Builder<'_> {
             return None;
         }
         if let Some((open, start, len)) = member {
-            // An archive member: read whole, its segment cut by the decoder.
+            // An archive member: its segment's part of it where its
+            // container gives one, else the member whole, the segment cut
+            // by the decoder.
+            let window = Window::member(&open, start, len);
+            let ranged = item
+                .segment
+                .filter(|s| s.expect_s.is_none())
+                .and_then(|s| self.heads.range(&window, &s));
+            let (range, segment) = match ranged {
+                Some((r, s)) => (Some(r), Some(s)),
+                None => (window.whole(), item.segment),
+            };
             let path = self.paths.push(&item.audio);
             self.meta.push(&meta);
             self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
-            let range = Some(ReadRange::new(Vec::new(), start, len));
             self.m
-                .push_job((path, split, seq), Some(open), item.segment, range);
+                .push_job((path, split, seq), Some(open), segment, range);
             return Some(());
         }
         let open = dir.join(&item.audio);
+        let window = Window::file(&open);
         let ranged = match item.segment {
             Some(s) => Some(s)
                 .filter(|s| s.expect_s.is_none())
-                .and_then(|s| self.heads.range(&open, &s)),
+                .and_then(|s| self.heads.range(&window, &s)),
             None => self.first_seconds(&open),
         };
         let (range, segment) = match ranged {
@@ -487,13 +498,16 @@ impl Builder<'_> {
         let path = self.paths.push(&item.audio);
         // A compressed recording's segment without a part: the recording
         // has no index, or the index gives this segment none (an M4A past
-        // its first access unit coding noise).
-        let compressed = matches!(
-            self.heads.by_path.get(&open),
-            Some(Some(Head::Whole | Head::Lossy(_)))
-        );
-        if compressed && range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
-            self.pending.push(&open, path);
+        // its first access unit coding noise). Its container was read for
+        // the segment already.
+        if range.is_none() && segment.is_some_and(|s| s.expect_s.is_none()) {
+            let compressed = self
+                .heads
+                .get(&window)
+                .is_some_and(|c| c.decodes_from_start());
+            if compressed {
+                self.pending.push(&open, path);
+            }
         }
         self.meta.push(&meta);
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
@@ -516,221 +530,14 @@ impl Builder<'_> {
             duration_s: Some(first.seconds),
             ..Segment::default()
         };
-        let ranged = self.heads.range(open, &seg)?;
-        let rate = match self.heads.by_path.get(open)?.as_ref()? {
-            Head::Wav(h) => h.sample_rate,
-            Head::Flac(h) => h.sample_rate,
-            Head::Lossy(_) | Head::Whole => return None,
-        };
-        (rate == first.rate_hz).then_some(ranged)
-    }
-}
-
-/// How a recording's segments are placed in it.
-enum Head {
-    Wav(extent::Head),
-    Flac(seek::Head),
-    Lossy(index::Index),
-    /// A compressed stream without an index (M4A, or damaged): read whole,
-    /// or spilled ([`spill`]).
-    Whole,
-}
-
-/// Headers read so far, by the path opened (None: neither a WAV, a FLAC
-/// nor an MP3, Ogg or MP4 stream that could be indexed, or unreadable; such an
-/// item is read whole and the decoder says what is wrong, if anything).
-#[derive(Default)]
-struct Heads {
-    by_path: HashMap<PathBuf, Option<Head>>,
-    bytes: u64,
-}
-
-impl Heads {
-    /// The range that holds `seg` of the file at `path`, and the segment
-    /// as the decoder then applies it to the bytes read.
-    fn range(&mut self, path: &Path, seg: &Segment) -> Option<(ReadRange, Segment)> {
-        if !self.by_path.contains_key(path) {
-            let (head, bytes) = read_head(path);
-            self.bytes += bytes;
-            self.by_path.insert(path.to_path_buf(), head);
-        }
-        match self.by_path.get_mut(path)?.as_mut()? {
-            Head::Wav(h) => {
-                let e = h.extent(seg)?;
-                // A WAV cut to the segment decodes whole.
-                let whole = Segment {
-                    offset_s: 0.0,
-                    duration_s: None,
-                    ..*seg
-                };
-                Some((ReadRange::new(e.prefix, e.start, e.len), whole))
-            }
-            Head::Flac(h) => {
-                let e = match h.extent(seg) {
-                    Some(e) => e,
-                    None => search_flac(h, path, seg, &mut self.bytes)?,
-                };
-                let part = Segment {
-                    base_frame: e.base_frame,
-                    ..*seg
-                };
-                Some((ReadRange::new(e.prefix, e.start, e.len), part))
-            }
-            Head::Lossy(i) => {
-                let e = i.extent(seg)?;
-                let part = Segment {
-                    lossy: Some(e.part),
-                    ..*seg
-                };
-                let range = ReadRange {
-                    prefix: e.prefix,
-                    start: e.start,
-                    len: e.len,
-                };
-                Some((range, part))
-            }
-            Head::Whole => None,
-        }
-    }
-}
-
-/// One recording's header (WAV, FLAC) or seek index (MP3, Ogg, MP4), read
-/// once, for reading parts of it one after the other: a recording too long
-/// to hold whole is computed from parts of whole seconds (`crate::long`).
-pub struct Recording {
-    path: PathBuf,
-    heads: Heads,
-}
-
-impl Recording {
-    /// The header of the file at `path` (only a regular file is opened), or
-    /// None when it is not a container whose parts can be read alone.
-    pub fn open(path: &Path) -> Option<Recording> {
-        let mut heads = Heads::default();
-        let (head, bytes) = read_head(path);
-        if matches!(head, None | Some(Head::Whole)) {
+        let window = Window::file(open);
+        let ranged = self.heads.range(&window, &seg)?;
+        let c = self.heads.get(&window)?;
+        // A compressed part is not the whole decode's start, bit for bit.
+        if c.decodes_from_start() {
             return None;
         }
-        heads.bytes = bytes;
-        heads.by_path.insert(path.to_path_buf(), head);
-        Some(Recording {
-            path: path.to_path_buf(),
-            heads,
-        })
-    }
-
-    fn head(&self) -> &Head {
-        match self.heads.by_path.get(&self.path) {
-            Some(Some(h)) => h,
-            _ => unreachable!("a Recording holds its head"),
-        }
-    }
-
-    /// The container's sample rate (a lossy stream's decoded rate).
-    pub fn sample_rate(&self) -> u32 {
-        match self.head() {
-            Head::Wav(h) => h.sample_rate,
-            Head::Flac(h) => h.sample_rate,
-            Head::Lossy(i) => i.sample_rate(),
-            Head::Whole => unreachable!("not opened"),
-        }
-    }
-
-    /// Frames the whole-file decode gives, where the container says: the
-    /// `data` chunk's, STREAMINFO's, or the lossy stream's stated length.
-    pub fn frames(&self) -> Option<u64> {
-        match self.head() {
-            Head::Wav(h) => Some(h.frames),
-            Head::Flac(h) => h.total_frames(),
-            Head::Lossy(i) => i.length(),
-            Head::Whole => unreachable!("not opened"),
-        }
-    }
-
-    /// Whether a part can be planned for `seg` without reading the file
-    /// (always, except a FLAC stream without seek points, whose frames are
-    /// searched for with small reads).
-    pub fn plans_in_memory(&self) -> bool {
-        !matches!(self.head(), Head::Flac(_))
-    }
-
-    /// The bytes that hold `seg` of the recording and the segment as the
-    /// decoder then applies to them ([`ReadRange`]: a rewritten header or
-    /// the stream's prefix, then the part's bytes); None when no part can
-    /// be cut there.
-    pub fn range(&mut self, seg: &Segment) -> Option<(ReadRange, Segment)> {
-        self.heads.range(&self.path.clone(), seg)
-    }
-}
-
-/// The frames of a FLAC file without seek points that `seg` needs, searched
-/// for with small reads of the file (`seek::bisect`), counted in `bytes`.
-fn search_flac(
-    h: &mut seek::Head,
-    path: &Path,
-    seg: &Segment,
-    bytes: &mut u64,
-) -> Option<seek::Extent> {
-    use std::os::unix::fs::FileExt;
-    let (f, _) = crate::reader::open_regular(path).ok()?;
-    h.search(seg, &mut |at, buf: &mut [u8]| {
-        let mut n = 0;
-        while n < buf.len() {
-            match f.read_at(&mut buf[n..], at + n as u64) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        *bytes += n as u64;
-        Ok(n)
-    })
-}
-
-/// A WAV header or the metadata of a FLAC file.
-fn parse_head(buf: &[u8], len: u64) -> Option<Head> {
-    extent::head(buf, len)
-        .map(Head::Wav)
-        .or_else(|| seek::head(buf, len).map(Head::Flac))
-}
-
-/// The header of the file at `path`, and the bytes read for it. Only a
-/// regular file is opened (`reader::open_regular`: a FIFO, a directory or
-/// a device is not, and the reader rejects it by its type).
-fn read_head(path: &Path) -> (Option<Head>, u64) {
-    const FIRST: u64 = 64 << 10;
-    const MOST: u64 = 1 << 20;
-    let Ok((f, meta)) = crate::reader::open_regular(path) else {
-        return (None, 0);
-    };
-    let len = meta.len();
-    let mut buf = Vec::new();
-    let mut want = FIRST;
-    loop {
-        buf.clear();
-        if (&f).take(want).read_to_end(&mut buf).is_err() {
-            return (None, buf.len() as u64);
-        }
-        let got = buf.len() as u64;
-        if compressed::sniff(&buf).is_some() {
-            let (index, bytes) = index::Index::build(&f, len, &buf);
-            return (Some(index.map_or(Head::Whole, Head::Lossy)), got + bytes);
-        }
-        match parse_head(&buf, len) {
-            Some(h) => return (Some(h), got),
-            None if got == want
-                && want < MOST
-                && (buf.starts_with(b"RIFF") || buf.starts_with(b"fLaC")) =>
-            {
-                want = MOST;
-                use std::io::Seek;
-                if (&f).seek(std::io::SeekFrom::Start(0)).is_err() {
-                    return (None, got);
-                }
-            }
-            None => return (None, got),
-        }
+        (c.sample_rate()? == first.rate_hz).then_some(ranged)
     }
 }
 

@@ -29,6 +29,7 @@
 //! Nothing here imports the commands (`app`) or the stages after the
 //! readers: the room sits beside `source`, below `app`.
 
+pub mod container;
 pub mod items;
 pub mod manifest;
 pub mod parquet;

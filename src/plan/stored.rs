@@ -35,11 +35,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::container::Window;
 use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
 use crate::plan::PathTable;
 use crate::plan::manifest::{self, Lines, Manifests, SpillDir};
-use crate::reader::ReadRange;
 
 /// What one set holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,7 +405,7 @@ impl Builder {
         let p = self.paths.push(path);
         self.meta.push(&meta);
         self.lines.push(u32::try_from(position).unwrap_or(u32::MAX));
-        let range = Some(ReadRange::new(Vec::new(), start, len));
+        let range = Window::member(open, start, len).whole();
         self.m
             .push_job((p, split, *seq), Some(open.to_path_buf()), None, range);
         *seq += 1;

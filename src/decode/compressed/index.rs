@@ -147,11 +147,7 @@ impl Index {
     /// [`Index::build`] over `file_read` (`(at, n)`: the file's `n` bytes
     /// at `at`, fewer at its end), so that it also runs over bytes in
     /// memory (the fuzz targets, `super::fuzzing`).
-    pub(super) fn build_from(
-        len: u64,
-        head: &[u8],
-        file_read: &mut Read<'_>,
-    ) -> (Option<Index>, u64) {
+    pub fn build_from(len: u64, head: &[u8], file_read: &mut Read<'_>) -> (Option<Index>, u64) {
         let mut bytes = 0u64;
         let mut read = |at: u64, n: usize| -> Option<Vec<u8>> {
             let buf = file_read(at, n)?;
