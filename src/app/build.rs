@@ -280,12 +280,11 @@ pub fn build_input(
     };
     let mut outcomes = report(outcomes, out, shard)?;
     outcomes.planned = items.as_ref().map(|i| i.planned);
-    let limits = manifest::limits(cfg);
     manifest::write_back(
         outcomes,
         input,
         out,
-        (fixed_frames, shard, limits),
+        (fixed_frames, shard),
         items.as_deref(),
     )
 }

@@ -75,7 +75,7 @@ pub mod lines;
 mod parse;
 pub mod spill;
 
-pub use lines::{Limits, Line, Lines};
+pub use lines::{Limits, Line, Lines, Span, Stamp};
 pub use parse::{MAX_TIME_S, cut_meta};
 pub use spill::SpillDir;
 
@@ -136,6 +136,12 @@ pub struct Manifests {
     pub meta: Arc<PathTable>,
     /// By path index: the item's 1-based manifest line.
     pub lines: Arc<[u32]>,
+    /// By path index: where its line's text lies in its manifest (empty
+    /// for a stored corpus, whose items are no lines): what the write-back
+    /// copies.
+    pub spans: Arc<[Span]>,
+    /// By split: its manifest file as it was planned.
+    pub stamps: Vec<Option<Stamp>>,
     /// By path index: the segment, when the item is not the whole file.
     pub segments: Vec<Option<Segment>>,
     /// By path index: the bytes to read instead of the whole file.
@@ -310,7 +316,8 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
             None => 0..usize::MAX,
         };
         let first = b.paths.len() as u32;
-        b.manifest(split as u32, file, keep, limits)?;
+        let stamp = b.manifest(split as u32, file, keep, limits)?;
+        b.m.stamps.push(stamp);
         b.m.items_of.push(first..b.paths.len() as u32);
         b.m.files.push(file.clone());
     }
@@ -319,6 +326,7 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
         paths,
         meta,
         lines,
+        spans,
         heads,
         pending,
         ..
@@ -326,6 +334,7 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
     m.lines = lines.into();
+    m.spans = spans.into();
     m.header_bytes = heads.bytes;
     if let Some(dir) = spill {
         spill::resolve(&mut m, pending, dir);
@@ -351,6 +360,7 @@ struct Builder<'a> {
     paths: PathTable,
     meta: PathTable,
     lines: Vec<u32>,
+    spans: Vec<Span>,
     heads: Heads,
     /// Segments of recordings read whole ([`spill`]).
     pending: spill::Pending,
@@ -361,14 +371,14 @@ struct Builder<'a> {
 impl Builder<'_> {
     /// The lines `keep` (0-based) of manifest `file`, split `split`, read
     /// within `limits`. A cut whose `id` an earlier line of the manifest
-    /// has is rejected, naming that line.
+    /// has is rejected, naming that line. The file as it was opened.
     fn manifest(
         &mut self,
         split: u32,
         file: &Path,
         keep: Range<usize>,
         limits: Limits,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Stamp>, Error> {
         let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
         let mut seq = 0u32;
         let mut ids: HashMap<String, u64> = HashMap::new();
@@ -415,9 +425,10 @@ impl Builder<'_> {
                 None => Ok(item),
             });
             let parsed = parsed.and_then(|item| self.member(item));
+            let span = lines.span();
             match parsed {
                 Ok((item, member)) => {
-                    self.item(item, member, &dir, (split, seq, line_no))
+                    self.item(item, member, &dir, (split, seq, line_no), span)
                         .ok_or_else(|| Error::TooMuchText {
                             path: file.to_path_buf(),
                             line: line_no,
@@ -433,7 +444,7 @@ impl Builder<'_> {
                 }),
             }
         }
-        Ok(())
+        Ok(lines.stamp())
     }
 
     /// The archive member a line's audio path names, when the manifest's
@@ -458,11 +469,13 @@ impl Builder<'_> {
         member: Option<Member>,
         dir: &Path,
         (split, seq, line_no): (u32, u32, u64),
+        span: Span,
     ) -> Option<()> {
         let meta = Value::Object(item.meta).to_string();
         if !self.paths.fits(&item.audio) || !self.meta.fits(&meta) {
             return None;
         }
+        self.spans.push(span);
         if let Some((open, start, len)) = member {
             // An archive member: its segment's part of it where its
             // container gives one, else the member whole, the segment cut

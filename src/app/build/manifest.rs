@@ -36,7 +36,7 @@ use crate::compute::Rejection;
 use crate::config::Config;
 use crate::model::Segment;
 use crate::plan;
-use crate::plan::manifest::{self, FirstSeconds, Limits, Line, Lines, Manifests, SpillDir};
+use crate::plan::manifest::{self, FirstSeconds, Limits, Manifests, Span, SpillDir, Stamp};
 use crate::plan::{Job, PathTable, Plan};
 use crate::reader::{ReadJob, ReadRange};
 use crate::writer::meta::RowMeta;
@@ -100,6 +100,10 @@ pub(super) struct Items {
     ranges: Vec<Option<ReadRange>>,
     /// By split: its items' path indices (seq q is `start + q`).
     items_of: Vec<Range<u32>>,
+    /// By path index: where its manifest line lies (empty for a stored
+    /// corpus), and by split, its manifest as planned: the write-back.
+    spans: Arc<[Span]>,
+    stamps: Vec<Option<Stamp>>,
     /// What planning read and spilled.
     pub planned: super::PlanReport,
     /// Whether `lines` are manifest lines (stored into `line`, and on
@@ -118,6 +122,8 @@ impl Items {
             segments: m.segments,
             ranges: m.ranges,
             items_of: m.items_of,
+            spans: m.spans,
+            stamps: m.stamps,
             planned: super::PlanReport {
                 bytes_read: m.header_bytes,
                 spilled: m.spilled,
@@ -349,14 +355,16 @@ fn rejection(r: plan::Rejected) -> Rejection {
 /// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree);
 /// a shard writes `OUT/<split>.shard-K-of-N.jsonl` with the lines of its
 /// share, each naming its row in the shard's file (`merge` renumbers them).
-/// Which line a row came from is the plan's (`items`), not a second
-/// reading of the lines: a line the planner left out for a reason beyond
-/// the line itself (a cut id met before) is never written back.
+/// Which line a row came from, and where that line lies in its manifest,
+/// is the plan's (`items`): the lines are copied by their byte spans, not
+/// read or parsed a second time, so a line the planner left out for a
+/// reason beyond the line itself (a cut id met before) is never written
+/// back.
 pub(super) fn write_back(
     mut outcomes: Outcomes,
     input: &Input,
     out: &Path,
-    (fixed_frames, shard, limits): (Option<u32>, Option<Shard>, Limits),
+    (fixed_frames, shard): (Option<u32>, Option<Shard>),
     items: Option<&Items>,
 ) -> Result<Outcomes, Error> {
     let (
@@ -375,7 +383,8 @@ pub(super) fn write_back(
         .filter_map(|f| manifest::split_name(f))
         .collect();
     let kept = std::mem::take(&mut outcomes.kept);
-    for (((file, split), kept), of) in files.iter().zip(&splits).zip(&kept).zip(&items.items_of) {
+    let per_split = files.iter().zip(&splits).zip(&kept).zip(&items.items_of);
+    for ((((file, split), kept), of), stamp) in per_split.zip(&items.stamps) {
         let to = out.join(shard.map_or(format!("{split}.jsonl"), |s| s.manifest_file_name(split)));
         let same = std::fs::canonicalize(&to)
             .ok()
@@ -395,61 +404,124 @@ pub(super) fn write_back(
             path: to.clone(),
             source,
         };
-        // Per kept row (in row order, so in line order): its line.
-        let seq_lines = &items.lines[of.start as usize..of.end as usize];
-        let rows: Vec<(u64, u32)> = kept
+        // Per kept row (in row order, so in line order): its line's span.
+        let seq_spans = &items.spans[of.start as usize..of.end as usize];
+        let rows: Vec<(Span, u32)> = kept
             .iter()
-            .map(|&(seq, frames)| (u64::from(seq_lines[seq as usize]), frames))
+            .map(|&(seq, frames)| (seq_spans[seq as usize], frames))
             .collect();
-        write_one((file, limits), &to, &h5, &rows, fixed_frames).map_err(output)?;
+        write_one((file, *stamp), &to, &h5, &rows, fixed_frames).map_err(output)?;
         outcomes.manifests.push(to);
     }
     Ok(outcomes)
 }
 
-/// `from`'s lines that became rows (`rows`: per row in order, its 1-based
-/// line and frames), each with its row added, into `to` (through
-/// `.partial`, synced, renamed).
+/// `from`'s lines that became rows (`rows`: per row in order, its line's
+/// span and frames), each with its row added, into `to` (through
+/// `.partial`, synced, renamed). `from` must be the file planned
+/// (`stamp`); its bytes are read once, in order, and only the spans are
+/// copied.
 fn write_one(
-    (from, limits): (&Path, Limits),
+    (from, stamp): (&Path, Option<Stamp>),
     to: &Path,
     h5: &str,
-    rows: &[(u64, u32)],
+    rows: &[(Span, u32)],
     fixed_frames: Option<u32>,
 ) -> std::io::Result<()> {
+    use std::io::Read as _;
+    let changed = |what: &str| {
+        std::io::Error::other(format!(
+            "{} is not the manifest it was when planned ({what}); the manifest changed during \
+             the build",
+            from.display()
+        ))
+    };
+    let (f, now) = manifest::lines::open_file(from).map_err(std::io::Error::other)?;
+    if stamp != Some(now) {
+        return Err(changed("its length or modification time differs"));
+    }
+    let mut r =
+        manifest::lines::bytes(std::io::BufReader::new(f), from).map_err(std::io::Error::other)?;
     let mut partial = to.as_os_str().to_owned();
     partial.push(".partial");
     let partial = PathBuf::from(partial);
     let mut w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
     let file = serde_json::to_string(h5).expect("a string serialises");
-    let changed = |no: u64| {
-        std::io::Error::other(format!(
-            "line {no} of {} is not the item it was when planned; the manifest changed during \
-             the build",
-            from.display()
-        ))
-    };
-    let mut lines = Lines::open(from, limits).map_err(std::io::Error::other)?;
-    for (row, &(want, frames)) in rows.iter().enumerate() {
-        let text = loop {
-            match lines.next_line().map_err(std::io::Error::other)? {
-                None => return Err(changed(want)),
-                Some((no, _)) if no < want => continue,
-                Some((no, Line::Text(text))) if no == want => break text,
-                Some((no, _)) => return Err(changed(no)),
-            }
-        };
+    let (mut at, mut text) = (0u64, Vec::new());
+    for (row, &(span, frames)) in rows.iter().enumerate() {
+        let skip = span
+            .at
+            .checked_sub(at)
+            .ok_or_else(|| changed("its rows' lines are out of order"))?;
+        std::io::copy(&mut (&mut r).take(skip), &mut std::io::sink())?;
+        text.clear();
+        (&mut r).take(u64::from(span.len)).read_to_end(&mut text)?;
+        at = span.at + text.len() as u64;
         // An item's line is a JSON object: it ends with its closing brace.
         let body = text
-            .trim_end()
-            .strip_suffix('}')
-            .ok_or_else(|| changed(want))?;
+            .trim_ascii_end()
+            .strip_suffix(b"}")
+            .ok_or_else(|| changed("a row's line does not end its JSON object there"))?;
         let frames = fixed_frames.unwrap_or(frames);
+        w.write_all(body)?;
         writeln!(
             w,
-            "{body}, \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
+            ", \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
         )?;
     }
     w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&partial, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plans `text` as a manifest and writes back rows for its items
+    /// (frames 10, 11, …); the write-back's text, or its error.
+    fn round_trip(text: &str, edit: Option<&str>) -> std::io::Result<String> {
+        let d = tempfile::tempdir().unwrap();
+        let m = d.path().join("train.jsonl");
+        std::fs::write(&m, text).unwrap();
+        let (f, stamp) = manifest::lines::open_file(&m).unwrap();
+        drop(f);
+        let mut lines = manifest::Lines::open(&m, Limits::default()).unwrap();
+        let mut spans = Vec::new();
+        while let Some((_, line)) = lines.next_line().unwrap() {
+            if matches!(line, manifest::Line::Text(t) if !t.trim().is_empty()) {
+                spans.push(lines.span());
+            }
+        }
+        if let Some(edit) = edit {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::write(&m, edit).unwrap();
+        }
+        let rows: Vec<(Span, u32)> = spans.into_iter().zip(10..).collect();
+        let to = d.path().join("out.jsonl");
+        write_one((&m, Some(stamp)), &to, "train.h5", &rows, None)?;
+        Ok(std::fs::read_to_string(to).unwrap())
+    }
+
+    /// A row's line is copied as written (spaces, escapes, `\r\n`), only
+    /// its row added before its closing brace.
+    #[test]
+    fn write_back_copies_each_line_by_its_span() {
+        let text = "{\"a\": \"\\u00e9\", \"n\": 1.50}\r\n\n  {\"b\": [1, 2]}  \n{\"c\": \"ü\"}";
+        let back = round_trip(text, None).unwrap();
+        let want = [
+            "{\"a\": \"\\u00e9\", \"n\": 1.50, \"features_file\": \"train.h5\", \"features_row\": 0, \"num_frames\": 10}",
+            "  {\"b\": [1, 2], \"features_file\": \"train.h5\", \"features_row\": 1, \"num_frames\": 11}",
+            "{\"c\": \"ü\", \"features_file\": \"train.h5\", \"features_row\": 2, \"num_frames\": 12}",
+        ];
+        assert_eq!(back.lines().collect::<Vec<_>>(), want);
+    }
+
+    /// A manifest rewritten after it was planned is not copied from: the
+    /// spans would name other bytes.
+    #[test]
+    fn a_manifest_changed_since_planning_is_refused() {
+        let text = "{\"a\": 1}\n{\"b\": 2}\n";
+        let e = round_trip(text, Some("{\"b\": 2}\n{\"a\": 1}\n")).unwrap_err();
+        assert!(e.to_string().contains("changed during the build"), "{e}");
+    }
 }

@@ -75,62 +75,121 @@ pub struct Lines {
     no: u64,
     buf: Vec<u8>,
     path: PathBuf,
+    /// Where the next line starts, in the (gunzipped) bytes.
+    at: u64,
+    /// The last line's text, in the (gunzipped) bytes.
+    last: Span,
+    /// The file as it was opened (None: bytes from a reader).
+    stamp: Option<Stamp>,
+}
+
+/// Where a line's text lies in a manifest's (gunzipped) bytes: from `at`,
+/// `len` bytes, its newline and a `\r` before it not counted. What the
+/// write-back copies, with no second reading of the lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub at: u64,
+    pub len: u32,
+}
+
+/// A manifest file as it was when planned: its length and modification
+/// time. The write-back copies lines by their [`Span`]s only from the
+/// same file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub len: u64,
+    pub modified_ns: i128,
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            len: meta.len(),
+            modified_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        }
+    }
+}
+
+/// The bytes of the manifest file `f` (gunzipped when they start with
+/// gzip's magic); `path` names it in errors.
+pub fn bytes(mut f: impl BufRead + 'static, path: &Path) -> Result<Box<dyn BufRead>, Error> {
+    let gz = f
+        .fill_buf()
+        .map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
+            f,
+        )))
+    } else {
+        Box::new(f)
+    })
+}
+
+/// The manifest file at `path`, opened as [`Lines::open`] opens it, and
+/// its [`Stamp`].
+pub fn open_file(path: &Path) -> Result<(std::fs::File, Stamp), Error> {
+    let read = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    match crate::reader::open_regular(path) {
+        Ok((f, meta)) => Ok((f, Stamp::of(&meta))),
+        Err(crate::reader::Error::NotAFile(kind)) => Err(Error::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Err(
+            crate::reader::Error::Open(e)
+            | crate::reader::Error::Stat(e)
+            | crate::reader::Error::Read(e),
+        ) => Err(read(e)),
+        Err(e) => Err(read(std::io::Error::other(e))),
+    }
 }
 
 impl Lines {
     /// The lines of the manifest at `path` (gunzipped when it starts with
     /// gzip's magic), read within `limits`.
     pub fn open(path: &Path, limits: Limits) -> Result<Lines, Error> {
-        let read = |source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let f = match crate::reader::open_regular(path) {
-            Ok((f, _)) => f,
-            Err(crate::reader::Error::NotAFile(kind)) => {
-                return Err(Error::NotRegular {
-                    path: path.to_path_buf(),
-                    kind,
-                });
-            }
-            Err(
-                crate::reader::Error::Open(e)
-                | crate::reader::Error::Stat(e)
-                | crate::reader::Error::Read(e),
-            ) => return Err(read(e)),
-            Err(e) => return Err(read(std::io::Error::other(e))),
-        };
-        Lines::from_reader(std::io::BufReader::new(f), path, limits)
+        let (f, stamp) = open_file(path)?;
+        let mut lines = Lines::from_reader(std::io::BufReader::new(f), path, limits)?;
+        lines.stamp = Some(stamp);
+        Ok(lines)
     }
 
     /// The lines of the manifest bytes `f` yields (gunzipped when they start
     /// with gzip's magic); `path` names them in errors.
     pub fn from_reader(
-        mut f: impl BufRead + 'static,
+        f: impl BufRead + 'static,
         path: &Path,
         limits: Limits,
     ) -> Result<Lines, Error> {
-        let gz = f
-            .fill_buf()
-            .map_err(|source| Error::Read {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .starts_with(&[0x1f, 0x8b]);
-        let r: Box<dyn BufRead> = if gz {
-            Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
-                f,
-            )))
-        } else {
-            Box::new(f)
-        };
         Ok(Lines {
-            r,
+            r: bytes(f, path)?,
             limits,
             no: 0,
             buf: Vec::new(),
             path: path.to_path_buf(),
+            at: 0,
+            last: Span::default(),
+            stamp: None,
         })
+    }
+
+    /// Where the last line's text lies ([`Span`]), when it was within the
+    /// limit (a [`Line::Text`] or [`Line::NotUtf8`]).
+    pub fn span(&self) -> Span {
+        self.last
+    }
+
+    /// The file as it was opened, when [`Lines::open`] opened one.
+    pub fn stamp(&self) -> Option<Stamp> {
+        self.stamp
     }
 
     /// The next line and its 1-based number; None after the last.
@@ -167,6 +226,9 @@ impl Lines {
         if !any {
             return Ok(None);
         }
+        let line_at = self.at;
+        // The next line starts after this one's newline (none at the end).
+        self.at += bytes + 1;
         self.no += 1;
         if self.no > self.limits.max_lines {
             return Err(Error::TooManyLines {
@@ -184,6 +246,10 @@ impl Lines {
         if self.buf.last() == Some(&b'\r') {
             self.buf.pop();
         }
+        self.last = Span {
+            at: line_at,
+            len: u32::try_from(self.buf.len()).unwrap_or(u32::MAX),
+        };
         Ok(Some((
             self.no,
             match std::str::from_utf8(&self.buf) {
@@ -237,6 +303,37 @@ mod tests {
         // The limit is inclusive.
         let got = all(&f, limits(100_000, 100)).unwrap();
         assert!(got[1].1.starts_with("Text("), "{:?}", &got[1].1[..20]);
+    }
+
+    /// Each line's span is where its text lies in the (gunzipped) bytes,
+    /// its `\r\n` or `\n` left out: what the write-back copies.
+    #[test]
+    fn a_line_s_span_is_its_text_in_the_bytes_gzipped_or_not() {
+        let d = tempfile::tempdir().unwrap();
+        let text = "{\"a\": 1}\r\n\n  {\"é\": \"ü\"}  \n\u{2028}x\n{\"end\": true}".to_string();
+        let plain = d.path().join("m.jsonl");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = d.path().join("m.jsonl.gz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, text.as_bytes()).unwrap();
+        std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+        for path in [&plain, &gz] {
+            let mut lines = Lines::open(path, Limits::default()).unwrap();
+            let mut seen = Vec::new();
+            while let Some((_, line)) = lines.next_line().unwrap() {
+                let Line::Text(t) = line else { panic!() };
+                let t = t.to_string();
+                let s = lines.span();
+                assert_eq!(
+                    &text.as_bytes()[s.at as usize..][..s.len as usize],
+                    t.as_bytes()
+                );
+                seen.push(t);
+            }
+            assert_eq!(seen.len(), 5);
+            assert_eq!(seen[4], "{\"end\": true}");
+            assert!(lines.stamp().is_some());
+        }
     }
 
     #[test]
