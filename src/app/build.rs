@@ -363,11 +363,11 @@ fn plan(
             files,
             shard,
             spill,
-            manifest::limits(cfg),
+            cfg,
             manifest::first_seconds(layout, cfg),
         )?,
         Input::Tarred { manifests, shards } => {
-            manifest::read_tarred(manifests, shards, shard, manifest::limits(cfg))?
+            manifest::read_tarred(manifests, shards, shard, cfg)?
         }
         Input::Stored(sets) => {
             manifest::read_stored(sets, shard, spill, Some(&cfg.input.audio_column))?

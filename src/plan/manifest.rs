@@ -221,6 +221,9 @@ pub struct Options<'a> {
     /// (NeMo's tarred audio, `plan::tarred`); None: files beside the
     /// manifest.
     pub members: Option<&'a dyn Members>,
+    /// How the spill reads its recordings ([`spill::prepare`]); None: as
+    /// `[io]`'s defaults say.
+    pub readers: Option<spill::Readers<'a>>,
 }
 
 /// Where a manifest's audio lives when a path names a member of an
@@ -282,6 +285,7 @@ pub fn plan_spilling(
             limits,
             first,
             members: None,
+            readers: None,
         },
     )
 }
@@ -295,6 +299,7 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
         limits,
         first,
         members,
+        readers,
     } = o;
     let mut b = Builder {
         first,
@@ -337,7 +342,15 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
     m.spans = spans.into();
     m.header_bytes = heads.bytes;
     if let Some(dir) = spill {
-        spill::resolve(&mut m, pending, dir);
+        let defaults;
+        let readers = match readers {
+            Some(r) => r,
+            None => {
+                defaults = crate::config::Config::default().io;
+                spill::Readers { io: &defaults }
+            }
+        };
+        spill::prepare(&mut m, pending, dir, readers);
     }
     Ok(m)
 }

@@ -213,10 +213,10 @@ pub(super) fn read(
     files: &[PathBuf],
     shard: Option<Shard>,
     spill: Option<&SpillDir>,
-    limits: Limits,
+    cfg: &Config,
     first: Option<FirstSeconds>,
 ) -> Result<Read, Error> {
-    read_members(files, shard, (spill, limits, first), None)
+    read_members(files, shard, (spill, cfg, first), None)
 }
 
 /// [`read`] of NeMo tarred-audio manifests: each `audio_filepath` a member
@@ -226,12 +226,12 @@ pub(super) fn read_tarred(
     files: &[PathBuf],
     pattern: &str,
     shard: Option<Shard>,
-    limits: Limits,
+    cfg: &Config,
 ) -> Result<Read, Error> {
     let shards = plan::pattern::expand(pattern).map_err(plan::Error::from)?;
     let tarred = plan::tarred::Tarred::index(shards);
     let (plan, mut rejected, seconds, items) =
-        read_members(files, shard, (None, limits, None), Some(&tarred))?;
+        read_members(files, shard, (None, cfg, None), Some(&tarred))?;
     // Every shard of the build indexes all the tars; shard 0 reports them.
     if shard.is_none_or(|s| s.index == 0) {
         for (file, p) in tarred.problems() {
@@ -253,7 +253,7 @@ pub(super) fn read_tarred(
 fn read_members(
     files: &[PathBuf],
     shard: Option<Shard>,
-    (spill, limits, first): (Option<&SpillDir>, Limits, Option<FirstSeconds>),
+    (spill, cfg, first): (Option<&SpillDir>, &Config, Option<FirstSeconds>),
     members: Option<&dyn manifest::Members>,
 ) -> Result<Read, Error> {
     let t = Instant::now();
@@ -262,9 +262,10 @@ fn read_members(
     let o = manifest::Options {
         share,
         spill,
-        limits,
+        limits: limits(cfg),
         first,
         members,
+        readers: Some(manifest::spill::Readers { io: &cfg.io }),
     };
     let m: Manifests = manifest::plan_with(files, o)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {

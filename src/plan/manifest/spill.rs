@@ -8,9 +8,12 @@
 //! each read the whole file and decode it from its start up to the
 //! segment's end: 1,000 segments of a 2-hour recording are about 500 whole
 //! decodes and 1,000 whole reads. Instead, once every manifest line is
-//! planned, [`resolve`] decodes each such recording that has at least
-//! [`MIN_SEGMENTS`] of those segments once, with the
-//! worker's whole-file decoder (`decode::compressed::open`, the same
+//! planned, the prepare step [`prepare`] reads each such recording that
+//! has at least [`MIN_SEGMENTS`] of those segments through the reader
+//! stage (the build's `[io]`: io_uring, its threads placed as the build's
+//! readers, a bounded number of recordings read ahead), and decodes it
+//! once, on at most [`THREADS`] threads, with the worker's whole-file
+//! decoder (`decode::compressed::open`, the same
 //! gapless trimming; [`crate::decode::compressed::Stream::decode_all_to`]
 //! keeps every channel and hands the frames on as they pile up), and
 //! writes the samples as they come as a 32-bit float WAV
@@ -55,9 +58,9 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Manifests;
+use crate::config::IoConfig;
 use crate::decode::compressed;
 use crate::decode::wav::extent;
 use crate::model::Segment;
@@ -126,7 +129,7 @@ impl Drop for SpillDir {
 /// The recordings whose segments may be spilled, with their jobs (path
 /// indices), in the order met.
 #[derive(Debug, Default)]
-pub(super) struct Pending {
+pub struct Pending {
     recordings: Vec<(PathBuf, Vec<u32>)>,
     by_path: std::collections::HashMap<PathBuf, usize>,
 }
@@ -151,10 +154,23 @@ struct Spilled {
     read: u64,
 }
 
+/// How the spill reads the recordings it decodes: the build's reader
+/// configuration (`[io]`: engine, threads, pinning), so they are read as
+/// the build's own files are.
+#[derive(Clone, Copy, Debug)]
+pub struct Readers<'a> {
+    pub io: &'a IoConfig,
+}
+
 /// Spills the recordings of `pending` that qualify into `dir` and plans
 /// their segments as extents of the spills (module doc); the others keep
-/// their plan.
-pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
+/// their plan. The prepare step between planning and building: the
+/// recordings are read through the reader stage (`readers`: io_uring
+/// where it runs, the threads placed as the build's readers are) and
+/// decoded on at most [`THREADS`] threads, with at most
+/// [`READ_AHEAD`] recordings per reader read ahead of the decoders, so
+/// memory holds a bounded number of recordings whatever their count.
+pub fn prepare(m: &mut Manifests, pending: Pending, dir: &SpillDir, readers: Readers<'_>) {
     let todo: Vec<(usize, &(PathBuf, Vec<u32>))> = pending
         .recordings
         .iter()
@@ -164,6 +180,7 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
     if todo.is_empty() || dir.max_bytes == 0 {
         return;
     }
+    let t = std::time::Instant::now();
     if let Err(e) = std::fs::create_dir_all(&dir.path) {
         tracing::warn!(path = %dir.path.display(), error = %e,
             "Cannot create the spill folder; segments are decoded from their recordings' start.");
@@ -171,31 +188,17 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
     }
     let room = Room::new(&dir.path);
     let ends: Vec<f64> = todo.iter().map(|(_, (_, jobs))| end_s(m, jobs)).collect();
-    let done: Mutex<Vec<Result<Spilled, Skip>>> = Mutex::new(
-        todo.iter()
-            .map(|_| Err(Skip::Unfit(String::new())))
-            .collect(),
-    );
-    let next = AtomicUsize::new(0);
-    let threads = THREADS
-        .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .min(todo.len());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                while let Some(&(k, (path, _))) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let file = dir.path.join(format!("{k}.wav"));
-                    let r = spill_one(path, &file, dir.max_bytes, ends[k], &room);
-                    if let Err(why) = &r {
-                        let _ = std::fs::remove_file(&file);
-                        why.log(path);
-                    }
-                    done.lock().expect("no spill thread panics holding it")[k] = r;
-                }
-            });
+    let paths: Vec<PathBuf> = todo.iter().map(|(_, (p, _))| p.clone()).collect();
+    let done = match read_and_spill(&paths, dir, &ends, &room, readers) {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::warn!(error = %e,
+                "Cannot start the readers for the spill; segments are decoded from their \
+                 recordings' start.");
+            let _ = std::fs::remove_dir(&dir.path);
+            return;
         }
-    });
-    let done = done.into_inner().expect("no spill thread panicked");
+    };
     for (spilled, (_, (_, jobs))) in done.into_iter().zip(&todo) {
         match spilled {
             Ok(s) => plan_jobs(m, &s, jobs),
@@ -203,10 +206,99 @@ pub(super) fn resolve(m: &mut Manifests, pending: Pending, dir: &SpillDir) {
             Err(Skip::Unfit(_)) => {}
         }
     }
+    tracing::info!(
+        recordings = todo.len(),
+        spilled = m.spilled,
+        spill_bytes = m.spill_bytes,
+        seconds = t.elapsed().as_secs_f64(),
+        "Prepared the spill."
+    );
     if m.spilled == 0 {
         // Nothing is served from it: the folder goes now, not at the end.
         let _ = std::fs::remove_dir(&dir.path);
     }
+}
+
+/// Recordings each spill reader keeps in flight: the reads ahead of the
+/// decoders are bounded by this (whole recordings, each up to
+/// `input.spill_max_mib`).
+const READ_AHEAD: usize = 2;
+
+/// Reads `paths` whole through a reader stage of `readers` and spills each
+/// into `dir` as it arrives (`ends[k]`: how far path `k`'s segments reach);
+/// per path, its spill or why not.
+fn read_and_spill(
+    paths: &[PathBuf],
+    dir: &SpillDir,
+    ends: &[f64],
+    room: &Room,
+    readers: Readers<'_>,
+) -> Result<Vec<Result<Spilled, Skip>>, crate::reader::stage::StartError> {
+    use crossbeam_queue::ArrayQueue;
+    use std::sync::Arc;
+
+    use crate::reader::{ReadJob, ReaderStage};
+    use crate::runtime::ring::Ring;
+    let decoders = THREADS
+        .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(paths.len());
+    let mut io = readers.io.clone();
+    io.threads = io.threads.clamp(1, paths.len());
+    io.queue_depth = io.queue_depth.clamp(1, READ_AHEAD);
+    // A recording over the spill's limit is not read (the reader says so).
+    io.max_file_bytes = dir.max_bytes;
+    let cpus = crate::runtime::pin::plan(&io.pin, io.threads, 0, None).readers;
+    let jobs = Arc::new(Ring::new(paths.len()));
+    for (k, p) in paths.iter().enumerate() {
+        let _ = jobs.push(ReadJob::whole(k, p.clone()));
+    }
+    jobs.close();
+    let loaded = Arc::new(Ring::new(decoders));
+    let telemetry = Arc::new(crate::runtime::telemetry::Telemetry::default());
+    // The arena holds the small recordings; a larger one is read into an
+    // extent of its own (`reader::arena`).
+    let stage = ReaderStage::start(
+        &io,
+        16 << 20,
+        &cpus,
+        jobs,
+        &loaded,
+        Arc::new(ArrayQueue::new(decoders.max(1))),
+        telemetry,
+    )?;
+    let done: Mutex<Vec<Result<Spilled, Skip>>> = Mutex::new(
+        paths
+            .iter()
+            .map(|_| Err(Skip::Unfit(String::new())))
+            .collect(),
+    );
+    std::thread::scope(|s| {
+        for _ in 0..decoders {
+            s.spawn(|| {
+                while let Some(l) = loaded.pop() {
+                    let k = l.job;
+                    let file = dir.path.join(format!("{k}.wav"));
+                    let r = match &l.bytes {
+                        Ok(bytes) => spill_one(bytes, &file, dir.max_bytes, ends[k], room),
+                        Err(crate::reader::Error::TooLarge { size, limit }) => Err(Skip::Unfit(
+                            format!("the file is {size} bytes, over the spill's {limit}"),
+                        )),
+                        Err(e) => Err(Skip::Unfit(format!("cannot read it: {e}"))),
+                    };
+                    drop(l);
+                    if let Err(why) = &r {
+                        let _ = std::fs::remove_file(&file);
+                        why.log(&paths[k]);
+                    }
+                    done.lock().expect("no spill thread panics holding it")[k] = r;
+                }
+            });
+        }
+    });
+    if !stage.join() {
+        tracing::warn!("A spill reader panicked; its recordings are decoded from their start.");
+    }
+    Ok(done.into_inner().expect("no spill thread panicked"))
 }
 
 /// How far into its recording the segments of `jobs` reach, in seconds:
@@ -350,32 +442,19 @@ fn plan_jobs(m: &mut Manifests, s: &Spilled, jobs: &[u32]) {
     }
 }
 
-/// Decodes the recording at `path` whole and writes it to `file` when it
-/// qualifies (module doc) and there is room for it (`end_s`: how far its
-/// segments reach, [`end_s`]); the caller removes `file` on an error.
+/// Decodes the recording whose bytes are `bytes` and writes it to `file`
+/// when it qualifies (module doc) and there is room for it (`end_s`: how
+/// far its segments reach, [`end_s`]); the caller removes `file` on an
+/// error.
 fn spill_one(
-    path: &Path,
+    bytes: &[u8],
     file: &Path,
     max_bytes: u64,
     end_s: f64,
     room: &Room,
 ) -> Result<Spilled, Skip> {
     let unfit = |why: String| Skip::Unfit(why);
-    // Only a regular file is opened (`reader::open_regular`).
-    let f = match crate::reader::open_regular(path) {
-        Ok((_, md)) if md.len() > max_bytes => {
-            return Err(unfit(format!("the file is over {max_bytes} bytes")));
-        }
-        Ok((f, _)) => f,
-        Err(e) => return Err(unfit(format!("cannot read it: {e}"))),
-    };
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&f, max_bytes.saturating_add(1)),
-        &mut bytes,
-    )
-    .map_err(|e| unfit(format!("cannot read it: {e}")))?;
-    let stream = compressed::open(&bytes).map_err(|e| unfit(e.to_string()))?;
+    let stream = compressed::open(bytes).map_err(|e| unfit(e.to_string()))?;
     let head = stream.head();
     let width = u64::from(head.channels.max(1));
     // At least this many bytes: the frames up to the furthest segment end.
@@ -390,7 +469,7 @@ fn spill_one(
     let header = float_wav_header(head.sample_rate, head.channels, written);
     let head = extent::head(&header, len)
         .ok_or_else(|| unfit("its spill's header does not describe it".into()))?;
-    tracing::debug!(path = %path.display(), spill = %file.display(), frames = written, "Spilled.");
+    tracing::debug!(spill = %file.display(), frames = written, "Spilled.");
     Ok(Spilled {
         file: file.to_path_buf(),
         head,

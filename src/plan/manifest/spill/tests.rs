@@ -184,3 +184,48 @@ fn a_stale_spill_goes_and_the_header_is_a_float_wav() {
     wav::decode_channel_into(&b, &info, 2, &mut one);
     assert_eq!(one[3], samples[3 * 3 + 2]);
 }
+
+/// The spill reads its recordings through the reader stage the build
+/// configures (`[io]`): io_uring and plain reads, one thread or several,
+/// give the same spills, plans and bytes for every segment.
+#[test]
+fn the_spill_reads_through_the_configured_readers() {
+    use crate::config::Engine;
+    use crate::plan::manifest::{Options, plan_with};
+    let d = tempfile::tempdir().unwrap();
+    let bytes = fixture("speech44k_stereo.m4a");
+    for k in 0..3 {
+        std::fs::write(d.path().join(format!("{k}.m4a")), &bytes).unwrap();
+    }
+    let p = d.path().join("train.jsonl");
+    let mut f = std::fs::File::create(&p).unwrap();
+    for k in 0..3 {
+        for (o, du) in SEGMENTS {
+            let line = serde_json::json!({"audio_filepath": format!("{k}.m4a"), "offset": o, "duration": du});
+            writeln!(f, "{line}").unwrap();
+        }
+    }
+    drop(f);
+    let plan = |engine: Engine, threads: usize| {
+        let mut io = crate::config::Config::default().io;
+        io.engine = engine;
+        io.threads = threads;
+        let spill = SpillDir::new(d.path().join(format!("spill-{threads}")), 1 << 30);
+        let o = Options {
+            spill: Some(&spill),
+            readers: Some(Readers { io: &io }),
+            ..Options::default()
+        };
+        let m = plan_with(std::slice::from_ref(&p), o).unwrap();
+        let spilled: Vec<Vec<u8>> = (0..m.plan.jobs.len())
+            .filter(|&i| m.plan.targets.contains_key(&(i as u32)))
+            .map(|i| job_bytes(&m, i))
+            .collect();
+        (m.spilled, m.spill_bytes, m.segments.clone(), spilled)
+    };
+    let uring = plan(Engine::Uring, 2);
+    assert_eq!(uring.0, 3, "every recording is spilled");
+    assert!(!uring.3.is_empty());
+    assert_eq!(plan(Engine::Std, 1), uring);
+    assert_eq!(plan(Engine::Uring, 1), uring);
+}
