@@ -147,6 +147,9 @@ pub struct Pipeline {
     shape: OnceLock<Shape>,
     startup: Mutex<Startup>,
     telemetry: Arc<Telemetry>,
+    /// The run's recipe, built once (None for librosa): what a serve
+    /// sink's layout is taken from.
+    recipe: Option<Arc<dyn crate::frames::FrameRecipe>>,
     /// Computes the rows of files too large to read whole, in pieces
     /// (Kaldi recipes; `crate::long`).
     streamer: Option<Streamer>,
@@ -319,11 +322,22 @@ impl Pipeline {
     /// [`Pipeline::start`] with the backend chosen by `probe`.
     pub fn start_on(
         cfg: &Config,
-        mut probe: Probe,
+        probe: Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         let frames = crate::recipes::frame_recipe(cfg);
+        Pipeline::start_on_recipe((cfg, frames), probe, telemetry, queue_ahead)
+    }
+
+    /// [`Pipeline::start_on`] with the recipe `frames` already built for
+    /// `cfg` (a restart on another backend keeps its recipe).
+    pub fn start_on_recipe(
+        (cfg, frames): (&Config, Option<Arc<dyn crate::frames::FrameRecipe>>),
+        mut probe: Probe,
+        telemetry: Arc<Telemetry>,
+        queue_ahead: usize,
+    ) -> Result<Pipeline, Error> {
         let p = Pipeline::start_reading((cfg, frames), &mut probe, telemetry, queue_ahead)?;
         match p.start_compute(probe) {
             Ok(()) => Ok(p),
@@ -368,6 +382,7 @@ impl Pipeline {
         )?;
         let arena_s = t.elapsed().as_secs_f64();
         let stats = crate::cmvn::Bins::of_recipe(frames.as_ref().map(|r| r.layout()), cfg);
+        let recipe = frames.clone();
         let wiring = Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
@@ -419,7 +434,13 @@ impl Pipeline {
             }),
             telemetry,
             streamer,
+            recipe,
         })
+    }
+
+    /// The run's recipe, as built once for it (None for librosa).
+    pub fn recipe(&self) -> Option<&Arc<dyn crate::frames::FrameRecipe>> {
+        self.recipe.as_ref()
     }
 
     /// What computes a too-large file's row in pieces, under a recipe that

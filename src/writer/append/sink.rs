@@ -107,8 +107,19 @@ impl AppendSink {
         input: &Path,
         telemetry: Arc<Telemetry>,
     ) -> Result<AppendSink, Error> {
-        // The recipe's layout, built once for the splits and the row checks.
         let frames = crate::recipes::frame_layout(cfg);
+        AppendSink::with_layout(output_dir, (cfg, frames), input, telemetry)
+    }
+
+    /// [`AppendSink::new`] with the recipe's layout `frames` (None for
+    /// librosa) as the caller built it, once, for the splits and the row
+    /// checks (serve: its pipeline's recipe).
+    pub fn with_layout(
+        output_dir: &Path,
+        (cfg, frames): (&Config, Option<crate::frames::FrameLayout>),
+        input: &Path,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<AppendSink, Error> {
         let row_len = frames.is_none().then(|| cfg.spec.row_len());
         let splits = Splits::new(output_dir, (cfg, frames), input);
         let (tx, rx) = mpsc::sync_channel(QUEUE);

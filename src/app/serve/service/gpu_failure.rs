@@ -88,8 +88,8 @@ impl Service {
             "auto: the GPU failed during this run ({why}), so the CPU backend is used until \
              serve restarts"
         ));
-        let cpu = Pipeline::start_on(
-            &self.cfg,
+        let cpu = Pipeline::start_on_recipe(
+            (&self.cfg, self.pipeline.recipe().cloned()),
             Probe::decided(choice),
             Arc::clone(&self.telemetry),
             0,

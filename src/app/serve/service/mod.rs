@@ -182,9 +182,10 @@ impl Service {
     /// joined as it is replaced), with every split the journal has rows in
     /// opened.
     fn fresh_sink(&mut self) -> Result<(), Error> {
-        self.sink = AppendSink::new(
+        let layout = self.pipeline.recipe().map(|r| r.layout().clone());
+        self.sink = AppendSink::with_layout(
             &self.serve.output_dir,
-            &self.cfg,
+            (&self.cfg, layout),
             &self.serve.watch_dir,
             Arc::clone(&self.telemetry),
         )?;

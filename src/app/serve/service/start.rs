@@ -167,9 +167,11 @@ impl Service {
         }
         let telemetry = Arc::new(Telemetry::default());
         let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
-        let sink = AppendSink::new(
+        // The sink's layout is the pipeline's recipe's: one recipe a run.
+        let layout = pipeline.recipe().map(|r| r.layout().clone());
+        let sink = AppendSink::with_layout(
             &serve.output_dir,
-            &cfg,
+            (&cfg, layout),
             &serve.watch_dir,
             Arc::clone(&telemetry),
         )?;
