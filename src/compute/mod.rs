@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod long_error;
 pub mod outcome;
 pub mod probe;
 

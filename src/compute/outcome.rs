@@ -64,9 +64,9 @@ pub enum Reject {
     #[error(transparent)]
     Frames(#[from] crate::frames::FrameError),
     /// Too large to read whole, and its row cannot be computed in pieces
-    /// (`crate::long`), or a piece failed.
+    /// (the long-recording stage), or a piece failed.
     #[error(transparent)]
-    Long(#[from] crate::long::error::Error),
+    Long(#[from] super::long_error::Error),
 }
 
 impl Reject {
@@ -107,8 +107,8 @@ impl Reject {
             Reject::Staging { .. } => RejectKind::TooLarge,
             Reject::Device(_) => RejectKind::Device,
             Reject::Frames(crate::frames::FrameError::TooShort { .. }) => RejectKind::TooShort,
-            Reject::Long(crate::long::error::Error::NotStreamable { .. }) => RejectKind::TooLarge,
-            Reject::Long(crate::long::error::Error::PartLength { .. }) => RejectKind::Changed,
+            Reject::Long(super::long_error::Error::NotStreamable { .. }) => RejectKind::TooLarge,
+            Reject::Long(super::long_error::Error::PartLength { .. }) => RejectKind::Changed,
         }
     }
 }

@@ -44,8 +44,7 @@ use crate::reader;
 use crate::runtime::telemetry::Local;
 use crate::writer::RowPieces;
 
-pub mod error;
-pub use error::Error;
+pub use crate::compute::long_error::{self as error, Error};
 
 /// Seconds of audio read and decoded at a time (16 kHz mono: 3.8 MB of
 /// samples).

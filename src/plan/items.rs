@@ -11,8 +11,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::tree::Warning;
-
 /// One file to process. Kept small — a build holds one per input file for its
 /// whole run: the relative path is an index into the plan's [`PathTable`]
 /// (shared with the writer) and the path to open is derived
@@ -120,5 +118,55 @@ impl Plan {
     /// Jobs of split `i`, in seq order.
     pub fn split_jobs(&self, i: usize) -> impl Iterator<Item = &Job> {
         self.jobs.iter().filter(move |j| j.split as usize == i)
+    }
+}
+
+/// Something the walk skipped, and why. `Display` gives the whole sentence;
+/// a structured log takes [`WarningKind::sentence`] as the message and `path`
+/// and `reason` as fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub kind: WarningKind,
+    /// The directory or entry concerned.
+    pub path: PathBuf,
+    /// The I/O error, or what is wrong with the name.
+    pub reason: String,
+}
+
+/// What a [`Warning`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarningKind {
+    /// A directory could not be read; nothing below it is in the plan.
+    UnreadableDir,
+    /// One entry of a directory could not be listed.
+    UnlistableEntry,
+    /// A name is not valid UTF-8, so it cannot be a row's `path`.
+    NonUtf8Name,
+    /// A symbolic link whose target cannot be resolved (dangling, a loop).
+    BrokenLink,
+}
+
+impl WarningKind {
+    /// A sentence for the log message (the values go in fields).
+    pub fn sentence(self) -> &'static str {
+        match self {
+            WarningKind::UnreadableDir => "Skipped a directory that cannot be read.",
+            WarningKind::UnlistableEntry => "Could not list a directory entry.",
+            WarningKind::NonUtf8Name => "Skipped a name that is not valid UTF-8.",
+            WarningKind::BrokenLink => "Skipped a symbolic link that cannot be resolved.",
+        }
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.path.display();
+        let why = &self.reason;
+        match self.kind {
+            WarningKind::UnreadableDir => write!(f, "Skipped directory {p}: {why}."),
+            WarningKind::UnlistableEntry => write!(f, "Could not list an entry of {p}: {why}."),
+            WarningKind::NonUtf8Name => write!(f, "Skipped {p}: {why}."),
+            WarningKind::BrokenLink => write!(f, "Skipped link {p}: {why}."),
+        }
     }
 }

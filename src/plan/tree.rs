@@ -31,56 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::items::{Job, PathTable, Plan};
-
-/// Something the walk skipped, and why. `Display` gives the whole sentence;
-/// a structured log takes [`WarningKind::sentence`] as the message and `path`
-/// and `reason` as fields.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Warning {
-    pub kind: WarningKind,
-    /// The directory or entry concerned.
-    pub path: PathBuf,
-    /// The I/O error, or what is wrong with the name.
-    pub reason: String,
-}
-
-/// What a [`Warning`] is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WarningKind {
-    /// A directory could not be read; nothing below it is in the plan.
-    UnreadableDir,
-    /// One entry of a directory could not be listed.
-    UnlistableEntry,
-    /// A name is not valid UTF-8, so it cannot be a row's `path`.
-    NonUtf8Name,
-    /// A symbolic link whose target cannot be resolved (dangling, a loop).
-    BrokenLink,
-}
-
-impl WarningKind {
-    /// A sentence for the log message (the values go in fields).
-    pub fn sentence(self) -> &'static str {
-        match self {
-            WarningKind::UnreadableDir => "Skipped a directory that cannot be read.",
-            WarningKind::UnlistableEntry => "Could not list a directory entry.",
-            WarningKind::NonUtf8Name => "Skipped a name that is not valid UTF-8.",
-            WarningKind::BrokenLink => "Skipped a symbolic link that cannot be resolved.",
-        }
-    }
-}
-
-impl std::fmt::Display for Warning {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let p = self.path.display();
-        let why = &self.reason;
-        match self.kind {
-            WarningKind::UnreadableDir => write!(f, "Skipped directory {p}: {why}."),
-            WarningKind::UnlistableEntry => write!(f, "Could not list an entry of {p}: {why}."),
-            WarningKind::NonUtf8Name => write!(f, "Skipped {p}: {why}."),
-            WarningKind::BrokenLink => write!(f, "Skipped link {p}: {why}."),
-        }
-    }
-}
+pub use super::items::{Warning, WarningKind};
 
 /// `path` as text for logs and `rejected.jsonl`: valid UTF-8 as is, each
 /// byte that is not as `\xNN`, so distinct names stay distinct.

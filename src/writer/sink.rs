@@ -14,10 +14,11 @@ use super::{DatasetWriter, Error};
 use crate::model::Refusal;
 use crate::plan::Job;
 
-/// A row too long to hold whole (a recording streamed from disk,
-/// `crate::long`): the sink pulls its frames piece by piece when the row's
-/// turn comes, and appends each as it arrives. Only variable-length rows
-/// (`crate::frames`' row protocol) come in pieces.
+/// A row too long to hold whole (a recording streamed from disk, computed
+/// in pieces by the long-recording stage, which implements this trait):
+/// the sink pulls its frames piece by piece when the row's turn comes, and
+/// appends each as it arrives. Only variable-length rows (`crate::frames`'
+/// row protocol) come in pieces.
 pub trait RowPieces: Send {
     /// Replaces `out` with the row's next frames (`frames × bins` values);
     /// `Ok(false)` once every frame was given. `Err`: the row cannot be

@@ -1,6 +1,7 @@
-//! Why a recording too long to read whole has no row (`super`), apart
-//! from the decoder's and the reader's own reasons; its own file so that
-//! `compute::Reject` can carry it without importing the streaming room.
+//! Why a recording too long to read whole has no row (the long-recording
+//! stage above the compute stage, which re-exports it as its `Error`),
+//! apart from the decoder's and the reader's own reasons. It lives here so
+//! that `compute::Reject` carries it without importing the room above.
 
 /// Why a long recording has no row.
 #[derive(Debug, thiserror::Error)]
