@@ -9,7 +9,7 @@
 //! every file of `fuzz/corpus/<target>/` through the same function on the
 //! stable toolchain, so what the fuzzer found stays fixed. The serve
 //! sidecar's body is `app::serve::sidecar::fuzz_sidecar` (a lower layer
-//! never imports `app`), the manifest's `source::manifest::fuzz_manifest`
+//! never imports `app`), the manifest's `plan::manifest::fuzz_manifest`
 //! (re-exported here), the lossy containers' in
 //! `decode::compressed::fuzzing` (re-exported here).
 

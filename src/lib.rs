@@ -23,12 +23,14 @@
 //! * [`pipeline`]: the one wiring — reader start (probe, fallback, arena,
 //!   `io.pin`), compute start (backend choice and its reason), rings,
 //!   telemetry; a command brings only its source and its [`writer::Sink`].
-//! * Stages: [`source`] (sorted walk, split/label rule), [`reader`] (io_uring
+//! * [`plan`]: every input (tree walk, manifests, stored corpora) as one
+//!   item plan, before any read.
+//! * Stages: [`reader`] (io_uring
 //!   engine, std fallback, arena), [`decode`] (WAV, FLAC, resampling, the
 //!   decode pool's staging), [`dsp`] (librosa-exact
 //!   log-mel), [`compute`] (CPU workers, CUDA stage; [`compute::Reject`] for
-//!   per-file outcomes), [`writer`] (the only HDF5 caller: build files and
-//!   SWMR appends behind [`writer::Sink`]).
+//!   per-file outcomes), [`writer`] (build files and SWMR appends behind
+//!   [`writer::Sink`]).
 //! * [`runtime`]: rings with producer guards, thread placement, telemetry,
 //!   raw syscalls ([`runtime::sys`]).
 //! * [`frames`]: variable-length rows (recipes other than librosa): the

@@ -44,10 +44,11 @@ use crate::runtime::telemetry::{Report, Telemetry};
 use crate::runtime::window::Window;
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
-mod manifest;
 mod rejections;
 mod write;
-pub use manifest::Input;
+mod write_back;
+use crate::plan::input::{self as planner, Items};
+pub use crate::plan::input::{Input, PlanReport};
 use rejections::{add_walk_rejections, walk_rejection, write_rejections};
 use write::spawn_writer;
 
@@ -64,20 +65,10 @@ pub enum Error {
          are taken by)"
     )]
     Empty(PathBuf),
-    #[error(
-        "no sample found in {}: the shards or parquet files hold no audio",
-        inputs.join(" ")
-    )]
-    EmptyStored { inputs: Vec<String> },
+    #[error(transparent)]
+    Plan(#[from] crate::plan::input::Error),
     #[error(transparent)]
     Stored(#[from] crate::plan::Error),
-    #[error(transparent)]
-    Manifest(#[from] crate::plan::manifest::Error),
-    #[error(
-        "manifest {0} would be split `rejected`, whose written-back manifest would be the \
-         rejection log rejected.jsonl: rename it"
-    )]
-    RejectedSplit(PathBuf),
     #[error("cannot write the manifest back to {0}: it is an input manifest")]
     WriteBackOverInput(PathBuf),
     #[error(transparent)]
@@ -144,15 +135,6 @@ pub struct Outcomes {
     /// The rows each split's writer wrote (a manifest build's write-back).
     #[serde(skip)]
     kept: Vec<Vec<writer::meta::Kept>>,
-}
-
-/// What the planner read beside the readers: headers, seek indexes, tar
-/// headers and sibling members, parquet pages, and what it spilled.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct PlanReport {
-    pub bytes_read: u64,
-    pub spilled: usize,
-    pub spill_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -256,7 +238,7 @@ pub fn build_input(
     let probe = compute::Probe::spawn(cfg.compute.backend);
     crate::runtime::pin::discover_in_background();
     // Held until the build ends: dropping it removes the spill folder.
-    let spill = manifest::spill_dir(input, out, cfg.input.spill_max_mib, shard);
+    let spill = planner::spill_dir(input, out, cfg.input.spill_max_mib, shard);
     let planned = plan(input, out, cfg, (shard, spill.as_ref()))?;
     // The write-back names each row's line from the first plan's items (a
     // run again on the CPU plans the same lines).
@@ -280,7 +262,7 @@ pub fn build_input(
     };
     let mut outcomes = report(outcomes, out, shard)?;
     outcomes.planned = items.as_ref().map(|i| i.planned);
-    manifest::write_back(
+    write_back::write_back(
         outcomes,
         input,
         out,
@@ -335,7 +317,7 @@ struct Planned {
     frames: Option<Arc<dyn FrameRecipe>>,
     jobs: Vec<Job>,
     /// What a manifest build's items carry beyond the plan.
-    items: Option<Arc<manifest::Items>>,
+    items: Option<Arc<Items>>,
     /// The walk's plan (its jobs moved out): opens paths, holds the names.
     open: Plan,
     walk_rejected: Vec<Rejection>,
@@ -359,18 +341,16 @@ fn plan(
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
             (plan, rejected, s, None)
         }
-        Input::Manifests(files) => manifest::read(
+        Input::Manifests(files) => planner::read(
             files,
             shard,
             spill,
             cfg,
-            manifest::first_seconds(layout, cfg),
+            planner::first_seconds(layout, cfg),
         )?,
-        Input::Tarred { manifests, shards } => {
-            manifest::read_tarred(manifests, shards, shard, cfg)?
-        }
+        Input::Tarred { manifests, shards } => planner::read_tarred(manifests, shards, shard, cfg)?,
         Input::Stored(sets) => {
-            manifest::read_stored(sets, shard, spill, Some(&cfg.input.audio_column))?
+            planner::read_stored(sets, shard, spill, Some(&cfg.input.audio_column))?
         }
     };
     std::fs::create_dir_all(out).map_err(|source| Error::Output {
@@ -383,7 +363,10 @@ fn plan(
         None => DatasetWriter::create(output)?,
     };
     if let Some(items) = &items {
-        writer = writer.with_meta(items.row_meta());
+        writer = writer.with_meta(writer::meta::RowMeta {
+            json: Arc::clone(items.meta()),
+            lines: items.lines().cloned(),
+        });
     }
     let jobs = std::mem::take(&mut plan.jobs);
     Ok(Planned {
@@ -615,7 +598,7 @@ fn start_compute(
 fn spawn_source(
     p: &Pipeline,
     jobs: &Arc<[Job]>,
-    (open, items): (Arc<Plan>, Option<Arc<manifest::Items>>),
+    (open, items): (Arc<Plan>, Option<Arc<Items>>),
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<()>, Error> {
     let (feed, jobs) = (p.jobs().producer(), Arc::clone(jobs));

@@ -157,7 +157,7 @@ pub mod input {
     /// `input.channels`: librosa's mono.
     pub const CHANNELS: Channels = Channels::Mean;
     /// `input.spill_max_mib`: the largest whole-recording decode a manifest
-    /// build spills (`source::manifest::spill`): 2 GiB, 9.7 h of 16 kHz
+    /// build spills (`plan::manifest::spill`): 2 GiB, 9.7 h of 16 kHz
     /// mono or 1.6 h of 48 kHz stereo as 32-bit floats.
     pub const SPILL_MAX_MIB: u64 = 2048;
     /// The most `input.spill_max_mib` may be: a WAV's sizes are 32-bit.
@@ -166,7 +166,7 @@ pub mod input {
     /// NeMo or lhotse line is a few hundred bytes (a lhotse cut with its
     /// supervisions and custom fields a few KiB); a longer one is rejected
     /// with its line number and read past without being kept
-    /// (`source::manifest::lines`).
+    /// (`plan::manifest::lines`).
     pub const MANIFEST_MAX_LINE_KIB: u64 = 1024;
     /// The most `input.manifest_max_line_kib` may be: 1 GiB.
     pub const MANIFEST_MAX_LINE_KIB_LIMIT: u64 = 1 << 20;

@@ -40,11 +40,11 @@ pub struct InputConfig {
     /// A manifest build decodes a compressed recording that cannot be cut
     /// into parts once, into a float WAV under the output folder, when it
     /// has several segments and its decode is at most this many MiB
-    /// (`source::manifest::spill`); 0: never (each segment is decoded
+    /// (`plan::manifest::spill`); 0: never (each segment is decoded
     /// from the recording's start).
     pub spill_max_mib: u64,
     /// A manifest line longer than this many KiB is rejected (with its line
-    /// number) and skipped unread (`source::manifest::lines`).
+    /// number) and skipped unread (`plan::manifest::lines`).
     pub manifest_max_line_kib: u64,
     /// A manifest with more lines than this (blank ones included) stops the
     /// build with an error.

@@ -8,7 +8,7 @@
 //! of frames are held whatever the recording's length:
 //!
 //! * **Parts** of [`PART_SECONDS`] seconds are read as the byte ranges a
-//!   manifest segment of those seconds reads (`source::manifest::Recording`:
+//!   manifest segment of those seconds reads (`plan::container::Recording`:
 //!   a WAV's samples behind its rewritten header, a FLAC's frames from a seek
 //!   point or found by a search, an MP3's, Ogg's or MP4's frames from a
 //!   pre-roll) and decoded by the clip decoder as such a segment, which gives

@@ -1,16 +1,25 @@
-//! The planning room for corpora stored as containers of recordings:
-//! WebDataset tar shards (plain or gzipped), lhotse Shar, NeMo tarred audio
-//! and Hugging Face parquet files, read in place.
+//! The planning room: every input `build` reads, turned into the one item
+//! plan the stages run on, before anything is read for a row.
 //!
-//! Its product is the item plan every manifest build already runs on
-//! ([`crate::plan::manifest::Manifests`]): per item its split, the path
-//! recorded as its `path`, the file the readers open, the byte extent they
-//! read there ([`crate::reader::ReadRange`]), its metadata as one JSON
-//! object and its 1-based position in its file (the `line` dataset). So a
-//! tar member goes through the same io_uring reads, decoders, compute
-//! stages and writer as a file of a tree, and nothing below this room
-//! knows a tar or a parquet file exists.
+//! The product is [`Plan`] ([`items`]): per item its split, label and
+//! position ([`Job`]), the path recorded as its `path` ([`PathTable`]) and
+//! the file the readers open; and for every input but a tree the
+//! [`input::Items`] beside it: the byte extent the readers read there
+//! ([`crate::reader::ReadRange`]), the segment the decoder cuts, the
+//! metadata as one JSON object, and the line. So a manifest's segment, a
+//! tar member and a parquet cell go through the same io_uring reads,
+//! decoders, compute stages and writer as a file of a tree, and nothing
+//! below this room knows a manifest, a tar or a parquet file exists.
 //!
+//! * [`input`]: what the command line names ([`input::Input`]), and the
+//!   plan of each kind with its rejections, in a build's order;
+//! * [`tree`]: the sorted walk of a directory, with the split/label rule;
+//! * [`manifest`]: NeMo and lhotse manifests, line by line within bounds,
+//!   and the spill, the prepare step that decodes a compressed recording
+//!   once for its segments without a part ([`manifest::spill`]);
+//! * [`container`]: where a segment lies in a recording: one trait that
+//!   WAV, FLAC, the compressed streams and archive members answer;
+//! * [`shard`]: `--shard K/N`, the share of lines or files a shard plans;
 //! * [`pattern`]: brace ranges and globs, expanded by melforge itself;
 //! * [`tar`]: a tar archive's members as byte extents, with the damage it
 //!   can survive;
@@ -21,20 +30,23 @@
 //! * [`shar`]: lhotse Shar folders, each cut's audio a member of the
 //!   recording tar beside its CutSet shard;
 //! * [`tarred`]: NeMo's tarred audio, a manifest's paths as members of
-//!   its shards (the manifest planner, `source::manifest`, asks it through
-//!   the `Members` trait, so `source` does not import this room);
-//! * [`stored`]: the sets of files as the command line names them, and the
-//!   plan of them.
+//!   its shards (the manifest planner asks it through the
+//!   [`manifest::Members`] trait);
+//! * [`stored`]: the sets of stored files as the command line names them,
+//!   and the plan of them.
 //!
-//! Nothing here imports the commands (`app`) or the stages after the
-//! readers: the room sits beside `source`, below `app`.
+//! Nothing here imports the commands (`app`), the pipeline or the stages
+//! after the readers but for the rejection type: the writer takes the
+//! plan's vocabulary from here, and the room sits below `app`.
 
 pub mod container;
+pub mod input;
 pub mod items;
 pub mod manifest;
 pub mod parquet;
 pub mod pattern;
 pub mod shar;
+pub mod shard;
 pub mod stored;
 pub mod tar;
 pub mod tarred;

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use super::{Error, Halt, Written, manifest};
+use super::{Error, Halt, Written};
 use crate::app::interrupt;
 use crate::compute::{Reject, Rejection};
 use crate::pipeline::{self, Delivered, Pipeline};
+use crate::plan::input::Items;
 use crate::plan::{Job, Plan};
 use crate::runtime::telemetry::Local;
 use crate::runtime::window::{CloseOnDrop, Window};
@@ -17,7 +18,7 @@ use crate::writer::DatasetWriter;
 pub(super) fn spawn_writer(
     p: &Arc<Pipeline>,
     jobs: &Arc<[Job]>,
-    (open, items): (Arc<Plan>, Option<Arc<manifest::Items>>),
+    (open, items): (Arc<Plan>, Option<Arc<Items>>),
     writer: DatasetWriter,
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<Written>, Error> {
@@ -41,7 +42,7 @@ pub(super) fn spawn_writer(
 fn write_all(
     mut w: DatasetWriter,
     jobs: &[Job],
-    (open, items): (&Plan, Option<&manifest::Items>),
+    (open, items): (&Plan, Option<&Items>),
     window: &Window,
     p: &Pipeline,
 ) -> Written {

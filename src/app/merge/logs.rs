@@ -178,7 +178,7 @@ struct Added {
     num_frames: u64,
 }
 
-/// What `build` puts before its additions (`build::manifest::write_one`).
+/// What `build` puts before its additions (`build::write_back::write_one`).
 const ADDED: &str = ", \"features_file\": ";
 
 /// A written-back line as (the manifest's own text without its closing

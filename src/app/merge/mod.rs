@@ -47,7 +47,7 @@ mod logs;
 mod map;
 mod offsets;
 pub mod open;
-pub mod shard;
+pub use crate::plan::shard;
 mod stats;
 mod vds;
 

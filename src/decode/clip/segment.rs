@@ -12,13 +12,13 @@
 //! stream from a frame or page (MP4: access unit) a pre-roll before the
 //! segment, with its `lossy` placement: the part's decoder says which
 //! whole-file sample its first output is, and the pre-roll before the
-//! segment is dropped (`source::manifest`, `decode::compressed::index`).
+//! segment is dropped (`plan::manifest`, `decode::compressed::index`).
 //! Any other compressed stream (an MP4 segment past the first access unit
 //! that may code perceptual noise, or a recording without an index) is
 //! decoded from its start up to the segment's end, its frames before the
 //! segment dropped, unless the source spilled the recording's decode to a
 //! float WAV: the segment is then a WAV cut to it
-//! (`source::manifest::spill`).
+//! (`plan::manifest::spill`).
 //!
 //! A whole-file item that states its duration ([`Segment::expect_s`]) is
 //! decoded whole and checked against it.

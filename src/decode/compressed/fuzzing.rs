@@ -16,7 +16,7 @@ use crate::decode::clip::{Channels, ClipDecoder, Policy, Resample};
 use crate::decode::policy::Mix;
 use crate::model::{LossyPart, Segment};
 
-/// The file's first bytes that `source::manifest` hands the index.
+/// The file's first bytes that `plan::manifest` hands the index.
 const HEAD: usize = 64 << 10;
 
 /// Samples a fuzzed decode may hand out (far more than any input of the

@@ -42,7 +42,7 @@
 //! track's section codebooks, read by [`index`]). Other segments of such a
 //! recording are decoded from its start, or served from one decode of the
 //! recording that the manifest planner spilled ([`Stream::decode_all`]:
-//! every channel kept, interleaved; `source::manifest::spill`).
+//! every channel kept, interleaved; `plan::manifest::spill`).
 //!
 //! A stream cut short is [`Error::Truncated`]: an Ogg page or MP4 box that
 //! runs past the end of the file, an Ogg stream without its end-of-stream

@@ -1,5 +1,5 @@
 //! One manifest line as an item, or the sentence saying why it is none
-//! (`source::manifest`'s module doc lists the fields read).
+//! (`plan::manifest`'s module doc lists the fields read).
 //!
 //! What a line states is checked here, before any file is touched: JSON
 //! (serde_json's nesting limit of 128 turns a line nested 100,000 deep into

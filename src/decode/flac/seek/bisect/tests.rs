@@ -160,7 +160,7 @@ fn seg(offset_s: f64, duration_s: Option<f64>) -> Segment {
 fn check(file: &[u8], segs: &[Segment]) -> (u64, u64) {
     let mut whole = Vec::new();
     let info = decode(file, Channels::Mean, usize::MAX, &mut whole).unwrap();
-    // What the planner reads of the file first (`source::manifest`).
+    // What the planner reads of the file first (`plan::manifest`).
     let mut h = super::super::head(&file[..file.len().min(64 << 10)], file.len() as u64)
         .expect("a FLAC head");
     assert!(h.points.is_empty(), "the file has no seek points");

@@ -24,7 +24,7 @@ use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
 
-use crate::plan::Plan;
+use super::Plan;
 
 /// The root attribute of a shard file that names its shard (`"K/N"`); merge
 /// checks it against the file name and leaves it out of the merged file.
