@@ -382,7 +382,6 @@ impl Pipeline {
         )?;
         let arena_s = t.elapsed().as_secs_f64();
         let stats = crate::cmvn::Bins::of_recipe(frames.as_ref().map(|r| r.layout()), cfg);
-        let recipe = frames.clone();
         let wiring = Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
@@ -420,6 +419,7 @@ impl Pipeline {
             outcomes,
             free_rows,
             readers,
+            recipe: wiring.frames.clone(),
             pending: Mutex::new(Some(PendingCompute {
                 cfg: cfg.clone(),
                 plan,
@@ -434,7 +434,6 @@ impl Pipeline {
             }),
             telemetry,
             streamer,
-            recipe,
         })
     }
 

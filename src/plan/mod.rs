@@ -35,9 +35,11 @@
 //! * [`stored`]: the sets of stored files as the command line names them,
 //!   and the plan of them.
 //!
-//! Nothing here imports the commands (`app`), the pipeline or the stages
-//! after the readers but for the rejection type: the writer takes the
-//! plan's vocabulary from here, and the room sits below `app`.
+//! Nothing here imports the commands (`app`), the pipeline, the writer or
+//! `long`: what the room takes from below is the readers, the decoders'
+//! headers, indexes and whole-stream decoder (for the spill), `config`,
+//! `runtime` and the rejection type; the writer takes the plan's
+//! vocabulary from here.
 
 pub mod container;
 pub mod input;
