@@ -120,7 +120,9 @@ impl Input {
 /// A manifest build's items beyond the plan, by path index (one per job).
 #[derive(Clone, Debug)]
 pub struct Items {
-    pub lines: Arc<[u32]>,
+    /// By path index: the item's 1-based manifest line (a stored item's
+    /// position in its file).
+    lines: Arc<[u32]>,
     meta: Arc<PathTable>,
     segments: Vec<Option<Segment>>,
     ranges: Vec<Option<ReadRange>>,
