@@ -358,12 +358,8 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
 /// The number of lines of a manifest (gunzipped), as [`Lines`] reads them:
 /// what a [`Share`] divides.
 pub fn count_lines(path: &Path, limits: Limits) -> Result<usize, Error> {
-    let mut lines = Lines::open(path, limits)?;
-    let mut n = 0;
-    while lines.next_line()?.is_some() {
-        n += 1;
-    }
-    Ok(n)
+    let n = Lines::open(path, limits)?.count()?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// The plan as it grows, manifest by manifest.

@@ -192,6 +192,45 @@ impl Lines {
         self.stamp
     }
 
+    /// The number of lines left, counted as [`Lines::next_line`] numbers
+    /// them (a last line without its newline counts; a line over the
+    /// length limit counts as one) without copying or decoding them: what
+    /// a shard's share divides. More than [`Limits::max_lines`] in all is
+    /// [`Error::TooManyLines`], as for the reader of the lines.
+    pub fn count(mut self) -> Result<u64, Error> {
+        let mut ends_open = false;
+        loop {
+            let avail = match self.r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(Error::Read {
+                        path: self.path.clone(),
+                        source,
+                    });
+                }
+            };
+            if avail.is_empty() {
+                break;
+            }
+            self.no += avail.iter().filter(|&&b| b == b'\n').count() as u64;
+            ends_open = avail.last() != Some(&b'\n');
+            let n = avail.len();
+            self.r.consume(n);
+            if self.no > self.limits.max_lines {
+                break;
+            }
+        }
+        self.no += u64::from(ends_open);
+        if self.no > self.limits.max_lines {
+            return Err(Error::TooManyLines {
+                path: self.path.clone(),
+                max: self.limits.max_lines,
+            });
+        }
+        Ok(self.no)
+    }
+
     /// The next line and its 1-based number; None after the last.
     pub fn next_line(&mut self) -> Result<Option<(u64, Line<'_>)>, Error> {
         self.buf.clear();
@@ -333,6 +372,43 @@ mod tests {
             assert_eq!(seen.len(), 5);
             assert_eq!(seen[4], "{\"end\": true}");
             assert!(lines.stamp().is_some());
+        }
+    }
+
+    /// The count a shard divides is the number of lines the planner
+    /// reads, whatever the lines hold and however the file ends.
+    #[test]
+    fn the_count_is_the_number_of_lines_read() {
+        let d = tempfile::tempdir().unwrap();
+        let long = "x".repeat(5000);
+        let mut odd = format!("{long}\n\u{e9}\n").into_bytes();
+        odd.extend_from_slice(b"\xff-not-utf8\n");
+        odd.extend_from_slice(long.as_bytes());
+        let cases: [Vec<u8>; 7] = [
+            b"".to_vec(),
+            b"\n".to_vec(),
+            b"a".to_vec(),
+            b"a\n".to_vec(),
+            b"a\r\n\n\nb".to_vec(),
+            odd,
+            vec![b'\n'; 70_000],
+        ];
+        for (i, text) in cases.iter().enumerate() {
+            let f = d.path().join(format!("{i}.jsonl"));
+            std::fs::write(&f, text).unwrap();
+            let l = limits(1000, 1_000_000);
+            let read = all(&f, l).unwrap().len() as u64;
+            assert_eq!(
+                Lines::open(&f, l).unwrap().count().unwrap(),
+                read,
+                "case {i}"
+            );
+            if read > 0 {
+                match Lines::open(&f, limits(1000, read - 1)).unwrap().count() {
+                    Err(Error::TooManyLines { .. }) => {}
+                    other => panic!("case {i}: {other:?}"),
+                }
+            }
         }
     }
 
