@@ -116,10 +116,7 @@ impl Stamp {
 pub fn bytes(mut f: impl BufRead + 'static, path: &Path) -> Result<Box<dyn BufRead>, Error> {
     let gz = f
         .fill_buf()
-        .map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?
+        .map_err(|source| read_error(path, source))?
         .starts_with(&[0x1f, 0x8b]);
     Ok(if gz {
         Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
@@ -133,10 +130,7 @@ pub fn bytes(mut f: impl BufRead + 'static, path: &Path) -> Result<Box<dyn BufRe
 /// The manifest file at `path`, opened as [`Lines::open`] opens it, and
 /// its [`Stamp`].
 pub fn open_file(path: &Path) -> Result<(std::fs::File, Stamp), Error> {
-    let read = |source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    };
+    let read = |source| read_error(path, source);
     match crate::reader::open_regular(path) {
         Ok((f, meta)) => Ok((f, Stamp::of(&meta))),
         Err(crate::reader::Error::NotAFile(kind)) => Err(Error::NotRegular {
@@ -200,16 +194,7 @@ impl Lines {
     pub fn count(mut self) -> Result<u64, Error> {
         let mut ends_open = false;
         loop {
-            let avail = match self.r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(Error::Read {
-                        path: self.path.clone(),
-                        source,
-                    });
-                }
-            };
+            let avail = fill(&mut self.r, &self.path)?;
             if avail.is_empty() {
                 break;
             }
@@ -222,13 +207,20 @@ impl Lines {
             }
         }
         self.no += u64::from(ends_open);
+        self.within_max()?;
+        Ok(self.no)
+    }
+
+    /// [`Error::TooManyLines`] once more than [`Limits::max_lines`] were
+    /// read.
+    fn within_max(&self) -> Result<(), Error> {
         if self.no > self.limits.max_lines {
             return Err(Error::TooManyLines {
                 path: self.path.clone(),
                 max: self.limits.max_lines,
             });
         }
-        Ok(self.no)
+        Ok(())
     }
 
     /// The next line and its 1-based number; None after the last.
@@ -237,16 +229,7 @@ impl Lines {
         let max = self.limits.max_line_bytes;
         let (mut bytes, mut any) = (0u64, false);
         loop {
-            let avail = match self.r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(Error::Read {
-                        path: self.path.clone(),
-                        source,
-                    });
-                }
-            };
+            let avail = fill(&mut self.r, &self.path)?;
             if avail.is_empty() {
                 break;
             }
@@ -269,12 +252,7 @@ impl Lines {
         // The next line starts after this one's newline (none at the end).
         self.at += bytes + 1;
         self.no += 1;
-        if self.no > self.limits.max_lines {
-            return Err(Error::TooManyLines {
-                path: self.path.clone(),
-                max: self.limits.max_lines,
-            });
-        }
+        self.within_max()?;
         debug_assert!(
             self.buf.len() <= max,
             "the line buffer stays within the limit"
@@ -298,6 +276,26 @@ impl Lines {
                 },
             },
         )))
+    }
+}
+
+/// The bytes `r` holds next (empty at the end), reading again after an
+/// interruption; an error names the manifest at `path`. Once a fill has
+/// not been interrupted its bytes are buffered, so the second `fill_buf`
+/// only hands them out.
+fn fill<'r>(r: &'r mut Box<dyn BufRead>, path: &Path) -> Result<&'r [u8], Error> {
+    while let Err(e) = r.fill_buf() {
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(read_error(path, e));
+        }
+    }
+    r.fill_buf().map_err(|source| read_error(path, source))
+}
+
+fn read_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Read {
+        path: path.to_path_buf(),
+        source,
     }
 }
 
