@@ -25,7 +25,10 @@ Both carry text and speaker in Unicode.
 read back with h5py and compared with the reference:
 
 * NeMo: `librosa.load(path, sr=16000, mono=True, offset=o, duration=d)`;
-* cut: `librosa.load(path, sr=None, mono=False, offset=s, duration=d)`,
+* cut: what lhotse's `Recording.load_audio` reads: the file's samples
+  from `compute_num_samples(start, sr)` on, `compute_num_samples(duration,
+  sr)` of them (lhotse's rounding: `t * sr` to 8 decimals, then half up;
+  librosa truncates), read whole with soundfile (ffmpeg for M4A) and cut,
   its channel, then `librosa.resample(..., res_type="soxr_hq")`;
 * Ogg Vorbis and Ogg Opus: soundfile's samples of the whole file, cut with
   the same frame arithmetic (`int(offset * sr)`, `int(duration * sr)`),
@@ -63,6 +66,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from decimal import ROUND_HALF_UP, Decimal
 
 import h5py
 import librosa
@@ -158,17 +162,34 @@ def melforge_length(melforge, path):
     return info["frames"]
 
 
+def lhotse_samples(t, sr):
+    """lhotse.utils.compute_num_samples(t, sr) (ROUND_HALF_UP)."""
+    return int(Decimal(round(t * sr, ndigits=8)).quantize(0, rounding=ROUND_HALF_UP))
+
+
+def whole(path, ext, melforge):
+    """The whole file's samples (channels, n) and rate."""
+    if ext in ("m4a", "m4a0"):
+        y, sr = ffmpeg_samples(path)
+        # ffmpeg 5 keeps the last access unit's padding: the track ends
+        # where melforge ends it (scripts/parity_decoders.py checks that).
+        return y[:, : melforge_length(melforge, path)], sr
+    y, sr = sf.read(path, dtype="float32", always_2d=True)
+    return y.T, sr
+
+
+def cut_reference(path, ext, start, duration, channel, melforge):
+    """The 16 kHz samples of a lhotse cut, as lhotse counts them."""
+    y, sr = whole(path, ext, melforge)
+    first = lhotse_samples(start, sr)
+    y = y[channel, first:first + lhotse_samples(duration, sr)]
+    return librosa.resample(y, orig_sr=sr, target_sr=16000, res_type="soxr_hq")
+
+
 def reference(path, ext, offset, duration, channel, melforge):
     """The 16 kHz samples librosa.load gives for the item (see WHOLE)."""
     if ext in WHOLE:
-        if ext in ("m4a", "m4a0"):
-            y, sr = ffmpeg_samples(path)
-            # ffmpeg 5 keeps the last access unit's padding: the track ends
-            # where melforge ends it (scripts/parity_decoders.py checks that).
-            y = y[:, : melforge_length(melforge, path)]
-        else:
-            y, sr = sf.read(path, dtype="float32", always_2d=True)
-            y = y.T
+        y, sr = whole(path, ext, melforge)
         start = int((offset or 0.0) * sr)
         end = y.shape[1] if duration is None else start + int(duration * sr)
         y = y[:, start:end]
@@ -241,8 +262,9 @@ def compare(name, got, want, tol):
     return None, worst
 
 
-def check_split(out, split, lines, channel_of, melforge):
-    """Failures of one split, and the worst error per container."""
+def check_split(out, split, lines, channel_of, melforge, loader):
+    """Failures of one split, and the worst error per container; `loader`
+    gives each line's reference samples (its own loader's)."""
     failures, worst = [], {}
     got, meta, line = rows(f"{out}/{split}.h5")
     if len(got) != len(lines):
@@ -251,7 +273,7 @@ def check_split(out, split, lines, channel_of, melforge):
     for i, (g, m, item) in enumerate(zip(got, meta, lines)):
         path, ext, offset, duration, channel, text, speaker = channel_of(item)
         want = knf_reference("kaldi-fbank", {"num_mel_bins": BINS},
-                             reference(path, ext, offset, duration, channel, melforge))
+                             loader(path, ext, offset, duration, channel, melforge))
         fail, err = compare(f"{split} line {i + 1} ({os.path.basename(path)} {offset} {duration} "
                             f"ch {channel})", g, want, 5e-2 if ext in LOSSY else 1e-3)
         worst[ext] = max(worst.get(ext, 0.0), err)
@@ -300,8 +322,9 @@ def main():
                     s["speaker"])
 
         failures, worst = [], {}
-        for split, lines, how in (("nemo", nemo, nemo_item), ("cuts", cuts, cut_item)):
-            f, w = check_split(out, split, lines, how, melforge)
+        for split, lines, how, loader in (("nemo", nemo, nemo_item, reference),
+                                          ("cuts", cuts, cut_item, cut_reference)):
+            f, w = check_split(out, split, lines, how, melforge, loader)
             failures += f
             for k, v in w.items():
                 worst[k] = max(worst.get(k, 0.0), v)

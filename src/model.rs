@@ -180,6 +180,41 @@ pub struct Segment {
     /// from a frame or page boundary before the segment; the decoder places
     /// them with this.
     pub lossy: Option<LossyPart>,
+    /// How seconds become a sample count: the manifest's own loader's rule.
+    pub rounding: Rounding,
+}
+
+/// How a manifest's loader turns seconds into samples; each line's row is
+/// the samples its own loader reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Rounding {
+    /// `librosa.load(offset, duration)`, as NeMo loads: `int(t · rate)`,
+    /// truncated.
+    #[default]
+    Librosa,
+    /// lhotse's `compute_num_samples(t, rate)`: `t · rate` rounded to 8
+    /// decimals, then half up (`Decimal.quantize(0, ROUND_HALF_UP)`), which
+    /// `Recording.load_audio` uses for both the offset and the count. A
+    /// duration whose product with the rate lands just below a whole number
+    /// (0.xx9999…) keeps its last sample, as lhotse's own features do.
+    Lhotse,
+}
+
+impl Rounding {
+    /// `t` seconds (≥ 0, finite) at `rate` Hz as a sample count.
+    pub fn samples(self, t: f64, rate: u32) -> u64 {
+        let x = t * f64::from(rate);
+        match self {
+            Rounding::Librosa => x as u64,
+            Rounding::Lhotse => {
+                // Python's `round(x, 8)` of `n + f` is `n + round(f, 8)`;
+                // `f · 1e8` is exact enough in f64 for any `f` in [0, 1).
+                let whole = x.floor();
+                let frac = ((x - whole) * 1e8).round() / 1e8;
+                whole as u64 + u64::from(frac >= 0.5)
+            }
+        }
+    }
 }
 
 /// How part of a lossy stream lines up with its whole-file decode. Positions
@@ -208,9 +243,10 @@ impl Segment {
     pub const DURATION_TOLERANCE_S: f64 = 0.1;
 
     /// The first native frame and the frame count (None: to the end) at
-    /// `rate` Hz, truncated as librosa's `int(offset * sr)` does.
+    /// `rate` Hz, as the manifest's loader counts them ([`Rounding`]:
+    /// librosa's `int(offset * sr)`, or lhotse's `compute_num_samples`).
     pub fn frames(&self, rate: u32) -> (u64, Option<u64>) {
-        let at = |s: f64| (s * f64::from(rate)) as u64;
+        let at = |s: f64| self.rounding.samples(s, rate);
         (at(self.offset_s), self.duration_s.map(at))
     }
 
@@ -223,5 +259,32 @@ impl Segment {
             && self.expect_s.is_none()
             && self.base_frame == 0
             && self.lossy.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rounding;
+
+    /// lhotse's `compute_num_samples` against values Python computes:
+    /// `int(Decimal(round(t * sr, ndigits=8)).quantize(0, ROUND_HALF_UP))`.
+    #[test]
+    fn lhotse_rounds_half_up_after_eight_decimals() {
+        let lhotse = |t, sr| Rounding::Lhotse.samples(t, sr);
+        // 1.0153125 * 16000 = 16244.999999999998 in float64.
+        assert_eq!(lhotse(1.015_312_5, 16_000), 16_245);
+        assert_eq!(Rounding::Librosa.samples(1.015_312_5, 16_000), 16_244);
+        // 1.2345 * 44100 = 54441.45: down under both.
+        assert_eq!(lhotse(1.2345, 44_100), 54_441);
+        // 0.123456 * 22050 = 2722.2048; 0.3333 * 22050 = 7349.265.
+        assert_eq!(lhotse(0.123_456, 22_050), 2_722);
+        assert_eq!(lhotse(0.3333, 22_050), 7_349);
+        // Exactly one half goes up (Python's round() would go to even).
+        assert_eq!(lhotse(0.5 / 16_000.0 * 3.0, 16_000), 2);
+        assert_eq!(lhotse(2.5 / 16_000.0, 16_000), 3);
+        // 0.77777 * 48000 = 37332.96; whole seconds are exact.
+        assert_eq!(lhotse(0.77777, 48_000), 37_333);
+        assert_eq!(lhotse(4.0, 22_050), 88_200);
+        assert_eq!(lhotse(0.0, 16_000), 0);
     }
 }

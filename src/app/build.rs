@@ -44,6 +44,7 @@ use crate::runtime::telemetry::{Report, Telemetry};
 use crate::runtime::window::Window;
 use crate::writer::{self, DatasetWriter, OutputPlan, PlannedFile, SplitPlan, WriteReport};
 
+mod lhotse;
 mod rejections;
 mod write;
 mod write_back;
@@ -71,6 +72,18 @@ pub enum Error {
     Stored(#[from] crate::plan::Error),
     #[error("cannot write the manifest back to {0}: it is an input manifest")]
     WriteBackOverInput(PathBuf),
+    #[error("cannot give {path} its lhotse views: {source}")]
+    Views {
+        path: PathBuf,
+        source: writer::vds::ViewsError,
+    },
+    #[error("cannot write lhotse cuts: {0}")]
+    Lhotse(String),
+    #[error(
+        "output.lhotse (--lhotse) writes cuts for lhotse CutSet manifests; {0} is not one (a \
+         tree, a stored corpus or NeMo tarred audio)"
+    )]
+    LhotseInput(PathBuf),
     #[error(transparent)]
     Pipeline(#[from] pipeline::Error),
     #[error(transparent)]
@@ -127,6 +140,10 @@ pub struct Outcomes {
     /// The manifests written back (`OUT/<split>.jsonl`), for a manifest build.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub manifests: Vec<PathBuf>,
+    /// The lhotse cuts written (`OUT/<split>.cuts.jsonl.gz`), with
+    /// `output.lhotse`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cuts: Vec<PathBuf>,
     /// What planning read and spilled, for a manifest or stored-corpus
     /// build (the readers' bytes are `report.bytes_read`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,8 +255,25 @@ pub fn build_input(
     let probe = compute::Probe::spawn(cfg.compute.backend);
     crate::runtime::pin::discover_in_background();
     // Held until the build ends: dropping it removes the spill folder.
+    if cfg.output.lhotse {
+        match input {
+            Input::Manifests(_) => {}
+            Input::Tarred { manifests, .. } => {
+                return Err(Error::LhotseInput(manifests[0].clone()));
+            }
+            Input::Tree(dir) => return Err(Error::LhotseInput(dir.clone())),
+            Input::Stored(sets) => {
+                return Err(Error::LhotseInput(sets[0].pattern.clone().into()));
+            }
+        }
+    }
     let spill = planner::spill_dir(input, out, cfg.input.spill_max_mib, shard);
     let planned = plan(input, out, cfg, (shard, spill.as_ref()))?;
+    // lhotse's cuts describe the recipe's rows (config allows only Kaldi).
+    let cuts = match (&planned.frames, cfg.output.lhotse) {
+        (Some(f), true) => Some(lhotse::Cuts::new(f.layout())),
+        _ => None,
+    };
     // The write-back names each row's line from the first plan's items (a
     // run again on the CPU plans the same lines).
     let items = planned.items.clone();
@@ -268,6 +302,7 @@ pub fn build_input(
         out,
         (fixed_frames, shard),
         items.as_deref(),
+        cuts.as_ref(),
     )
 }
 
@@ -691,6 +726,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         rejected,
         rejected_log: PathBuf::new(),
         manifests: Vec::new(),
+        cuts: Vec::new(),
         planned: None,
         report,
         kept,

@@ -126,6 +126,17 @@ enum Command {
         /// Compute backend; overrides compute.backend.
         #[arg(long, value_enum)]
         backend: Option<BackendArg>,
+        /// The recipe; overrides features.recipe: librosa, kaldi-fbank,
+        /// kaldi-mfcc, whisper, or lhotse-fbank (kaldi-fbank with the
+        /// defaults of lhotse's FbankConfig).
+        #[arg(long)]
+        recipe: Option<String>,
+        /// Also write OUT/<split>.cuts.jsonl.gz, lhotse cuts whose features
+        /// lhotse loads itself (storage numpy_hdf5: a view per row in the
+        /// split file); sets output.lhotse. Kaldi recipes with snip_edges
+        /// false.
+        #[arg(long)]
+        lhotse: bool,
         /// Exit with status 1 if any file is rejected.
         #[arg(long)]
         strict: bool,
@@ -297,6 +308,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             out,
             config,
             backend,
+            recipe,
+            lhotse,
             strict,
             json,
             shard,
@@ -304,7 +317,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             split,
             tarred_audio,
         } => {
-            let cfg = build_config(config.as_deref(), backend)?;
+            let over = crate::config::Overrides { recipe, lhotse };
+            let cfg = build_config(config.as_deref(), backend, &over)?;
             let opts = build::Options {
                 progress: progress_for(progress, json, format),
                 telemetry: None,
@@ -465,11 +479,9 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
 fn build_config(
     config: Option<&std::path::Path>,
     backend: Option<BackendArg>,
+    over: &crate::config::Overrides,
 ) -> anyhow::Result<Config> {
-    let mut cfg = match config {
-        Some(f) => Config::load(f)?,
-        None => Config::default(),
-    };
+    let mut cfg = Config::load_with(config, over)?;
     if let Some(b) = backend {
         cfg.compute.backend = match b {
             BackendArg::Auto => Backend::Auto,

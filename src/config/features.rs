@@ -3,7 +3,10 @@
 //!
 //! `recipe` = "librosa" (the default: `[mel]` + `[segmentation]`, fixed-length
 //! clips, the same bytes as before this section existed) | "kaldi-fbank" |
-//! "kaldi-mfcc" | "whisper". The Kaldi parameters are flat in `[features]`,
+//! "kaldi-mfcc" | "whisper" | "lhotse-fbank" (a preset: "kaldi-fbank" with
+//! the defaults of lhotse's `FbankConfig`, [`KaldiOptions::lhotse_fbank`];
+//! the file records "kaldi-fbank" and every value, so it reads as any Kaldi
+//! fbank file). The Kaldi parameters are flat in `[features]`,
 //! with exactly the keyword names and defaults of
 //! `torchaudio.compliance.kaldi.fbank` / `.mfcc` (plus `sample_scale`); Whisper
 //! takes `n_mels`. A key that the chosen recipe does not have is an error
@@ -23,7 +26,8 @@ use crate::dsp::whisper::{self, WhisperPlan};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFeatures {
-    /// "librosa" (default) | "kaldi-fbank" | "kaldi-mfcc" | "whisper".
+    /// "librosa" (default) | "kaldi-fbank" | "kaldi-mfcc" | "whisper" |
+    /// "lhotse-fbank".
     pub recipe: Option<String>,
     /// whisper: 80 (default) or 128.
     pub n_mels: Option<usize>,
@@ -158,11 +162,15 @@ impl FeaturesConfig {
             }
             "kaldi-fbank" => {
                 only(r, &FBANK_ONLY, "kaldi-fbank", cx)?;
-                Recipe::KaldiFbank(kaldi(r, Kind::Fbank, cx)?)
+                Recipe::KaldiFbank(kaldi(r, Kind::Fbank, KaldiOptions::default(), cx)?)
+            }
+            "lhotse-fbank" => {
+                only(r, &FBANK_ONLY, "lhotse-fbank", cx)?;
+                Recipe::KaldiFbank(kaldi(r, Kind::Fbank, KaldiOptions::lhotse_fbank(), cx)?)
             }
             "kaldi-mfcc" => {
                 only(r, &MFCC_ONLY, "kaldi-mfcc", cx)?;
-                Recipe::KaldiMfcc(kaldi(r, Kind::Mfcc, cx)?)
+                Recipe::KaldiMfcc(kaldi(r, Kind::Mfcc, KaldiOptions::default(), cx)?)
             }
             "whisper" => {
                 only(r, &["n_mels"], "whisper", cx)?;
@@ -174,7 +182,9 @@ impl FeaturesConfig {
             other => {
                 return Err(cx.invalid(
                     "features.recipe",
-                    format!("\"{other}\"; expected one of \"librosa\", \"kaldi-fbank\", \"kaldi-mfcc\", \"whisper\""),
+                    format!(
+                        "\"{other}\"; expected one of \"librosa\", \"kaldi-fbank\", \"kaldi-mfcc\", \"whisper\", \"lhotse-fbank\""
+                    ),
                 ));
             }
         };
@@ -271,9 +281,9 @@ fn only(r: &RawFeatures, allowed: &[&str], recipe: &str, cx: &Ctx) -> Result<(),
     Ok(())
 }
 
-/// The Kaldi options: torchaudio's defaults for absent keys, then validated.
-fn kaldi(r: &RawFeatures, kind: Kind, cx: &Ctx) -> Result<KaldiOptions, Error> {
-    let d = KaldiOptions::default();
+/// The Kaldi options: the preset's defaults `d` (torchaudio's, or lhotse's
+/// `FbankConfig`) for absent keys, then validated.
+fn kaldi(r: &RawFeatures, kind: Kind, d: KaldiOptions, cx: &Ctx) -> Result<KaldiOptions, Error> {
     let window_options: Vec<(&str, KaldiWindow)> = KaldiWindow::ALL.to_vec();
     let o = KaldiOptions {
         sample_frequency: r.sample_frequency.unwrap_or(d.sample_frequency),

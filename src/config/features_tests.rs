@@ -122,3 +122,81 @@ fn mel_keys_are_rejected_under_another_recipe() {
         .is_ok()
     );
 }
+
+/// `lhotse-fbank` is `kaldi-fbank` with lhotse's `FbankConfig` defaults
+/// (lhotse/features/kaldi/extractors.py), recorded as kaldi-fbank; its keys
+/// still change them.
+#[test]
+fn lhotse_fbank_is_kaldi_fbank_with_lhotses_defaults() {
+    let c = Config::parse("[features]\nrecipe = \"lhotse-fbank\"\n", "t").unwrap();
+    let Recipe::KaldiFbank(o) = &c.features.recipe else {
+        panic!("{:?}", c.features.recipe)
+    };
+    assert_eq!(
+        (o.num_mel_bins, o.snip_edges, o.high_freq, o.energy_floor),
+        (80, false, -400.0, 1e-10)
+    );
+    assert_eq!((o.dither, o.low_freq, o.frame_shift), (0.0, 20.0, 10.0));
+    assert_eq!(
+        c.features.params()[0],
+        ("features.recipe".into(), ParamValue::Text("kaldi-fbank"))
+    );
+    let c = Config::parse(
+        "[features]\nrecipe = \"lhotse-fbank\"\nnum_mel_bins = 40\n",
+        "t",
+    )
+    .unwrap();
+    assert!(
+        matches!(&c.features.recipe, Recipe::KaldiFbank(o) if o.num_mel_bins == 40 && !o.snip_edges)
+    );
+    let e = Config::parse(
+        "[features]\nrecipe = \"lhotse-fbank\"\nnum_ceps = 13\n",
+        "f.toml",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not a parameter of recipe \"lhotse-fbank\""),
+        "{e}"
+    );
+}
+
+/// `output.lhotse` needs a recipe lhotse counts frames for: Kaldi without
+/// `snip_edges`; the command line's `--recipe`/`--lhotse` go through the
+/// same checks.
+#[test]
+fn lhotse_output_needs_kaldi_without_snip_edges() {
+    use crate::config::Overrides;
+    let e = Config::parse("[output]\nlhotse = true\n", "f.toml").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("f.toml:2: invalid value for `output.lhotse`")
+            && e.to_string().contains("recipe \"librosa\""),
+        "{e}"
+    );
+    let text = "[features]\nrecipe = \"kaldi-fbank\"\n\n[output]\nlhotse = true\n";
+    let e = Config::parse(text, "f.toml").unwrap_err();
+    assert!(e.to_string().contains("snip_edges"), "{e}");
+    let text =
+        "[features]\nrecipe = \"kaldi-mfcc\"\nsnip_edges = false\n\n[output]\nlhotse = true\n";
+    assert!(Config::parse(text, "f.toml").unwrap().output.lhotse);
+    let over = Overrides {
+        recipe: Some("lhotse-fbank".into()),
+        lhotse: true,
+    };
+    let c = Config::load_with(None, &over).unwrap();
+    assert!(c.output.lhotse);
+    assert!(matches!(&c.features.recipe, Recipe::KaldiFbank(o) if o.num_mel_bins == 80));
+    let over = Overrides {
+        recipe: Some("whisper".into()),
+        lhotse: true,
+    };
+    let e = Config::load_with(None, &over).unwrap_err();
+    assert!(e.to_string().contains("recipe \"whisper\""), "{e}");
+    let over = Overrides {
+        recipe: Some("lhotse".into()),
+        lhotse: false,
+    };
+    let e = Config::load_with(None, &over).unwrap_err();
+    assert!(e.to_string().contains("\"lhotse-fbank\""), "{e}");
+}

@@ -213,12 +213,7 @@ impl Config {
     /// Reads and validates a config file; relative paths in it resolve against
     /// its directory.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Config::parse_in(&text, &path.display().to_string(), base)
+        Config::load_with(Some(path), &Overrides::default())
     }
 
     fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Config, Error> {
@@ -250,10 +245,15 @@ impl Config {
             .transpose()
             .map_err(|(key, message)| cx.invalid(key, message))?;
         let spec = mel::spec(&raw.mel, &raw.segmentation, &cx)?;
+        let features = FeaturesConfig::from_raw(&raw.features, spec != Spec::default(), &cx)?;
+        let output = OutputConfig::from_raw(&raw.output, &cx)?;
+        if output.lhotse {
+            lhotse_allows(&features.recipe).map_err(|why| cx.invalid("output.lhotse", why))?;
+        }
         Ok(Config {
-            features: FeaturesConfig::from_raw(&raw.features, spec != Spec::default(), &cx)?,
+            features,
             spec,
-            output: OutputConfig::from_raw(&raw.output, &cx)?,
+            output,
             io: IoConfig::from_raw(&raw.io, &cx)?,
             compute: ComputeConfig::from_raw(&raw.compute, &cx, serve.as_ref())?,
             control: ControlConfig::from_raw(&raw.control, &cx, base)?,
@@ -261,6 +261,67 @@ impl Config {
             serve,
             input: InputConfig::from_raw(&raw.input, &cx)?,
         })
+    }
+}
+
+/// What the command line sets over a config file's keys (`build --recipe`,
+/// `--lhotse`): applied to the raw keys before validation, so they get the
+/// same checks and the same sentences as the file's own.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `features.recipe`.
+    pub recipe: Option<String>,
+    /// `output.lhotse = true`.
+    pub lhotse: bool,
+}
+
+impl Config {
+    /// The config file at `path` (the defaults when `None`) with `over`
+    /// set on its keys, validated as one.
+    pub fn load_with(path: Option<&Path>, over: &Overrides) -> Result<Config, Error> {
+        let (text, origin, base) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|source| Error::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?,
+                p.display().to_string(),
+                p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            ),
+            None => (String::new(), "<defaults>".to_string(), ".".into()),
+        };
+        let mut raw: RawConfig = toml::from_str(&text).map_err(|e| Error::Syntax {
+            origin: origin.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(r) = &over.recipe {
+            raw.features.recipe = Some(r.clone());
+        }
+        if over.lhotse {
+            raw.output.lhotse = Some(true);
+        }
+        Config::from_raw_in(raw, &text, &origin, &base)
+    }
+}
+
+/// Whether lhotse can load a recipe's rows as a cut's features: its
+/// `Features` describe frames `frame_shift` apart whose count is
+/// `compute_num_frames(duration, frame_shift, sampling_rate)`, which holds
+/// for the Kaldi recipes without `snip_edges` (lhotse's own default).
+fn lhotse_allows(recipe: &Recipe) -> Result<(), String> {
+    match recipe {
+        Recipe::KaldiFbank(o) | Recipe::KaldiMfcc(o) if !o.snip_edges => Ok(()),
+        Recipe::KaldiFbank(_) | Recipe::KaldiMfcc(_) => Err(
+            "true, but `features.snip_edges` is true: lhotse counts a cut's frames as \
+             `compute_num_frames` does, which assumes snip_edges = false (the \
+             \"lhotse-fbank\" recipe's default)"
+                .to_string(),
+        ),
+        other => Err(format!(
+            "true, but recipe \"{}\" has no lhotse feature type; lhotse cuts are written for \
+             \"lhotse-fbank\", \"kaldi-fbank\" and \"kaldi-mfcc\" (with snip_edges = false)",
+            other.name()
+        )),
     }
 }
 

@@ -15,6 +15,10 @@ pub struct RawOutput {
     pub dtype: Option<String>,
     /// Rows per HDF5 chunk along N (default [`defaults::output::CHUNK_FILES`]).
     pub chunk_files: Option<usize>,
+    /// Also write lhotse cuts whose features lhotse loads itself
+    /// (`OUT/<split>.cuts.jsonl.gz`; default false). Kaldi recipes with
+    /// `snip_edges = false` only (checked in `Config`, which sees both).
+    pub lhotse: Option<bool>,
 }
 
 /// Validated output settings.
@@ -23,6 +27,9 @@ pub struct OutputConfig {
     pub dtype: Dtype,
     /// Rows per HDF5 chunk (≥ 1).
     pub chunk_files: usize,
+    /// Write `OUT/<split>.cuts.jsonl.gz` beside each split file, with a
+    /// `numpy_hdf5` view per row in it (docs/FORMAT.md, "lhotse cuts").
+    pub lhotse: bool,
 }
 
 impl OutputConfig {
@@ -40,6 +47,7 @@ impl OutputConfig {
                 o.chunk_files,
                 defaults::output::CHUNK_FILES,
             )?,
+            lhotse: o.lhotse.unwrap_or(false),
         })
     }
 }

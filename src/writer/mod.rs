@@ -79,6 +79,7 @@ mod tests_frames;
 #[cfg(test)]
 mod tests_identity;
 mod validate;
+pub mod vds;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ mod golden;
 mod house;
 mod input;
 mod interrupt;
+mod lhotse;
 mod long;
 mod manifest;
 mod manifest_hostile;

@@ -6,10 +6,9 @@
 //! string is as written: the plan knows where each line lies
 //! (`plan::manifest::Span`), and the lines are copied from there.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{Error, Outcomes};
+use super::{Error, Outcomes, lhotse};
 use crate::plan::input::{Input, Items};
 use crate::plan::manifest::{self, Span, Stamp};
 use crate::plan::shard::Shard;
@@ -21,13 +20,16 @@ use crate::plan::shard::Shard;
 /// is the plan's (`items`): the lines are copied by their byte spans, not
 /// read or parsed a second time, so a line the planner left out for a
 /// reason beyond the line itself (a cut id met before) is never written
-/// back.
+/// back. With `lhotse` (`output.lhotse`), the same pass also writes
+/// `OUT/<split>.cuts.jsonl.gz` (a shard's `<split>.shard-K-of-N.cuts.jsonl.gz`),
+/// after the split file got its views (`writer::vds::views`).
 pub(super) fn write_back(
     mut outcomes: Outcomes,
     input: &Input,
     out: &Path,
     (fixed_frames, shard): (Option<u32>, Option<Shard>),
     items: Option<&Items>,
+    lhotse: Option<&lhotse::Cuts>,
 ) -> Result<Outcomes, Error> {
     let (
         Input::Manifests(files)
@@ -55,34 +57,181 @@ pub(super) fn write_back(
         if same {
             return Err(Error::WriteBackOverInput(to));
         }
-        let h5 = outcomes
+        let h5_path = outcomes
             .outputs
             .iter()
             .find(|o| o.split == *split)
-            .and_then(|o| o.path.file_name())
+            .map(|o| o.path.clone());
+        let h5 = h5_path
+            .as_ref()
+            .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let output = |source| Error::Output {
-            path: to.clone(),
-            source,
-        };
         // Per kept row (in row order, so in line order): its line's span.
         let seq_spans = &items.spans()[of.start as usize..of.end as usize];
         let rows: Vec<(Span, u32)> = kept
             .iter()
             .map(|&(seq, frames)| (seq_spans[seq as usize], frames))
             .collect();
-        write_one((file, *stamp), &to, &h5, &rows, fixed_frames).map_err(output)?;
+        let mut cuts = match lhotse {
+            Some(l) => {
+                let path = out.join(lhotse::file_name(split, shard));
+                Some((l.writer(&path, h5_path.as_deref())?, path))
+            }
+            None => None,
+        };
+        let mut back = Partial::create(&to).map_err(|e| output(&to, e))?;
+        let file_json = serde_json::to_string(&h5).expect("a string serialises");
+        for_each_row((file, *stamp), &rows, |row, line, frames| {
+            let frames = fixed_frames.unwrap_or(frames);
+            write_row(back.writer(), line, &file_json, row, frames)
+                .map_err(|e| RowError::Output(to.clone(), e))?;
+            if let Some((w, path)) = &mut cuts {
+                w.cut(row, line, frames).map_err(|e| match e {
+                    lhotse::CutError::Io(e) => RowError::Output(path.clone(), e),
+                    lhotse::CutError::Line(why) => RowError::Cut(why),
+                })?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            RowError::Read(e) => output(&to, e),
+            RowError::Output(path, e) => output(&path, e),
+            RowError::Cut(why) => Error::Lhotse(why),
+        })?;
+        back.finish().map_err(|e| output(&to, e))?;
         outcomes.manifests.push(to);
+        if let Some((w, path)) = cuts {
+            w.finish()?;
+            outcomes.cuts.push(path);
+        }
     }
     Ok(outcomes)
 }
 
-/// `from`'s lines that became rows (`rows`: per row in order, its line's
-/// span and frames), each with its row added, into `to` (through
-/// `.partial`, synced, renamed). `from` must be the file planned
-/// (`stamp`); its bytes are read once, in order, and only the spans are
-/// copied.
+fn output(path: &Path, source: std::io::Error) -> Error {
+    Error::Output {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Why the pass over the rows' lines stopped.
+enum RowError {
+    /// Reading the manifest (or it changed since planning).
+    Read(std::io::Error),
+    /// Writing this output.
+    Output(PathBuf, std::io::Error),
+    /// A row's line cannot be a lhotse cut.
+    Cut(String),
+}
+
+/// A file written under `<name>.partial`, synced, then renamed to its name.
+pub(super) struct Partial {
+    partial: PathBuf,
+    to: PathBuf,
+    w: std::io::BufWriter<std::fs::File>,
+}
+
+impl Partial {
+    pub(super) fn create(to: &Path) -> std::io::Result<Partial> {
+        let mut partial = to.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+        Ok(Partial {
+            partial,
+            to: to.to_path_buf(),
+            w,
+        })
+    }
+
+    pub(super) fn writer(&mut self) -> &mut std::io::BufWriter<std::fs::File> {
+        &mut self.w
+    }
+
+    /// Flushes, syncs and renames the file to its name.
+    pub(super) fn finish(self) -> std::io::Result<()> {
+        self.w
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
+        std::fs::rename(&self.partial, &self.to)
+    }
+}
+
+/// One row's line written back: its text up to its closing brace, then the
+/// row.
+fn write_row(
+    w: &mut impl std::io::Write,
+    line: &[u8],
+    file: &str,
+    row: usize,
+    frames: u32,
+) -> std::io::Result<()> {
+    let body = object_body(line)
+        .ok_or_else(|| std::io::Error::other("a row's line does not end its JSON object there"))?;
+    w.write_all(body)?;
+    writeln!(
+        w,
+        ", \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
+    )
+}
+
+/// An item's line up to (not with) its closing brace: a JSON object's text
+/// ends with it.
+pub(super) fn object_body(line: &[u8]) -> Option<&[u8]> {
+    line.trim_ascii_end().strip_suffix(b"}")
+}
+
+/// Calls `each(row, line, frames)` for the lines of `from` that became rows
+/// (`rows`: per row in order, its line's span and frames). `from` must be
+/// the file planned (`stamp`); its bytes are read once, in order, and only
+/// the spans are read.
+fn for_each_row(
+    (from, stamp): (&Path, Option<Stamp>),
+    rows: &[(Span, u32)],
+    mut each: impl FnMut(usize, &[u8], u32) -> Result<(), RowError>,
+) -> Result<(), RowError> {
+    use std::io::Read as _;
+    let changed = |what: &str| {
+        RowError::Read(std::io::Error::other(format!(
+            "{} is not the manifest it was when planned ({what}); the manifest changed during \
+             the build",
+            from.display()
+        )))
+    };
+    let (f, now) =
+        manifest::lines::open_file(from).map_err(|e| RowError::Read(std::io::Error::other(e)))?;
+    if stamp != Some(now) {
+        return Err(changed("its length or modification time differs"));
+    }
+    let mut r = manifest::lines::bytes(std::io::BufReader::new(f), from)
+        .map_err(|e| RowError::Read(std::io::Error::other(e)))?;
+    let (mut at, mut text) = (0u64, Vec::new());
+    for (row, &(span, frames)) in rows.iter().enumerate() {
+        let skip = span
+            .at
+            .checked_sub(at)
+            .ok_or_else(|| changed("its rows' lines are out of order"))?;
+        std::io::copy(&mut (&mut r).take(skip), &mut std::io::sink()).map_err(RowError::Read)?;
+        text.clear();
+        (&mut r)
+            .take(u64::from(span.len))
+            .read_to_end(&mut text)
+            .map_err(RowError::Read)?;
+        at = span.at + text.len() as u64;
+        if object_body(&text).is_none() {
+            return Err(changed("a row's line does not end its JSON object there"));
+        }
+        each(row, &text, frames)?;
+    }
+    Ok(())
+}
+
+/// `from`'s lines that became rows, each with its row added, into `to`
+/// (through `.partial`, synced, renamed).
+#[cfg(test)]
 fn write_one(
     (from, stamp): (&Path, Option<Stamp>),
     to: &Path,
@@ -90,49 +239,18 @@ fn write_one(
     rows: &[(Span, u32)],
     fixed_frames: Option<u32>,
 ) -> std::io::Result<()> {
-    use std::io::Read as _;
-    let changed = |what: &str| {
-        std::io::Error::other(format!(
-            "{} is not the manifest it was when planned ({what}); the manifest changed during \
-             the build",
-            from.display()
-        ))
-    };
-    let (f, now) = manifest::lines::open_file(from).map_err(std::io::Error::other)?;
-    if stamp != Some(now) {
-        return Err(changed("its length or modification time differs"));
-    }
-    let mut r =
-        manifest::lines::bytes(std::io::BufReader::new(f), from).map_err(std::io::Error::other)?;
-    let mut partial = to.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let mut w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+    let mut back = Partial::create(to)?;
     let file = serde_json::to_string(h5).expect("a string serialises");
-    let (mut at, mut text) = (0u64, Vec::new());
-    for (row, &(span, frames)) in rows.iter().enumerate() {
-        let skip = span
-            .at
-            .checked_sub(at)
-            .ok_or_else(|| changed("its rows' lines are out of order"))?;
-        std::io::copy(&mut (&mut r).take(skip), &mut std::io::sink())?;
-        text.clear();
-        (&mut r).take(u64::from(span.len)).read_to_end(&mut text)?;
-        at = span.at + text.len() as u64;
-        // An item's line is a JSON object: it ends with its closing brace.
-        let body = text
-            .trim_ascii_end()
-            .strip_suffix(b"}")
-            .ok_or_else(|| changed("a row's line does not end its JSON object there"))?;
+    for_each_row((from, stamp), rows, |row, line, frames| {
         let frames = fixed_frames.unwrap_or(frames);
-        w.write_all(body)?;
-        writeln!(
-            w,
-            ", \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
-        )?;
-    }
-    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&partial, to)
+        write_row(back.writer(), line, &file, row, frames)
+            .map_err(|e| RowError::Output(to.to_path_buf(), e))
+    })
+    .map_err(|e| match e {
+        RowError::Read(e) | RowError::Output(_, e) => e,
+        RowError::Cut(why) => std::io::Error::other(why),
+    })?;
+    back.finish()
 }
 
 #[cfg(test)]

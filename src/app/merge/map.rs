@@ -10,7 +10,8 @@ use std::path::Path;
 
 use super::attrs::Value;
 use super::open::{Axis, Part};
-use super::{Ctx, Error, copy, create_split, vds};
+use super::{Ctx, Error, copy, create_split};
+use crate::writer::vds;
 
 /// Writes the virtual merged file of one split at `out` (its shards named
 /// relative to it, so they must stay in `dir`).
@@ -35,6 +36,8 @@ pub(super) fn write(
                     file: &p.name,
                     rows: p.len(axis),
                     offset,
+                    from: 0,
+                    extent: p.len(axis),
                 };
                 offset += s.rows;
                 s

@@ -49,7 +49,7 @@ mod offsets;
 pub mod open;
 pub use crate::plan::shard;
 mod stats;
-mod vds;
+use crate::writer::vds;
 
 use std::path::{Path, PathBuf};
 

@@ -135,6 +135,25 @@ impl Default for KaldiOptions {
     }
 }
 
+impl KaldiOptions {
+    /// lhotse's `Fbank()`: its `FbankConfig` defaults (lhotse
+    /// `features/kaldi/extractors.py`), which differ from torchaudio's in
+    /// four places: 80 bins, `snip_edges` false (lhotse's frame count,
+    /// `compute_num_frames`, assumes it), `high_freq` −400 (Nyquist − 400 Hz)
+    /// and `energy_floor` 1e-10 (`lhotse.utils.EPSILON`; read only with
+    /// `use_energy`). The rest, the log floor included (float32's epsilon,
+    /// `Wav2LogFilterBank._eps`), are torchaudio's.
+    pub fn lhotse_fbank() -> Self {
+        KaldiOptions {
+            num_mel_bins: 80,
+            snip_edges: false,
+            high_freq: -400.0,
+            energy_floor: 1e-10,
+            ..KaldiOptions::default()
+        }
+    }
+}
+
 /// Why options cannot make a plan: the key (torchaudio's name), what it was,
 /// and what was expected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

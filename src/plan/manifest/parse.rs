@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::Segment;
+use crate::model::{Rounding, Segment};
 
 /// One usable line.
 pub(super) struct Item {
@@ -185,6 +185,16 @@ fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
         ));
     }
     let audio = audio.clone();
+    if let Some(name) = foreign_transform(rec) {
+        return Err((
+            Some(audio),
+            format!(
+                "the recording has the transform `{name}`; melforge reads the source's audio \
+                 and applies none but resampling (`Resample`, to the recipe's rate under \
+                 input.resample)"
+            ),
+        ));
+    }
     let start = number(&obj, "start", &audio)?.unwrap_or(0.0);
     let duration = number(&obj, "duration", &audio)?
         .ok_or((Some(audio.clone()), "the cut has no `duration`".to_string()))?;
@@ -212,8 +222,20 @@ fn cut(obj: Map<String, Value>) -> Result<Item, Bad> {
             expect_s: None,
             base_frame: 0,
             lossy: None,
+            rounding: Rounding::Lhotse,
         }),
         meta,
+    })
+}
+
+/// The name of the first of the recording's `transforms` that is not a
+/// `Resample` (lhotse's speed or volume perturbation, reverberation, …),
+/// whose audio a row of the source's samples would silently not be.
+fn foreign_transform(rec: Option<&Map<String, Value>>) -> Option<String> {
+    let transforms = rec?.get("transforms")?.as_array()?;
+    transforms.iter().find_map(|t| {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or("?");
+        (name != "Resample").then(|| name.to_string())
     })
 }
 

@@ -148,6 +148,7 @@ fn lhotse_cuts_from_a_gzipped_cutset() {
             expect_s: None,
             base_frame: 0,
             lossy: None,
+            rounding: crate::model::Rounding::Lhotse,
         })
     );
     let meta0 = meta(&m, 0);
@@ -315,4 +316,38 @@ fn hostile_lines_are_rejected_with_a_reason_and_the_good_ones_kept() {
     assert!(m.rejected.iter().all(|r| r.kind == RejectKind::BadLine));
     assert_eq!(m.items_of.len(), 1);
     assert_eq!(m.items_of[0], 0..3);
+}
+
+/// A cut whose recording carries a transform melforge does not apply
+/// (speed perturbation) is refused by name; `Resample` is read (the recipe
+/// resamples), and a cut's samples are counted as lhotse counts them.
+#[test]
+fn cuts_with_foreign_transforms_are_refused_and_resample_is_read() {
+    let cut = |transforms: &str| {
+        format!(
+            "{{\"id\": \"c\", \"start\": 0.5, \"duration\": 1.0, \"channel\": 0, \"recording\": \
+             {{\"id\": \"r\", \"sources\": [{{\"type\": \"file\", \"channels\": [0], \"source\": \
+             \"a.wav\"}}], \"sampling_rate\": 16000, \"num_samples\": 48000, \"duration\": 3.0, \
+             \"transforms\": [{transforms}]}}}}"
+        )
+    };
+    let speed = cut(
+        "{\"name\": \"Resample\", \"kwargs\": {\"source_sampling_rate\": 8000, \
+         \"target_sampling_rate\": 16000}}, {\"name\": \"Speed\", \"kwargs\": {\"factor\": 1.1}}",
+    );
+    let Err((audio, why)) = parse_line(&speed) else {
+        panic!("a sped-up cut was read")
+    };
+    assert_eq!(audio.as_deref(), Some("a.wav"));
+    assert!(why.contains("the transform `Speed`"), "{why}");
+    let resampled = cut(
+        "{\"name\": \"Resample\", \"kwargs\": {\"source_sampling_rate\": 8000, \
+         \"target_sampling_rate\": 16000}}",
+    );
+    let Ok(item) = parse_line(&resampled) else {
+        panic!("a resampled cut was refused")
+    };
+    let seg = item.segment.unwrap();
+    assert_eq!(seg.rounding, crate::model::Rounding::Lhotse);
+    assert_eq!(seg.frames(16_000), (8_000, Some(16_000)));
 }
