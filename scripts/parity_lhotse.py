@@ -95,9 +95,9 @@ def make_cuts(recs):
             cut = cut.to_mono(mono_downmix=False)[1]  # channel 1 of the stereo file
         cuts.append(_set_sups(cut.with_id(f"whole-{k}"), _sup(cut, k)))
         # Starts and durations with many decimals; x * 16000 lands just
-        # below a whole number for 0.0429375 (686.99999…) and 1.0153125.
-        for j, (start, dur) in enumerate([(0.3333, 1.0101), (0.123456, 0.0429375 + 1.0),
-                                          (0.5, 1.0153125), (0.0429375, 0.77777)]):
+        # below a whole number for 0.0625625 (1000.99999…), 1.001 and 1.015.
+        for j, (start, dur) in enumerate([(0.3333, 1.0101), (0.123456, 1.001),
+                                          (0.5, 1.015), (0.0625625, 0.77777)]):
             if start + dur < cut.duration - 0.01:
                 t = cut.truncate(offset=start, duration=dur, keep_excessive_supervisions=False)
                 t = t.with_id(f"part-{k}-{j}")
