@@ -85,6 +85,15 @@ class _Fields:
         """A field the binary writes only for some builds."""
         return self.obj(key) if key in self.doc else None
 
+    def absent_or_paths(self, key: str) -> List[Path]:
+        """A list of paths the binary writes only when it has any."""
+        if key not in self.doc:
+            return []
+        v = self.items(key)
+        if not all(isinstance(p, str) for p in v):
+            raise self._bad(key, "a list of paths")
+        return [Path(p) for p in v]
+
     def extra(self) -> Dict[str, Any]:
         return {k: v for k, v in self.doc.items() if k not in self.used}
 
@@ -283,6 +292,9 @@ class BuildReport:
     planned: Optional[Planned] = None
     """The planner's reads and spills (manifests and stored corpora; None
     for a tree)."""
+    cuts: List[Path] = field(default_factory=list)
+    """The lhotse cuts written (`out/<split>.cuts.jsonl.gz`), with
+    `output.lhotse`; empty otherwise."""
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -306,6 +318,7 @@ class BuildReport:
             rejected_log=Path(f.text("rejected_log")),
             report=Stats.from_json(f.obj("report")),
             planned=_planned(f.absent_or_obj("planned")),
+            cuts=f.absent_or_paths("cuts"),
             extra=f.extra(),
         )
 

@@ -80,3 +80,38 @@ def test_nemo_and_lhotse_manifests_build_with_meta_and_written_back(
         ("whole", "train.h5", 1),
     ]
     assert back[1]["num_frames"] == train.lengths[1]
+
+
+def test_lhotse_cuts_come_back_with_features_h5py_reads(tmp_path: Path, recording: Path) -> None:
+    """`output.lhotse` from Python: the cuts file is in the report, each cut
+    names a view of its row that plain h5py reads (lhotse's `numpy_hdf5`
+    reader is `h5py.File(path)[key][a:b]`)."""
+    import h5py
+
+    os.environ.setdefault("MELFORGE_BIN", melforge_bin())
+    cut = {
+        "id": "cut-1", "start": 0.5, "duration": 1.001, "channel": 1, "type": "MonoCut",
+        "supervisions": [{"id": "s", "text": "привет", "speaker": "spk-9", "language": "ru"}],
+        "recording": {"id": "rec", "sources": [{"type": "file", "channels": [0, 1], "source": "audio/rec.wav"}],
+                      "sampling_rate": 16000, "num_samples": 96000, "duration": 6.0},
+    }
+    cuts = tmp_path / "cuts_dev.jsonl.gz"
+    with gzip.open(cuts, "wt") as f:
+        f.write(json.dumps(cut, ensure_ascii=False) + "\n")
+    out = tmp_path / "out"
+    config = {"features": {"recipe": "lhotse-fbank"}, "output": {"lhotse": True}}
+    report = melforge.build(cuts, out, config=config, progress=False)
+    assert report.cuts == [out / "cuts_dev.cuts.jsonl.gz"]
+    with gzip.open(report.cuts[0], "rt") as f:
+        (got,) = [json.loads(x) for x in f]
+    feats = got["features"]
+    # lhotse's compute_num_frames(1.001, 0.01, 16000) = (16016 + 80) // 160.
+    assert (feats["num_frames"], feats["num_features"], feats["storage_type"]) == (100, 80, "numpy_hdf5")
+    assert (feats["start"], feats["duration"], feats["channels"]) == (0.5, 1.001, 1)
+    assert got["supervisions"][0]["text"] == "привет"
+    ds = melforge.MelDataset(out / "cuts_dev.h5")
+    row, _ = ds[0]
+    with h5py.File(feats["storage_path"], "r") as f:
+        view = f[feats["storage_key"]][:]
+    assert view.shape == (100, 80)
+    assert np.array_equal(view, row)
