@@ -81,7 +81,7 @@ pub enum Error {
     Lhotse(String),
     #[error(
         "output.lhotse (--lhotse) writes cuts for lhotse CutSet manifests; {0} is not one (a \
-         tree, a stored corpus or NeMo tarred audio)"
+         tree, a NeMo manifest, a stored corpus or NeMo tarred audio)"
     )]
     LhotseInput(PathBuf),
     #[error(transparent)]
@@ -257,7 +257,15 @@ pub fn build_input(
     // Held until the build ends: dropping it removes the spill folder.
     if cfg.output.lhotse {
         match input {
-            Input::Manifests(_) => {}
+            Input::Manifests(files) => {
+                let limits = planner::limits(cfg);
+                if let Some(nemo) = files
+                    .iter()
+                    .find(|f| crate::plan::manifest::starts_with_nemo(f, limits))
+                {
+                    return Err(Error::LhotseInput(nemo.clone()));
+                }
+            }
             Input::Tarred { manifests, .. } => {
                 return Err(Error::LhotseInput(manifests[0].clone()));
             }

@@ -194,6 +194,29 @@ pub fn is_manifest(input: &Path) -> bool {
     input.is_file()
 }
 
+/// Whether the first item line of the manifest at `path` is a NeMo item
+/// (`audio_filepath`, no `recording`), read with `limits`: `build --lhotse`
+/// refuses such a manifest before any work. A file whose first lines are
+/// unreadable or not items says false (the build names the problem).
+pub fn starts_with_nemo(path: &Path, limits: Limits) -> bool {
+    let Ok(mut lines) = Lines::open(path, limits) else {
+        return false;
+    };
+    while let Ok(Some((_, line))) = lines.next_line() {
+        let Line::Text(text) = line else { return false };
+        if text.trim().is_empty() {
+            continue;
+        }
+        return match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(o)) => {
+                o.contains_key("audio_filepath") && !o.contains_key("recording")
+            }
+            _ => false,
+        };
+    }
+    false
+}
+
 /// The split a manifest file names: its stem, after `.gz`.
 pub fn split_name(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;

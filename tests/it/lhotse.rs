@@ -192,27 +192,37 @@ fn a_cut_counts_its_samples_as_lhotse_does() {
     assert_ne!(got.rows[0], want.rows[at("truncated")]);
 }
 
-/// Inputs lhotse output cannot describe are refused before any work.
+/// Inputs lhotse output cannot describe (a tree, a NeMo manifest) are
+/// refused before any work, naming the input.
 #[test]
-fn a_tree_is_refused_with_a_sentence() {
+fn a_tree_and_a_nemo_manifest_are_refused_with_a_sentence() {
     let d = tempfile::tempdir().unwrap();
     put(
         d.path(),
         "a/b.wav",
         &pcm16(&signal(16_000, 1, 1), 1, 16_000),
     );
-    let out = tempfile::tempdir().unwrap();
-    let e = build::build_input(
-        &Input::of(&[d.path().to_path_buf()]),
-        out.path(),
-        &lhotse_config(),
-        &Default::default(),
-        None,
-    )
-    .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("writes cuts for lhotse CutSet manifests"),
-        "{e}"
+    let nemo = put(
+        d.path(),
+        "train.jsonl",
+        b"\n{\"audio_filepath\": \"a/b.wav\", \"duration\": 1.0}\n",
     );
+    for input in [d.path().join("a"), nemo] {
+        let out = tempfile::tempdir().unwrap();
+        let e = build::build_input(
+            &Input::of(std::slice::from_ref(&input)),
+            out.path(),
+            &lhotse_config(),
+            &Default::default(),
+            None,
+        )
+        .unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("writes cuts for lhotse CutSet manifests")
+                && e.contains(input.to_str().unwrap()),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0, "{e}");
+    }
 }
