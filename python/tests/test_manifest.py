@@ -20,6 +20,16 @@ from conftest import melforge_bin
 CONFIG = '[features]\nrecipe = "kaldi-fbank"\nnum_mel_bins = 40\n'
 
 
+def a_cut(duration: float) -> dict:
+    """A lhotse MonoCut on channel 1 of `audio/rec.wav` from 0.5 s on."""
+    return {
+        "id": "cut-1", "start": 0.5, "duration": duration, "channel": 1, "type": "MonoCut",
+        "supervisions": [{"id": "s", "text": "привет", "speaker": "spk-9", "language": "ru"}],
+        "recording": {"id": "rec", "sources": [{"type": "file", "channels": [0, 1], "source": "audio/rec.wav"}],
+                      "sampling_rate": 16000, "num_samples": 96000, "duration": 6.0},
+    }
+
+
 @pytest.fixture()
 def recording(tmp_path: Path) -> Path:
     rng = np.random.default_rng(3)
@@ -49,12 +59,7 @@ def test_nemo_and_lhotse_manifests_build_with_meta_and_written_back(
         {"audio_filepath": "audio/rec.wav", "duration": 6.0, "text": "whole", "lang": "de"},
     ]
     nemo.write_text("\n".join(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
-    cut = {
-        "id": "cut-1", "start": 0.5, "duration": 1.0, "channel": 1, "type": "MonoCut",
-        "supervisions": [{"id": "s", "text": "привет", "speaker": "spk-9", "language": "ru"}],
-        "recording": {"id": "rec", "sources": [{"type": "file", "channels": [0, 1], "source": "audio/rec.wav"}],
-                      "sampling_rate": 16000, "num_samples": 96000, "duration": 6.0},
-    }
+    cut = a_cut(duration=1.0)
     cuts = tmp_path / "cuts_dev.jsonl.gz"
     with gzip.open(cuts, "wt") as f:
         f.write(json.dumps(cut) + "\n")
@@ -89,17 +94,12 @@ def test_lhotse_cuts_come_back_with_features_h5py_reads(tmp_path: Path, recordin
     import h5py
 
     os.environ.setdefault("MELFORGE_BIN", melforge_bin())
-    cut = {
-        "id": "cut-1", "start": 0.5, "duration": 1.001, "channel": 1, "type": "MonoCut",
-        "supervisions": [{"id": "s", "text": "привет", "speaker": "spk-9", "language": "ru"}],
-        "recording": {"id": "rec", "sources": [{"type": "file", "channels": [0, 1], "source": "audio/rec.wav"}],
-                      "sampling_rate": 16000, "num_samples": 96000, "duration": 6.0},
-    }
+    cut = a_cut(duration=1.001)
     cuts = tmp_path / "cuts_dev.jsonl.gz"
     with gzip.open(cuts, "wt") as f:
         f.write(json.dumps(cut, ensure_ascii=False) + "\n")
     out = tmp_path / "out"
-    config = {"features": {"recipe": "lhotse-fbank"}, "output": {"lhotse": True}}
+    config = melforge.Config({"features": {"recipe": "lhotse-fbank"}, "output": {"lhotse": True}})
     report = melforge.build(cuts, out, config=config, progress=False)
     assert report.cuts == [out / "cuts_dev.cuts.jsonl.gz"]
     with gzip.open(report.cuts[0], "rt") as f:

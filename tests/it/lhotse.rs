@@ -47,6 +47,11 @@ fn lhotse_config() -> Config {
     c
 }
 
+fn build_cuts(manifest: &Path, out: &Path, cfg: &Config) -> build::Outcomes {
+    let input = Input::of(&[manifest.to_path_buf()]);
+    build::build_input(&input, out, cfg, &Default::default(), None).unwrap()
+}
+
 /// Every good cut comes back in row order, as written plus `features`
 /// (an input cut's own features replaced), and each view is its row's
 /// frames; a bad cut is rejected and leaves no gap.
@@ -71,15 +76,7 @@ fn cuts_come_back_with_features_that_are_views_of_their_rows() {
     let manifest = d.path().join("cuts_train.jsonl.gz");
     gzip(&manifest, &lines);
     let out = tempfile::tempdir().unwrap();
-    let cfg = lhotse_config();
-    let done = build::build_input(
-        &Input::of(&[manifest]),
-        out.path(),
-        &cfg,
-        &Default::default(),
-        None,
-    )
-    .unwrap();
+    let done = build_cuts(&manifest, out.path(), &lhotse_config());
     assert_eq!(done.rejected.len(), 1, "{:?}", done.rejected);
     let cuts_path = out.path().join("cuts_train.cuts.jsonl.gz");
     assert_eq!(done.cuts, std::slice::from_ref(&cuts_path));
@@ -157,14 +154,7 @@ fn a_cut_counts_its_samples_as_lhotse_does() {
     gzip(&manifest, &[line]);
     let cfg = lhotse_config();
     let out = tempfile::tempdir().unwrap();
-    let done = build::build_input(
-        &Input::of(&[manifest]),
-        out.path(),
-        &cfg,
-        &Default::default(),
-        None,
-    )
-    .unwrap();
+    let done = build_cuts(&manifest, out.path(), &cfg);
     assert!(done.rejected.is_empty(), "{:?}", done.rejected);
     let got = rows(&out.path().join("cuts.h5"));
     let first = 8_000;
