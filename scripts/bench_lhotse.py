@@ -53,8 +53,11 @@ def sh(*args, **kw):
 
 def timed(args, env=None):
     t = time.perf_counter()
-    sh(*args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    r = subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{args[0]} failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return took
 
 
 def same_features(ours, theirs):
