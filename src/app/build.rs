@@ -77,8 +77,11 @@ pub enum Error {
         path: PathBuf,
         source: writer::vds::ViewsError,
     },
-    #[error("cannot write lhotse cuts: {0}")]
-    Lhotse(String),
+    #[error("cannot write the lhotse cuts {path}: {source}")]
+    Cuts {
+        path: PathBuf,
+        source: lhotse::CutError,
+    },
     #[error(
         "output.lhotse (--lhotse) writes cuts for lhotse CutSet manifests; {0} is not one (a \
          tree, a NeMo manifest, a stored corpus or NeMo tarred audio)"

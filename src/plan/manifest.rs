@@ -194,6 +194,12 @@ pub fn is_manifest(input: &Path) -> bool {
     input.is_file()
 }
 
+/// An item's line up to (not with) its closing brace, trailing space
+/// dropped: a JSON object's text ends with it (None: the line is no object).
+pub fn object_body(line: &[u8]) -> Option<&[u8]> {
+    line.trim_ascii_end().strip_suffix(b"}")
+}
+
 /// Whether the first item line of the manifest at `path` is a NeMo item
 /// (`audio_filepath`, no `recording`), read with `limits`: `build --lhotse`
 /// refuses such a manifest before any work. A file whose first lines are

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::Error;
 use crate::frames::FrameLayout;
 use crate::model::Rounding;
+use crate::plan::manifest;
 use crate::plan::shard::Shard;
 use crate::writer::vds;
 
@@ -128,11 +129,34 @@ fn resample(rec: &mut Map<String, Value>, rate: u32) -> bool {
     true
 }
 
-/// Why a row's cut could not be written.
-pub(super) enum CutError {
-    Io(std::io::Error),
-    /// The row's line, and why it is not a cut lhotse could load.
-    Line(String),
+/// Why a row's cut could not be written: the row (in its split) and what
+/// was wrong with its line.
+#[derive(Debug, thiserror::Error)]
+pub enum CutError {
+    #[error("writing the cuts: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("row {row}: the line is no longer a JSON object: {source}")]
+    NotJson {
+        row: usize,
+        source: serde_json::Error,
+    },
+    #[error(
+        "row {row}: the line is not a lhotse cut (no `recording`); --lhotse writes cuts for \
+         lhotse CutSet manifests"
+    )]
+    NotACut { row: usize },
+    #[error("row {row}: the cut has no `duration` in seconds")]
+    NoDuration { row: usize },
+    #[error(
+        "row {row}: its row has {frames} frames where lhotse counts {count} for {duration} s; \
+         lhotse would refuse to load it"
+    )]
+    Frames {
+        row: usize,
+        frames: u32,
+        count: u32,
+        duration: f64,
+    },
 }
 
 /// One split's cuts file, written row by row in row order.
@@ -152,26 +176,23 @@ impl CutsWriter<'_> {
     /// Row `row`'s cut: its manifest line `line` (a lhotse cut, as planned)
     /// with `features` describing the row's `frames` frames.
     pub(super) fn cut(&mut self, row: usize, line: &[u8], frames: u32) -> Result<(), CutError> {
-        let why = |what: String| CutError::Line(format!("row {row}: {what}"));
-        let mut obj: Map<String, Value> = serde_json::from_slice(line)
-            .map_err(|e| why(format!("the line is no longer a JSON object: {e}")))?;
+        let mut obj: Map<String, Value> =
+            serde_json::from_slice(line).map_err(|source| CutError::NotJson { row, source })?;
         if !obj.contains_key("recording") {
-            return Err(why(
-                "the line is not a lhotse cut (no `recording`); --lhotse writes cuts for lhotse \
-                 CutSet manifests"
-                    .to_string(),
-            ));
+            return Err(CutError::NotACut { row });
         }
         let duration = obj
             .get("duration")
             .and_then(Value::as_f64)
-            .ok_or_else(|| why("the cut has no `duration`".to_string()))?;
+            .ok_or(CutError::NoDuration { row })?;
         let count = self.cuts.num_frames(duration);
         if frames.abs_diff(count) > 1 {
-            return Err(why(format!(
-                "its row has {frames} frames where lhotse counts {count} for {duration} s; \
-                 lhotse would refuse to load it"
-            )));
+            return Err(CutError::Frames {
+                row,
+                frames,
+                count,
+                duration,
+            });
         }
         debug_assert_eq!(row, self.limits.len(), "rows come in order");
         self.limits.push(count);
@@ -185,19 +206,18 @@ impl CutsWriter<'_> {
             // An input cut with features of its own (they are replaced), or
             // whose recording is now described at the recipe's rate.
             obj.insert("features".to_string(), features);
-            serde_json::to_writer(&mut self.line, &obj).map_err(|e| CutError::Io(e.into()))?;
+            serde_json::to_writer(&mut self.line, &obj).map_err(std::io::Error::from)?;
         } else {
             // The line as written, with `features` spliced in before its
-            // closing brace (`object_body`: the planner checked the brace).
-            let body = super::write_back::object_body(line)
-                .ok_or_else(|| why("the line does not end its JSON object".to_string()))?;
+            // closing brace (the line parsed as an object: it ends with it).
+            let body = manifest::object_body(line).ok_or(CutError::NotACut { row })?;
             self.line.extend_from_slice(body);
             self.line.extend_from_slice(b", \"features\": ");
-            serde_json::to_writer(&mut self.line, &features).map_err(|e| CutError::Io(e.into()))?;
+            serde_json::to_writer(&mut self.line, &features).map_err(std::io::Error::from)?;
             self.line.push(b'}');
         }
         self.line.push(b'\n');
-        self.gz.write_all(&self.line).map_err(CutError::Io)
+        Ok(self.gz.write_all(&self.line)?)
     }
 
     /// The `features` of row `row` of the cut `obj`: lhotse's `Features`

@@ -57,56 +57,68 @@ pub(super) fn write_back(
         if same {
             return Err(Error::WriteBackOverInput(to));
         }
-        let h5_path = outcomes
+        let h5 = outcomes
             .outputs
             .iter()
             .find(|o| o.split == *split)
             .map(|o| o.path.clone());
-        let h5 = h5_path
-            .as_ref()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
         // Per kept row (in row order, so in line order): its line's span.
         let seq_spans = &items.spans()[of.start as usize..of.end as usize];
         let rows: Vec<(Span, u32)> = kept
             .iter()
-            .map(|&(seq, frames)| (seq_spans[seq as usize], frames))
+            .map(|&(seq, frames)| (seq_spans[seq as usize], fixed_frames.unwrap_or(frames)))
             .collect();
-        let mut cuts = match lhotse {
+        let cuts = match lhotse {
             Some(l) => {
                 let path = out.join(lhotse::file_name(split, shard));
-                Some((l.writer(&path, h5_path.as_deref())?, path))
+                Some((l.writer(&path, h5.as_deref())?, path))
             }
             None => None,
         };
-        let mut back = Partial::create(&to).map_err(|e| output(&to, e))?;
-        let file_json = serde_json::to_string(&h5).expect("a string serialises");
-        for_each_row((file, *stamp), &rows, |row, line, frames| {
-            let frames = fixed_frames.unwrap_or(frames);
-            write_row(back.writer(), line, &file_json, row, frames)
-                .map_err(|e| RowError::Output(to.clone(), e))?;
-            if let Some((w, path)) = &mut cuts {
-                w.cut(row, line, frames).map_err(|e| match e {
-                    lhotse::CutError::Io(e) => RowError::Output(path.clone(), e),
-                    lhotse::CutError::Line(why) => RowError::Cut(why),
-                })?;
-            }
-            Ok(())
-        })
-        .map_err(|e| match e {
-            RowError::Read(e) => output(&to, e),
-            RowError::Output(path, e) => output(&path, e),
-            RowError::Cut(why) => Error::Lhotse(why),
-        })?;
-        back.finish().map_err(|e| output(&to, e))?;
+        let cuts = write_split((file, *stamp), (&to, h5.as_deref()), &rows, cuts)?;
         outcomes.manifests.push(to);
-        if let Some((w, path)) = cuts {
-            w.finish()?;
-            outcomes.cuts.push(path);
-        }
+        outcomes.cuts.extend(cuts);
     }
     Ok(outcomes)
+}
+
+/// One split's pass: the manifest `from`'s rows' lines into the
+/// written-back manifest `to`, naming the split file `h5`, and into `cuts`
+/// when lhotse cuts are written; returns the cuts file.
+fn write_split(
+    from: (&Path, Option<Stamp>),
+    (to, h5): (&Path, Option<&Path>),
+    rows: &[(Span, u32)],
+    mut cuts: Option<(lhotse::CutsWriter<'_>, PathBuf)>,
+) -> Result<Option<PathBuf>, Error> {
+    let name = h5
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut back = Partial::create(to).map_err(|e| output(to, e))?;
+    let file_json = serde_json::to_string(&name).expect("a string serialises");
+    for_each_row(from, rows, |row, line, frames| {
+        write_row(back.writer(), line, &file_json, row, frames)
+            .map_err(|e| RowError::Output(to.to_path_buf(), e))?;
+        if let Some((w, path)) = &mut cuts {
+            w.cut(row, line, frames)
+                .map_err(|e| RowError::Cut(path.clone(), e))?;
+        }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        RowError::Read(e) => output(to, e),
+        RowError::Output(path, e) => output(&path, e),
+        RowError::Cut(path, source) => Error::Cuts { path, source },
+    })?;
+    back.finish().map_err(|e| output(to, e))?;
+    match cuts {
+        Some((w, path)) => {
+            w.finish()?;
+            Ok(Some(path))
+        }
+        None => Ok(None),
+    }
 }
 
 fn output(path: &Path, source: std::io::Error) -> Error {
@@ -122,8 +134,8 @@ enum RowError {
     Read(std::io::Error),
     /// Writing this output.
     Output(PathBuf, std::io::Error),
-    /// A row's line cannot be a lhotse cut.
-    Cut(String),
+    /// A row's cut could not be written to this cuts file.
+    Cut(PathBuf, lhotse::CutError),
 }
 
 /// A file written under `<name>.partial`, synced, then renamed to its name.
@@ -169,19 +181,13 @@ fn write_row(
     row: usize,
     frames: u32,
 ) -> std::io::Result<()> {
-    let body = object_body(line)
+    let body = manifest::object_body(line)
         .ok_or_else(|| std::io::Error::other("a row's line does not end its JSON object there"))?;
     w.write_all(body)?;
     writeln!(
         w,
         ", \"features_file\": {file}, \"features_row\": {row}, \"num_frames\": {frames}}}"
     )
-}
-
-/// An item's line up to (not with) its closing brace: a JSON object's text
-/// ends with it.
-pub(super) fn object_body(line: &[u8]) -> Option<&[u8]> {
-    line.trim_ascii_end().strip_suffix(b"}")
 }
 
 /// Calls `each(row, line, frames)` for the lines of `from` that became rows
@@ -221,7 +227,7 @@ fn for_each_row(
             .read_to_end(&mut text)
             .map_err(RowError::Read)?;
         at = span.at + text.len() as u64;
-        if object_body(&text).is_none() {
+        if manifest::object_body(&text).is_none() {
             return Err(changed("a row's line does not end its JSON object there"));
         }
         each(row, &text, frames)?;
@@ -248,7 +254,7 @@ fn write_one(
     })
     .map_err(|e| match e {
         RowError::Read(e) | RowError::Output(_, e) => e,
-        RowError::Cut(why) => std::io::Error::other(why),
+        RowError::Cut(_, e) => std::io::Error::other(e),
     })?;
     back.finish()
 }
