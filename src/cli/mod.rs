@@ -527,8 +527,8 @@ fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
     for m in &done.manifests {
         outln!("manifest written back → {}", m.display())?;
     }
-    for m in &done.manifests {
-        outln!("manifest written back → {}", m.display())?;
+    for c in &done.cuts {
+        outln!("lhotse cuts → {}", c.display())?;
     }
     out!("{}{}", done.report, done.startup_s)?;
     if !done.rejected.is_empty() {
