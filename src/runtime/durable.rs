@@ -119,6 +119,53 @@ fn parent_dir(p: &Path) -> &Path {
     }
 }
 
+/// A file written under `<name>.partial`, then synced and renamed to its
+/// name by [`Partial::finish`]: a reader never sees it half written under
+/// its own name. Buffered; an encoder can wrap it (it is `io::Write`).
+pub struct Partial {
+    partial: PathBuf,
+    to: PathBuf,
+    w: io::BufWriter<std::fs::File>,
+}
+
+impl Partial {
+    /// Creates `<to>.partial`.
+    pub fn create(to: &Path) -> io::Result<Partial> {
+        let mut partial = to.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let w = io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&partial)?);
+        Ok(Partial {
+            partial,
+            to: to.to_path_buf(),
+            w,
+        })
+    }
+
+    /// Flushes, syncs and renames the file to its name.
+    pub fn finish(self) -> io::Result<()> {
+        self.w
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
+        std::fs::rename(&self.partial, &self.to)
+    }
+}
+
+impl io::Write for Partial {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.w.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.w.write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

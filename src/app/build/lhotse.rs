@@ -18,6 +18,7 @@ use crate::frames::FrameLayout;
 use crate::model::Rounding;
 use crate::plan::manifest;
 use crate::plan::shard::Shard;
+use crate::runtime::durable::Partial;
 use crate::writer::vds;
 
 /// What every cut's `features` shares: the recipe's lhotse type and frames.
@@ -72,22 +73,15 @@ impl Cuts {
         path: &Path,
         storage: Option<&Path>,
     ) -> Result<CutsWriter<'_>, Error> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file = std::fs::File::create(&partial).map_err(|source| Error::Output {
-            path: partial.clone(),
+        let file = Partial::create(path).map_err(|source| Error::Output {
+            path: path.to_path_buf(),
             source,
         })?;
-        let gz = flate2::write::GzEncoder::new(
-            std::io::BufWriter::with_capacity(1 << 16, file),
-            flate2::Compression::fast(),
-        );
+        let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
         Ok(CutsWriter {
             cuts: self,
             storage: storage.map(Path::to_path_buf),
             gz,
-            partial,
             to: path.to_path_buf(),
             line: Vec::new(),
             limits: Vec::new(),
@@ -163,8 +157,7 @@ pub enum CutError {
 pub(super) struct CutsWriter<'a> {
     cuts: &'a Cuts,
     storage: Option<PathBuf>,
-    gz: flate2::write::GzEncoder<std::io::BufWriter<std::fs::File>>,
-    partial: PathBuf,
+    gz: flate2::write::GzEncoder<Partial>,
     to: PathBuf,
     line: Vec<u8>,
     /// Per row so far, lhotse's count of its cut's frames: where its view
@@ -272,11 +265,6 @@ impl CutsWriter<'_> {
             path: self.to.clone(),
             source,
         };
-        let w = self.gz.finish().map_err(output)?;
-        w.into_inner()
-            .map_err(|e| output(e.into_error()))?
-            .sync_all()
-            .map_err(output)?;
-        std::fs::rename(&self.partial, &self.to).map_err(output)
+        self.gz.finish().and_then(Partial::finish).map_err(output)
     }
 }

@@ -12,6 +12,7 @@ use super::{Error, Outcomes, lhotse};
 use crate::plan::input::{Input, Items};
 use crate::plan::manifest::{self, Span, Stamp};
 use crate::plan::shard::Shard;
+use crate::runtime::durable::Partial;
 
 /// Writes `OUT/<split>.jsonl` for a manifest build (nothing for a tree);
 /// a shard writes `OUT/<split>.shard-K-of-N.jsonl` with the lines of its
@@ -98,7 +99,7 @@ fn write_split(
     let mut back = Partial::create(to).map_err(|e| output(to, e))?;
     let file_json = serde_json::to_string(&name).expect("a string serialises");
     for_each_row(from, rows, |row, line, frames| {
-        write_row(back.writer(), line, &file_json, row, frames)
+        write_row(&mut back, line, &file_json, row, frames)
             .map_err(|e| RowError::Output(to.to_path_buf(), e))?;
         if let Some((w, path)) = &mut cuts {
             w.cut(row, line, frames)
@@ -136,40 +137,6 @@ enum RowError {
     Output(PathBuf, std::io::Error),
     /// A row's cut could not be written to this cuts file.
     Cut(PathBuf, lhotse::CutError),
-}
-
-/// A file written under `<name>.partial`, synced, then renamed to its name.
-pub(super) struct Partial {
-    partial: PathBuf,
-    to: PathBuf,
-    w: std::io::BufWriter<std::fs::File>,
-}
-
-impl Partial {
-    pub(super) fn create(to: &Path) -> std::io::Result<Partial> {
-        let mut partial = to.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let w = std::io::BufWriter::new(std::fs::File::create(&partial)?);
-        Ok(Partial {
-            partial,
-            to: to.to_path_buf(),
-            w,
-        })
-    }
-
-    pub(super) fn writer(&mut self) -> &mut std::io::BufWriter<std::fs::File> {
-        &mut self.w
-    }
-
-    /// Flushes, syncs and renames the file to its name.
-    pub(super) fn finish(self) -> std::io::Result<()> {
-        self.w
-            .into_inner()
-            .map_err(|e| e.into_error())?
-            .sync_all()?;
-        std::fs::rename(&self.partial, &self.to)
-    }
 }
 
 /// One row's line written back: its text up to its closing brace, then the
@@ -235,30 +202,6 @@ fn for_each_row(
     Ok(())
 }
 
-/// `from`'s lines that became rows, each with its row added, into `to`
-/// (through `.partial`, synced, renamed).
-#[cfg(test)]
-fn write_one(
-    (from, stamp): (&Path, Option<Stamp>),
-    to: &Path,
-    h5: &str,
-    rows: &[(Span, u32)],
-    fixed_frames: Option<u32>,
-) -> std::io::Result<()> {
-    let mut back = Partial::create(to)?;
-    let file = serde_json::to_string(h5).expect("a string serialises");
-    for_each_row((from, stamp), rows, |row, line, frames| {
-        let frames = fixed_frames.unwrap_or(frames);
-        write_row(back.writer(), line, &file, row, frames)
-            .map_err(|e| RowError::Output(to.to_path_buf(), e))
-    })
-    .map_err(|e| match e {
-        RowError::Read(e) | RowError::Output(_, e) => e,
-        RowError::Cut(_, e) => std::io::Error::other(e),
-    })?;
-    back.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,7 +209,7 @@ mod tests {
 
     /// Plans `text` as a manifest and writes back rows for its items
     /// (frames 10, 11, …); the write-back's text, or its error.
-    fn round_trip(text: &str, edit: Option<&str>) -> std::io::Result<String> {
+    fn round_trip(text: &str, edit: Option<&str>) -> Result<String, Error> {
         let d = tempfile::tempdir().unwrap();
         let m = d.path().join("train.jsonl");
         std::fs::write(&m, text).unwrap();
@@ -285,7 +228,12 @@ mod tests {
         }
         let rows: Vec<(Span, u32)> = spans.into_iter().zip(10..).collect();
         let to = d.path().join("out.jsonl");
-        write_one((&m, Some(stamp)), &to, "train.h5", &rows, None)?;
+        write_split(
+            (&m, Some(stamp)),
+            (&to, Some(Path::new("train.h5"))),
+            &rows,
+            None,
+        )?;
         Ok(std::fs::read_to_string(to).unwrap())
     }
 
