@@ -30,7 +30,11 @@ while every good cut builds.
   docs/FORMAT.md: torch's float32 FFT and matmul against melforge's float32
   lanes; measured worst about 2e-4), and within 0.5 in quieter bands;
 * `K2SpeechRecognitionDataset` over `DynamicBucketingSampler` batches every
-  cut exactly once, each batch's padded `inputs` holding the cuts' rows.
+  cut exactly once, each batch's padded `inputs` holding the cuts' rows;
+* the same build with `[output] storage = "compact"`: lhotse, after the one
+  line `import hdf5plugin` (which registers the Blosc filter for h5py),
+  validates and loads every cut, each `load_features()` the float32 row
+  rounded to the 2^-5 grid, as float16.
 
 Usage: scripts/parity_lhotse.py --melforge target/release/melforge
 Exit status 1 on any mismatch.
@@ -45,6 +49,9 @@ import sys
 import tempfile
 
 import h5py
+# Compact files keep their features in Blosc chunks (HDF5 filter 32001); this
+# import registers the filter with h5py, and is all lhotse needs to read them.
+import hdf5plugin  # noqa: F401
 import numpy as np
 from lhotse import CutSet, Fbank, Recording, RecordingSet, SupervisionSegment
 from lhotse.dataset import DynamicBucketingSampler, K2SpeechRecognitionDataset
@@ -143,6 +150,25 @@ def compare(name, got, want):
     return None, worst
 
 
+def check_compact(melforge, work, plain, failures):
+    """The build again with compact storage: lhotse loads every cut, each the
+    plain cut's row on the 2^-5 grid (ties to even, as numpy rounds)."""
+    with open(f"{work}/compact.toml", "w") as f:
+        f.write(CONFIG + '\n[output]\nstorage = "compact"\n')
+    out = f"{work}/compact"
+    sh(melforge, "build", f"{work}/cuts.jsonl.gz", "--recipe", "lhotse-fbank", "--lhotse",
+       "--config", f"{work}/compact.toml", "--out", out, "--progress", "none",
+       capture_output=True)
+    got = CutSet.from_file(f"{out}/cuts.cuts.jsonl.gz")
+    validate(got, read_data=True)
+    for cut, ref in zip(got, plain):
+        feats, want = cut.load_features(), ref.load_features()
+        if feats.dtype != np.float16 or feats.shape != want.shape \
+                or not np.array_equal(feats.astype(np.float32), np.round(want * 32) / 32):
+            failures.append(f"{cut.id}: the compact load_features() is not the row on the grid")
+    return len(got)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--melforge", default="target/release/melforge")
@@ -222,10 +248,12 @@ def main():
                     failures.append(f"{c.id}: batch inputs differ from its features")
         if sorted(seen) != sorted(c.id for c in got):
             failures.append(f"the sampler's batches held {sorted(seen)}")
+        compact = check_compact(melforge, work, got, failures)
         print(f"lhotse parity: {len(got)} cuts loaded by lhotse "
               f"(validate, load_features bit for bit, K2SpeechRecognitionDataset over "
               f"DynamicBucketingSampler); {len(rejected)} bad cuts rejected; worst difference "
-              f"from lhotse's Fbank() {worst:.2e} (tolerance {LOUD_TOL})")
+              f"from lhotse's Fbank() {worst:.2e} (tolerance {LOUD_TOL}); {compact} compact cuts "
+              f"loaded after `import hdf5plugin`, each the row on the 2^-5 grid")
     for f in failures:
         print("FAIL", f)
     sys.exit(1 if failures else 0)

@@ -122,28 +122,57 @@ impl std::fmt::Display for RejectKind {
     }
 }
 
-/// Element type of the `mel` dataset.
+/// Element type of the `mel` / `features` dataset, and how it is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     Float32,
     Float16,
+    /// `[output] storage = "compact"`: float16 values on a grid of
+    /// `2^tick_power`, in Blosc chunks (bitshuffle + LZ4, HDF5 filter 32001);
+    /// docs/FORMAT.md, "Compact storage".
+    Compact {
+        tick_power: i8,
+    },
 }
 
 impl Dtype {
-    /// The config / attribute spelling: `"float32"` or `"float16"`.
+    /// The element type's spelling (config and the `dtype` attribute):
+    /// `"float32"` or `"float16"` (compact values are float16).
     pub fn name(self) -> &'static str {
         match self {
             Dtype::Float32 => "float32",
-            Dtype::Float16 => "float16",
+            Dtype::Float16 | Dtype::Compact { .. } => "float16",
         }
     }
 
-    /// Bytes per stored value.
+    /// Bytes per value, before any compression.
     pub fn size(self) -> usize {
         match self {
             Dtype::Float32 => 4,
-            Dtype::Float16 => 2,
+            Dtype::Float16 | Dtype::Compact { .. } => 2,
+        }
+    }
+
+    /// Whether values are stored as float16.
+    pub fn is_f16(self) -> bool {
+        self.size() == 2
+    }
+
+    /// The grid compact values are rounded to (`2^tick_power`), if any.
+    pub fn tick_power(self) -> Option<i8> {
+        match self {
+            Dtype::Compact { tick_power } => Some(tick_power),
+            _ => None,
+        }
+    }
+
+    /// `row` as float16 into `dst` (same length): rounded to nearest even,
+    /// on the compact grid first where there is one.
+    pub fn narrow(self, dst: &mut [half::f16], row: &[f32]) {
+        match self.tick_power() {
+            Some(p) => crate::dsp::f16::narrow_ticked(dst, row, p),
+            None => crate::dsp::f16::narrow(dst, row),
         }
     }
 }

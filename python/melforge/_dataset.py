@@ -88,6 +88,26 @@ def _meta_doc(raw: Any) -> Dict[str, Any]:
     return json.loads(text) if text else {}
 
 
+def _filtered(ds: h5py.Dataset) -> bool:
+    """Whether `ds` stores its chunks through filters."""
+    return ds.id.get_create_plist().get_nfilters() > 0
+
+
+def _plugins_for(ds: h5py.Dataset, path: str) -> None:
+    """Makes `ds` readable: a compact file (`[output] storage = "compact"`)
+    keeps `features` in Blosc chunks (HDF5 filter 32001), which h5py decodes
+    once `hdf5plugin` is imported (it registers the filter)."""
+    if not _filtered(ds):
+        return
+    try:
+        import hdf5plugin  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            f"{path}: `{ds.name}` is stored compact (Blosc chunks, HDF5 filter 32001); "
+            "reading it needs the hdf5plugin package: pip install hdf5plugin"
+        ) from e
+
+
 def _open(path: str, swmr: Optional[bool], rdcc_nbytes: int) -> Tuple[h5py.File, bool]:
     """Opens `path` read-only; `swmr=None` tries a plain open first and falls
     back to SWMR when a writer (a running serve) holds the file."""
@@ -129,7 +149,7 @@ class _DirectRows:
         """The direct reader for `mel`, or None where its layout does not
         allow one (filters, a non-native byte order, no chunk info API)."""
         dt = mel.dtype
-        if mel.compression or mel.shuffle or mel.fletcher32 or mel.scaleoffset:
+        if _filtered(mel):
             return None
         if not dt.isnative or mel.chunks is None or len(mel.shape) < 1:
             return None
@@ -224,6 +244,7 @@ class MelDataset:
         self.swmr = swmr
         self.frames_layout = "features" in f and "mel" not in f
         mel = f["features"] if self.frames_layout else f["mel"]
+        _plugins_for(mel, self.path)
         label = f["label"]
         per_row = [label] + ([f["offsets"], f["lengths"]] if self.frames_layout else [mel])
         if self.frames_layout and "pad_value" in f:

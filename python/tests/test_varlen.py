@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 import melforge
+from conftest import run
 
 LENGTHS = [120, 0, 37, 998, 5, 300, 2999, 3000]
 
@@ -147,3 +150,42 @@ def test_workers_read_variable_rows_like_the_parent(tmp_path: Path, method: str)
         assert sums == [expect[i] for i in idx]
     clone = pickle.loads(pickle.dumps(ds))
     np.testing.assert_array_equal(clone[3][0], ds[3][0])
+
+
+def test_a_compact_build_reads_back_through_plain_h5py_and_hdf5plugin(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """`[output] storage = "compact"`: float16 on the 2^-5 grid in Blosc
+    chunks. A fresh interpreter that never imports melforge reads it with
+    h5py after `import hdf5plugin`; the reader reads the same rows."""
+    base = '[features]\nrecipe = "kaldi-fbank"\nsample_frequency = 4096\n'
+    outs = {}
+    for name, extra in (("plain", ""), ("compact", '[output]\nstorage = "compact"\n')):
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(base + extra)
+        outs[name] = tmp_path / name
+        run("build", str(corpus), "--out", str(outs[name]), "--config", str(cfg))
+    plain, compact = outs["plain"] / "TRAINING.h5", outs["compact"] / "TRAINING.h5"
+    code = (
+        "import sys, h5py, hdf5plugin, numpy as np\n"
+        "assert 'melforge' not in sys.modules\n"
+        "f = h5py.File(sys.argv[1], 'r')\n"
+        "np.save(sys.argv[2], f['features'][:])\n"
+    )
+    npy = tmp_path / "x.npy"
+    subprocess.run([sys.executable, "-c", code, str(compact), str(npy)], check=True)
+    got = np.load(npy)
+    with h5py.File(plain, "r") as f:
+        want = f["features"][:]
+    assert got.dtype == np.float16 and got.shape == want.shape and len(want) > 0
+    # numpy rounds half to even, as the writer does; float16 holds the grid
+    # exactly below 2^6.
+    assert np.abs(want).max() < 64
+    np.testing.assert_array_equal(got.astype(np.float32), np.round(want * 32) / 32)
+    a, b = melforge.MelDataset(plain), melforge.MelDataset(compact)
+    assert b.attrs["storage"] == "compact" and int(b.attrs["tick_power"]) == -5
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    for i in range(len(a)):
+        (x, y), (u, v) = a[i], b[i]
+        assert y == v and u.dtype == np.float32
+        np.testing.assert_array_equal(u, np.round(x * 32) / 32)

@@ -22,7 +22,8 @@
 //! add the rows' sums in row order, so the statistics are a function of the
 //! stored rows alone: bit-identical whatever the thread count, the backend
 //! or the arrival order. Values are summed as stored: with float16 output,
-//! the float16 values (each square of a float32 or float16 value is exact
+//! the float16 values, and with compact storage the float16 values on its
+//! grid (each square of a float32 or float16 value is exact
 //! in f64).
 
 pub mod files;
@@ -35,12 +36,13 @@ use half::slice::HalfFloatSliceExt;
 use crate::frames::FrameLayout;
 use crate::model::Dtype;
 
-/// How a row's values map to bins, and whether they are stored as float16.
+/// How a row's values map to bins, and how they are stored (float16, on
+/// the compact grid: the statistics are those of the stored values).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bins {
     bins: usize,
     shape: Shape,
-    f16: bool,
+    store: Dtype,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +67,7 @@ pub struct RowStats {
 pub struct RowAcc {
     frames: u64,
     sums: Vec<f64>,
-    f16: bool,
+    store: Dtype,
     scratch: Vec<f16>,
     wide: Vec<f32>,
 }
@@ -78,7 +80,7 @@ impl Bins {
             shape: Shape::Frames {
                 trailer: layout.trailer(),
             },
-            f16: dtype == Dtype::Float16,
+            store: dtype,
         }
     }
 
@@ -91,7 +93,7 @@ impl Bins {
                 blocks: n_long * n_short,
                 n_frames,
             },
-            f16: dtype == Dtype::Float16,
+            store: dtype,
         }
     }
 
@@ -113,7 +115,7 @@ impl Bins {
         RowAcc {
             frames: 0,
             sums: vec![0.0; 2 * self.bins],
-            f16: self.f16,
+            store: self.store,
             scratch: Vec::new(),
             wide: Vec::new(),
         }
@@ -125,25 +127,26 @@ impl Bins {
         match self.shape {
             Shape::Frames { trailer } => {
                 let values = &row[..row.len().saturating_sub(trailer)];
-                scratch.reset(self.bins, self.f16);
+                scratch.reset(self.bins, self.store);
                 scratch.add_frames(values);
                 scratch.take()
             }
             Shape::Mel { blocks, n_frames } => {
-                let values = stored(row, self.f16, scratch);
+                let values = stored(row, self.store, scratch);
                 mel_row(values, self.bins, blocks, n_frames)
             }
         }
     }
 }
 
-/// `row` as stored: itself, or rounded to float16 and widened back.
-fn stored<'a>(row: &'a [f32], f16: bool, scratch: &'a mut RowAcc) -> &'a [f32] {
-    if !f16 {
+/// `row` as stored: itself, or rounded to float16 (on the compact grid
+/// where there is one) and widened back.
+fn stored<'a>(row: &'a [f32], store: Dtype, scratch: &'a mut RowAcc) -> &'a [f32] {
+    if !store.is_f16() {
         return row;
     }
     scratch.scratch.resize(row.len(), f16::ZERO);
-    crate::dsp::f16::narrow(&mut scratch.scratch, row);
+    store.narrow(&mut scratch.scratch, row);
     scratch.wide.resize(row.len(), 0.0);
     scratch.scratch.convert_to_f32_slice(&mut scratch.wide);
     &scratch.wide
@@ -182,9 +185,9 @@ fn mel_row(values: &[f32], bins: usize, blocks: usize, n_frames: usize) -> RowSt
 }
 
 impl RowAcc {
-    fn reset(&mut self, bins: usize, f16: bool) {
+    fn reset(&mut self, bins: usize, store: Dtype) {
         self.frames = 0;
-        self.f16 = f16;
+        self.store = store;
         self.sums.clear();
         self.sums.resize(2 * bins, 0.0);
     }
@@ -195,12 +198,12 @@ impl RowAcc {
         if bins == 0 {
             return;
         }
-        let f16 = self.f16;
+        let store = self.store;
         let mut wide = std::mem::take(&mut self.wide);
         let mut scratch = std::mem::take(&mut self.scratch);
-        let values = if f16 {
+        let values = if store.is_f16() {
             scratch.resize(values.len(), f16::ZERO);
-            crate::dsp::f16::narrow(&mut scratch, values);
+            store.narrow(&mut scratch, values);
             wide.resize(values.len(), 0.0);
             scratch.convert_to_f32_slice(&mut wide);
             &wide[..]

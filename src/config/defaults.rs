@@ -48,6 +48,18 @@ pub mod output {
     pub const DTYPE: Dtype = Dtype::Float32;
     /// `output.chunk_files`: rows per HDF5 chunk along N.
     pub const CHUNK_FILES: usize = 64;
+
+    /// `output.tick_power` for `recipe` under compact storage: lhotse's own
+    /// (`LilcomChunkyWriter`'s −5, an error of at most 2^-6 on natural-log
+    /// energies) for the Kaldi recipes; −8 for Whisper, whose values are
+    /// log10 energies divided by 4, so that its error in energy is no
+    /// coarser than the Kaldi recipes' (2^-9 × 4 × ln 10 ≈ 2^-5.8).
+    pub fn tick_power(recipe: &crate::config::features::Recipe) -> i64 {
+        match recipe {
+            crate::config::features::Recipe::Whisper { .. } => -8,
+            _ => -5,
+        }
+    }
 }
 
 /// `[io]`.

@@ -246,7 +246,7 @@ impl Config {
             .map_err(|(key, message)| cx.invalid(key, message))?;
         let spec = mel::spec(&raw.mel, &raw.segmentation, &cx)?;
         let features = FeaturesConfig::from_raw(&raw.features, spec != Spec::default(), &cx)?;
-        let output = OutputConfig::from_raw(&raw.output, &cx)?;
+        let output = OutputConfig::from_raw(&raw.output, &cx, &features.recipe)?;
         if output.lhotse {
             lhotse_allows(&features.recipe).map_err(|why| cx.invalid("output.lhotse", why))?;
         }

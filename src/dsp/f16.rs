@@ -27,6 +27,41 @@ pub fn narrow(dst: &mut [f16], src: &[f32]) {
     dst.convert_from_f32_slice(src);
 }
 
+/// `src` on the grid of `2^tick_power` ([`on_grid`]), then as float16 into
+/// `dst` (same length): compact storage's values. A grid value below
+/// `2^(11 + tick_power)` in magnitude is exact in float16, so up to there
+/// the stored value is within half a tick of `src`'s.
+pub fn narrow_ticked(dst: &mut [f16], src: &[f32], tick_power: i8) {
+    assert_eq!(dst.len(), src.len());
+    let mut block = [0.0f32; 256];
+    for (d, s) in dst.chunks_mut(block.len()).zip(src.chunks(block.len())) {
+        let b = &mut block[..s.len()];
+        on_grid(b, s, tick_power);
+        narrow(d, b);
+    }
+}
+
+/// Each value of `src` rounded to the nearest multiple of `2^tick_power`
+/// (ties to even) into `dst`. Scaling by a power of two is exact; adding
+/// and taking away 1.5 × 2^23 rounds a float32 below 2^22 in magnitude to
+/// an integer in the default rounding mode, in lanes on any x86-64 (larger
+/// values are integers already).
+pub fn on_grid(dst: &mut [f32], src: &[f32], tick_power: i8) {
+    const ROUNDER: f32 = 12_582_912.0;
+    const INTEGRAL: f32 = 4_194_304.0;
+    let p = i32::from(tick_power);
+    let (up, down) = (2.0f32.powi(-p), 2.0f32.powi(p));
+    for (d, &v) in dst.iter_mut().zip(src) {
+        let x = v * up;
+        let r = if x.abs() < INTEGRAL {
+            (x + ROUNDER) - ROUNDER
+        } else {
+            x
+        };
+        *d = r * down;
+    }
+}
+
 /// The float16 values in `bytes` (native byte order, two per value; any
 /// alignment) widened to f32 and appended to `out`: the bits of
 /// `f16::to_f32` for every value (the widening is exact).
@@ -170,11 +205,48 @@ mod tests {
         check(&v);
     }
 
+    #[test]
+    fn on_grid_rounds_to_the_nearest_tick_ties_to_even() {
+        let src = [
+            0.0, 0.01, 0.015_625, 0.046_875, -0.046_875, 3.1, -15.94, 1.0e9, -0.0,
+        ];
+        let mut got = [0.0f32; 9];
+        on_grid(&mut got, &src, -5);
+        for (&v, &g) in src.iter().zip(&got) {
+            // The reference: f64's own ties-to-even rounding.
+            let want = ((f64::from(v) * 32.0).round_ties_even() / 32.0) as f32;
+            assert_eq!(g, want, "{v}");
+        }
+        let mut h = [f16::ZERO; 9];
+        narrow_ticked(&mut h, &src, -5);
+        for (&g, &h) in got.iter().zip(&h).take(8) {
+            if g.abs() < 64.0 {
+                assert_eq!(h.to_f32(), g, "a grid value below 2^6 is exact in float16");
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn any_bits_convert_as_half_does(bits in proptest::collection::vec(any::<u32>(), 0..200)) {
             let values: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
             check(&values);
+        }
+
+        #[test]
+        fn ticked_values_are_within_half_a_tick(
+            values in proptest::collection::vec(-60.0f32..60.0, 0..600),
+            p in -10i8..-2,
+        ) {
+            let mut h = vec![f16::ZERO; values.len()];
+            narrow_ticked(&mut h, &values, p);
+            let half_tick = 2.0f32.powi(i32::from(p) - 1);
+            let limit = 2.0f32.powi(11 + i32::from(p));
+            for (&v, &h) in values.iter().zip(&h) {
+                if v.abs() < limit - half_tick {
+                    prop_assert!((h.to_f32() - v).abs() <= half_tick, "{} -> {}", v, h);
+                }
+            }
         }
     }
 }

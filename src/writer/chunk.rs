@@ -19,6 +19,14 @@ pub(super) enum MelBuf {
 }
 
 impl MelBuf {
+    /// An empty buffer of `dtype`'s element type.
+    pub(super) fn of(dtype: Dtype) -> MelBuf {
+        match dtype.is_f16() {
+            false => MelBuf::F32(Vec::new()),
+            true => MelBuf::F16(Vec::new()),
+        }
+    }
+
     /// Forgets the values, keeping the storage.
     pub(super) fn clear(&mut self) {
         match self {
@@ -66,6 +74,8 @@ impl MelBuf {
 
 pub(super) struct ChunkBuf {
     mel: MelBuf,
+    /// How values are stored (float16 rounding, on the compact grid).
+    store: Dtype,
     labels: Vec<i32>,
     paths: Vec<VarLenUnicode>,
     row_shape: [usize; 4],
@@ -77,12 +87,9 @@ pub(super) struct ChunkBuf {
 impl ChunkBuf {
     /// A buffer that is full at `capacity` rows of `row_shape`.
     pub(super) fn new(dtype: Dtype, row_shape: [usize; 4], capacity: usize) -> Self {
-        let mel = match dtype {
-            Dtype::Float32 => MelBuf::F32(Vec::new()),
-            Dtype::Float16 => MelBuf::F16(Vec::new()),
-        };
         ChunkBuf {
-            mel,
+            mel: MelBuf::of(dtype),
+            store: dtype,
             labels: Vec::new(),
             paths: Vec::new(),
             row_shape,
@@ -105,7 +112,7 @@ impl ChunkBuf {
                 buf.reserve_exact(total - buf.len());
                 let start = buf.len();
                 buf.resize(start + row.len(), f16::ZERO);
-                crate::dsp::f16::narrow(&mut buf[start..], row);
+                self.store.narrow(&mut buf[start..], row);
             }
         }
         self.labels.push(label);

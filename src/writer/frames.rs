@@ -34,9 +34,15 @@ use super::{Dtype, Error};
 use crate::frames::FrameLayout;
 use crate::model::Refusal;
 
-/// Frames per `features` chunk for rows of `layout` stored as `dtype`.
+/// Frames per `features` chunk for rows of `layout` stored as `dtype`:
+/// about [`crate::frames::CHUNK_TARGET_BYTES`], and a compact file's a
+/// quarter of that before compression ([`super::compact::CHUNK_SHARE`]), so
+/// that reading a row at random inflates little more than the row.
 pub fn chunk_frames(layout: &FrameLayout, dtype: Dtype) -> usize {
-    layout.chunk_frames(dtype.size())
+    match dtype.tick_power() {
+        Some(_) => layout.chunk_frames(dtype.size() * super::compact::CHUNK_SHARE),
+        None => layout.chunk_frames(dtype.size()),
+    }
 }
 
 /// The datasets of a variable-length split file.
@@ -59,17 +65,22 @@ impl FrameSets {
         l: &FrameLayout,
         paths: PathColumn,
     ) -> Result<Self, Error> {
-        let builder = match h.dtype {
-            Dtype::Float32 => file.new_dataset::<f32>(),
-            Dtype::Float16 => file.new_dataset::<f16>(),
+        let builder = match h.dtype.is_f16() {
+            false => file.new_dataset::<f32>(),
+            true => file.new_dataset::<f16>(),
         };
-        let features = builder
+        let builder = builder
             .shape(SimpleExtents::from_vec(vec![
                 Extent::resizable(0),
                 Extent::fixed(l.bins),
             ]))
             .chunk(vec![chunk_frames(l, h.dtype), l.bins])
-            .obj_track_times(false)
+            .obj_track_times(false);
+        let builder = match h.dtype.tick_power() {
+            Some(_) => super::compact::filtered(builder),
+            None => builder,
+        };
+        let features = builder
             .create("features")
             .ctx(p, || "create dataset `features`".into())?;
         let c = h.chunk_files;
@@ -237,6 +248,11 @@ impl FrameSets {
 /// Rows not yet written: frames in the stored type and per-row values.
 pub(super) struct FrameBuf {
     values: MelBuf,
+    /// How values are stored (float16 rounding, on the compact grid; compact
+    /// chunks are compressed before they are written).
+    store: Dtype,
+    /// A compact chunk's compressed bytes (`writer::compact`).
+    packed: Vec<u8>,
     offsets: Vec<i64>,
     lengths: Vec<i32>,
     pads: Vec<f32>,
@@ -254,10 +270,9 @@ pub(super) struct FrameBuf {
 impl FrameBuf {
     pub(super) fn new(dtype: Dtype, layout: &FrameLayout) -> FrameBuf {
         FrameBuf {
-            values: match dtype {
-                Dtype::Float32 => MelBuf::F32(Vec::new()),
-                Dtype::Float16 => MelBuf::F16(Vec::new()),
-            },
+            values: MelBuf::of(dtype),
+            store: dtype,
+            packed: Vec::new(),
             offsets: Vec::new(),
             lengths: Vec::new(),
             pads: Vec::new(),
@@ -322,7 +337,7 @@ impl FrameBuf {
             MelBuf::F16(buf) => {
                 let start = buf.len();
                 buf.resize(start + frames.len(), f16::ZERO);
-                crate::dsp::f16::narrow(&mut buf[start..], frames);
+                self.store.narrow(&mut buf[start..], frames);
             }
         }
     }
@@ -413,6 +428,10 @@ impl FrameBuf {
             let rest = self.values.split_tail(whole, spare);
             std::mem::replace(&mut self.values, rest)
         };
+        if self.store.tick_power().is_some() {
+            self.write_packed(ds, at, len, full)?;
+            return Ok(if last { values } else { whole } / bins);
+        }
         let loaned = Loaned::new(full);
         let r = match loaned.get() {
             MelBuf::F32(v) => lend_chunks(ds, at, len, &loaned, v),
@@ -423,6 +442,27 @@ impl FrameBuf {
         r?;
         self.in_flight.check()?;
         Ok(if last { values } else { whole } / bins)
+    }
+
+    /// Writes `full` (whole chunks of `len` float16 values) as compact
+    /// chunks from frame `at` on: each compressed into `packed` and written
+    /// at once (a quarter of the bytes; nothing lent).
+    fn write_packed(
+        &mut self,
+        ds: &Dataset,
+        at: usize,
+        len: usize,
+        full: MelBuf,
+    ) -> hdf5::Result<()> {
+        let MelBuf::F16(v) = &full else {
+            unreachable!("compact values are float16 (`MelBuf::of`)")
+        };
+        for (k, c) in v.chunks_exact(len).enumerate() {
+            super::compact::pack(c, &mut self.packed)?;
+            raw::write_chunk(ds, &[(at + k * len / self.bins) as u64, 0], &self.packed)?;
+        }
+        spare_into(&mut self.spares, full);
+        Ok(())
     }
 
     /// Waits until every chunk written is in the file.

@@ -309,9 +309,9 @@ impl Datasets {
             Extent::fixed(n_mels),
             Extent::fixed(n_frames),
         ];
-        let mel_builder = match header.dtype {
-            Dtype::Float32 => file.new_dataset::<f32>(),
-            Dtype::Float16 => file.new_dataset::<half::f16>(),
+        let mel_builder = match header.dtype.is_f16() {
+            false => file.new_dataset::<f32>(),
+            true => file.new_dataset::<half::f16>(),
         };
         let mel = mel_builder
             .shape(SimpleExtents::from_vec(mel_shape.to_vec()))
@@ -589,7 +589,15 @@ fn write_frame_attrs(
         }
     }
     attr_str(file, "dtype", h.dtype.name())?;
-    attr_int(file, "chunk_frames", l.chunk_frames(h.dtype.size()))?;
+    if let Some(p) = h.dtype.tick_power() {
+        attr_str(file, "storage", super::compact::STORAGE)?;
+        attr(file, "tick_power", i64::from(p))?;
+    }
+    attr_int(
+        file,
+        "chunk_frames",
+        super::frames::chunk_frames(l, h.dtype),
+    )?;
     attr_int(file, "chunk_files", h.chunk_files)?;
     for (key, value) in h.extra_attrs {
         attr_str(file, key, value)?;

@@ -62,6 +62,7 @@
 pub mod append;
 mod attrs;
 mod chunk;
+mod compact;
 mod direct;
 mod driver;
 pub mod frames;

@@ -50,7 +50,7 @@ fn close(a: &[f64], b: &[f64], scale: &[f64]) {
     }
 }
 
-fn check_dir(dir: &Path, split: &str) -> Stats {
+pub(crate) fn check_dir(dir: &Path, split: &str) -> Stats {
     let h5 = dir.join(format!("{split}.h5"));
     let s = stats_of(&h5);
     let (frames, sum, sq) = from_rows(&h5);

@@ -4,6 +4,7 @@ mod build;
 mod cli;
 mod cmvn;
 mod common;
+mod compact;
 mod control;
 mod crash;
 mod cuda;

@@ -15,10 +15,10 @@ use std::path::Path;
 use hdf5::Dataset;
 
 use crate::frames::FrameLayout;
+use crate::writer::Error;
 use crate::writer::chunk::ChunkBuf;
 use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
 use crate::writer::h5::{Datasets, Header, PathColumn};
-use crate::writer::{Dtype, Error};
 
 /// The datasets of an open split file, either layout.
 pub(super) enum Sets {
@@ -124,9 +124,9 @@ impl Sets {
                 want[0]
             ));
         }
-        let dtype_ok = match h.dtype {
-            Dtype::Float32 => ds.dtype().is_ok_and(|t| t.is::<f32>()),
-            Dtype::Float16 => ds.dtype().is_ok_and(|t| t.is::<half::f16>()),
+        let dtype_ok = match h.dtype.is_f16() {
+            false => ds.dtype().is_ok_and(|t| t.is::<f32>()),
+            true => ds.dtype().is_ok_and(|t| t.is::<half::f16>()),
         };
         if !dtype_ok {
             return Err(format!("{what} is not {}", h.dtype.name()));

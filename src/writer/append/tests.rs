@@ -380,7 +380,7 @@ fn rows_round_trip_across_partial_flushes_and_direct_whole_chunks() {
         assert_eq!(mel.shape(), [18, 2, 3, 4, 5]);
         let values: Vec<f32> = match dtype {
             Dtype::Float32 => mel.read_raw::<f32>().unwrap(),
-            Dtype::Float16 => mel
+            Dtype::Float16 | Dtype::Compact { .. } => mel
                 .read_raw::<half::f16>()
                 .unwrap()
                 .iter()
@@ -390,7 +390,7 @@ fn rows_round_trip_across_partial_flushes_and_direct_whole_chunks() {
         for i in 0..18 {
             let want: Vec<f32> = match dtype {
                 Dtype::Float32 => row(i),
-                Dtype::Float16 => row(i)
+                Dtype::Float16 | Dtype::Compact { .. } => row(i)
                     .iter()
                     .map(|&v| half::f16::from_f32(v).to_f32())
                     .collect(),
