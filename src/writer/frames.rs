@@ -34,16 +34,7 @@ use super::{Dtype, Error};
 use crate::frames::FrameLayout;
 use crate::model::Refusal;
 
-/// Frames per `features` chunk for rows of `layout` stored as `dtype`:
-/// about [`crate::frames::CHUNK_TARGET_BYTES`], and a compact file's a
-/// quarter of that before compression ([`super::compact::CHUNK_SHARE`]), so
-/// that reading a row at random inflates little more than the row.
-pub fn chunk_frames(layout: &FrameLayout, dtype: Dtype) -> usize {
-    match dtype.tick_power() {
-        Some(_) => layout.chunk_frames(dtype.size() * super::compact::CHUNK_SHARE),
-        None => layout.chunk_frames(dtype.size()),
-    }
-}
+pub use super::compact::chunk_frames;
 
 /// The datasets of a variable-length split file.
 pub(super) struct FrameSets {
@@ -446,7 +437,7 @@ impl FrameBuf {
 
     /// Writes `full` (whole chunks of `len` float16 values) as compact
     /// chunks from frame `at` on: each compressed into `packed` and written
-    /// at once (a quarter of the bytes; nothing lent).
+    /// at once (about a third of float32's bytes; nothing lent).
     fn write_packed(
         &mut self,
         ds: &Dataset,

@@ -596,7 +596,7 @@ fn write_frame_attrs(
     attr_int(
         file,
         "chunk_frames",
-        super::frames::chunk_frames(l, h.dtype),
+        super::compact::chunk_frames(l, h.dtype),
     )?;
     attr_int(file, "chunk_files", h.chunk_files)?;
     for (key, value) in h.extra_attrs {

@@ -23,7 +23,7 @@ fn config(storage: &str) -> Config {
 }
 
 /// A tree of recordings long and short enough that `features` spans
-/// several compact chunks (1638 frames each at 80 bins) and ends in a
+/// several compact chunks (409 frames each at 80 bins) and ends in a
 /// partial one.
 fn corpus(root: &Path) {
     for (i, seconds) in [1usize, 17, 3, 22, 2, 9].into_iter().enumerate() {
@@ -66,12 +66,12 @@ fn compact_rows_are_the_plain_rows_on_the_grid_in_blosc_chunks() {
             assert_eq!(y, want, "{x}");
         }
     }
-    assert!(frames > 3 * 1638, "{frames} frames: several chunks");
+    assert!(frames > 3 * 409, "{frames} frames: several chunks");
 
     let f = hdf5::File::open(compact.path().join("all.h5")).unwrap();
     let ds = f.dataset("features").unwrap();
     assert!(ds.dtype().unwrap().is::<half::f16>());
-    assert_eq!(ds.chunk(), Some(vec![1638, 80]));
+    assert_eq!(ds.chunk(), Some(vec![409, 80]));
     let filters = ds.filters();
     assert!(
         matches!(filters.as_slice(), [Filter::Blosc(..)]),
