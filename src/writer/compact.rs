@@ -55,6 +55,27 @@ pub(super) fn filtered(b: DatasetBuilderEmptyShape) -> DatasetBuilderEmptyShape 
     b.blosc_lz4(CLEVEL, BloscShuffle::Bit)
 }
 
+/// The stored bytes of every chunk of `len` values in `values` (whole
+/// chunks) into `outs[k]`, compressed in parallel on rayon's pool (one
+/// chunk inline), in order: the file's bytes do not depend on the threads.
+/// Returns how many chunks.
+pub(super) fn pack_all(values: &[f16], len: usize, outs: &mut Vec<Vec<u8>>) -> hdf5::Result<usize> {
+    use rayon::prelude::*;
+    let n = values.len() / len.max(1);
+    if outs.len() < n {
+        outs.resize_with(n, Vec::new);
+    }
+    match n {
+        0 => {}
+        1 => pack(values, &mut outs[0])?,
+        _ => outs[..n]
+            .par_iter_mut()
+            .zip(values.par_chunks_exact(len))
+            .try_for_each(|(out, chunk)| pack(chunk, out))?,
+    }
+    Ok(n)
+}
+
 /// The stored bytes of one compact chunk of `values` into `out` (replacing
 /// what it held): a Blosc buffer, bitshuffled over 2-byte values, LZ4.
 pub(super) fn pack(values: &[f16], out: &mut Vec<u8>) -> hdf5::Result<()> {
@@ -93,6 +114,20 @@ pub(super) fn pack(values: &[f16], out: &mut Vec<u8>) -> hdf5::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_packed_in_parallel_are_each_packed_alone() {
+        let values: Vec<f16> = (0..5 * 640)
+            .map(|i| f16::from_f32(((i * 7 % 131) as f32 - 60.0) / 32.0))
+            .collect();
+        let mut outs = vec![vec![1u8; 3]];
+        assert_eq!(pack_all(&values, 640, &mut outs).unwrap(), 5);
+        for (k, chunk) in values.chunks_exact(640).enumerate() {
+            let mut alone = Vec::new();
+            pack(chunk, &mut alone).unwrap();
+            assert_eq!(outs[k], alone, "chunk {k}");
+        }
+    }
 
     #[test]
     fn a_packed_chunk_is_a_blosc_buffer_of_the_values() {

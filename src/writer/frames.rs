@@ -242,8 +242,9 @@ pub(super) struct FrameBuf {
     /// How values are stored (float16 rounding, on the compact grid; compact
     /// chunks are compressed before they are written).
     store: Dtype,
-    /// A compact chunk's compressed bytes (`writer::compact`).
-    packed: Vec<u8>,
+    /// Compact chunks' compressed bytes (`writer::compact`), one buffer a
+    /// chunk, reused.
+    packed: Vec<Vec<u8>>,
     offsets: Vec<i64>,
     lengths: Vec<i32>,
     pads: Vec<f32>,
@@ -436,8 +437,9 @@ impl FrameBuf {
     }
 
     /// Writes `full` (whole chunks of `len` float16 values) as compact
-    /// chunks from frame `at` on: each compressed into `packed` and written
-    /// at once (about a third of float32's bytes; nothing lent).
+    /// chunks from frame `at` on: compressed into `packed` in parallel, then
+    /// written in order at once (about a third of float32's bytes; nothing
+    /// lent).
     fn write_packed(
         &mut self,
         ds: &Dataset,
@@ -448,9 +450,9 @@ impl FrameBuf {
         let MelBuf::F16(v) = &full else {
             unreachable!("compact values are float16 (`MelBuf::of`)")
         };
-        for (k, c) in v.chunks_exact(len).enumerate() {
-            super::compact::pack(c, &mut self.packed)?;
-            raw::write_chunk(ds, &[(at + k * len / self.bins) as u64, 0], &self.packed)?;
+        let n = super::compact::pack_all(v, len, &mut self.packed)?;
+        for (k, bytes) in self.packed[..n].iter().enumerate() {
+            raw::write_chunk(ds, &[(at + k * len / self.bins) as u64, 0], bytes)?;
         }
         spare_into(&mut self.spares, full);
         Ok(())

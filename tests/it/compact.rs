@@ -125,3 +125,39 @@ fn compact_storage_refuses_what_it_cannot_store() {
         melforge::writer::Dtype::Compact { tick_power: -8 }
     );
 }
+
+/// Shards of a compact build merge into the rows of a single compact build,
+/// as virtual datasets over the shards and as standalone copies, whose
+/// `features` keeps its Blosc chunks.
+#[test]
+fn compact_shards_merge_into_the_single_build() {
+    use melforge::app::build::{self, Options};
+    use melforge::app::merge::{self, shard::Shard};
+
+    let input = tempfile::tempdir().unwrap();
+    corpus(input.path());
+    let cfg = config("storage = \"compact\"\n");
+    let single = tempfile::tempdir().unwrap();
+    common::build(input.path(), single.path(), &cfg);
+    let want = rows(&single.path().join("all.h5"));
+    let out = tempfile::tempdir().unwrap();
+    for index in 0..2 {
+        let shard = Some(Shard { index, count: 2 });
+        build::build_shard(input.path(), out.path(), &cfg, &Options::default(), shard).unwrap();
+    }
+    for copy in [false, true] {
+        merge::merge(out.path(), copy).unwrap();
+        let merged = out.path().join("all.h5");
+        let got = rows(&merged);
+        assert_eq!(got.path, want.path, "copy: {copy}");
+        assert_eq!(got.rows, want.rows, "copy: {copy}");
+        if copy {
+            let f = hdf5::File::open(&merged).unwrap();
+            let filters = f.dataset("features").unwrap().filters();
+            assert!(
+                matches!(filters.as_slice(), [Filter::Blosc(..)]),
+                "{filters:?}"
+            );
+        }
+    }
+}

@@ -29,9 +29,10 @@ struct Target<'a> {
 }
 
 /// Creates `target` empty-valued at its full length, with the first
-/// shard's element type, row shape and chunks (`meta`/`line`: chunked by
-/// the merged row count, as a build of the whole chunks them), resizable
-/// along the rows as a build's.
+/// shard's element type, row shape, chunks (`meta`/`line`: chunked by
+/// the merged row count, as a build of the whole chunks them) and filters
+/// (a compact `features`' Blosc chunks stay compact), resizable along the
+/// rows as a build's.
 fn create_like(dir: &Path, parts: &[Part], target: &Target<'_>) -> Result<Dataset, Error> {
     let like = parts[0].dataset(dir, target.name)?;
     let src = dir.join(&parts[0].name);
@@ -51,6 +52,7 @@ fn create_like(dir: &Path, parts: &[Part], target: &Target<'_>) -> Result<Datase
         .empty_as(dtype)
         .shape(SimpleExtents::from_vec(extents))
         .chunk(chunk)
+        .set_filters(&like.filters())
         .obj_track_times(false)
         .create(target.name)
         .ctx(target.out, || format!("create dataset `{}`", target.name))
