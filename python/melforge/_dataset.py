@@ -90,7 +90,7 @@ def _meta_doc(raw: Any) -> Dict[str, Any]:
 
 def _filtered(ds: h5py.Dataset) -> bool:
     """Whether `ds` stores its chunks through filters."""
-    return ds.id.get_create_plist().get_nfilters() > 0
+    return bool(ds.id.get_create_plist().get_nfilters() > 0)
 
 
 def _plugins_for(ds: h5py.Dataset, path: str) -> None:
