@@ -437,9 +437,8 @@ impl FrameBuf {
     }
 
     /// Writes `full` (whole chunks of `len` float16 values) as compact
-    /// chunks from frame `at` on: compressed into `packed` in parallel, then
-    /// written in order at once (about a third of float32's bytes; nothing
-    /// lent).
+    /// chunks from frame `at` on: compressed into `packed`, then written
+    /// in order at once (about a third of float32's bytes; nothing lent).
     fn write_packed(
         &mut self,
         ds: &Dataset,
