@@ -5,10 +5,11 @@
 //! which h5py reads after `import hdf5plugin` and this program through
 //! hdf5-metno's registration of the same filter.
 //!
-//! Why this codec: on real fbank (the espeak-ng corpus), bitshuffle + LZ4
-//! inflates at 2–2.6 GB/s of float32 a second on one core, against 0.9 GB/s
-//! with zstd and about 0.4 GB/s for lilcom or deflate, so a random row costs
-//! little more than its read. docs/BENCHMARKS.md has the measurement.
+//! Why this codec: on real fbank (the espeak-ng corpus), Blosc's bitshuffle
+//! + LZ4 inflates about 2 GB/s of float32 a second on one core, against
+//! 0.9 GB/s with zstd and about 0.4 GB/s for lilcom or deflate; a row read
+//! at random still costs about four times a float32 row's read, the
+//! decoder's own rate (docs/BENCHMARKS.md, "Issue 47 item 3").
 //!
 //! The writer compresses whole chunks itself and hands the bytes to
 //! `H5Dwrite_chunk` (HDF5 runs no filter on a direct write), with Blosc's own
