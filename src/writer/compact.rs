@@ -6,7 +6,7 @@
 //! hdf5-metno's registration of the same filter.
 //!
 //! Why this codec: on real fbank (the espeak-ng corpus), Blosc's bitshuffle
-//! + LZ4 inflates about 2 GB/s of float32 a second on one core, against
+//! with LZ4 inflates about 2 GB/s of float32 a second on one core, against
 //! 0.9 GB/s with zstd and about 0.4 GB/s for lilcom or deflate; a row read
 //! at random still costs about four times a float32 row's read, the
 //! decoder's own rate (docs/BENCHMARKS.md, "Issue 47 item 3").
