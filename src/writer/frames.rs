@@ -457,6 +457,39 @@ impl FrameBuf {
         Ok(())
     }
 
+    /// Whether chunks are compressed as they are written (compact storage).
+    pub(super) fn is_compact(&self) -> bool {
+        self.store.tick_power().is_some()
+    }
+
+    /// serve's compact rows: writes the buffered frames from file frame `at`
+    /// (a chunk boundary) as whole chunks of `chunk` frames, which leave the
+    /// buffer, and the frames after them as one zero-padded chunk, which
+    /// stay: the next write rewrites that chunk with more frames (the
+    /// appender arms its undo log first). Returns the frames that left.
+    pub(super) fn write_compact(
+        &mut self,
+        ds: &Dataset,
+        at: usize,
+        chunk: usize,
+    ) -> hdf5::Result<usize> {
+        let whole = self.write_chunks(ds, at, chunk, false)?;
+        let MelBuf::F16(tail) = &self.values else {
+            unreachable!("compact values are float16 (`MelBuf::of`)")
+        };
+        if !tail.is_empty() {
+            let mut padded = Vec::with_capacity(chunk * self.bins);
+            padded.extend_from_slice(tail);
+            padded.resize(chunk * self.bins, f16::ZERO);
+            if self.packed.is_empty() {
+                self.packed.push(Vec::new());
+            }
+            super::compact::pack(&padded, &mut self.packed[0])?;
+            raw::write_chunk(ds, &[(at + whole) as u64, 0], &self.packed[0])?;
+        }
+        Ok(whole)
+    }
+
     /// Waits until every chunk written is in the file.
     fn settle(&mut self) -> hdf5::Result<()> {
         let spares = &mut self.spares;

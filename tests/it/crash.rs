@@ -22,6 +22,11 @@
 //! `MELFORGE_CRASH_WRITES` (default 240), each run going on from what the one
 //! before left. Every place between two writes of an open, an append, a
 //! flush or a close is a kill point in turn, and a failure names its `k`.
+//!
+//! [`kill_9_before_every_write_of_compact_rows`] sweeps the same way with
+//! variable-length rows in compact storage (`MELFORGE_CRASH_LAYOUT=compact`
+//! for the child): Blosc chunks, the last of which every flush rewrites
+//! whole under the appender's undo log.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,13 +35,61 @@ use std::time::{Duration, Instant};
 
 use melforge::app::serve::journal::{FileStamp, Journal, Known, RecoveredState};
 use melforge::dsp::{Segmentation, Spec};
+use melforge::frames::FrameLayout;
 use melforge::writer::Dtype;
 use melforge::writer::append::{AppendSpec, Appender};
 
 const SPLITS: [&str; 2] = ["train", "val"];
 const ROW_LEN: usize = 2 * 3 * 4 * 5;
+/// Values per frame of the compact rows: a compact chunk is 128 frames.
+const BINS: usize = 256;
 
-fn spec(split: &str) -> AppendSpec {
+/// What the child writes: librosa's fixed rows, or variable-length rows in
+/// compact storage.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Layout {
+    Mel,
+    Compact,
+}
+
+impl Layout {
+    const VAR: &str = "MELFORGE_CRASH_LAYOUT";
+
+    fn from_env() -> Layout {
+        match std::env::var(Layout::VAR).as_deref() {
+            Ok("compact") => Layout::Compact,
+            _ => Layout::Mel,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Mel => "mel",
+            Layout::Compact => "compact",
+        }
+    }
+}
+
+fn spec(split: &str, layout: Layout) -> AppendSpec {
+    match layout {
+        Layout::Mel => mel_spec(split),
+        Layout::Compact => AppendSpec {
+            dtype: Dtype::Compact { tick_power: -5 },
+            frames: Some(FrameLayout {
+                recipe: "kaldi-fbank".into(),
+                bins: BINS,
+                sample_rate: 16_000,
+                frame_step_seconds: 0.01,
+                max_samples: None,
+                padded_frames: None,
+                params: vec![],
+            }),
+            ..mel_spec(split)
+        },
+    }
+}
+
+fn mel_spec(split: &str) -> AppendSpec {
     AppendSpec {
         split: split.into(),
         spec: Spec {
@@ -80,22 +133,34 @@ fn is_rejected(n: u64) -> bool {
     n % 11 == 5
 }
 
-fn row_of(n: u64) -> Vec<f32> {
-    (0..ROW_LEN)
-        .map(|k| (n as f32) * 0.5 - (k as f32) * 0.25)
-        .collect()
+/// Frames of file `n`'s compact row: 5 to 27.
+fn frames_of(n: u64) -> usize {
+    5 + (n % 23) as usize
+}
+
+/// File `n`'s row; compact rows' values are on the 2^-5 grid within
+/// float16's exact range, so they are stored exactly.
+fn row_of(n: u64, layout: Layout) -> Vec<f32> {
+    match layout {
+        Layout::Mel => (0..ROW_LEN)
+            .map(|k| (n as f32) * 0.5 - (k as f32) * 0.25)
+            .collect(),
+        Layout::Compact => (0..frames_of(n) * BINS)
+            .map(|k| ((n as usize * 37 + k * 5) % 512) as f32 / 32.0 - 8.0)
+            .collect(),
+    }
 }
 
 /// Opens the journal and one appender per split, recovering both.
 /// Also returns the HDF5 rows cut because the journal did not confirm them.
-fn recover(dir: &Path) -> (Journal, RecoveredState, Vec<Appender>, usize) {
+fn recover(dir: &Path, layout: Layout) -> (Journal, RecoveredState, Vec<Appender>, usize) {
     let (journal, state) = Journal::open(&dir.join("state")).unwrap();
     let mut cut = 0;
     let appenders = SPLITS
         .iter()
         .map(|s| {
             let (a, report) =
-                Appender::open(&dir.join("out"), &spec(s), &[], state.rows_of(s)).unwrap();
+                Appender::open(&dir.join("out"), &spec(s, layout), &[], state.rows_of(s)).unwrap();
             cut += report.rows_dropped;
             a
         })
@@ -110,7 +175,8 @@ fn child_writer() {
         return;
     };
     let dir = Path::new(&dir);
-    let (mut journal, _, mut apps, _) = recover(dir);
+    let layout = Layout::from_env();
+    let (mut journal, _, mut apps, _) = recover(dir, layout);
     let mut n = 0u64;
     let mut batch = 0u64;
     loop {
@@ -135,7 +201,7 @@ fn child_writer() {
                 .map(|a| a.label_id(&label).unwrap())
                 .collect::<Vec<_>>();
             assert!(id.windows(2).all(|w| w[0] == w[1]));
-            let row = apps[s].append(&path, id[s], &row_of(k)).unwrap();
+            let row = apps[s].append(&path, id[s], &row_of(k, layout)).unwrap();
             journal.stage_row(&path, stamp, split, row);
         }
         for a in &mut apps {
@@ -150,7 +216,7 @@ fn child_writer() {
 }
 
 /// Checks the recovered state against HDF5; returns confirmed files.
-fn check(journal: &Journal, apps: &[Appender]) -> u64 {
+fn check(journal: &Journal, apps: &[Appender], layout: Layout) -> u64 {
     let state = journal.state();
     // Confirmed files are exactly file_of(0..k) for some k.
     let mut k = 0;
@@ -177,9 +243,7 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
         let rows = state.rows_of(s);
         assert_eq!(app.rows(), rows);
         let f = hdf5::File::open_as(app.path(), hdf5::OpenMode::ReadSWMR).unwrap();
-        let mel = f.dataset("mel").unwrap();
-        assert_eq!(mel.shape()[0], rows);
-        let values = mel.read_raw::<f32>().unwrap();
+        let values = Rows::read(&f, rows, layout);
         let labels = f.dataset("label").unwrap().read_raw::<i32>().unwrap();
         let paths = melforge::writer::strings::read(&f, "path").unwrap();
         let names = melforge::writer::strings::read(&f, "label_names").unwrap();
@@ -210,18 +274,63 @@ fn check(journal: &Journal, apps: &[Appender]) -> u64 {
                 other => panic!("{p} in HDF5 but journal says {other:?}"),
             }
             assert_eq!(names[labels[i] as usize].as_str(), label, "{p}");
-            assert_eq!(
-                values[i * ROW_LEN..(i + 1) * ROW_LEN],
-                row_of(n)[..],
-                "values of {p}"
-            );
+            assert!(values.row(i) == row_of(n, layout), "values of {p}");
         }
     }
     k
 }
 
+/// A split file's rows as read back.
+struct Rows {
+    values: Vec<f32>,
+    /// Each row's span of `values`.
+    spans: Vec<(usize, usize)>,
+}
+
+impl Rows {
+    fn read(f: &hdf5::File, rows: usize, layout: Layout) -> Rows {
+        match layout {
+            Layout::Mel => {
+                let mel = f.dataset("mel").unwrap();
+                assert_eq!(mel.shape()[0], rows);
+                Rows {
+                    values: mel.read_raw::<f32>().unwrap(),
+                    spans: (0..rows).map(|i| (i * ROW_LEN, ROW_LEN)).collect(),
+                }
+            }
+            Layout::Compact => {
+                let features = f.dataset("features").unwrap();
+                assert!(!features.filters().is_empty(), "features is not compact");
+                let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
+                let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
+                assert_eq!((offsets.len(), lengths.len()), (rows, rows));
+                let spans: Vec<(usize, usize)> = offsets
+                    .iter()
+                    .zip(&lengths)
+                    .map(|(&o, &n)| (o as usize * BINS, n as usize * BINS))
+                    .collect();
+                let end = spans.last().map_or(0, |&(o, n)| o + n);
+                assert!(
+                    spans.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0),
+                    "rows are not back to back"
+                );
+                assert_eq!(features.shape()[0] * BINS, end);
+                Rows {
+                    values: features.read_raw::<f32>().unwrap(),
+                    spans,
+                }
+            }
+        }
+    }
+
+    fn row(&self, i: usize) -> &[f32] {
+        let (at, n) = self.spans[i];
+        &self.values[at..at + n]
+    }
+}
+
 /// This test binary re-run as the child writer on `dir`.
-fn child_command(exe: &Path, dir: &Path) -> Command {
+fn child_command(exe: &Path, dir: &Path, layout: Layout) -> Command {
     let mut c = Command::new(exe);
     c.args([
         "--exact",
@@ -232,6 +341,7 @@ fn child_command(exe: &Path, dir: &Path) -> Command {
         "--nocapture",
     ])
     .env("MELFORGE_CRASH_DIR", dir)
+    .env(Layout::VAR, layout.name())
     .stdout(Stdio::null())
     .stderr(Stdio::inherit());
     c
@@ -239,9 +349,9 @@ fn child_command(exe: &Path, dir: &Path) -> Command {
 
 /// Runs the child writer until the driver kills it before write `k`; panics
 /// when it ends any other way.
-fn run_child_to_write(exe: &Path, dir: &Path, k: u64) {
+fn run_child_to_write(exe: &Path, dir: &Path, k: u64, layout: Layout) {
     use std::os::unix::process::ExitStatusExt;
-    let status = child_command(exe, dir)
+    let status = child_command(exe, dir, layout)
         .env("MELFORGE_CRASH_AT_WRITE", k.to_string())
         .status()
         .unwrap();
@@ -254,6 +364,15 @@ fn run_child_to_write(exe: &Path, dir: &Path, k: u64) {
 
 #[test]
 fn kill_9_before_every_write() {
+    kill_before_every_write(Layout::Mel);
+}
+
+#[test]
+fn kill_9_before_every_write_of_compact_rows() {
+    kill_before_every_write(Layout::Compact);
+}
+
+fn kill_before_every_write(layout: Layout) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let exe = std::env::current_exe().unwrap();
@@ -263,15 +382,18 @@ fn kill_9_before_every_write() {
         .unwrap_or(240);
     let mut last = 0;
     let mut cut_total = 0;
+    let mut undo_total = 0;
     for k in 1..=points {
-        run_child_to_write(&exe, dir, k);
-        let (journal, _, apps, cut) = recover(dir);
-        let confirmed =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&journal, &apps)))
-                .unwrap_or_else(|e| {
-                    eprintln!("kill before write {k} of a fresh writer broke the files");
-                    std::panic::resume_unwind(e)
-                });
+        run_child_to_write(&exe, dir, k, layout);
+        undo_total += undo_logs(dir);
+        let (journal, _, apps, cut) = recover(dir, layout);
+        let confirmed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check(&journal, &apps, layout)
+        }))
+        .unwrap_or_else(|e| {
+            eprintln!("kill before write {k} of a fresh writer broke the files");
+            std::panic::resume_unwind(e)
+        });
         assert!(
             confirmed >= last,
             "kill before write {k}: confirmed files went from {last} to {confirmed}"
@@ -280,7 +402,28 @@ fn kill_9_before_every_write() {
         cut_total += cut;
     }
     assert!(last > 0, "no batch was ever committed");
-    println!("{points} kill points: {last} files confirmed, {cut_total} unconfirmed HDF5 rows cut");
+    println!(
+        "{} rows, {points} kill points: {last} files confirmed, {cut_total} unconfirmed HDF5 \
+         rows cut, {undo_total} undo logs rolled back",
+        layout.name()
+    );
+    if layout == Layout::Compact && points >= 100 {
+        // Kills between a chunk's rewrite and its flush: the case the undo
+        // log is there for.
+        assert!(undo_total > 10, "{undo_total} kills left an undo log");
+    }
+}
+
+/// Undo logs in the output directory (a kill inside an armed step): the
+/// next open rolls them back.
+fn undo_logs(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("out")).map_or(0, |d| {
+        d.filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".h5.undo"))
+        })
+        .count()
+    })
 }
 
 #[test]
@@ -324,7 +467,7 @@ fn kill_9_at_random_points() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_millis(lo + seed % (hi - lo).max(1));
-        let mut child = child_command(&exe, &dir).spawn().unwrap();
+        let mut child = child_command(&exe, &dir, Layout::Mel).spawn().unwrap();
         std::thread::sleep(delay);
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the child writer exited early: {status}");
@@ -334,15 +477,9 @@ fn kill_9_at_random_points() {
 
         // Undo logs the kill left (inside an open's armed recovery): the
         // next open rolls them back.
-        let undo = std::fs::read_dir(dir.join("out")).map_or(0, |d| {
-            d.filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".h5.undo"))
-            })
-            .count()
-        });
-        let (journal, state, apps, cut) = recover(&dir);
-        let k = check(&journal, &apps);
+        let undo = undo_logs(&dir);
+        let (journal, state, apps, cut) = recover(&dir, Layout::Mel);
+        let k = check(&journal, &apps, Layout::Mel);
         assert!(k >= last, "confirmed files went from {last} to {k}");
         println!(
             "run {runs}: killed after {delay:?}: {k} files confirmed, {cut} unconfirmed \

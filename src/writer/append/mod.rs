@@ -56,6 +56,8 @@ mod store;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_compact;
+#[cfg(test)]
 mod tests_crash;
 #[cfg(test)]
 mod tests_frames;
@@ -157,6 +159,11 @@ pub struct Appender {
     /// ([`Appender::drop_synced_chunks`]).
     chunks_dropped: usize,
     failed: bool,
+    /// The undo log armed before a write rewrote a compact chunk that holds
+    /// rows ([`store::Store::rewrites`]), committed by the next flush. Last:
+    /// a dropped appender (a test's kill) closes the file before this
+    /// disarms, so the close's writes are in the log too.
+    armed: Option<undo::Armed>,
 }
 
 impl Appender {
@@ -182,6 +189,18 @@ impl Appender {
     ) -> Result<(Appender, OpenReport), Error> {
         validate(spec, label_names)?;
         let path = out_dir.join(format!("{}.h5", spec.split));
+        if spec.dtype.tick_power().is_some()
+            && let Err(why) = vfd::available()
+        {
+            return Err(Error::Incompatible {
+                file: path,
+                reason: format!(
+                    "compact chunks are rewritten as rows arrive, which is safe against a \
+                     crash only through melforge's undo-logging file driver, and it cannot \
+                     be used here: {why}"
+                ),
+            });
+        }
         let header = Header {
             split: &spec.split,
             label_names,
@@ -247,7 +266,7 @@ impl Appender {
             })?;
         let names_in_attr = names.len();
         let mut app = Appender {
-            store: Store::new(sets, spec)?,
+            store: Store::new(sets, spec, &path)?,
             chunk_files: spec.chunk_files,
             paths,
             names_col,
@@ -263,6 +282,7 @@ impl Appender {
             value_bytes: spec.dtype.size(),
             chunks_dropped: rows / spec.chunk_files,
             failed: false,
+            armed: None,
         };
         // New names go into the attribute too while SWMR is not yet on.
         for n in label_names {
@@ -449,7 +469,13 @@ impl Appender {
             a.write_names()?;
             a.write_pending()?;
             a.file.flush().ctx(&a.path, || "flush the file".into())?;
-            a.sync_file()
+            a.sync_file()?;
+            // The rewritten chunks and the index that names them are in the
+            // file: the state the log would roll back to is no longer needed.
+            match a.armed.take() {
+                Some(armed) => commit(&a.path, Some(armed)),
+                None => Ok(()),
+            }
         })?;
         // The previous flush's rows stay cached for SWMR readers; the whole
         // chunks before them are on disk and never written again.
@@ -501,8 +527,12 @@ impl Appender {
     /// Returns the row count.
     pub fn close(mut self) -> Result<usize, Error> {
         let rows = self.flush()?;
-        // The close and the reopen rewrite metadata in place (`undo`).
-        let armed = arm(&self.path)?;
+        // The close and the reopen rewrite metadata in place (`undo`); a
+        // step armed already (a flush with nothing to write) goes on.
+        let armed = match self.armed.take() {
+            Some(a) => Some(a),
+            None => arm(&self.path)?,
+        };
         let Appender {
             path,
             file,
@@ -540,12 +570,18 @@ impl Appender {
             names_col,
             sync,
             meta,
+            armed,
             ..
         } = self;
-        let armed = arm(&path).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
-            None
-        });
+        let armed = armed.map_or_else(
+            || {
+                arm(&path).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "Closing an abandoned split file without an undo log.");
+                    None
+                })
+            },
+            Some,
+        );
         drop((store, paths, names_col, meta));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
@@ -571,10 +607,19 @@ impl Appender {
             // The strings first: a SWMR reader that sees a row sees its path.
             self.paths.write(&self.path)?;
             self.meta.write(&self.path, self.rows_written)?;
-            self.store.write(&self.path, self.rows_written)?;
+            self.write_store()?;
             self.rows_written += rows;
         }
         Ok(())
+    }
+
+    /// Writes the store's buffered frames and rows, arming the undo log
+    /// first when that rewrites a compact chunk holding rows (`store`).
+    fn write_store(&mut self) -> Result<(), Error> {
+        if self.store.rewrites() && self.armed.is_none() {
+            self.armed = arm(&self.path)?;
+        }
+        self.store.write(&self.path, self.rows_written)
     }
 
     fn write_names(&mut self) -> Result<(), Error> {

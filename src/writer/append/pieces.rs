@@ -38,13 +38,13 @@ impl Appender {
                             a.write_pending()?;
                             // Frames of the row under way when no whole row
                             // was buffered with them.
-                            a.store.write(&a.path, a.rows_written)
+                            a.write_store()
                         })?;
                     }
                 }
                 Ok(false) => break,
                 Err(refusal) => {
-                    self.store.give_up_row(start);
+                    self.store.give_up_row(&self.path, start)?;
                     return Ok(Err(refusal));
                 }
             }

@@ -77,7 +77,7 @@ pub(super) fn open_existing(
     // An older file's variable-length `path` is converted, not cut: no
     // element of it is written again (`super::vlen`).
     let old_path = ds.take_vlen_path();
-    if found != confirmed {
+    if found != confirmed || ds.frames_past(p, confirmed)? {
         tracing::warn!(
             file = %p.display(),
             rows = found,

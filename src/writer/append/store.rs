@@ -9,6 +9,16 @@
 //! (read from that row's `offsets` and `lengths`, which the confirmed flush
 //! made durable). Frames a killed writer left past that end are garbage no
 //! row names; the next rows overwrite them.
+//!
+//! Compact storage (`writer::compact`): a compressed chunk cannot take more
+//! frames in place, so the buffer starts at a chunk boundary and keeps the
+//! frames of the last, partly filled chunk after they are written (padded
+//! with zeros); each write rewrites that chunk whole with the frames that
+//! came since. HDF5 stores a rewritten chunk of another size elsewhere and
+//! may hand its old space out again before the chunk index that names the
+//! new place is in the file, so [`Store::rewrites`] tells the appender to
+//! arm its undo log (`super::undo`) before such a write; its flush commits
+//! it. On open, the frames of a partly filled last chunk are read back.
 
 use std::path::Path;
 
@@ -18,7 +28,7 @@ use crate::frames::FrameLayout;
 use crate::writer::Error;
 use crate::writer::chunk::ChunkBuf;
 use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
-use crate::writer::h5::{Datasets, Header, PathColumn};
+use crate::writer::h5::{Context, Datasets, Header, PathColumn};
 
 /// The datasets of an open split file, either layout.
 pub(super) enum Sets {
@@ -92,6 +102,15 @@ impl Sets {
         }
     }
 
+    /// Whether `features` holds frames past the first `rows` rows' (a write
+    /// killed after it grew `features` and before the per-row datasets).
+    pub(super) fn frames_past(&self, p: &Path, rows: usize) -> Result<bool, Error> {
+        match self {
+            Sets::Mel(_) => Ok(false),
+            Sets::Frames(d) => Ok(d.features.shape()[0] != d.frames_of_rows(p, rows)?),
+        }
+    }
+
     /// Cuts every dataset to `rows` rows (and their frames).
     pub(super) fn cut(&self, p: &Path, rows: usize) -> Result<(), Error> {
         match self {
@@ -131,7 +150,19 @@ impl Sets {
         if !dtype_ok {
             return Err(format!("{what} is not {}", h.dtype.name()));
         }
-        Ok(())
+        // Compact chunks go in compressed: a plain dataset must not get them,
+        // nor a compact one plain values off the grid.
+        match (ds.filters().is_empty(), h.dtype.tick_power().is_some()) {
+            (true, true) => Err(format!(
+                "{what} is stored plain, this configuration stores compact chunks \
+                 (`output.storage = \"compact\"`)"
+            )),
+            (false, false) => Err(format!(
+                "{what} is stored compact (Blosc chunks), this configuration stores plain \
+                 values"
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -146,25 +177,40 @@ pub(super) enum Store {
         ds: FrameSets,
         buf: Box<FrameBuf>,
         layout: FrameLayout,
-        /// Frames in `features` (written rows).
+        /// Frames in `features` before the buffer's (compact: a chunk
+        /// boundary; the buffer may hold frames already written).
         frames: usize,
         /// Frames per `features` chunk: a buffer this long is written.
         chunk_frames: usize,
+        /// Compact: the chunk at `frames` is in the file and holds frames
+        /// of rows, so the next write rewrites it.
+        rewrites: bool,
     },
 }
 
 impl Store {
     /// The store over `sets` for rows of `spec`'s layout (which
     /// [`Sets::open`] followed).
-    pub(super) fn new(sets: Sets, spec: &super::AppendSpec) -> Result<Store, Error> {
+    pub(super) fn new(sets: Sets, spec: &super::AppendSpec, p: &Path) -> Result<Store, Error> {
         match (sets, &spec.frames) {
-            (Sets::Frames(ds), Some(l)) => Ok(Store::Frames {
-                frames: ds.features.shape()[0],
-                buf: Box::new(FrameBuf::new(spec.dtype, l)),
-                chunk_frames: chunk_frames(l, spec.dtype),
-                layout: l.clone(),
-                ds,
-            }),
+            (Sets::Frames(ds), Some(l)) => {
+                let chunk_frames = chunk_frames(l, spec.dtype);
+                let mut buf = Box::new(FrameBuf::new(spec.dtype, l));
+                let end = ds.features.shape()[0];
+                let frames = match buf.is_compact() {
+                    true => end / chunk_frames * chunk_frames,
+                    false => end,
+                };
+                load_frames(&ds, p, &mut buf, frames..end)?;
+                Ok(Store::Frames {
+                    frames,
+                    buf,
+                    chunk_frames,
+                    rewrites: end > frames,
+                    layout: l.clone(),
+                    ds,
+                })
+            }
             (Sets::Mel(ds), None) => Ok(Store::Mel {
                 ds,
                 chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
@@ -276,17 +322,39 @@ impl Store {
         }
     }
 
+    /// Whether the next write rewrites a compact chunk that holds frames of
+    /// rows (the appender arms its undo log first).
+    pub(super) fn rewrites(&self) -> bool {
+        matches!(self, Store::Frames { rewrites: true, .. })
+    }
+
     /// Forgets the frames of a row given up half-way, which started at file
-    /// frame `start`: written ones are overwritten by the next row's.
-    pub(super) fn give_up_row(&mut self, start: usize) {
-        if let Store::Frames { buf, frames, .. } = self {
+    /// frame `start`: written ones are overwritten by the next row's. A
+    /// compact buffer starts again at the chunk boundary below `start`,
+    /// with the frames of rows before it read back from the file.
+    pub(super) fn give_up_row(&mut self, p: &Path, start: usize) -> Result<(), Error> {
+        if let Store::Frames {
+            ds,
+            buf,
+            frames,
+            chunk_frames,
+            rewrites,
+            ..
+        } = self
+        {
             if start >= *frames {
                 buf.truncate_frames(start - *frames);
+            } else if buf.is_compact() {
+                buf.clear_frames();
+                *frames = start / *chunk_frames * *chunk_frames;
+                load_frames(ds, p, buf, *frames..start)?;
+                *rewrites = start > *frames;
             } else {
                 buf.clear_frames();
                 *frames = start;
             }
         }
+        Ok(())
     }
 
     /// Most bytes writing the buffered rows (`rows` of them, chunks of
@@ -320,6 +388,28 @@ impl Store {
                 chunk.clear();
             }
             Store::Frames {
+                ds,
+                buf,
+                frames,
+                chunk_frames,
+                rewrites,
+                ..
+            } if buf.is_compact() => {
+                let end = *frames + buf.buffered_frames();
+                let bins = buf.bins();
+                ds.features
+                    .resize((end, bins))
+                    .ctx(p, || format!("grow dataset `features` to {end} frames"))?;
+                *frames += buf
+                    .write_compact(&ds.features, *frames, *chunk_frames)
+                    .ctx(p, || {
+                        format!("write compact chunks of `features` from frame {frames}")
+                    })?;
+                *rewrites = buf.buffered_frames() > 0;
+                ds.write_rows(p, rows, buf)?;
+                buf.clear_rows();
+            }
+            Store::Frames {
                 ds, buf, frames, ..
             } => {
                 ds.write(p, rows, *frames, buf)?;
@@ -330,4 +420,28 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Reads frames `range` of `features` back into `buf` (compact: the frames
+/// of rows in a partly filled chunk, which the next write rewrites whole).
+/// Their values are on the grid already, so storing them again keeps them.
+fn load_frames(
+    ds: &FrameSets,
+    p: &Path,
+    buf: &mut FrameBuf,
+    range: std::ops::Range<usize>,
+) -> Result<(), Error> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let what = || format!("read frames {range:?} of dataset `features` back");
+    let values = ds
+        .features
+        .read_slice_2d::<f32, _>((range.clone(), ..))
+        .ctx(p, what)?;
+    match values.as_slice() {
+        Some(v) => buf.extend_frames(v),
+        None => buf.extend_frames(&values.iter().copied().collect::<Vec<f32>>()),
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use crate::frames::testing::Blocks;
 /// 2,048 bins of float32: a `features` chunk is 128 frames.
 const BINS: usize = 2048;
 
-fn spec() -> AppendSpec {
+pub(super) fn spec() -> AppendSpec {
     AppendSpec {
         frames: Some(Blocks::new(BINS, 4, Some(3000)).layout),
         ..mel_spec()
@@ -118,4 +118,29 @@ fn refused(r: Result<(Appender, OpenReport), Error>) -> Error {
         Err(e) => e,
         Ok(_) => panic!("the file was opened"),
     }
+}
+
+/// A kill after a write grew `features` and before it grew the per-row
+/// datasets leaves frames past the last row with every per-row dataset at
+/// the journal's count; recovery cuts them, so the next row starts where
+/// the last confirmed one ends (rows stay back to back).
+#[test]
+fn frames_past_the_confirmed_rows_are_cut_even_when_no_row_is() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut a, _) = Appender::open(d.path(), &spec(), &[], 0).unwrap();
+    for i in 0..3 {
+        a.append(&format!("f{i}.wav"), -1, &row(i)).unwrap();
+    }
+    a.close().unwrap();
+    {
+        let f = File::open_rw(d.path().join("train.h5")).unwrap();
+        let features = f.dataset("features").unwrap();
+        let n = features.shape()[0];
+        features.resize((n + 150, BINS)).unwrap();
+    }
+    let (mut a, rep) = Appender::open(d.path(), &spec(), &[], 3).unwrap();
+    assert_eq!(rep.rows_dropped, 0);
+    a.append("f4.wav", -1, &row(4)).unwrap();
+    a.close().unwrap();
+    check(d.path(), &[0, 1, 2, 4]);
 }

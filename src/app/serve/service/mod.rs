@@ -111,12 +111,6 @@ pub enum Error {
         .config.display()
     )]
     NoServe { config: PathBuf },
-    #[error(
-        "{} sets output.storage = \"compact\": serve appends plain chunks only so far; \
-         compact files are written by `melforge build`",
-        .config.display()
-    )]
-    CompactServe { config: PathBuf },
     #[error("cannot prepare {path}: {source}")]
     Dir {
         path: PathBuf,

@@ -142,11 +142,6 @@ impl Service {
         let serve = cfg.serve.clone().ok_or_else(|| Error::NoServe {
             config: config_path.to_path_buf(),
         })?;
-        if cfg.output.dtype.tick_power().is_some() {
-            return Err(Error::CompactServe {
-                config: config_path.to_path_buf(),
-            });
-        }
         if !serve.watch_dir.is_dir() {
             return Err(Error::Dir {
                 path: serve.watch_dir.clone(),
