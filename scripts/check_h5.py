@@ -27,6 +27,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+try:
+    # Registers Blosc (filter 32001) for compact files' `features`
+    # (docs/FORMAT.md, "Compact storage"); plain files need no filter.
+    import hdf5plugin  # noqa: F401
+except ImportError:
+    pass
+
 INT_ATTRS = [
     "sample_rate", "clip_samples", "n_fft", "hop_length", "win_length", "n_mels",
     "long_window", "long_hop", "short_window", "short_hop",

@@ -412,6 +412,26 @@ fn serve_with_a_speech_recipe_survives_power_loss() {
     }
 }
 
+/// Compact storage: Blosc chunks of `features`, the last of which every
+/// flush rewrites whole under the appender's undo log
+/// (`writer::append::store`). Crash points spread over the run, then a torn
+/// crash at every sync of the split file (each flush's `fdatasync` and the
+/// undo log's commit), two seeds each.
+#[test]
+fn serve_with_compact_storage_survives_power_loss() {
+    if can_run("serve_with_compact_storage_survives_power_loss") {
+        let mut c = case("keep", Then::Stop);
+        // Under the case's [output]. The corpus is at 4,096 Hz; Kaldi fbank
+        // computes at 16 kHz.
+        c.extra = "storage = \"compact\"\n[features]\nrecipe = \"kaldi-fbank\"\n\
+                   [input]\nresample = \"soxr_hq\"\n";
+        explore(&c, Plan::Spread(10));
+        let syncs =
+            |b: &powerfs::Boundary| b.what == "fsync" && b.name.to_string_lossy().ends_with(".h5");
+        assert!(explore(&c, Plan::Torn(syncs, 2)).0 > 0);
+    }
+}
+
 #[test]
 fn serve_keep_with_compaction_and_rebuild_survives_power_loss() {
     if can_run("serve_keep_with_compaction_and_rebuild_survives_power_loss") {
