@@ -4,8 +4,7 @@
 //! by the undo log, a row given up after whole chunks of it were written,
 //! and plain and compact files refused by the other configuration.
 
-use super::tests::strings;
-use super::tests_frames::spec as plain_spec;
+use super::tests_frames::{check_rows, spec as plain_spec};
 use super::*;
 use crate::model::{Refusal, RejectKind};
 use crate::writer::RowPieces;
@@ -43,32 +42,10 @@ fn undo_log(d: &Path) -> PathBuf {
 /// chunks of 16 frames.
 fn check(d: &Path, ids: &[usize]) {
     let f = File::open(d.join("train.h5")).unwrap();
-    let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
-    let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
-    let pads = f.dataset("pad_value").unwrap().read_raw::<f32>().unwrap();
     let features = f.dataset("features").unwrap();
     assert!(!features.filters().is_empty(), "features is not compressed");
     assert_eq!(features.chunk(), Some(vec![CHUNK, BINS]));
-    let values = features.read_raw::<f32>().unwrap();
-    assert_eq!(offsets.len(), ids.len());
-    let mut at = 0;
-    for (r, &i) in ids.iter().enumerate() {
-        assert_eq!(
-            (offsets[r], lengths[r]),
-            (at as i64, frames(i) as i32),
-            "row {r}"
-        );
-        let want = row(i);
-        assert!(
-            values[at * BINS..(at + frames(i)) * BINS] == want[..want.len() - 1],
-            "values of row {r} (file row {i})"
-        );
-        assert_eq!(pads[r], -(i as f32));
-        at += frames(i);
-    }
-    assert_eq!(features.shape(), vec![at, BINS]);
-    let want: Vec<String> = ids.iter().map(|i| format!("f{i}.wav")).collect();
-    assert_eq!(strings(&f, "path"), want);
+    check_rows(d, ids, BINS, (frames, row));
 }
 
 #[test]
