@@ -237,6 +237,10 @@ def check_file(path, expect_rows):
                     bad(f"mel[{i}] has non-finite values")
         if split in expect_rows and expect_rows[split] != n:
             bad(f"{n} rows, expected {expect_rows[split]}")
+        if n and mel.ndim == 5 and not problems:
+            # One frame: mel[i, l, s, :, t] (docs/FORMAT.md, "CMVN statistics").
+            frames = np.moveaxis(mel[:].astype(np.float64), 3, 4).reshape(-1, mel.shape[3])
+            check_cmvn(f, frames, bad)
 
         used = np.unique(labels[labels >= 0]) if n else []
         summary = (
@@ -281,6 +285,28 @@ def missing_sources(path, f, names):
                 if not (path.parent / vs.file_name).is_file():
                     problems.append(f"{name} maps {vs.file_name}, which does not exist")
     return problems
+
+
+def check_cmvn(f, frames, bad):
+    """The CMVN datasets, where the file has them, against every frame of
+    its rows (`frames`, (count, bins) float64): the count exactly, the sums
+    within float64 rounding (docs/FORMAT.md: they are summed row by row and
+    the rows added in order, so they differ from numpy's order by at most
+    (frames + rows) · 2^-53 of the sum of absolute values; 1e-9 of it is far
+    above that and far below any row counted twice or left out)."""
+    if "cmvn_frames" not in f:
+        return
+    count = int(f["cmvn_frames"][()])
+    if count != frames.shape[0]:
+        bad(f"cmvn_frames = {count}, the rows hold {frames.shape[0]} frames")
+        return
+    for name, want, scale in (
+        ("cmvn_sum", frames.sum(axis=0), np.abs(frames).sum(axis=0)),
+        ("cmvn_sum_square", (frames * frames).sum(axis=0), (frames * frames).sum(axis=0)),
+    ):
+        got = f[name][:]
+        if got.shape != want.shape or (np.abs(got - want) > 1e-9 * (scale + 1.0)).any():
+            bad(f"{name} is not the rows' (first bins {got[:3]}, the rows give {want[:3]})")
 
 
 def check_frames(path, f, split, expect_rows):
@@ -337,6 +363,8 @@ def check_frames(path, f, split, expect_rows):
         bad("features has non-finite values")
     if split in expect_rows and expect_rows[split] != n:
         bad(f"{n} rows, expected {expect_rows[split]}")
+    if n and not problems:
+        check_cmvn(f, feats[: int(ends[-1])].astype(np.float64), bad)
     summary = (
         f"{path.name}: split={split} N={n} recipe={as_str(a.get('recipe'))} "
         f"features={feats.dtype}{tuple(feats.shape)} version={as_str(a.get('melforge_version'))}"

@@ -389,9 +389,10 @@ class MelDataset:
         `(frames, sum, sum_square)`, the sums float64 arrays of one value per
         feature bin (docs/FORMAT.md, "CMVN statistics"). Raises `KeyError`
         for a file without them (an older melforge's), and `ValueError` when
-        they no longer cover every stored frame: `melforge serve` does not
-        update them yet, so rows it appended to a built file are not counted,
-        and stale statistics are refused rather than returned."""
+        they do not cover every stored frame: rows appended by a `melforge
+        serve` older than this one (which did not update them), or a flush
+        of a running serve read half-way; stale statistics are refused
+        rather than returned."""
         mel = self._dataset(0)
         f = mel.file
         if "cmvn_frames" not in f:
@@ -405,8 +406,9 @@ class MelDataset:
         if frames != held:
             raise ValueError(
                 f"{self.path}: the CMVN statistics cover {frames} frames but the file holds {held}: "
-                "rows were appended after they were computed (melforge serve does not update them yet); "
-                "rebuild the split with `melforge build` for current statistics"
+                "rows were appended by a melforge serve older than this one, which did not update them "
+                "(rebuild the split, or let a current serve append to it once), or a running serve's "
+                "flush was read half-way (open the file again)"
             )
         return frames, f["cmvn_sum"][:].astype(np.float64), f["cmvn_sum_square"][:].astype(np.float64)
 

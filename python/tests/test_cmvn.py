@@ -38,7 +38,7 @@ def test_cmvn_of_a_kaldi_build_and_a_file_without_statistics(corpus: Path, tmp_p
     np.testing.assert_allclose(mean, x.mean(0), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(std, x.std(0), rtol=1e-6)
     # Statistics that no longer cover every stored frame (rows appended
-    # since, as serve would) are refused, not returned.
+    # since by a serve older than this one) are refused, not returned.
     with h5py.File(out / "TRAINING.h5", "a") as f:
         f["cmvn_frames"][()] = int(f["cmvn_frames"][()]) - 1
     with pytest.raises(ValueError, match="cover .* frames but the file holds"):

@@ -106,6 +106,20 @@ pub fn wav_with(
     b
 }
 
+/// The rows of the frames-layout file `f`, in row order.
+pub fn frame_rows_in_order(f: &hdf5::File) -> Vec<Vec<f32>> {
+    let feats = f.dataset("features").unwrap();
+    let bins = feats.shape()[1];
+    let values = feats.read_raw::<f32>().unwrap();
+    let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
+    let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
+    offsets
+        .iter()
+        .zip(&lengths)
+        .map(|(&o, &n)| values[o as usize * bins..(o as usize + n as usize) * bins].to_vec())
+        .collect()
+}
+
 /// Every `features` row of the split files in `dir`, by path.
 pub fn frame_rows(dir: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
     let mut rows = std::collections::BTreeMap::new();

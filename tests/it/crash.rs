@@ -276,6 +276,24 @@ fn check(journal: &Journal, apps: &[Appender], layout: Layout) -> u64 {
             assert_eq!(names[labels[i] as usize].as_str(), label, "{p}");
             assert!(values.row(i) == row_of(n, layout), "values of {p}");
         }
+        // The statistics are those of exactly these rows, as a build sums
+        // them (each row's sums of its stored values, in row order).
+        let sp = spec(s, layout);
+        let bins = match &sp.frames {
+            Some(l) => melforge::cmvn::Bins::frames(l, sp.dtype),
+            None => melforge::cmvn::Bins::mel(sp.spec.row_shape(), sp.dtype),
+        };
+        let mut scratch = bins.acc();
+        let mut want = melforge::cmvn::Stats::new(bins.bins());
+        for p in &paths {
+            let n: u64 = p[p.len() - 10..p.len() - 4].parse().unwrap();
+            want.add_row(&bins.row(&row_of(n, layout), &mut scratch));
+        }
+        let stored = melforge::writer::stats::read(&f).unwrap();
+        assert!(
+            stored.as_ref() == Some(&want),
+            "{s}: CMVN statistics of {rows} rows"
+        );
     }
     k
 }

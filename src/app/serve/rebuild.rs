@@ -218,7 +218,7 @@ pub fn settle_interrupted(serve: &ServeConfig) -> Result<(), Error> {
             let p = e.path();
             if p.extension().is_some_and(|x| x == "h5") {
                 let target = serve.output_dir.join(e.file_name());
-                std::fs::rename(&p, &target).map_err(|err| io(&target, err))?;
+                move_in(&p, &target)?;
                 produced.insert(target);
             }
         }
@@ -237,7 +237,29 @@ pub fn settle_interrupted(serve: &ServeConfig) -> Result<(), Error> {
     Ok(())
 }
 
-/// Moves every live `<split>.h5` not in `produced` to `<split>.h5.replaced`.
+/// Renames the rebuilt split file `src` over `target`, and the CMVN
+/// statistics files beside it over those beside `target` (where the build
+/// left none, the old ones go: they describe the old rows). The split file
+/// last: a swap finished after a crash between the two finds the files
+/// beside it moved already and removes them (missing, never stale: serve
+/// writes them again when it closes the file).
+fn move_in(src: &Path, target: &Path) -> Result<(), Error> {
+    use crate::cmvn::files::names;
+    for (from, to) in names(src).iter().zip(names(target).iter()) {
+        let r = match std::fs::rename(from, to) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::remove_file(to) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+            other => other,
+        };
+        r.map_err(|e| io(to, e))?;
+    }
+    std::fs::rename(src, target).map_err(|e| io(target, e))
+}
+
+/// Moves every live `<split>.h5` not in `produced` to `<split>.h5.replaced`
+/// (the statistics files beside it are removed: they describe it).
 fn move_aside_unproduced(output_dir: &Path, produced: &std::collections::BTreeSet<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(output_dir) else {
         return;
@@ -246,7 +268,9 @@ fn move_aside_unproduced(output_dir: &Path, produced: &std::collections::BTreeSe
         let p = e.path();
         if p.extension().is_some_and(|x| x == "h5") && !produced.contains(&p) {
             let aside = p.with_extension("h5.replaced");
-            if let Err(err) = std::fs::rename(&p, &aside) {
+            if let Err(err) =
+                std::fs::rename(&p, &aside).and_then(|()| crate::cmvn::files::remove(&p))
+            {
                 tracing::warn!(
                     path = %p.display(),
                     error = %err,
@@ -291,7 +315,7 @@ impl Finished {
         let mut produced = std::collections::BTreeSet::new();
         for out in &self.outcomes.outputs {
             let target = serve.output_dir.join(format!("{}.h5", out.split));
-            std::fs::rename(&out.path, &target).map_err(|e| io(&target, e))?;
+            move_in(&out.path, &target)?;
             produced.insert(target);
         }
         move_aside_unproduced(&serve.output_dir, &produced);

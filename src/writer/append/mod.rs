@@ -46,15 +46,19 @@
 //! appender's raw HDF5 calls are in `recover::raw` (those `h5clear` makes,
 //! `H5Fincrement_filesize`, `H5garbage_collect`) and `writer::direct::raw`.
 
+mod cmvn;
 mod meta;
 mod names;
 mod pieces;
 mod recover;
 mod sink;
+mod space;
 mod splits;
 mod store;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cmvn;
 #[cfg(test)]
 mod tests_compact;
 #[cfg(test)]
@@ -150,6 +154,8 @@ pub struct Appender {
     chunk_files: usize,
     /// `meta`: each row's sidecar metadata, written with the rows.
     meta: MetaColumn,
+    /// The CMVN statistics, stored at each flush.
+    cmvn: cmvn::Cmvn,
     /// A plain descriptor of the same file, for `fdatasync` and space
     /// reservations.
     sync: std::fs::File,
@@ -247,6 +253,18 @@ impl Appender {
         report.created = !exists;
         let rows = report.rows_found - report.rows_dropped;
         let meta = MetaColumn::open(&file, &path, rows, spec.chunk_files)?;
+        let bins = match &spec.frames {
+            Some(l) => crate::cmvn::Bins::frames(l, spec.dtype),
+            None => crate::cmvn::Bins::mel(spec.spec.row_shape(), spec.dtype),
+        };
+        let cmvn = cmvn::Cmvn::open(&file, &path, &sets, bins, rows)?;
+        // The files beside it describe the rows at the last close: stale
+        // from the first append on, written again by the close.
+        crate::cmvn::files::remove(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            action: "remove the statistics files beside",
+            source,
+        })?;
         if let Some(list) = adopt_table(&names, report.labels_in_use, label_names)
             && list != names
         {
@@ -267,6 +285,7 @@ impl Appender {
         let names_in_attr = names.len();
         let mut app = Appender {
             store: Store::new(sets, spec, &path)?,
+            cmvn,
             chunk_files: spec.chunk_files,
             paths,
             names_col,
@@ -345,6 +364,17 @@ impl Appender {
         row: &[f32],
         meta: Option<&str>,
     ) -> Result<usize, Error> {
+        self.append_with_stats((rel_path, label, meta), row, None)
+    }
+
+    /// [`Appender::append_with_meta`] of `(path, label, meta)` with the
+    /// row's CMVN sums where its worker made them (else summed here).
+    pub fn append_with_stats(
+        &mut self,
+        (rel_path, label, meta): (&str, i32, Option<&str>),
+        row: &[f32],
+        stats: Option<crate::cmvn::RowStats>,
+    ) -> Result<usize, Error> {
         self.check_target(rel_path, label)?;
         let index = self.rows();
         self.store.check(&self.path, index, row)?;
@@ -356,6 +386,7 @@ impl Appender {
             self.guard(|a| a.write_pending())?;
         }
         self.store.push(row, label, rel_path)?;
+        self.cmvn.add(row, stats);
         self.paths.push(rel_path);
         self.meta.push(&entry);
         Ok(index)
@@ -384,60 +415,10 @@ impl Appender {
         Ok(())
     }
 
-    /// Reserves the disk space that writing the buffered rows (and the next
-    /// `more_path` bytes of path), pending names and a flush can take;
-    /// [`Error::NoSpace`] when it is not there.
-    fn reserve(&self, rows: usize, more_path: usize) -> Result<(), Error> {
-        // Each string column may start a new chunk of its bytes and of its
-        // ends: counted in the headroom.
-        let strings: usize = self.label_names[self.names_written..]
-            .iter()
-            .map(|n| n.len() + 8)
-            .sum::<usize>()
-            + self.paths.pending_bytes()
-            + self.meta.pending_bytes()
-            + more_path
-            + 8;
-        let rows_bytes = self
-            .store
-            .bytes_to_write(rows, self.chunk_files, self.value_bytes);
-        let needed = rows_bytes + strings as u64 + METADATA_HEADROOM;
-        let size = self.sync.metadata().map_err(|source| Error::Io {
-            path: self.path.clone(),
-            action: "stat the output file",
-            source,
-        })?;
-        let no_space = |source| Error::NoSpace {
-            path: self.path.clone(),
-            needed,
-            source,
-        };
-        let fd = std::os::fd::AsFd::as_fd(&self.sync);
-        match sys::reserve_blocks(fd, size.len(), needed) {
-            Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
-                ) =>
-            {
-                Err(no_space(e))
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP)) => {
-                match sys::available_bytes(fd) {
-                    Ok(free) if free < needed => {
-                        Err(no_space(std::io::Error::from_raw_os_error(libc::ENOSPC)))
-                    }
-                    // Cannot tell: let the write try.
-                    _ => Ok(()),
-                }
-            }
-            Err(source) => Err(Error::Io {
-                path: self.path.clone(),
-                action: "reserve disk space in",
-                source,
-            }),
-        }
+    /// The CMVN statistics of every row appended (`cmvn`), stored at each
+    /// flush.
+    pub fn cmvn(&self) -> &crate::cmvn::Stats {
+        self.cmvn.stats()
     }
 
     /// Rows appended so far (written, buffered or flushed).
@@ -468,6 +449,7 @@ impl Appender {
         self.guard(|a| {
             a.write_names()?;
             a.write_pending()?;
+            a.cmvn.write(&a.path, a.rows_written)?;
             a.file.flush().ctx(&a.path, || "flush the file".into())?;
             a.sync_file()?;
             // The rewritten chunks and the index that names them are in the
@@ -542,9 +524,11 @@ impl Appender {
             label_names,
             names_in_attr,
             meta,
+            cmvn,
             ..
         } = self;
-        drop((store, paths, names_col, meta));
+        let stats = cmvn.stats().clone();
+        drop((store, paths, names_col, meta, cmvn));
         file.close().ctx(&path, || "close the file".into())?;
         if names_in_attr != label_names.len() {
             let file = open_rw(&path, false).ctx(&path, || "reopen the file".into())?;
@@ -554,6 +538,11 @@ impl Appender {
         }
         commit(&path, armed)?;
         release_reservation(&self.sync);
+        crate::cmvn::files::write(&path, &stats).map_err(|source| Error::Io {
+            path: path.clone(),
+            action: "write the statistics files beside",
+            source,
+        })?;
         Ok(rows)
     }
 
@@ -571,6 +560,7 @@ impl Appender {
             sync,
             meta,
             armed,
+            cmvn,
             ..
         } = self;
         let armed = armed.map_or_else(
@@ -582,7 +572,7 @@ impl Appender {
             },
             Some,
         );
-        drop((store, paths, names_col, meta));
+        drop((store, paths, names_col, meta, cmvn));
         if let Err(e) = file.close() {
             tracing::warn!(file = %path.display(), error = %e, "Closing an abandoned split file failed.");
         }

@@ -28,10 +28,12 @@ impl Appender {
             self.guard(|a| a.write_pending())?;
         }
         let start = self.store.frames_end()?;
+        let mut acc = self.cmvn.acc();
         loop {
             match row.next(piece) {
                 Ok(true) => {
                     self.store.extend_frames(&self.path, piece)?;
+                    acc.add_frames(piece);
                     if self.store.is_full(self.chunk_files) {
                         self.reserve(self.store.rows(), 0)?;
                         self.guard(|a| {
@@ -51,6 +53,7 @@ impl Appender {
         }
         let index = self.rows();
         self.store.end_row(start, row.trailer(), label, rel_path)?;
+        self.cmvn.add_stats(&acc.take());
         self.paths.push(rel_path);
         self.meta.push(&entry);
         Ok(Ok(index))

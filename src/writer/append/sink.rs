@@ -65,8 +65,11 @@ enum Cmd {
         confirmed: usize,
     },
     Append {
-        dest: Dest,
+        /// Boxed: the command stays small with the row's sums beside it.
+        dest: Box<Dest>,
         row: Vec<f32>,
+        /// The row's CMVN sums from its worker (None: summed there).
+        stats: Option<crate::cmvn::RowStats>,
     },
     /// Answered on its own channel: the row's index, or why it was refused.
     AppendPieces {
@@ -314,6 +317,18 @@ impl Sink for AppendSink {
         row: Vec<f32>,
         recycle: &mut Vec<Vec<f32>>,
     ) -> Result<Placed, Error> {
+        self.write_with_stats(file, row, None, recycle)
+    }
+
+    /// The row and its CMVN sums go to the append thread, which adds them
+    /// to the split's statistics (`writer::append::cmvn`).
+    fn write_with_stats(
+        &mut self,
+        file: &Dest,
+        row: Vec<f32>,
+        stats: Option<crate::cmvn::RowStats>,
+        recycle: &mut Vec<Vec<f32>>,
+    ) -> Result<Placed, Error> {
         let Some(&index) = self.rows.get(&file.split) else {
             return Err(super::splits::not_opened(&file.split));
         };
@@ -328,8 +343,9 @@ impl Sink for AppendSink {
             });
         }
         self.send(Cmd::Append {
-            dest: file.clone(),
+            dest: Box::new(file.clone()),
             row,
+            stats,
         })?;
         *self.rows.get_mut(&file.split).expect("checked above") += 1;
         while let Some(r) = self.back.pop() {
@@ -395,12 +411,12 @@ fn serve_commands(
     let mut failure: Option<Option<Error>> = None;
     for cmd in rx {
         let reply = match cmd {
-            Cmd::Append { dest, row } => {
+            Cmd::Append { dest, row, stats } => {
                 if failure.is_some() {
                     let _full = back.push(row);
                     continue;
                 }
-                let r = local.time(Stage::Write, || sink.append(&dest, &row));
+                let r = local.time(Stage::Write, || sink.append(&dest, &row, stats));
                 let _full = back.push(row);
                 if let Err(e) = r {
                     failure = Some(Some(e));

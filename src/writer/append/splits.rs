@@ -177,9 +177,15 @@ pub(super) fn not_opened(split: &str) -> writer::Error {
 impl Splits {
     /// Appends `row` for `file` to its split (opened before); returns its
     /// index.
-    pub(super) fn append(&mut self, file: &Dest, row: &[f32]) -> Result<usize, writer::Error> {
+    pub(super) fn append(
+        &mut self,
+        file: &Dest,
+        row: &[f32],
+        stats: Option<crate::cmvn::RowStats>,
+    ) -> Result<usize, writer::Error> {
         let (app, label_id) = self.appender_for(file)?;
-        app.append_with_meta(&file.rel, label_id, row, file.meta.as_deref())
+        let target = (file.rel.as_str(), label_id, file.meta.as_deref());
+        app.append_with_stats(target, row, stats)
     }
 
     /// The appender of `file`'s split (opened before) and its label's id,

@@ -102,6 +102,71 @@ impl Sets {
         }
     }
 
+    /// Rows `range` as whole rows of the row protocol (`mel` rows; frames
+    /// then the trailer, a pad value of 0 where the layout has one): the
+    /// values as stored, for summing their statistics again.
+    pub(super) fn read_rows(
+        &self,
+        p: &Path,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        let n = range.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let what = |name: &'static str| {
+            let r = range.clone();
+            move || format!("read rows {r:?} of dataset `{name}`")
+        };
+        match self {
+            Sets::Mel(d) => {
+                let v = d
+                    .mel
+                    .read_slice::<f32, _, ndarray::IxDyn>((range.clone(), .., .., .., ..))
+                    .ctx(p, what("mel"))?;
+                let v = v.as_standard_layout();
+                let flat = v.as_slice().unwrap_or_default();
+                Ok(flat
+                    .chunks_exact(flat.len() / n)
+                    .map(<[f32]>::to_vec)
+                    .collect())
+            }
+            Sets::Frames(d) => {
+                let offsets = d
+                    .offsets
+                    .read_slice_1d::<i64, _>(range.clone())
+                    .ctx(p, what("offsets"))?;
+                let lengths = d
+                    .lengths
+                    .read_slice_1d::<i32, _>(range.clone())
+                    .ctx(p, what("lengths"))?;
+                let bins = d.features.shape().get(1).copied().unwrap_or(1);
+                let spans: Vec<(usize, usize)> = offsets
+                    .iter()
+                    .zip(&lengths)
+                    .map(|(&o, &l)| (o.max(0) as usize, l.max(0) as usize))
+                    .collect();
+                let lo = spans.iter().map(|s| s.0).min().unwrap_or(0);
+                let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
+                let v = d
+                    .features
+                    .read_slice_2d::<f32, _>((lo..hi, ..))
+                    .ctx(p, what("features"))?;
+                let v = v.as_standard_layout();
+                let flat = v.as_slice().unwrap_or_default();
+                let trailer = usize::from(d.pad.is_some());
+                Ok(spans
+                    .iter()
+                    .map(|&(o, l)| {
+                        let mut row = flat[(o - lo) * bins..(o - lo + l) * bins].to_vec();
+                        row.resize(row.len() + trailer, 0.0);
+                        row
+                    })
+                    .collect())
+            }
+        }
+    }
+
     /// Whether `features` holds frames past the first `rows` rows' (a write
     /// killed after it grew `features` and before the per-row datasets).
     pub(super) fn frames_past(&self, p: &Path, rows: usize) -> Result<bool, Error> {

@@ -318,7 +318,7 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         ("TESTING", "L0"),
     ] {
         sink.open(split, 0).unwrap();
-        sink.append(&dest(split, label), &row(0)).unwrap();
+        sink.append(&dest(split, label), &row(0), None).unwrap();
     }
     sink.close_all().unwrap();
     let read = |split: &str| {

@@ -33,6 +33,9 @@ fn check(d: &Path, ids: &[usize]) {
     check_rows(d, ids, BINS, (frames, row));
 }
 
+/// A test's rows: file row `i`'s frames and values.
+pub(super) type RowsOf = (fn(usize) -> usize, fn(usize) -> Vec<f32>);
+
 /// Every row of the file at `d` is `row(ids[i])` of `frames(ids[i])`
 /// frames of `bins` values (and a pad value), back to back, with path
 /// `f{ids[i]}.wav`.
@@ -40,7 +43,7 @@ pub(super) fn check_rows(
     d: &Path,
     ids: &[usize],
     bins: usize,
-    (frames, row): (fn(usize) -> usize, fn(usize) -> Vec<f32>),
+    (frames, row): RowsOf,
 ) {
     let f = File::open(d.join("train.h5")).unwrap();
     let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();

@@ -239,6 +239,55 @@ pub(super) fn fault_shim(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 }
 
 /// Every dropped file is a row exactly once, in readable split files.
+/// Every split file under `out` holds the CMVN statistics of its own rows,
+/// in its row order, bit for bit (rows arrive in another order each run, so
+/// runs differ in the last bits of the sums).
+fn assert_statistics_of_the_rows(out: &std::path::Path, context: &str) {
+    use melforge::cmvn::{Bins, Stats};
+    use melforge::writer::Dtype;
+    for e in std::fs::read_dir(out).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "h5") {
+            continue;
+        }
+        let f = hdf5::File::open(&p).unwrap();
+        // The values as stored: summing them again (as float32) gives the
+        // numbers the writer summed from the stored values.
+        let (bins, rows): (Bins, Vec<Vec<f32>>) = if f.link_exists("mel") {
+            let mel = f.dataset("mel").unwrap();
+            let s = mel.shape();
+            let values = mel.read_raw::<f32>().unwrap();
+            let len = values.len() / s[0].max(1);
+            let rows = values.chunks(len.max(1)).map(<[f32]>::to_vec).collect();
+            (Bins::mel([s[1], s[2], s[3], s[4]], Dtype::Float32), rows)
+        } else {
+            let layout = melforge::frames::FrameLayout {
+                recipe: "stored".into(),
+                bins: f.dataset("features").unwrap().shape()[1],
+                sample_rate: 16_000,
+                frame_step_seconds: 0.01,
+                max_samples: None,
+                padded_frames: None,
+                params: vec![],
+            };
+            let rows = crate::common::frame_rows_in_order(&f);
+            (Bins::frames(&layout, Dtype::Float32), rows)
+        };
+        let mut scratch = bins.acc();
+        let mut want = Stats::new(bins.bins());
+        for r in &rows {
+            want.add_row(&bins.row(r, &mut scratch));
+        }
+        let got = melforge::writer::stats::read(&f).unwrap();
+        assert!(
+            got.as_ref() == Some(&want),
+            "{context}: {} holds {got:?}, its {} rows give {want:?}",
+            p.display(),
+            rows.len()
+        );
+    }
+}
+
 fn assert_exactly_once(svc: &Svc, corpus: &[(String, Vec<u8>)], context: &str) {
     let mut paths = Vec::new();
     for e in std::fs::read_dir(&svc.out).unwrap() {
@@ -342,6 +391,7 @@ fn injected_write_faults(extra: &str, journal: bool) {
         );
         svc.shutdown();
         assert_exactly_once(&svc, &corpus, &context);
+        assert_statistics_of_the_rows(&svc.out, &context);
         if !extra.is_empty() {
             let rows = crate::common::frame_rows(&svc.out);
             match &first {
