@@ -302,12 +302,24 @@ impl Store {
     }
 
     /// Whether the buffer is due to be written before the next row.
+    ///
+    /// A compact buffer holds a plain chunk's bytes (1 MiB of values,
+    /// [`crate::writer::compact::CHUNK_SHARE`] compact chunks) before it is
+    /// written: each write rewrites the partly filled last chunk, so fewer
+    /// writes mean fewer rewrites (each packs a chunk again and leaves the
+    /// old one's bytes behind).
     pub(super) fn is_full(&self, chunk_files: usize) -> bool {
         match self {
             Store::Mel { chunk, .. } => chunk.is_full(),
             Store::Frames {
                 buf, chunk_frames, ..
-            } => buf.rows() >= chunk_files || buf.buffered_frames() >= *chunk_frames,
+            } => {
+                let share = match buf.is_compact() {
+                    true => crate::writer::compact::CHUNK_SHARE,
+                    false => 1,
+                };
+                buf.rows() >= chunk_files * share || buf.buffered_frames() >= chunk_frames * share
+            }
         }
     }
 

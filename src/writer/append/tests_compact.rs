@@ -79,12 +79,16 @@ fn a_kill_between_a_rewrite_and_its_flush_rolls_back_to_the_flush() {
         a.append(&format!("f{i}.wav"), -1, &row(i)).unwrap();
     }
     a.flush().unwrap(); // 20 frames: a whole chunk and 4 frames of the next
-    // 40 frames fill the buffer past a chunk: the next append writes them,
-    // rewriting the chunk that holds the flushed rows' last 4 frames.
-    a.append("f2.wav", -1, &row(2)).unwrap();
-    assert!(!undo_log(d.path()).exists());
-    a.append("f5.wav", -1, &row(5)).unwrap();
-    assert!(undo_log(d.path()).exists(), "the rewrite was not armed");
+    // Rows of 40 frames until the buffer holds 16 chunks' worth: the next
+    // append writes them, rewriting the chunk that holds the flushed rows'
+    // last 4 frames.
+    let mut n = 0;
+    while !undo_log(d.path()).exists() {
+        assert!(n < 8, "no write after {n} rows of 40 frames");
+        a.append("f2.wav", -1, &row(2)).unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 8, "the buffer was written before it held 16 chunks");
     drop(a); // killed before the flush
     let (mut a, rep) = Appender::open(d.path(), &spec(), &[], 2).unwrap();
     assert!(!undo_log(d.path()).exists(), "the open left the undo log");
@@ -94,7 +98,7 @@ fn a_kill_between_a_rewrite_and_its_flush_rolls_back_to_the_flush() {
     check(d.path(), &[1, 3, 9]);
 }
 
-/// Frames of row `i` in pieces of 5 frames; refused after `refuse_after`
+/// Frames of a row in pieces of 5 frames; refused after `refuse_after`
 /// pieces when set.
 struct Pieces {
     row: Vec<f32>,
@@ -125,9 +129,9 @@ impl RowPieces for Pieces {
     }
 }
 
-fn pieces(i: usize, refuse_after: Option<usize>) -> Pieces {
+fn pieces(row: Vec<f32>, refuse_after: Option<usize>) -> Pieces {
     Pieces {
-        row: row(i),
+        row,
         at: 0,
         given: 0,
         refuse_after,
@@ -141,13 +145,19 @@ fn a_row_given_up_after_whole_chunks_leaves_the_rows_before_it_whole() {
     a.append("f3.wav", -1, &row(3)).unwrap();
     a.flush().unwrap(); // 17 frames: a chunk and 1 frame
     let mut piece = Vec::new();
-    // Row 2's 40 frames, given up after 35: two chunks of it were written.
+    // A row of 300 frames given up after 275: the buffer was written when
+    // it held 16 chunks (256 frames), all but 1 of them this row's.
+    let long: Vec<f32> = (0..300 * BINS + 1).map(|k| (k % 64) as f32).collect();
     let r = a
-        .append_pieces(("f2.wav", -1, None), &mut pieces(2, Some(7)), &mut piece)
+        .append_pieces(
+            ("long.wav", -1, None),
+            &mut pieces(long, Some(55)),
+            &mut piece,
+        )
         .unwrap();
     assert!(r.is_err());
     let r = a
-        .append_pieces(("f9.wav", -1, None), &mut pieces(9, None), &mut piece)
+        .append_pieces(("f9.wav", -1, None), &mut pieces(row(9), None), &mut piece)
         .unwrap();
     assert_eq!(r.unwrap(), 1);
     a.append("f5.wav", -1, &row(5)).unwrap();

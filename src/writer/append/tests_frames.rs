@@ -39,12 +39,7 @@ pub(super) type RowsOf = (fn(usize) -> usize, fn(usize) -> Vec<f32>);
 /// Every row of the file at `d` is `row(ids[i])` of `frames(ids[i])`
 /// frames of `bins` values (and a pad value), back to back, with path
 /// `f{ids[i]}.wav`.
-pub(super) fn check_rows(
-    d: &Path,
-    ids: &[usize],
-    bins: usize,
-    (frames, row): RowsOf,
-) {
+pub(super) fn check_rows(d: &Path, ids: &[usize], bins: usize, (frames, row): RowsOf) {
     let f = File::open(d.join("train.h5")).unwrap();
     let offsets = f.dataset("offsets").unwrap().read_raw::<i64>().unwrap();
     let lengths = f.dataset("lengths").unwrap().read_raw::<i32>().unwrap();
