@@ -1,5 +1,5 @@
 // melforge GPU kernels for the variable-length recipes: Kaldi fbank and MFCC
-// (src/dsp/kaldi/plan.rs) and Whisper's log-mel (src/dsp/whisper.rs). See
+// (crates/dsp/src/kaldi/plan.rs) and Whisper's log-mel (crates/dsp/src/whisper.rs). See
 // kernels/README.md for the signatures, the launch order and the numerics.
 //
 // One launch handles a batch of utterances of different lengths: their samples

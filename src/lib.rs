@@ -51,8 +51,8 @@ pub mod cli;
 pub mod cmvn;
 pub mod compute;
 pub mod config;
-pub mod decode;
-pub mod dsp;
+pub use melforge_decode as decode;
+pub use melforge_dsp as dsp;
 pub mod frames;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]

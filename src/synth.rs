@@ -307,6 +307,31 @@ pub fn generate_as(
 mod tests {
     use super::*;
 
+    /// Regression: a fixed-blocksize stream whose STREAMINFO minimum block
+    /// size counts its short last block (flacenc writes min 2176, max 4096
+    /// for 80,000 samples; libFLAC's `flac -t` passes it) was rejected by
+    /// `decode::flac` as "truncated FLAC stream: the file ends inside a
+    /// metadata block or frame".
+    #[test]
+    fn flac_whose_minimum_block_counts_the_short_last_one_decodes() {
+        use crate::decode::flac;
+        use crate::decode::policy::Channels;
+        let samples: Vec<i16> = (0..80_000)
+            .map(|i| ((i * 37) % 20_000 - 10_000) as i16)
+            .collect();
+        let f = encode_flac_pcm16(&samples, 8000).unwrap();
+        let (min, max) = (
+            u16::from_be_bytes([f[8], f[9]]),
+            u16::from_be_bytes([f[10], f[11]]),
+        );
+        assert!(min < max, "the fixture must have min {min} < max {max}");
+        let mut got = Vec::new();
+        let info = flac::decode(&f, Channels::Mean, usize::MAX, &mut got).unwrap();
+        assert_eq!(info.total_samples, 80_000);
+        let want: Vec<f32> = samples.iter().map(|&v| f32::from(v) / 32768.0).collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn clips_are_deterministic_and_distinct() {
         assert_eq!(clip(1, 5, 2), clip(1, 5, 2));

@@ -22,7 +22,7 @@ use melforge::dsp::{Plan, Scratch};
 
 const TOLERANCE_DB: f64 = 1e-3;
 const MIN_CASES: usize = 9;
-/// Largest |batched − reference| in dB (the bound `src/dsp/plan/batch` states:
+/// Largest |batched − reference| in dB (the bound `crates/dsp/src/plan/batch` states:
 /// the transforms differ far below an f32 ulp of any power, so at most a few
 /// ulp of a dB value from an occasional rounding flip).
 const PATHS_DB: f64 = 1e-4;

@@ -1,8 +1,11 @@
-//! The house rules of `src/`, checked on the source text (docs/CONVENTIONS.md,
-//! "The house test"):
+//! The house rules of every crate's `src/` (the root's, `crates/dsp/src/`,
+//! `crates/decode/src/`), checked on the source text (docs/CONVENTIONS.md,
+//! "The house test"). What crosses crates Cargo checks: the recipes and the
+//! decoders cannot import the daemon's layers, which are not their
+//! dependencies.
 //!
-//! * **no import circles between files** — a loop of files that import each
-//!   other means a type sits in the wrong room;
+//! * **no import circles between files of one crate** — a loop of files
+//!   that import each other means a type sits in the wrong room;
 //! * **no file over 800 lines**;
 //! * **no public function returning `Result<_, String>`**, and **no public
 //!   error enum with a `(String)` variant** — an error crossing a boundary is
@@ -16,9 +19,10 @@
 //! How the file graph is built (a pragmatic reading of Rust, not a compiler;
 //! std only, so it runs everywhere the tests run):
 //!
-//! * Every `.rs` file under `src/` except `main.rs` (the binary, which sees the
-//!   library only as `melforge::`) is a node. Its module path comes from its
-//!   place (`a/b.rs` and `a/b/mod.rs` are `a::b`), or from a
+//! * Every `.rs` file under a crate's `src/` except `main.rs` (the binary,
+//!   which sees the library only as `melforge::`) is a node. Its module path
+//!   comes from its place in its crate (`a/b.rs` and `a/b/mod.rs` are
+//!   `a::b`), or from a
 //!   `#[path = "x.rs"] mod name;` in the file that declares it.
 //! * Comments, string and char literals are blanked first, so a path in a
 //!   doc comment or a message is no edge.
@@ -55,17 +59,22 @@ use std::path::{Path, PathBuf};
 /// Longest file allowed under `src/` (docs/CONVENTIONS.md, "The house test").
 const MAX_LINES: usize = 800;
 
-/// One source file of the library: where it is, which module it is, its
-/// text with comments and literals blanked, and its raw line count.
+/// One source file of a library: where it is (from the repository's root),
+/// its crate's `src/`, which module it is, its text with comments and
+/// literals blanked, and its raw line count.
 struct SourceFile {
     rel: String,
+    krate: &'static str,
     module: Vec<String>,
     code: String,
     lines: usize,
 }
 
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The `src/` of every crate of the product, from the repository's root.
+const CRATES: [&str; 3] = ["src", "crates/dsp/src", "crates/decode/src"];
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -353,29 +362,41 @@ fn paths_of(file: &SourceFile, child_modules: &BTreeSet<String>) -> Vec<Vec<Stri
     absolute
 }
 
-/// Reads every library file of `src/`.
+/// Reads every library file of every crate.
 fn read_sources() -> Vec<SourceFile> {
-    let root = src_dir();
+    CRATES.into_iter().flat_map(read_crate).collect()
+}
+
+/// Reads every library file under `krate` (a crate's `src/`).
+fn read_crate(krate: &'static str) -> Vec<SourceFile> {
+    let root = repo_root();
+    let src = root.join(krate);
     let mut paths = Vec::new();
-    walk(&root, &mut paths);
+    walk(&src, &mut paths);
     let mut files: Vec<SourceFile> = paths
         .iter()
         .map(|p| {
-            let rel = p
-                .strip_prefix(&root)
-                .expect("under src")
+            let in_crate = p
+                .strip_prefix(&src)
+                .expect("under the crate's src")
                 .to_string_lossy()
                 .replace('\\', "/");
+            let rel = format!("{krate}/{in_crate}");
             let text = fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {rel}: {e}"));
             SourceFile {
-                module: module_by_place(&rel),
+                module: module_by_place(&in_crate),
                 lines: text.lines().count(),
                 code: blank_non_code(&text),
                 rel,
+                krate,
             }
         })
-        .filter(|f| f.rel != "main.rs")
+        .filter(|f| f.rel != "src/main.rs")
         .collect();
+    assert!(
+        !files.is_empty(),
+        "{krate}/ holds no .rs file: CRATES is stale"
+    );
     // `#[path = "x.rs"] mod name;` gives x.rs the module `<declarer>::name`.
     let mut renames = Vec::new();
     for f in &files {
@@ -552,8 +573,14 @@ fn one_loop<E>(graph: &[BTreeMap<usize, E>], comp: &[usize]) -> Vec<usize> {
 }
 
 #[test]
-fn no_import_cycles_between_files_of_src() {
-    let files = read_sources();
+fn no_import_cycles_between_files_of_a_crate() {
+    for krate in CRATES {
+        no_import_cycles_in(krate);
+    }
+}
+
+fn no_import_cycles_in(krate: &'static str) {
+    let files = read_crate(krate);
     let graph = file_graph(&files);
     let found = cycles(&graph);
     let report: Vec<String> = found
@@ -587,7 +614,7 @@ fn no_import_cycles_between_files_of_src() {
         .collect();
     assert!(
         report.is_empty(),
-        "{} import cycle(s) between files of src/:\n{}",
+        "{} import cycle(s) between files of {krate}/:\n{}",
         report.len(),
         report.join("\n")
     );
@@ -602,7 +629,7 @@ fn no_file_of_src_is_over_800_lines() {
         .collect();
     assert!(
         long.is_empty(),
-        "files over {MAX_LINES} lines in src/:\n{}",
+        "files over {MAX_LINES} lines:\n{}",
         long.join("\n")
     );
 }
@@ -654,7 +681,8 @@ fn the_checker_sees_paths_through_comments_groups_and_inline_modules() {
          mod tests { use super::*; use super::super::h::I; }\n",
     );
     let file = SourceFile {
-        rel: "m/n.rs".into(),
+        rel: "src/m/n.rs".into(),
+        krate: "src",
         module: vec!["m".into(), "n".into()],
         code,
         lines: 5,
@@ -701,7 +729,7 @@ fn the_checker_sees_paths_through_comments_groups_and_inline_modules() {
 fn lower_layers_importing_app(files: &[SourceFile]) -> Vec<String> {
     let mut found = Vec::new();
     for f in files {
-        if f.rel.starts_with("app/") || f.rel.starts_with("cli/") {
+        if f.krate != "src" || f.rel.starts_with("src/app/") || f.rel.starts_with("src/cli/") {
             continue;
         }
         let children: BTreeSet<String> = files
@@ -872,21 +900,21 @@ const MAX_FN_LINES: usize = 80;
 /// so the list only shrinks.
 const LONG_FNS: &[(&str, &str, &str)] = &[
     (
-        "app/serve/journal/compact.rs",
+        "src/app/serve/journal/compact.rs",
         "compact_with",
         "crash-safe compaction: one sequence of write, fsync and rename steps \
          whose order is the invariant (compaction_survives_a_crash_at_every_step \
          crashes at each); owned by serve's restructure",
     ),
     (
-        "writer/append/mod.rs",
+        "src/writer/append/mod.rs",
         "open",
         "recovery, label table and SWMR start in the order the undo log arms \
          and commits them; the append path is being unified under one Sink \
          beside this change",
     ),
     (
-        "config/serve.rs",
+        "src/config/serve.rs",
         "validate",
         "a flat list of independent [serve] checks, each one error; it gains \
          serve.max_queued_files beside this change",
@@ -998,8 +1026,8 @@ fn token_lines(code: &str) -> Vec<usize> {
 /// Files that are test code as a whole: modules declared under
 /// `#[cfg(test)]` or the test harness's feature (`host-kernels`), and every
 /// file below them.
-fn test_modules(files: &[SourceFile]) -> BTreeSet<Vec<String>> {
-    let root = src_dir();
+fn test_modules(files: &[SourceFile]) -> BTreeSet<(&'static str, Vec<String>)> {
+    let root = repo_root();
     let mut out = BTreeSet::new();
     for f in files {
         let text = fs::read_to_string(root.join(&f.rel)).expect("read again");
@@ -1017,7 +1045,7 @@ fn test_modules(files: &[SourceFile]) -> BTreeSet<Vec<String>> {
             if let Some(name) = decl.strip_prefix("mod ").and_then(|d| d.strip_suffix(';')) {
                 let mut m = f.module.clone();
                 m.push(name.trim().to_owned());
-                out.insert(m);
+                out.insert((f.krate, m));
             }
         }
     }
@@ -1032,7 +1060,10 @@ fn at_most_five_functions_outside_tests_are_over_80_lines() {
     let mut found = Vec::new();
     let mut listed_and_long = Vec::new();
     for f in &files {
-        if tests.iter().any(|t| f.module.starts_with(t)) {
+        if tests
+            .iter()
+            .any(|(k, t)| *k == f.krate && f.module.starts_with(t))
+        {
             continue;
         }
         for (name, line, n) in long_functions(&f.code, MAX_FN_LINES) {
@@ -1063,15 +1094,16 @@ fn at_most_five_functions_outside_tests_are_over_80_lines() {
 #[test]
 fn the_checkers_see_app_imports_string_variants_and_long_functions() {
     let file = |rel: &str, module: &[&str], text: &str| SourceFile {
-        rel: rel.into(),
+        rel: format!("src/{rel}"),
+        krate: "src",
         module: module.iter().map(|s| (*s).to_owned()).collect(),
         code: blank_non_code(text),
         lines: text.lines().count(),
     };
     let files = [
         file(
-            "dsp/x.rs",
-            &["dsp", "x"],
+            "plan/x.rs",
+            &["plan", "x"],
             "// crate::app::no\nuse crate::app::synth::clip;\n",
         ),
         file("app/y.rs", &["app", "y"], "use crate::app::build;\n"),
@@ -1083,7 +1115,7 @@ fn the_checkers_see_app_imports_string_variants_and_long_functions() {
     ];
     let up = lower_layers_importing_app(&files);
     assert_eq!(up.len(), 1, "{up:?}");
-    assert!(up[0].contains("dsp/x.rs"), "{up:?}");
+    assert!(up[0].contains("src/plan/x.rs"), "{up:?}");
 
     let code = blank_non_code(
         "#[derive(Debug, thiserror::Error)]\n\

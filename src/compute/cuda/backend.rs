@@ -11,7 +11,7 @@
 //! the spec's rate goes on with its parsed header and is decoded on the
 //! device; every other accepted file (FLAC, resampled, `channels = "first"`)
 //! is decoded by the CPU backend's `ClipDecoder` into a pinned staging slot
-//! (`decode::pool`), which the device reads as mono float32 data. The GPU
+//! (`compute::cuda::staging`), which the device reads as mono float32 data. The GPU
 //! computes the mel of every accepted file.
 //!
 //! The stage thread only batches: files are added (`compute.batch_files`)
@@ -51,6 +51,7 @@ use super::gpu::Gpu;
 use super::kernels::compile_kernels;
 use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, Staged};
 use super::recipe::MelRecipe;
+use super::staging::{Clip, Staging};
 use super::tables::Tables;
 use super::workers::spawn_stage;
 pub use super::workers::{
@@ -58,7 +59,6 @@ pub use super::workers::{
 };
 use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
-use crate::decode::pool::{Clip, Staging};
 use crate::dsp::Plan;
 use crate::reader::FileBytes;
 use crate::runtime::ring::{Producer, Ring};

@@ -34,9 +34,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_queue::ArrayQueue;
 
+use super::staging::{Clip, Route, Router, Staging};
 use crate::compute::{Outcome, Reject};
 use crate::decode::clip::Policy;
-use crate::decode::pool::{Clip, Route, Router, Staging};
 use crate::decode::wav::WavInfo;
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::ring::{Producer, Ring};

@@ -19,7 +19,7 @@
 //! * [`feed`] — the decode pool in front of the stage thread: CPU threads
 //!   that route each file (device WAV → its header; FLAC, resampled,
 //!   `channels = "first"` → decoded into a pinned staging clip,
-//!   `decode::pool`) and reject what the CPU backend rejects.
+//!   `compute::cuda::staging`) and reject what the CPU backend rejects.
 //! * [`backend`] — [`backend::start_cuda_workers`]: the decode pool and the
 //!   stage thread on the same `compute::Wiring` as the CPU workers.
 //! * [`cause`] — [`Cause`], why the GPU is not usable or failed: one typed
@@ -61,6 +61,7 @@ pub mod orchestrate;
 pub mod real;
 pub mod recipe;
 pub mod recipe_tables;
+pub mod staging;
 pub mod workers;
 
 #[cfg(feature = "host-kernels")]
