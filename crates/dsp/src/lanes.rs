@@ -7,26 +7,17 @@
 //! Buffers are flat `f64` slices holding `L` lanes per index; loads and stores
 //! take raw pointers that the caller has bounds-checked.
 
-/// `L` f64 lanes. Implementations only do lane-wise, correctly rounded IEEE
+use crate::vector::Vector;
+
+/// `L` f64 lanes: a [`Vector`] of f64 with what the librosa path needs
+/// beyond it. Implementations only do lane-wise, correctly rounded IEEE
 /// operations (no FMA), so results do not depend on the implementation.
-pub(crate) trait Lanes: Copy {
-    /// Lanes per value.
-    const L: usize;
-    fn splat(x: f64) -> Self;
-    /// # Safety
-    /// `p .. p + L` must be readable f64s.
-    unsafe fn load(p: *const f64) -> Self;
-    /// # Safety
-    /// `p .. p + L` must be writable f64s.
-    unsafe fn store(self, p: *mut f64);
+pub(crate) trait Lanes: Vector<E = f64> {
     /// Lane-wise `(f32)self` into `p .. p + L`.
     ///
     /// # Safety
     /// `p .. p + L` must be writable f32s.
     unsafe fn store_f32(self, p: *mut f32);
-    fn add(self, o: Self) -> Self;
-    fn sub(self, o: Self) -> Self;
-    fn mul(self, o: Self) -> Self;
     fn sqrt(self) -> Self;
     /// The matching `L` f32 lanes.
     type F: LanesF32;
@@ -84,21 +75,9 @@ impl LanesF32 for [f32; 4] {
 #[derive(Clone, Copy)]
 pub(crate) struct Portable([f64; 4]);
 
-impl Lanes for Portable {
+impl Vector for Portable {
+    type E = f64;
     const L: usize = 4;
-    #[inline(always)]
-    unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
-        for c in 0..8 {
-            // SAFETY: c < 2L = 8: inside the caller's ranges.
-            put(
-                c,
-                Portable(std::array::from_fn(|l| unsafe {
-                    f64::from(*rows[l].add(c)) * *w.add(c)
-                })),
-            );
-        }
-    }
-    type F = [f32; 4];
 
     #[inline(always)]
     fn splat(x: f64) -> Self {
@@ -115,12 +94,6 @@ impl Lanes for Portable {
         unsafe { p.cast::<[f64; 4]>().write_unaligned(self.0) }
     }
     #[inline(always)]
-    unsafe fn store_f32(self, p: *mut f32) {
-        let v = self.0.map(|x| x as f32);
-        // SAFETY: the caller guarantees 4 writable f32s at `p`; unaligned write.
-        unsafe { p.cast::<[f32; 4]>().write_unaligned(v) }
-    }
-    #[inline(always)]
     fn add(self, o: Self) -> Self {
         Portable(std::array::from_fn(|l| self.0[l] + o.0[l]))
     }
@@ -131,6 +104,28 @@ impl Lanes for Portable {
     #[inline(always)]
     fn mul(self, o: Self) -> Self {
         Portable(std::array::from_fn(|l| self.0[l] * o.0[l]))
+    }
+}
+
+impl Lanes for Portable {
+    #[inline(always)]
+    unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
+        for c in 0..8 {
+            // SAFETY: c < 2L = 8: inside the caller's ranges.
+            put(
+                c,
+                Portable(std::array::from_fn(|l| unsafe {
+                    f64::from(*rows[l].add(c)) * *w.add(c)
+                })),
+            );
+        }
+    }
+    type F = [f32; 4];
+    #[inline(always)]
+    unsafe fn store_f32(self, p: *mut f32) {
+        let v = self.0.map(|x| x as f32);
+        // SAFETY: the caller guarantees 4 writable f32s at `p`; unaligned write.
+        unsafe { p.cast::<[f32; 4]>().write_unaligned(v) }
     }
     #[inline(always)]
     fn sqrt(self) -> Self {
@@ -146,6 +141,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Lanes;
+    use crate::vector::Vector;
 
     /// Four lanes in an AVX register. Only construct inside code compiled
     /// with AVX2 enabled, on a CPU that has it.
@@ -169,8 +165,42 @@ mod x86 {
     // used inside `#[target_feature]` functions of the matching feature, which
     // their callers enter only after the runtime check (`Level::available`);
     // pointer preconditions are the trait methods' own.
-    impl Lanes for Avx2 {
+    impl Vector for Avx2 {
+        type E = f64;
         const L: usize = 4;
+        #[inline(always)]
+        fn splat(x: f64) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2(unsafe { _mm256_set1_pd(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f64) -> Self {
+            // SAFETY: 4 readable f64s at `p` (caller); unaligned load.
+            Avx2(unsafe { _mm256_loadu_pd(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f64) {
+            // SAFETY: 4 writable f64s at `p` (caller); unaligned store.
+            unsafe { _mm256_storeu_pd(p, self.0) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2(unsafe { _mm256_add_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2(unsafe { _mm256_sub_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX2 enabled).
+            Avx2(unsafe { _mm256_mul_pd(self.0, o.0) })
+        }
+    }
+
+    impl Lanes for Avx2 {
         #[inline(always)]
         unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
             assert!(rows.len() >= 4);
@@ -202,40 +232,10 @@ mod x86 {
         }
         type F = F128;
         #[inline(always)]
-        fn splat(x: f64) -> Self {
-            // SAFETY: see the comment above the impl (AVX2 enabled).
-            Avx2(unsafe { _mm256_set1_pd(x) })
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f64) -> Self {
-            // SAFETY: 4 readable f64s at `p` (caller); unaligned load.
-            Avx2(unsafe { _mm256_loadu_pd(p) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f64) {
-            // SAFETY: 4 writable f64s at `p` (caller); unaligned store.
-            unsafe { _mm256_storeu_pd(p, self.0) }
-        }
-        #[inline(always)]
         unsafe fn store_f32(self, p: *mut f32) {
             // SAFETY: 4 writable f32s at `p` (caller); cvtpd2ps rounds to nearest
             // (the MXCSR default, which Rust never changes), as `as f32` does.
             unsafe { _mm_storeu_ps(p, _mm256_cvtpd_ps(self.0)) }
-        }
-        #[inline(always)]
-        fn add(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX2 enabled).
-            Avx2(unsafe { _mm256_add_pd(self.0, o.0) })
-        }
-        #[inline(always)]
-        fn sub(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX2 enabled).
-            Avx2(unsafe { _mm256_sub_pd(self.0, o.0) })
-        }
-        #[inline(always)]
-        fn mul(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX2 enabled).
-            Avx2(unsafe { _mm256_mul_pd(self.0, o.0) })
         }
         #[inline(always)]
         fn sqrt(self) -> Self {
@@ -244,8 +244,42 @@ mod x86 {
         }
     }
 
-    impl Lanes for Avx512 {
+    impl Vector for Avx512 {
+        type E = f64;
         const L: usize = 8;
+        #[inline(always)]
+        fn splat(x: f64) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512(unsafe { _mm512_set1_pd(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f64) -> Self {
+            // SAFETY: 8 readable f64s at `p` (caller); unaligned load.
+            Avx512(unsafe { _mm512_loadu_pd(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f64) {
+            // SAFETY: 8 writable f64s at `p` (caller); unaligned store.
+            unsafe { _mm512_storeu_pd(p, self.0) }
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512(unsafe { _mm512_add_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512(unsafe { _mm512_sub_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            // SAFETY: see the comment above the impl (AVX-512F enabled).
+            Avx512(unsafe { _mm512_mul_pd(self.0, o.0) })
+        }
+    }
+
+    impl Lanes for Avx512 {
         #[inline(always)]
         unsafe fn pack_block(rows: &[*const f32], w: *const f64, mut put: impl FnMut(usize, Self)) {
             assert!(rows.len() >= 8);
@@ -294,40 +328,10 @@ mod x86 {
         }
         type F = F256;
         #[inline(always)]
-        fn splat(x: f64) -> Self {
-            // SAFETY: see the comment above the impl (AVX-512F enabled).
-            Avx512(unsafe { _mm512_set1_pd(x) })
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f64) -> Self {
-            // SAFETY: 8 readable f64s at `p` (caller); unaligned load.
-            Avx512(unsafe { _mm512_loadu_pd(p) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f64) {
-            // SAFETY: 8 writable f64s at `p` (caller); unaligned store.
-            unsafe { _mm512_storeu_pd(p, self.0) }
-        }
-        #[inline(always)]
         unsafe fn store_f32(self, p: *mut f32) {
             // SAFETY: 8 writable f32s at `p` (caller); cvtpd2ps rounds to nearest
             // (the MXCSR default), as `as f32` does.
             unsafe { _mm256_storeu_ps(p, _mm512_cvtpd_ps(self.0)) }
-        }
-        #[inline(always)]
-        fn add(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX-512F enabled).
-            Avx512(unsafe { _mm512_add_pd(self.0, o.0) })
-        }
-        #[inline(always)]
-        fn sub(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX-512F enabled).
-            Avx512(unsafe { _mm512_sub_pd(self.0, o.0) })
-        }
-        #[inline(always)]
-        fn mul(self, o: Self) -> Self {
-            // SAFETY: see the comment above the impl (AVX-512F enabled).
-            Avx512(unsafe { _mm512_mul_pd(self.0, o.0) })
         }
         #[inline(always)]
         fn sqrt(self) -> Self {

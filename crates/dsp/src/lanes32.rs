@@ -8,21 +8,13 @@
 //! Buffers are flat `f32` slices holding `L` lanes per index; loads and stores
 //! take raw pointers that the caller has bounds-checked.
 
-/// `L` f32 lanes. Implementations only do lane-wise, correctly rounded IEEE
-/// operations, so results do not depend on the implementation.
-pub(crate) trait Lanes32: Copy {
-    /// Lanes per value.
-    const L: usize;
-    fn splat(x: f32) -> Self;
-    /// # Safety
-    /// `p .. p + L` must be readable f32s.
-    unsafe fn load(p: *const f32) -> Self;
-    /// # Safety
-    /// `p .. p + L` must be writable f32s.
-    unsafe fn store(self, p: *mut f32);
-    fn add(self, o: Self) -> Self;
-    fn sub(self, o: Self) -> Self;
-    fn mul(self, o: Self) -> Self;
+use crate::vector::Vector;
+
+/// `L` f32 lanes: a [`Vector`] of f32 with the gathers and transposes the
+/// float32 recipes load their frames with. Implementations only do lane-wise,
+/// correctly rounded IEEE operations, so results do not depend on the
+/// implementation.
+pub(crate) trait Lanes32: Vector<E = f32> {
     /// Lane `l` = `*p.add(l · stride)`.
     ///
     /// # Safety
@@ -51,7 +43,8 @@ pub(crate) trait Lanes32: Copy {
 #[derive(Clone, Copy)]
 pub(crate) struct Portable32([f32; 4]);
 
-impl Lanes32 for Portable32 {
+impl Vector for Portable32 {
+    type E = f32;
     const L: usize = 4;
     #[inline(always)]
     fn splat(x: f32) -> Self {
@@ -79,6 +72,9 @@ impl Lanes32 for Portable32 {
     fn mul(self, o: Self) -> Self {
         Portable32(std::array::from_fn(|l| self.0[l] * o.0[l]))
     }
+}
+
+impl Lanes32 for Portable32 {
     #[inline(always)]
     unsafe fn gather(p: *const f32, stride: usize) -> Self {
         // SAFETY: the caller guarantees every `p + l · stride` readable.
@@ -94,6 +90,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Lanes32;
+    use crate::vector::Vector;
 
     /// Eight f32 lanes in an AVX register. Only construct inside code compiled
     /// with AVX2 enabled, on a CPU that has it.
@@ -109,7 +106,8 @@ mod x86 {
     // used inside `#[target_feature]` functions of the matching feature, which
     // their callers enter only after the runtime check (`Level::available`);
     // pointer preconditions are the trait methods' own.
-    impl Lanes32 for Avx2x8 {
+    impl Vector for Avx2x8 {
+        type E = f32;
         const L: usize = 8;
         #[inline(always)]
         fn splat(x: f32) -> Self {
@@ -141,6 +139,9 @@ mod x86 {
             // SAFETY: see the comment above the impl (AVX2 enabled).
             Avx2x8(unsafe { _mm256_mul_ps(self.0, o.0) })
         }
+    }
+
+    impl Lanes32 for Avx2x8 {
         #[inline(always)]
         unsafe fn gather(p: *const f32, stride: usize) -> Self {
             let s = stride as i32;
@@ -186,7 +187,8 @@ mod x86 {
         }
     }
 
-    impl Lanes32 for Avx512x16 {
+    impl Vector for Avx512x16 {
+        type E = f32;
         const L: usize = 16;
         #[inline(always)]
         fn splat(x: f32) -> Self {
@@ -218,6 +220,9 @@ mod x86 {
             // SAFETY: see the comment above the impl (AVX-512F enabled).
             Avx512x16(unsafe { _mm512_mul_ps(self.0, o.0) })
         }
+    }
+
+    impl Lanes32 for Avx512x16 {
         #[inline(always)]
         unsafe fn gather(p: *const f32, stride: usize) -> Self {
             let s = stride as i32;

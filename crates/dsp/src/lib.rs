@@ -22,27 +22,33 @@
 //! * `whisper_batch` (over `lanes32`): Whisper's log-mel of 16, 8 or 4 frames
 //!   at once in float32 SIMD lanes, the recipe's CPU path; `stockham32` (the
 //!   lanes' complex FFT) and `logf32` (cephes' float32 `logf`) are shared
-//!   with the Kaldi recipes' batched path (`kaldi::batch`), which also has
-//!   `dit32` (an in-place power-of-two FFT in float32 lanes).
+//!   with the Kaldi recipes' batched path (`kaldi::batch`).
+//! * `vector` (the lane operations both precisions share) and `lane_fft`
+//!   (the in-place power-of-two FFT over them, written once: f64 for
+//!   `batch_fft`, f32 for `kaldi::batch`); `real32`: the split step with the
+//!   power spectrum and the sparse mel product, shared by the two float32
+//!   recipes.
 //! * [`params`]: [`ParamValue`], a recipe parameter as a dataset records it.
 //!
 //! The librosa path computes everything in the precision librosa uses (float64 window
 //! and FFT, float32 spectrum, mel product and dB), so results agree with librosa to
 //! about 1e-5 dB; `tests/it/golden.rs` checks this against committed fixtures.
 mod batch_fft;
-mod dit32;
 pub mod f16;
 pub mod filterbank;
 pub mod kaldi;
+mod lane_fft;
 mod lanes;
 mod lanes32;
 mod layout;
 mod logf32;
 pub mod params;
 pub mod plan;
+mod real32;
 pub mod spec;
 mod spectrum;
 mod stockham32;
+mod vector;
 pub mod whisper;
 mod whisper_batch;
 pub mod window;

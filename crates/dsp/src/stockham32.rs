@@ -18,6 +18,7 @@
 //! (value `j` of lane `l` at `j·L + l`); [`Stockham32::run`] returns which of
 //! the two pairs holds the output.
 
+use super::lane_fft::twiddle;
 use super::lanes32::Lanes32;
 
 /// One stage: radix, current transform size, stride, and
@@ -27,12 +28,6 @@ struct Stage {
     n: usize,
     s: usize,
     tw: Vec<[f32; 2]>,
-}
-
-/// `e^{−2πi·j/n}` as float32 `(re, im)`, computed in float64.
-pub(crate) fn twiddle(j: usize, n: usize) -> [f32; 2] {
-    let angle = -2.0 * std::f64::consts::PI * j as f64 / n as f64;
-    [angle.cos() as f32, angle.sin() as f32]
 }
 
 /// The stages of one transform size; `Send + Sync`.

@@ -26,11 +26,13 @@
 //! every build ([`Level`]) and lane count gives the same bits (tested).
 
 use super::batch_fft::Level;
+use super::lane_fft::twiddle;
 #[cfg(target_arch = "x86_64")]
 use super::lanes32::{Avx2x8, Avx512x16};
 use super::lanes32::{Lanes32, Portable32};
 use super::logf32;
-use super::stockham32::{Stockham32, twiddle};
+use super::real32;
+use super::stockham32::Stockham32;
 
 /// Widest lane count any level uses (AVX-512: 16 f32).
 pub(crate) const MAX_LANES: usize = 16;
@@ -244,47 +246,14 @@ impl WhisperBatch {
     /// The split step and `|2X[k]|²` for `k = 0 ..= 200` into `power[k·L ..]`.
     #[inline(always)]
     fn power<V: Lanes32>(&self, re: &[f32], im: &[f32], power: &mut [f32]) {
-        let l = V::L;
-        assert!(re.len() == M * l && im.len() == M * l && power.len() == BINS * l);
-        let (re, im, p) = (re.as_ptr(), im.as_ptr(), power.as_mut_ptr());
-        // SAFETY: every index below is < M (loads) or ≤ M (stores), inside the
-        // lengths asserted above.
-        unsafe {
-            let at = |ptr: *const f32, k: usize| V::load(ptr.add(k * l));
-            let put = |k: usize, v: V| v.store(p.add(k * l));
-            let sq = |r: V, i: V| r.mul(r).add(i.mul(i));
-            let four = V::splat(4.0);
-            let (z0r, z0i) = (at(re, 0), at(im, 0));
-            let (a, d) = (z0r.add(z0i), z0r.sub(z0i));
-            put(0, four.mul(a.mul(a)));
-            put(M, four.mul(d.mul(d)));
-            put(M / 2, four.mul(sq(at(re, M / 2), at(im, M / 2))));
-            for k in 1..M / 2 {
-                let [c, s] = self.split[k - 1].map(V::splat);
-                let (ar, ai, br, bi) = (at(re, k), at(im, k), at(re, M - k), at(im, M - k));
-                let (er, ei) = (ar.add(br), ai.sub(bi));
-                let (or, oi) = (ai.add(bi), br.sub(ar));
-                let (tr, ti) = (c.mul(or).sub(s.mul(oi)), c.mul(oi).add(s.mul(or)));
-                put(k, sq(er.add(tr), ei.add(ti)));
-                put(M - k, sq(er.sub(tr), ei.sub(ti)));
-            }
-        }
+        debug_assert_eq!(re.len(), M * V::L);
+        real32::split_power::<V>(&self.split, true, re, im, power);
     }
 
     /// The sparse filters over `power` into `mel[f·L ..]`.
     #[inline(always)]
     fn mel<V: Lanes32>(&self, power: &[f32], mel: &mut [f32]) {
-        let l = V::L;
-        for ((first, w), m) in self.filters.iter().zip(mel.chunks_exact_mut(l)) {
-            let span = &power[first * l..(first + w.len()) * l];
-            let mut acc = V::splat(0.0);
-            for (p, &w) in span.chunks_exact(l).zip(w) {
-                // SAFETY: `p` and `m` hold L values each.
-                acc = acc.add(unsafe { V::load(p.as_ptr()) }.mul(V::splat(w)));
-            }
-            // SAFETY: as above.
-            unsafe { acc.store(m.as_mut_ptr()) };
-        }
+        real32::sparse_mel::<V>(&self.filters, 0.0, power, mel);
     }
 }
 

@@ -41,12 +41,14 @@
 
 use super::options::{KaldiOptions, Kind};
 use crate::Level;
-use crate::dit32::Dit32;
+use crate::lane_fft::LaneFft;
+use crate::lane_fft::twiddle;
 use crate::lanes32::{Aligned32, Lanes32, Portable32};
 #[cfg(target_arch = "x86_64")]
 use crate::lanes32::{Avx2x8, Avx512x16};
 use crate::logf32;
-use crate::stockham32::{Stockham32, twiddle};
+use crate::real32;
+use crate::stockham32::Stockham32;
 
 /// Widest lane count any level uses (AVX-512: 16 f32).
 const MAX_LANES: usize = 16;
@@ -72,7 +74,7 @@ pub(super) trait Frames {
 /// The complex FFT of `m` points: in place for a power of two, Stockham's
 /// otherwise.
 enum Fft {
-    InPlace(Dit32),
+    InPlace(LaneFft<f32>),
     Stockham(Stockham32),
 }
 
@@ -136,7 +138,7 @@ impl KaldiBatch {
             return None;
         }
         let m = padded / 2;
-        let fft = match Dit32::new(m) {
+        let fft = match LaneFft::new(m) {
             Some(dit) => Fft::InPlace(dit),
             None => Fft::Stockham(Stockham32::new(m)?),
         };
@@ -538,46 +540,14 @@ impl KaldiBatch {
     /// The split step and `|2X[k]|²` for `k = 0 .. m` into `power[k·L ..]`.
     #[inline(always)]
     fn power<V: Lanes32>(&self, re: &[f32], im: &[f32], power: &mut [f32]) {
-        let (l, m) = (V::L, self.m);
-        assert!(re.len() == m * l && im.len() == m * l && power.len() == m * l);
-        let (re, im, p) = (re.as_ptr(), im.as_ptr(), power.as_mut_ptr());
-        // SAFETY: every index below is < m, inside the lengths asserted above.
-        unsafe {
-            let at = |ptr: *const f32, k: usize| V::load(ptr.add(k * l));
-            let put = |k: usize, v: V| v.store(p.add(k * l));
-            let sq = |r: V, i: V| r.mul(r).add(i.mul(i));
-            let four = V::splat(4.0);
-            let a = at(re, 0).add(at(im, 0));
-            put(0, four.mul(a.mul(a)));
-            if m.is_multiple_of(2) {
-                put(m / 2, four.mul(sq(at(re, m / 2), at(im, m / 2))));
-            }
-            for k in 1..m.div_ceil(2) {
-                let [c, s] = self.split[k - 1].map(V::splat);
-                let (ar, ai, br, bi) = (at(re, k), at(im, k), at(re, m - k), at(im, m - k));
-                let (er, ei) = (ar.add(br), ai.sub(bi));
-                let (or, oi) = (ai.add(bi), br.sub(ar));
-                let (tr, ti) = (c.mul(or).sub(s.mul(oi)), c.mul(oi).add(s.mul(or)));
-                put(k, sq(er.add(tr), ei.add(ti)));
-                put(m - k, sq(er.sub(tr), ei.sub(ti)));
-            }
-        }
+        debug_assert_eq!(re.len(), self.m * V::L);
+        real32::split_power::<V>(&self.split, false, re, im, power);
     }
 
     /// The sparse triangles over `power` into `mel[b·L ..]`.
     #[inline(always)]
     fn mel<V: Lanes32>(&self, power: &[f32], mel: &mut [f32]) {
-        let l = V::L;
-        for ((first, w), m) in self.bands.iter().zip(mel.chunks_exact_mut(l)) {
-            let span = &power[first * l..(first + w.len()) * l];
-            let mut acc = V::splat(-0.0);
-            for (p, &w) in span.chunks_exact(l).zip(w) {
-                // SAFETY: `p` and `m` hold L values each.
-                acc = acc.add(unsafe { V::load(p.as_ptr()) }.mul(V::splat(w)));
-            }
-            // SAFETY: as above.
-            unsafe { acc.store(m.as_mut_ptr()) };
-        }
+        real32::sparse_mel::<V>(&self.bands, -0.0, power, mel);
     }
 }
 

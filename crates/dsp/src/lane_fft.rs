@@ -1,41 +1,49 @@
-//! [`Dit32`]: an in-place complex FFT of `m` points (a power of two) over
-//! [`Lanes32`] values, `L` transforms at once (lane `l` = transform `l`), for
-//! the Kaldi recipes' batched path (`kaldi::batch`: 256 points at 16 kHz).
-//! The float32 sibling of `batch_fft`'s transform, same algorithm:
-//! * the caller stores input `j` at [`Dit32::slots`]`()[j]` (bit reversal);
+//! [`LaneFft`]: an in-place complex FFT of `m` points (a power of two) over
+//! [`Vector`] values, `L` transforms at once (lane `l` = transform `l`),
+//! written once for both precisions: f64 for the librosa path (`batch_fft`,
+//! `n_fft / 2` points) and f32 for the Kaldi recipes (`kaldi::batch`: 256
+//! points at 16 kHz).
+//! * the caller stores input `j` at [`LaneFft::slots`]`()[j]` (bit reversal);
 //! * decimation in time, in place: one radix-2 pass when `log2 m` is odd,
 //!   then radix-4 passes (three twiddle products and sixteen additions per
 //!   four values; the first pass has no products); output in natural order.
 //!
-//! In place, one buffer pair (`2·m·L` floats: 32 KiB for 256 points in 16
-//! lanes) stays in a core's L1 cache, where `stockham32`'s ping-pong pairs
-//! (twice that) do not, and no store lands 4 KiB from the next load (the
-//! power-of-two strides that made the Stockham stages at 256 points twice as
-//! slow in 16 lanes). Twiddles are computed in float64 and rounded once; only
-//! lane-wise IEEE operations in one order, so a transform's result depends
-//! neither on its lane, `L` nor the build.
+//! In place, one buffer pair (`2·m·L` values: 32 KiB for 256 float32 points
+//! in 16 lanes) stays in a core's L1 cache, where `stockham32`'s ping-pong
+//! pairs (twice that) do not, and no store lands 4 KiB from the next load
+//! (the power-of-two strides that made the Stockham stages at 256 points
+//! twice as slow in 16 lanes). Twiddles are computed in float64 and rounded
+//! once to the element type; only lane-wise IEEE operations in one order, so
+//! a transform's result depends neither on its lane, `L` nor the build.
 
-use super::lanes32::Lanes32;
-use super::stockham32::twiddle;
+use crate::vector::{Element, Vector};
+
+/// `e^{−2πi·j/n}` as `[re, im]`, computed in float64 and rounded once.
+pub(crate) fn twiddle<E: Element>(j: usize, n: usize) -> [E; 2] {
+    let angle = -2.0 * std::f64::consts::PI * j as f64 / n as f64;
+    [E::from_f64(angle.cos()), E::from_f64(angle.sin())]
+}
 
 /// One radix-4 pass combining four DFTs of size `h`: `tw[j]` is `W_{4h}^j`,
 /// `W_{4h}^{2j}`, `W_{4h}^{3j}` as `(re, im)` pairs, `W_N = e^{−2πi/N}`.
-struct Pass {
+struct Pass<E> {
     h: usize,
-    tw: Vec<[f32; 6]>,
+    tw: Vec<[E; 6]>,
 }
 
 /// The tables of one transform size; `Send + Sync`.
-pub(crate) struct Dit32 {
+pub(crate) struct LaneFft<E> {
     m: usize,
+    /// `log2 m` is odd: a radix-2 pass (span 1) runs first.
     radix2_first: bool,
-    passes: Vec<Pass>,
+    passes: Vec<Pass<E>>,
+    /// `rev[j]`: where input `j` goes (bit reversal of `log2 m` bits).
     rev: Vec<u32>,
 }
 
-impl Dit32 {
+impl<E: Element> LaneFft<E> {
     /// The transform of `m` points, or None unless `m` is a power of two ≥ 2.
-    pub fn new(m: usize) -> Option<Dit32> {
+    pub fn new(m: usize) -> Option<LaneFft<E>> {
         if m < 2 || !m.is_power_of_two() {
             return None;
         }
@@ -58,12 +66,18 @@ impl Dit32 {
         let rev = (0..m as u32)
             .map(|j| j.reverse_bits() >> (32 - bits))
             .collect();
-        Some(Dit32 {
+        debug_assert!(passes.iter().all(|p| m.is_multiple_of(4 * p.h)));
+        Some(LaneFft {
             m,
             radix2_first,
             passes,
             rev,
         })
+    }
+
+    /// Complex length `m`.
+    pub fn m(&self) -> usize {
+        self.m
     }
 
     /// `slots()[j]`: where input `j` is stored (bit reversal of `j`).
@@ -75,7 +89,7 @@ impl Dit32 {
     /// at `k·L ..`) in place; input at [`slots`](Self::slots), output in
     /// natural order.
     #[inline(always)]
-    pub fn run<V: Lanes32>(&self, re: &mut [f32], im: &mut [f32]) {
+    pub fn run<V: Vector<E = E>>(&self, re: &mut [E], im: &mut [E]) {
         let (m, l) = (self.m, V::L);
         assert!(re.len() == m * l && im.len() == m * l);
         let (re, im) = (re.as_mut_ptr(), im.as_mut_ptr());
@@ -109,7 +123,7 @@ impl Dit32 {
 /// with `s0 = A + B`, `s1 = A − B`, `s2 = C + D`, `s3 = C − D`, the outputs
 /// `[s0 + s2, s1 − i·s3, s0 − s2, s1 + i·s3]` (`−i·s3 = s3.im − i·s3.re`).
 #[inline(always)]
-fn butterfly4<V: Lanes32>(a: (V, V), b: (V, V), c: (V, V), d: (V, V)) -> [(V, V); 4] {
+fn butterfly4<V: Vector>(a: (V, V), b: (V, V), c: (V, V), d: (V, V)) -> [(V, V); 4] {
     let (s0r, s0i) = (a.0.add(b.0), a.1.add(b.1));
     let (s1r, s1i) = (a.0.sub(b.0), a.1.sub(b.1));
     let (s2r, s2i) = (c.0.add(d.0), c.1.add(d.1));
@@ -127,12 +141,12 @@ fn butterfly4<V: Lanes32>(a: (V, V), b: (V, V), c: (V, V), d: (V, V)) -> [(V, V)
 /// # Safety
 /// `re`, `im`: `m · V::L` values each, `4 | m`.
 #[inline(always)]
-unsafe fn radix4_first<V: Lanes32>(re: *mut f32, im: *mut f32, m: usize) {
+unsafe fn radix4_first<V: Vector>(re: *mut V::E, im: *mut V::E, m: usize) {
     let l = V::L;
     for b in (0..m).step_by(4) {
         // SAFETY: b + 3 < m (caller: 4 | m).
         unsafe {
-            let ld = |p: *mut f32, q: usize| V::load(p.add((b + q) * l));
+            let ld = |p: *mut V::E, q: usize| V::load(p.add((b + q) * l));
             let out = butterfly4(
                 (ld(re, 0), ld(im, 0)),
                 (ld(re, 1), ld(im, 1)),
@@ -149,7 +163,7 @@ unsafe fn radix4_first<V: Lanes32>(re: *mut f32, im: *mut f32, m: usize) {
 
 /// `x · w`, complex.
 #[inline(always)]
-fn cmul<V: Lanes32>(xr: V, xi: V, wr: V, wi: V) -> (V, V) {
+fn cmul<V: Vector>(xr: V, xi: V, wr: V, wi: V) -> (V, V) {
     (xr.mul(wr).sub(xi.mul(wi)), xr.mul(wi).add(xi.mul(wr)))
 }
 
@@ -163,7 +177,7 @@ fn cmul<V: Lanes32>(xr: V, xi: V, wr: V, wi: V) -> (V, V) {
 /// # Safety
 /// `re`, `im`: `m · V::L` values each, `4h | m`, `tw.len() ≥ h`.
 #[inline(always)]
-unsafe fn radix4<V: Lanes32>(re: *mut f32, im: *mut f32, m: usize, h: usize, tw: &[[f32; 6]]) {
+unsafe fn radix4<V: Vector>(re: *mut V::E, im: *mut V::E, m: usize, h: usize, tw: &[[V::E; 6]]) {
     let l = V::L;
     let tw = &tw[..h];
     for b in (0..m).step_by(4 * h) {
@@ -172,7 +186,7 @@ unsafe fn radix4<V: Lanes32>(re: *mut f32, im: *mut f32, m: usize, h: usize, tw:
             // SAFETY: b + j + 3h < b + 4h ≤ m (caller: 4h | m, j < h).
             unsafe {
                 let at = |q: usize| (b + j + q * h) * l;
-                let ld = |p: *mut f32, q: usize| V::load(p.add(at(q)));
+                let ld = |p: *mut V::E, q: usize| V::load(p.add(at(q)));
                 let (ar, ai) = (ld(re, 0), ld(im, 0));
                 let (br, bi) = cmul(ld(re, 1), ld(im, 1), t[2], t[3]);
                 let (cr, ci) = cmul(ld(re, 2), ld(im, 2), t[0], t[1]);
