@@ -61,31 +61,85 @@ pub(super) struct Box4<'a> {
     pub(super) at: usize,
 }
 
+/// What the boxes a walk reads are inside, which decides how a box that
+/// does not fit is told.
+#[derive(Clone, Copy)]
+pub(super) enum Within<'a> {
+    /// A level of the file itself: a box past its end is a file cut short.
+    File,
+    /// A parent box, itself checked against the file first: a child past
+    /// the parent's end is malformed.
+    Parent(&'a Box4<'a>),
+}
+
+impl Within<'_> {
+    /// The error for the box at `at` (type `kind` where known), which
+    /// does not fit the `left` bytes that follow it (`size`: what it
+    /// declares; None when its header itself does not fit).
+    fn misfit(self, at: usize, kind: Option<&[u8; 4]>, size: Option<usize>, left: usize) -> Error {
+        let what = match kind {
+            Some(k) => format!("box {}", ByteStr(k)),
+            None => "the box".to_string(),
+        };
+        match (self, size) {
+            (Within::File, None) => Error::truncated(
+                F,
+                format!("the file ends inside the header of {what} at byte {at}"),
+            ),
+            (Within::File, Some(size)) => Error::truncated(
+                F,
+                format!(
+                    "{what} at byte {at} declares {size} bytes, {left} follow (the file is cut \
+                     short)"
+                ),
+            ),
+            (Within::Parent(p), None) => Error::malformed(
+                F,
+                format!(
+                    "the header of {what} at byte {at} is cut short: {left} bytes left, its \
+                     parent {} holds {} bytes from byte {}",
+                    ByteStr(&p.kind),
+                    p.body.len(),
+                    p.at
+                ),
+            ),
+            (Within::Parent(p), Some(size)) => Error::malformed(
+                F,
+                format!(
+                    "{what} at byte {at} declares {size} bytes, more than the {left} bytes left \
+                     in its parent {} ({} bytes from byte {})",
+                    ByteStr(&p.kind),
+                    p.body.len(),
+                    p.at
+                ),
+            ),
+        }
+    }
+}
+
 /// The boxes inside `data` (which starts at file offset `base`), each
-/// checked to end inside it.
-pub(super) fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
+/// checked to end inside it: the one walker of MP4 boxes, for the file's
+/// levels (`boxes`) and for the children symphonia reads
+/// (`mp4_tables::children`); `within` words a box that does not fit.
+pub(super) fn walk<'a>(
+    data: &'a [u8],
+    base: usize,
+    within: Within<'_>,
+) -> Result<Vec<Box4<'a>>, Error> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
         let at = base + pos;
+        let left = data.len() - pos;
         let Some(h) = data.get(pos..pos + 8) else {
-            return Err(Error::truncated(
-                F,
-                format!("the file ends inside the header of the box at byte {at}"),
-            ));
+            return Err(within.misfit(at, None, None, left));
         };
         let kind = [h[4], h[5], h[6], h[7]];
         let (size, header) = match u32::from_be_bytes([h[0], h[1], h[2], h[3]]) {
-            0 => (data.len() - pos, 8),
+            0 => (left, 8),
             1 => {
                 let Some(l) = data.get(pos + 8..pos + 16) else {
-                    return Err(Error::truncated(
-                        F,
-                        format!(
-                            "the file ends inside the header of box {} at byte {at}",
-                            ByteStr(&kind)
-                        ),
-                    ));
+                    return Err(within.misfit(at, Some(&kind), None, left));
                 };
                 let l = u64::from_be_bytes(l.try_into().unwrap_or_default());
                 (usize::try_from(l).unwrap_or(usize::MAX), 16)
@@ -98,16 +152,8 @@ pub(super) fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
                 format!("box {} at byte {at} declares {size} bytes", ByteStr(&kind)),
             ));
         }
-        let available = data.len() - pos;
-        if size > available {
-            return Err(Error::truncated(
-                F,
-                format!(
-                    "box {} at byte {at} declares {size} bytes, {available} follow (the file is \
-                     cut short)",
-                    ByteStr(&kind)
-                ),
-            ));
+        if size > left {
+            return Err(within.misfit(at, Some(&kind), Some(size), left));
         }
         out.push(Box4 {
             kind,
@@ -115,8 +161,15 @@ pub(super) fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
             at: at + header,
         });
         pos += size;
+        debug_assert!(pos <= data.len());
     }
     Ok(out)
+}
+
+/// The boxes inside `data` (which starts at file offset `base`), each
+/// checked to end inside it; one that does not is a file cut short.
+pub(super) fn boxes(data: &[u8], base: usize) -> Result<Vec<Box4<'_>>, Error> {
+    walk(data, base, Within::File)
 }
 
 /// The first box of `kind` among `data`'s children.

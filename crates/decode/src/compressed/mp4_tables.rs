@@ -21,7 +21,7 @@
 //! has left is malformed, naming the box, its size and its parent.
 
 use super::Error;
-use super::mp4::{Box4, F, be32, boxes};
+use super::mp4::{self, Box4, F, Within, be32, boxes};
 use crate::wav::ByteStr;
 
 /// Boxes holding other boxes on the way to the tables.
@@ -78,76 +78,7 @@ fn walk(parent: &Box4<'_>, file_len: usize) -> Result<(), Error> {
 fn children<'a>(parent: &Box4<'a>, skip: usize) -> Result<Vec<Box4<'a>>, Error> {
     let data = parent.body.get(skip..).unwrap_or_default();
     let base = parent.at + skip;
-    let in_parent = || {
-        format!(
-            "its parent {} holds {} bytes from byte {}",
-            ByteStr(&parent.kind),
-            parent.body.len(),
-            parent.at
-        )
-    };
-    let mut out = Vec::new();
-    let mut pos = 0usize;
-    while pos < data.len() {
-        let at = base + pos;
-        let left = data.len() - pos;
-        let Some(h) = data.get(pos..pos + 8) else {
-            return Err(Error::malformed(
-                F,
-                format!(
-                    "the header of the box at byte {at} is cut short: {left} bytes left, {}",
-                    in_parent()
-                ),
-            ));
-        };
-        let kind = [h[4], h[5], h[6], h[7]];
-        let (size, header) = match u32::from_be_bytes([h[0], h[1], h[2], h[3]]) {
-            0 => (left, 8),
-            1 => match data.get(pos + 8..pos + 16) {
-                Some(l) => {
-                    let l = u64::from_be_bytes(l.try_into().unwrap_or_default());
-                    (usize::try_from(l).unwrap_or(usize::MAX), 16)
-                }
-                None => {
-                    return Err(Error::malformed(
-                        F,
-                        format!(
-                            "the header of box {} at byte {at} is cut short: {left} bytes left, {}",
-                            ByteStr(&kind),
-                            in_parent()
-                        ),
-                    ));
-                }
-            },
-            s => (s as usize, 8),
-        };
-        if size < header {
-            return Err(Error::malformed(
-                F,
-                format!("box {} at byte {at} declares {size} bytes", ByteStr(&kind)),
-            ));
-        }
-        if size > left {
-            return Err(Error::malformed(
-                F,
-                format!(
-                    "box {} at byte {at} declares {size} bytes, more than the {left} bytes left \
-                     in its parent {} ({} bytes from byte {})",
-                    ByteStr(&kind),
-                    ByteStr(&parent.kind),
-                    parent.body.len(),
-                    parent.at
-                ),
-            ));
-        }
-        out.push(Box4 {
-            kind,
-            body: &data[pos + header..pos + size],
-            at: at + header,
-        });
-        pos += size;
-    }
-    Ok(out)
+    mp4::walk(data, base, Within::Parent(parent))
 }
 
 /// A `meta` box symphonia reads (under `udta`, or at the top level): it

@@ -627,3 +627,58 @@ fn decode_all_to_reports_a_trim_into_frames_handed_on() {
         whole.len()
     );
 }
+
+/// The one MP4 box walker words a box that does not fit by where it is: at
+/// a file's level a file cut short, inside a parent a malformed parent; a
+/// size below its own header is malformed either way.
+#[test]
+fn a_box_that_does_not_fit_is_told_by_where_it_is() {
+    use super::mp4::{Box4, Within, walk};
+    let top = |data: &[u8]| walk(data, 100, Within::File).map(|b| b.len());
+    // Two whole boxes (8 and 12 bytes), then the cases.
+    let mut two = b"\0\0\0\x08free\0\0\0\x0cskip1234".to_vec();
+    assert_eq!(top(&two).unwrap(), 2);
+    let e = |r: Result<usize, Error>| r.unwrap_err().to_string();
+    two.extend_from_slice(b"\0\0\0");
+    assert!(
+        e(top(&two)).contains("the file ends inside the header of the box at byte 120"),
+        "{}",
+        e(top(&two))
+    );
+    let large = b"\0\0\0\x01mdat\0\0";
+    assert!(e(top(large)).contains("the file ends inside the header of box b\"mdat\" at byte 100"));
+    let past = b"\0\0\0\x40moov\0\0\0\0";
+    let m = e(top(past));
+    assert!(
+        m.contains(
+            "box b\"moov\" at byte 100 declares 64 bytes, 12 follow (the file is cut short)"
+        ),
+        "{m}"
+    );
+    let small = b"\0\0\0\x04moov";
+    assert!(e(top(small)).contains("box b\"moov\" at byte 100 declares 4 bytes"));
+    let parent = Box4 {
+        kind: *b"udta",
+        body: past,
+        at: 50,
+    };
+    let m = walk(parent.body, parent.at, Within::Parent(&parent))
+        .map(|b| b.len())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains(
+            "box b\"moov\" at byte 50 declares 64 bytes, more than the 12 bytes left in its \
+             parent b\"udta\" (12 bytes from byte 50)"
+        ),
+        "{m}"
+    );
+    let m = walk(&past[..5], 50, Within::Parent(&parent))
+        .map(|b| b.len())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("the header of the box at byte 50 is cut short: 5 bytes left, its parent"),
+        "{m}"
+    );
+}
