@@ -188,11 +188,17 @@ class _DirectRows:
 
 
 class MelDataset:
-    """Rows of one melforge split file: `ds[i] -> (mel, label)`.
+    """Rows of one melforge split file: `ds[i] -> (features, label)`.
 
-    `mel` is a numpy array of shape `(n_long, n_short, n_mels, n_frames)`
-    (float32, or float16 when the build wrote float16) and `label` an int
-    indexing `label_names` (-1 for a file with no label).
+    `features` is the row as the recipe's reference returns it:
+    * librosa: shape `(n_long, n_short, n_mels, n_frames)` (float32, or
+      float16 when the build wrote float16);
+    * Kaldi fbank/MFCC (and lhotse-fbank): `(num_frames, num_bins)` float32,
+      torchaudio's orientation, one frame per row of `features`;
+    * Whisper: `(n_mels, 3000)` float32, `WhisperFeatureExtractor`'s
+      `input_features[0]`: the stored frames transposed and padded with the
+      row's `pad_value`.
+    `label` is an int indexing `label_names` (-1 for a file with no label).
 
     Safe to hand to PyTorch `DataLoader` workers started by fork or spawn: the
     file is opened in each process on its first read.

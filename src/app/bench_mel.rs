@@ -1,13 +1,16 @@
 //! `melforge bench mel`: the compute stage alone, so users can size machines.
 //!
-//! Synthetic 16-bit clips of the configured spec are encoded as WAV in memory
-//! (no disk, no reader, no writer), then `threads` threads each decode and
-//! transform their share with the CPU backend's own code (`wav::decode` and
-//! `dsp::Plan::compute`, one `Scratch` per thread, as the workers do). The
-//! report gives clips/s in all, clips/s per thread and µs of CPU per clip,
-//! with decode and mel timed apart on the first thread. What it does not
-//! measure: reads, ring hand-offs and HDF5 writes (`melforge build` does all
-//! of them; `scripts/bench-e2e` compares it with the numpy baseline).
+//! Synthetic 16-bit clips are encoded as WAV in memory (no disk, no reader,
+//! no writer), then `threads` threads each decode and transform their share
+//! with the CPU backend's own code under the configured recipe: librosa
+//! (`wav::decode` and `dsp::Plan::compute`, one `Scratch` per thread, as the
+//! workers do) or a frame recipe (Kaldi fbank/MFCC, Whisper: the recipe's
+//! `FrameWorker`, one per thread, on clips of [`FRAME_CLIP_SECONDS`] at the
+//! recipe's rate). The report gives clips/s in all, clips/s per thread and µs
+//! of CPU per clip, with decode and compute timed apart on the first thread.
+//! What it does not measure: reads, ring hand-offs and HDF5 writes
+//! (`melforge build` does all of them; `scripts/bench-e2e` compares it with
+//! the numpy baseline).
 
 use std::time::{Duration, Instant};
 
@@ -15,13 +18,17 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::dsp::{Level, Plan, Scratch};
+use crate::frames::{FrameRecipe, RecipePlan};
 use crate::synth;
+
+/// Seconds of audio per clip under a frame recipe (Whisper reads at most 30).
+pub const FRAME_CLIP_SECONDS: usize = 10;
 
 /// Arguments of `melforge bench mel`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct MelArgs {
-    /// Config file whose [mel]/[segmentation] spec is measured (default: the
-    /// reference spec).
+    /// Config file whose recipe is measured: `[features] recipe`, with
+    /// `[mel]`/`[segmentation]` for librosa (default: the reference spec).
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
     /// Clips each thread computes.
@@ -38,6 +45,8 @@ pub struct MelArgs {
 /// What `bench mel` measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct MelReport {
+    /// The recipe measured (`[features] recipe`).
+    pub recipe: String,
     pub threads: usize,
     pub clips: u64,
     pub wall_s: f64,
@@ -49,10 +58,11 @@ pub struct MelReport {
     pub us_per_clip: f64,
     /// Of which decode (WAV → f32 clip), from thread 0.
     pub decode_us_per_clip: f64,
-    /// Of which the log-mel transform, from thread 0.
+    /// Of which the recipe's transform, from thread 0.
     pub mel_us_per_clip: f64,
-    /// Shape of one row (n_long, n_short, n_mels, n_frames).
-    pub row_shape: [usize; 4],
+    /// Shape of one row: librosa's (n_long, n_short, n_mels, n_frames), a
+    /// frame recipe's (frames, bins).
+    pub row_shape: Vec<usize>,
     /// Which transform ran: `batched-avx512`, `batched-avx2`,
     /// `batched-portable` (frames per vector lane), or `per-frame` (realfft).
     pub fft: &'static str,
@@ -62,12 +72,17 @@ impl std::fmt::Display for MelReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} clips on {} thread(s) in {:.2} s: {:.0} clips/s ({:.0} clips/s per thread)",
-            self.clips, self.threads, self.wall_s, self.clips_per_s, self.clips_per_s_per_thread
+            "{}: {} clips on {} thread(s) in {:.2} s: {:.0} clips/s ({:.0} clips/s per thread)",
+            self.recipe,
+            self.clips,
+            self.threads,
+            self.wall_s,
+            self.clips_per_s,
+            self.clips_per_s_per_thread
         )?;
         writeln!(
             f,
-            "per clip and thread: {:.1} µs ({:.1} µs decode, {:.1} µs mel); row shape {:?}; FFT {}",
+            "per clip and thread: {:.1} µs ({:.1} µs decode, {:.1} µs compute); row shape {:?}; FFT {}",
             self.us_per_clip,
             self.decode_us_per_clip,
             self.mel_us_per_clip,
@@ -83,30 +98,117 @@ pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
         Some(f) => Config::load(f)?,
         None => Config::default(),
     };
-    let spec = cfg.spec;
     let threads = args.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, usize::from),
         |t| t as usize,
     );
-    // A few distinct clips, long enough for the spec, reused round-robin.
-    let clip_len = spec.clip_samples();
-    let wavs: Vec<Vec<u8>> = (0..16)
+    Ok(match crate::recipes::frame_recipe(&cfg) {
+        None => librosa(&cfg, threads, args.clips),
+        Some(recipe) => frames(recipe.as_ref(), threads, args.clips),
+    })
+}
+
+/// The librosa recipe: clips of the spec's length.
+fn librosa(cfg: &Config, threads: usize, clips: u64) -> MelReport {
+    let spec = &cfg.spec;
+    let plan = Plan::new(spec);
+    let plan = &plan;
+    let wavs = wavs(spec.clip_samples(), spec.sample_rate);
+    let row_len = spec.row_len();
+    let (wall, per_thread) = time_threads(threads, clips, &wavs, spec.clip_samples(), || {
+        let mut scratch = Scratch::new(plan);
+        let mut out = vec![0f32; row_len];
+        move |clip: &[f32], _: u64| {
+            plan.compute(clip, &mut scratch, &mut out);
+            std::hint::black_box(&out);
+        }
+    });
+    report(
+        "librosa".into(),
+        (threads, clips),
+        (wall, per_thread[0]),
+        spec.row_shape().to_vec(),
+        plan.batch_level(),
+    )
+}
+
+/// A frame recipe (Kaldi fbank/MFCC, Whisper): clips of
+/// [`FRAME_CLIP_SECONDS`] at its rate.
+fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
+    let layout = recipe.layout();
+    let samples = FRAME_CLIP_SECONDS * layout.sample_rate as usize;
+    let samples = layout.max_samples.map_or(samples, |m| m.min(samples));
+    let wavs = wavs(samples, layout.sample_rate);
+    let (wall, per_thread) = time_threads(threads, clips, &wavs, samples, || {
+        let mut worker = recipe.worker();
+        let mut row = Vec::new();
+        move |clip: &[f32], seed: u64| {
+            worker
+                .compute(clip, seed, &mut row)
+                .expect("a clip of seconds gives frames");
+            std::hint::black_box(&row);
+        }
+    });
+    // The row of the first clip, for its shape.
+    let mut row = Vec::new();
+    let mut clip = vec![0f32; samples];
+    crate::decode::wav::decode(&wavs[0], layout.sample_rate, &mut clip)
+        .expect("a synthetic clip decodes");
+    recipe
+        .worker()
+        .compute(&clip, 0, &mut row)
+        .expect("a clip of seconds gives frames");
+    let frames = layout.frames_of(row.len()).unwrap_or(0);
+    let level = match recipe.plan() {
+        RecipePlan::Kaldi(p) => p.batched(),
+        RecipePlan::Whisper(p) => Some(p.level()),
+        RecipePlan::CpuOnly => None,
+    };
+    report(
+        layout.recipe.clone(),
+        (threads, clips),
+        (wall, per_thread[0]),
+        vec![frames, layout.bins],
+        level,
+    )
+}
+
+/// Sixteen distinct 16-bit clips of `samples` at `rate`, as WAV bytes,
+/// reused round-robin.
+fn wavs(samples: usize, rate: u32) -> Vec<Vec<u8>> {
+    (0..16)
         .map(|i| {
-            let mut pcm = Vec::with_capacity(clip_len);
-            while pcm.len() < clip_len {
+            let mut pcm = Vec::with_capacity(samples);
+            while pcm.len() < samples {
                 pcm.extend(synth::clip(7, i, i as usize % 4));
             }
-            pcm.truncate(clip_len);
-            synth::encode_wav_pcm16(&pcm, spec.sample_rate)
+            pcm.truncate(samples);
+            synth::encode_wav_pcm16(&pcm, rate)
         })
-        .collect();
-    let plan = Plan::new(&spec);
+        .collect()
+}
+
+/// Runs `clips` clips on each of `threads` threads, each with its own
+/// `compute` from `worker`; the wall time and, per thread, (decode time,
+/// compute time).
+fn time_threads<W, F>(
+    threads: usize,
+    clips: u64,
+    wavs: &[Vec<u8>],
+    samples: usize,
+    worker: F,
+) -> (Duration, Vec<(Duration, Duration)>)
+where
+    W: FnMut(&[f32], u64),
+    F: Fn() -> W + Sync,
+{
+    assert!(threads >= 1 && !wavs.is_empty());
     let started = Instant::now();
     let per_thread: Vec<(Duration, Duration)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (plan, wavs) = (&plan, &wavs);
-                s.spawn(move || compute_share(plan, wavs, args.clips, spec.sample_rate))
+                let worker = &worker;
+                s.spawn(move || compute_share(worker(), wavs, clips, samples))
             })
             .collect();
         handles
@@ -114,11 +216,48 @@ pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
             .map(|h| h.join().expect("a bench thread panicked"))
             .collect()
     });
-    let wall_s = started.elapsed().as_secs_f64();
-    let total = args.clips * threads as u64;
-    let (decode, mel) = per_thread[0];
-    let n = args.clips as f64;
-    Ok(MelReport {
+    assert_eq!(per_thread.len(), threads);
+    (started.elapsed(), per_thread)
+}
+
+/// Decodes and computes `clips` clips; (decode time, compute time).
+fn compute_share(
+    mut compute: impl FnMut(&[f32], u64),
+    wavs: &[Vec<u8>],
+    clips: u64,
+    samples: usize,
+) -> (Duration, Duration) {
+    let rate = crate::decode::wav::parse(&wavs[0])
+        .expect("a synthetic clip parses")
+        .sample_rate;
+    let mut clip = vec![0f32; samples];
+    let (mut decode, mut mel) = (Duration::ZERO, Duration::ZERO);
+    for i in 0..clips as usize {
+        let t = Instant::now();
+        crate::decode::wav::decode(&wavs[i % wavs.len()], rate, &mut clip)
+            .expect("a synthetic clip decodes");
+        let t1 = Instant::now();
+        compute(&clip, i as u64);
+        mel += t1.elapsed();
+        decode += t1 - t;
+    }
+    (decode, mel)
+}
+
+/// The report of `clips` clips on each of `threads` threads in `wall`, with
+/// thread 0's (decode, compute) times.
+fn report(
+    recipe: String,
+    (threads, clips): (usize, u64),
+    (wall, (decode, mel)): (Duration, (Duration, Duration)),
+    row_shape: Vec<usize>,
+    level: Option<Level>,
+) -> MelReport {
+    let wall_s = wall.as_secs_f64();
+    let total = clips * threads as u64;
+    let n = clips as f64;
+    MelReport {
+        recipe,
         threads,
         clips: total,
         wall_s,
@@ -127,34 +266,14 @@ pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
         us_per_clip: wall_s * 1e6 / n,
         decode_us_per_clip: decode.as_secs_f64() * 1e6 / n,
         mel_us_per_clip: mel.as_secs_f64() * 1e6 / n,
-        row_shape: spec.row_shape(),
-        fft: match plan.batch_level() {
+        row_shape,
+        fft: match level {
             Some(Level::Avx512) => "batched-avx512",
             Some(Level::Avx2) => "batched-avx2",
             Some(Level::Portable) => "batched-portable",
             None => "per-frame",
         },
-    })
-}
-
-/// Decodes and transforms `clips` clips; (decode time, mel time).
-fn compute_share(plan: &Plan, wavs: &[Vec<u8>], clips: u64, rate: u32) -> (Duration, Duration) {
-    let spec = plan.spec();
-    let mut scratch = Scratch::new(plan);
-    let mut clip = vec![0f32; spec.clip_samples()];
-    let mut out = vec![0f32; spec.row_len()];
-    let (mut decode, mut mel) = (Duration::ZERO, Duration::ZERO);
-    for i in 0..clips as usize {
-        let t = Instant::now();
-        crate::decode::wav::decode(&wavs[i % wavs.len()], rate, &mut clip)
-            .expect("a synthetic clip decodes");
-        let t1 = Instant::now();
-        plan.compute(&clip, &mut scratch, &mut out);
-        mel += t1.elapsed();
-        decode += t1 - t;
-        std::hint::black_box(&out);
     }
-    (decode, mel)
 }
 
 #[cfg(test)]
@@ -171,6 +290,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!((r.threads, r.clips), (2, 40));
+        assert_eq!(r.recipe, "librosa");
         assert_eq!(r.row_shape, [79, 3, 32, 1]);
         assert!(r.clips_per_s > 0.0 && r.mel_us_per_clip > 0.0 && r.decode_us_per_clip > 0.0);
         // Decode and mel are parts of one clip's time on thread 0.
@@ -178,5 +298,33 @@ mod tests {
         assert!(r.to_string().contains("clips/s per thread"));
         // The reference spec (n_fft 512) takes the batched path on every CPU.
         assert!(r.fft.starts_with("batched-"), "{}", r.fft);
+    }
+
+    /// `[features] recipe` is what runs: a Kaldi fbank config measures
+    /// fbank rows of 10 s at 16 kHz (998 frames of 23 bins under
+    /// torchaudio's defaults), Whisper rows of 80 bins.
+    #[test]
+    fn the_configured_frame_recipe_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let run_with = |text: &str| {
+            let file = dir.path().join("c.toml");
+            std::fs::write(&file, text).unwrap();
+            run(&MelArgs {
+                config: Some(file),
+                clips: 6,
+                threads: Some(2),
+                json: false,
+            })
+            .unwrap()
+        };
+        let r = run_with("[features]\nrecipe = \"kaldi-fbank\"\n");
+        assert_eq!((r.recipe.as_str(), r.clips), ("kaldi-fbank", 12));
+        assert_eq!(r.row_shape, [998, 23]);
+        assert!(r.mel_us_per_clip > 0.0 && r.decode_us_per_clip > 0.0);
+        assert!(r.fft.starts_with("batched-"), "{}", r.fft);
+        let r = run_with("[features]\nrecipe = \"whisper\"\n");
+        assert_eq!(r.recipe, "whisper");
+        assert_eq!(r.row_shape[1], 80);
+        assert!(r.to_string().starts_with("whisper: 12 clips"), "{r}");
     }
 }

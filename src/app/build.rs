@@ -34,7 +34,7 @@ use crate::app::merge::shard::{SHARD_ATTR, Shard};
 use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
 use crate::compute::{self, Rejection, cuda};
-use crate::config::{Backend, Config, Direct};
+use crate::config::{Backend, Config};
 use crate::frames::{FrameLayout, FrameRecipe};
 use crate::pipeline::{self, Pipeline};
 use crate::plan::manifest::SpillDir;
@@ -134,6 +134,12 @@ pub struct Outcomes {
     /// `auto` resolved by `reader::cache`), and why.
     pub direct: bool,
     pub direct_reason: String,
+    /// The mean size of the inputs `io.direct = "auto"` sampled, which sized
+    /// the read arena; null when nothing was sampled.
+    pub typical_file_bytes: Option<u64>,
+    /// The read arena's size (`io.arena_bytes`, or sized from the files in
+    /// flight); null with the std engine, which has none.
+    pub arena_bytes: Option<u64>,
     /// Seconds each start-up step took (walk, device, arena, kernels; they
     /// overlap) and from process start to the first read.
     pub startup_s: pipeline::Startup,
@@ -539,9 +545,9 @@ fn start(
     // half ring, so hand-overs are rare), but not the whole walk: each queued
     // job holds its path, and a build's memory must not grow with its size.
     let queue_ahead = jobs.len().min(4096);
-    let (read_mode, run_cfg) = choose_read_mode(cfg, &jobs, &open);
+    let read_mode = choose_read_mode(cfg, &jobs, &open);
     let p = Arc::new(Pipeline::start_reading(
-        (&run_cfg, frames),
+        (cfg, frames, &read_mode),
         &mut probe,
         telemetry,
         queue_ahead,
@@ -574,19 +580,18 @@ fn start(
 }
 
 /// `io.direct = "auto"` is settled here, where the inputs are known: the
-/// read mode, and the config the readers start with (its typical file size
-/// and a definite `io.direct`).
-fn choose_read_mode(cfg: &Config, jobs: &[Job], open: &Plan) -> (cache::ReadMode, Config) {
+/// read mode the readers start with, and the inputs' typical size the arena
+/// is sized by. What the run finds out lives in this value, beside the
+/// config, which never changes after validation.
+fn choose_read_mode(cfg: &Config, jobs: &[Job], open: &Plan) -> cache::ReadMode {
     let read_mode = cache::choose(cfg.io.direct, jobs.len(), |i| open.open_path(&jobs[i]));
-    tracing::info!(direct = read_mode.direct, reason = %read_mode.reason, "Read mode chosen.");
-    let mut run_cfg = cfg.clone();
-    run_cfg.io.typical_file_bytes = read_mode.typical_bytes;
-    run_cfg.io.direct = if read_mode.direct {
-        Direct::Always
-    } else {
-        Direct::Never
-    };
-    (read_mode, run_cfg)
+    tracing::info!(
+        direct = read_mode.direct,
+        reason = %read_mode.reason,
+        typical_file_bytes = read_mode.typical_bytes,
+        "Read mode chosen."
+    );
+    read_mode
 }
 
 /// The writer holds rows that arrive before their predecessors; the window
@@ -694,6 +699,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         walk: walk_s,
         ..p.startup()
     };
+    let arena_bytes = p.arena_bytes();
     let cuda_report = p.join();
     // Before the stage's own error: the same failure, said for a build.
     if let Ok(Err(Halt::Gpu(why))) = &written {
@@ -728,6 +734,8 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
         backend_reason: shape.backend_reason,
         direct: read_mode.direct,
         direct_reason: read_mode.reason,
+        typical_file_bytes: read_mode.typical_bytes,
+        arena_bytes,
         startup_s: startup,
         outputs: write_report
             .files

@@ -27,7 +27,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use crate::app::build;
 use crate::app::interrupt::{self, Stopped};
 use crate::app::progress::Progress;
-use crate::config::{Backend, Config};
+use crate::config::Config;
 
 #[derive(Parser)]
 #[command(
@@ -66,6 +66,17 @@ enum BackendArg {
     Cuda,
 }
 
+impl BackendArg {
+    /// The `compute.backend` value it sets.
+    fn name(self) -> &'static str {
+        match self {
+            BackendArg::Auto => "auto",
+            BackendArg::Cpu => "cpu",
+            BackendArg::Cuda => "cuda",
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum SynthKind {
     Machine,
@@ -74,8 +85,10 @@ enum SynthKind {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Write a deterministic synthetic corpus (10 s, 4096 Hz int16 mono clips in
-    /// TRAINING|VALIDATION|TESTING/<LABEL>/ folders).
+    /// Write a deterministic synthetic corpus: machine sounds (10 s int16 mono
+    /// clips, 4096 Hz by default, in TRAINING|VALIDATION|TESTING/<LABEL>/
+    /// folders, WAV or FLAC), or speech-like utterances (`--kind speech`: 2 to
+    /// 20 s at 16 kHz in train|dev|test/<speaker>/, WAV).
     Synth {
         /// Directory to create the corpus in.
         dir: PathBuf,
@@ -98,8 +111,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = SynthKind::Machine)]
         kind: SynthKind,
     },
-    /// Build one HDF5 file per split from a tree of audio files, or from
-    /// NeMo / lhotse manifests (one split per manifest, named after its stem).
+    /// Build one HDF5 file per split from a tree of audio files, from NeMo /
+    /// lhotse manifests (one split per manifest, named after its stem), or
+    /// from stored corpora (WebDataset shards, Hugging Face parquet, lhotse
+    /// Shar; one split each), with each split's CMVN statistics beside it.
     Build {
         /// Input directory (split/label folders, see docs/FORMAT.md), one
         /// or more manifests (`.json`/`.jsonl`, gzipped or not), or stored
@@ -117,7 +132,11 @@ enum Command {
         /// members the manifests' `audio_filepath`s name.
         #[arg(long, value_name = "PATTERN")]
         tarred_audio: Option<String>,
-        /// Output directory for <split>.h5 and rejected.jsonl.
+        /// Output directory: <split>.h5, its CMVN statistics
+        /// (<split>.global_cmvn, WeNet's; <split>.feats_stats.npz, ESPnet's),
+        /// rejected.jsonl and, for manifests, the manifest written back with
+        /// each row's place (<split>.jsonl); with --lhotse also
+        /// <split>.cuts.jsonl.gz.
         #[arg(long)]
         out: PathBuf,
         /// TOML config (defaults: the reference dataset; see config/melforge.toml).
@@ -182,8 +201,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure one stage alone: the readers (and optionally fio), the mel
-    /// transform, or the HDF5 writer.
+    /// Measure one stage alone: the readers (and optionally fio), the
+    /// configured recipe's compute, the HDF5 writer, or the decoders.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
@@ -317,8 +336,8 @@ fn run(cli: Cli, format: LogFormat) -> anyhow::Result<ExitCode> {
             split,
             tarred_audio,
         } => {
-            let over = crate::config::Overrides { recipe, lhotse };
-            let cfg = build_config(config.as_deref(), backend, &over)?;
+            let over = overrides(recipe, lhotse, backend);
+            let cfg = Config::load_with(config.as_deref(), &over)?;
             let opts = build::Options {
                 progress: progress_for(progress, json, format),
                 telemetry: None,
@@ -451,7 +470,7 @@ fn merge(out: &std::path::Path, copy: bool, json: bool) -> anyhow::Result<()> {
 }
 
 /// `melforge check-config`: validates the file and prints the resolved
-/// settings and the shape of a file's mel.
+/// settings and the shape of a file's row under the configured recipe.
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let cfg = Config::load(file)?;
     // The group must exist on this host, as serve will need it.
@@ -464,32 +483,50 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
         "{}",
         toml::to_string_pretty(&cfg).context("cannot print the config")?
     )?;
-    let s = &cfg.spec;
-    outln!(
-        "# per file: mel shape ({}, {}, {}, {}), {} segments",
-        s.n_long(),
-        s.n_short(),
-        s.n_mels,
-        s.n_frames(),
-        s.n_long() * s.n_short()
+    match crate::recipes::frame_layout(&cfg) {
+        Some(l) => outln!("# per file: {}", row_shape(&l)),
+        None => {
+            let s = &cfg.spec;
+            outln!(
+                "# per file: librosa log-mel of shape ({}, {}, {}, {}), {} segments",
+                s.n_long(),
+                s.n_short(),
+                s.n_mels,
+                s.n_frames(),
+                s.n_long() * s.n_short()
+            )
+        }
+    }
+}
+
+/// A frame recipe's row as `check-config` prints it: its frames and what
+/// decides their count.
+fn row_shape(l: &crate::frames::FrameLayout) -> String {
+    let frames = match (l.padded_frames, l.max_samples) {
+        (Some(p), _) => format!("{p} frames once padded (stored without the padding)"),
+        (None, Some(n)) => format!(
+            "one frame per {} s of at most the first {n} samples",
+            l.frame_step_seconds
+        ),
+        (None, None) => format!("one frame per {} s of audio", l.frame_step_seconds),
+    };
+    format!(
+        "{} rows of (frames, {}) at {} Hz: {frames}",
+        l.recipe, l.bins, l.sample_rate
     )
 }
 
-/// `build`'s settings: the config file (or the defaults) and `--backend`.
-fn build_config(
-    config: Option<&std::path::Path>,
+/// What `build`'s flags set over the config file's keys.
+fn overrides(
+    recipe: Option<String>,
+    lhotse: bool,
     backend: Option<BackendArg>,
-    over: &crate::config::Overrides,
-) -> anyhow::Result<Config> {
-    let mut cfg = Config::load_with(config, over)?;
-    if let Some(b) = backend {
-        cfg.compute.backend = match b {
-            BackendArg::Auto => Backend::Auto,
-            BackendArg::Cpu => Backend::Cpu,
-            BackendArg::Cuda => Backend::Cuda,
-        };
+) -> crate::config::Overrides {
+    crate::config::Overrides {
+        recipe,
+        lhotse,
+        backend: backend.map(|b| b.name().to_owned()),
     }
-    Ok(cfg)
 }
 
 /// `build --progress`, `auto` resolved.

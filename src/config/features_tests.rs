@@ -183,6 +183,7 @@ fn lhotse_output_needs_kaldi_without_snip_edges() {
     let over = Overrides {
         recipe: Some("lhotse-fbank".into()),
         lhotse: true,
+        ..Overrides::default()
     };
     let c = Config::load_with(None, &over).unwrap();
     assert!(c.output.lhotse);
@@ -190,12 +191,14 @@ fn lhotse_output_needs_kaldi_without_snip_edges() {
     let over = Overrides {
         recipe: Some("whisper".into()),
         lhotse: true,
+        ..Overrides::default()
     };
     let e = Config::load_with(None, &over).unwrap_err();
     assert!(e.to_string().contains("recipe \"whisper\""), "{e}");
     let over = Overrides {
         recipe: Some("lhotse".into()),
         lhotse: false,
+        ..Overrides::default()
     };
     let e = Config::load_with(None, &over).unwrap_err();
     assert!(e.to_string().contains("\"lhotse-fbank\""), "{e}");

@@ -118,11 +118,6 @@ pub struct IoConfig {
     /// `pipeline::arena_bytes` for the files in flight, between
     /// [`defaults::io::ARENA_MIN_AUTO`] and [`defaults::io::ARENA_MAX_AUTO`].
     pub arena_bytes: Option<u64>,
-    /// Not a config key: the mean size of a build's inputs, from the sample
-    /// `io.direct = "auto"` takes (`reader::cache`), which the read arena is
-    /// then sized by instead of a guess from `[mel]` and `[input]`.
-    #[serde(skip)]
-    pub typical_file_bytes: Option<u64>,
 }
 
 impl IoConfig {
@@ -181,7 +176,6 @@ impl IoConfig {
                 Some(0) => return Err(cx.invalid("io.arena_bytes", "0; expected a size ≥ 4096")),
                 b => b,
             },
-            typical_file_bytes: None,
         })
     }
 }

@@ -265,14 +265,17 @@ impl Config {
 }
 
 /// What the command line sets over a config file's keys (`build --recipe`,
-/// `--lhotse`): applied to the raw keys before validation, so they get the
-/// same checks and the same sentences as the file's own.
+/// `--lhotse`, `--backend`): applied to the raw keys before validation, so
+/// they get the same checks and the same sentences as the file's own, and
+/// the validated `Config` never changes afterwards.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     /// `features.recipe`.
     pub recipe: Option<String>,
     /// `output.lhotse = true`.
     pub lhotse: bool,
+    /// `compute.backend`: "auto", "cpu" or "cuda".
+    pub backend: Option<String>,
 }
 
 impl Config {
@@ -299,6 +302,9 @@ impl Config {
         }
         if over.lhotse {
             raw.output.lhotse = Some(true);
+        }
+        if let Some(b) = &over.backend {
+            raw.compute.backend = Some(b.clone());
         }
         Config::from_raw_in(raw, &text, &origin, &base)
     }

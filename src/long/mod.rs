@@ -411,6 +411,10 @@ impl Streaming {
     fn read_part(&mut self) -> Result<(), Reject> {
         let k = self.parts_read;
         let at = k * part_samples(self.rate);
+        // Precondition: parts are read in order, and only while the
+        // waveform has samples past those held.
+        assert_eq!(at, self.samples_from + self.samples.len());
+        assert!(at < self.total, "part {k} starts past the recording's end");
         let expected = part_samples(self.rate).min(self.total - at);
         let seg = Segment {
             channel: self.channel,
@@ -435,6 +439,7 @@ impl Streaming {
         }
         self.samples.extend_from_slice(&self.part);
         self.parts_read += 1;
+        debug_assert!(self.samples_from + self.samples.len() <= self.total);
         Ok(())
     }
 
@@ -446,6 +451,13 @@ impl Streaming {
         }
         let run = self.next_frame..(self.next_frame + PIECE_FRAMES).min(self.frames);
         let (piece, need) = self.plan.piece(self.total, run.clone());
+        // The samples a piece needs lie inside the waveform and never
+        // before those already dropped (pieces go forward).
+        assert!(need.start <= need.end && need.end <= self.total);
+        assert!(
+            need.start >= self.samples_from,
+            "a piece needs dropped samples"
+        );
         // Samples before this piece's are never read again.
         let drop = need
             .start
@@ -459,6 +471,8 @@ impl Streaming {
         let from = need.start - self.samples_from;
         self.plan
             .compute_piece(&self.samples[from..], &piece, &mut self.scratch, out);
+        // Postcondition: the piece is exactly its run's frames.
+        assert_eq!(out.len(), run.len() * self.plan.num_bins());
         self.next_frame = run.end;
         Ok(true)
     }

@@ -23,6 +23,11 @@ pub fn deliver<S: Sink>(
     local: &mut Local,
     telemetry: &Telemetry,
 ) -> Result<Delivered, writer::Error> {
+    // Precondition: a worker sums statistics only for a row it computed.
+    debug_assert!(
+        row.is_ok() || stats.is_none(),
+        "statistics of a rejected file"
+    );
     let mut recycled = Vec::new();
     let row = match (row, long) {
         (Err(Reject::Read(why @ reader::Error::TooLarge { .. })), Some(l)) => {

@@ -37,7 +37,9 @@ use serde::{Deserialize, Serialize};
 use crate::compute::{self, ComputeStage, Outcome, Probe, Wiring, cuda};
 use crate::config::{Config, Engine};
 use crate::dsp::Plan;
+use crate::frames::FrameRecipe;
 use crate::long::Streamer;
+use crate::reader::cache::{self, ReadMode};
 use crate::reader::{self, Loaded, ReadJob, ReaderStage};
 use crate::runtime::pin::{self, PinPolicy, Placement};
 use crate::runtime::ring::{Ring, RingStats};
@@ -149,7 +151,7 @@ pub struct Pipeline {
     telemetry: Arc<Telemetry>,
     /// The run's recipe, built once (None for librosa): what a serve
     /// sink's layout is taken from.
-    recipe: Option<Arc<dyn crate::frames::FrameRecipe>>,
+    recipe: Option<Arc<dyn FrameRecipe>>,
     /// Computes the rows of files too large to read whole, in pieces
     /// (Kaldi recipes; `crate::long`).
     streamer: Option<Streamer>,
@@ -186,6 +188,9 @@ impl Rings {
         // free, not per job; a live one (serve, `queue_ahead` 0) hands a lone
         // file to an idle reader at once.
         let batch = if queue_ahead > 0 { ahead / 4 } else { 1 };
+        // Every ring and free list holds at least one item, or a stage
+        // would block on its first hand-over for good.
+        assert!(ahead >= 1 && cfg.io.queue_depth >= 1 && cfg.compute.queue_depth >= 1);
         // Wake batches: compute and the writer share cores with the readers,
         // so hand-overs go in runs (see `runtime::ring`).
         Rings {
@@ -211,10 +216,15 @@ impl Rings {
 /// The readers' arena size and CPUs, from the backend choice when the probe
 /// already made it: an arena sized for what the backend holds in flight,
 /// readers placed beside the workers or near the GPU.
-fn reader_sizing(cfg: &Config, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
+fn reader_sizing(
+    cfg: &Config,
+    typical: Option<u64>,
+    probe: &mut Probe,
+) -> (u64, Vec<Option<usize>>) {
+    let arena_bytes = |target: &compute::Target| arena_bytes(cfg, target, typical);
     let cpu_only = || {
         (
-            arena_bytes(cfg, &compute::Target::Cpu),
+            arena_bytes(&compute::Target::Cpu),
             place_threads(cfg, 0, None).readers,
         )
     };
@@ -225,7 +235,7 @@ fn reader_sizing(cfg: &Config, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
                 _ => 0,
             };
             let placement = place_threads(cfg, workers, choice.gpu_pci_bus_id());
-            (arena_bytes(cfg, &choice.target), placement.readers)
+            (arena_bytes(&choice.target), placement.readers)
         }
         // The error is start_compute's to report; the readers stop then.
         Some(Err(_)) => cpu_only(),
@@ -233,8 +243,7 @@ fn reader_sizing(cfg: &Config, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
         // milliseconds) the CPU runs; with one, either may.
         None if !compute::host_double_requested() && !cuda::driver_present() => cpu_only(),
         None => (
-            arena_bytes(cfg, &compute::Target::Cpu)
-                .max(arena_bytes(cfg, &compute::Target::HostDouble)),
+            arena_bytes(&compute::Target::Cpu).max(arena_bytes(&compute::Target::HostDouble)),
             place_threads(cfg, 0, None).readers,
         ),
     }
@@ -250,10 +259,10 @@ fn reader_sizing(cfg: &Config, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
 /// In flight: per reader, `io.queue_depth` reads plus the `io.queue_depth`
 /// loaded files queued for compute; then one file per CPU worker, or two
 /// batches of `compute.batch_files` held by the CUDA stage. Typical input:
-/// the mean size of the inputs a build sampled (`io.typical_file_bytes`),
+/// `typical`, the mean size of the inputs a build sampled (`reader::cache`),
 /// else a 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz
 /// stereo when `input.resample` is on: the source rate is then unknown).
-pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
+pub fn arena_bytes(cfg: &Config, target: &compute::Target, typical: Option<u64>) -> u64 {
     use crate::decode::policy::{Channels, Resample};
     let readers = cfg.io.threads.max(1) as u64;
     let compute = match target {
@@ -270,9 +279,11 @@ pub fn arena_bytes(cfg: &Config, target: &compute::Target) -> u64 {
         Channels::Mean | Channels::First => channels,
     };
     let samples = (cfg.spec.clip_seconds * rate as f64).ceil() as u64;
-    let data = cfg.io.typical_file_bytes.unwrap_or(samples * 2 * channels);
+    let data = typical.unwrap_or(samples * 2 * channels);
     // Header and O_DIRECT rounding: one page on top of the data.
     let file = data.div_ceil(4096) * 4096 + 4096;
+    // Precondition: something is in flight (a reader, a worker or a batch).
+    assert!(files >= 1);
     (files * file * 5 / 4).clamp(
         crate::config::defaults::io::ARENA_MIN_AUTO,
         crate::config::defaults::io::ARENA_MAX_AUTO,
@@ -333,12 +344,14 @@ impl Pipeline {
     /// [`Pipeline::start_on`] with the recipe `frames` already built for
     /// `cfg` (a restart on another backend keeps its recipe).
     pub fn start_on_recipe(
-        (cfg, frames): (&Config, Option<Arc<dyn crate::frames::FrameRecipe>>),
+        (cfg, frames): (&Config, Option<Arc<dyn FrameRecipe>>),
         mut probe: Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        let p = Pipeline::start_reading((cfg, frames), &mut probe, telemetry, queue_ahead)?;
+        // No list of inputs to sample here (serve, a restart on the CPU).
+        let read = cache::unsampled(cfg.io.direct);
+        let p = Pipeline::start_reading((cfg, frames, &read), &mut probe, telemetry, queue_ahead)?;
         match p.start_compute(probe) {
             Ok(()) => Ok(p),
             Err(e) => {
@@ -355,15 +368,17 @@ impl Pipeline {
     /// the probe has not answered yet, the arena is sized for either backend
     /// and the readers are placed without the GPU's locality.
     /// `frames`: the run's recipe, built once by the caller
-    /// (`recipes::frame_recipe`; None for librosa).
+    /// (`recipes::frame_recipe`; None for librosa); `read`: the run's read
+    /// mode (`reader::cache`), which also sizes the arena by the inputs'
+    /// typical size where a build sampled them.
     pub fn start_reading(
-        (cfg, frames): (&Config, Option<Arc<dyn crate::frames::FrameRecipe>>),
+        (cfg, frames, read): (&Config, Option<Arc<dyn FrameRecipe>>, &ReadMode),
         probe: &mut Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         let t = Instant::now();
-        let (arena, readers_cpus) = reader_sizing(cfg, probe);
+        let (arena, readers_cpus) = reader_sizing(cfg, read.typical_bytes, probe);
         let Rings {
             jobs,
             loaded,
@@ -372,7 +387,7 @@ impl Pipeline {
             free_rows,
         } = Rings::new(cfg, queue_ahead);
         let readers = ReaderStage::start(
-            &cfg.io,
+            (&cfg.io, read),
             cfg.io.arena_bytes.unwrap_or(arena),
             &readers_cpus,
             Arc::clone(&jobs),
@@ -438,7 +453,7 @@ impl Pipeline {
     }
 
     /// The run's recipe, as built once for it (None for librosa).
-    pub fn recipe(&self) -> Option<&Arc<dyn crate::frames::FrameRecipe>> {
+    pub fn recipe(&self) -> Option<&Arc<dyn FrameRecipe>> {
         self.recipe.as_ref()
     }
 
@@ -506,6 +521,11 @@ impl Pipeline {
     }
 
     /// How long each start-up step took (first read: once there was one).
+    /// The read arena's size in bytes; None with the std engine.
+    pub fn arena_bytes(&self) -> Option<u64> {
+        self.readers.arena().map(|a| a.len() as u64)
+    }
+
     pub fn startup(&self) -> Startup {
         Startup {
             first_read: self.telemetry.first_read().map(|d| d.as_secs_f64()),
@@ -620,8 +640,14 @@ mod tests {
         cfg.compute.workers = 1;
         let telemetry = Arc::new(Telemetry::default());
         let frames = crate::recipes::frame_recipe(&cfg);
-        let p = Pipeline::start_reading((&cfg, frames), &mut probe, Arc::clone(&telemetry), 16)
-            .unwrap();
+        let read = cache::unsampled(cfg.io.direct);
+        let p = Pipeline::start_reading(
+            (&cfg, frames, &read),
+            &mut probe,
+            Arc::clone(&telemetry),
+            16,
+        )
+        .unwrap();
         assert_eq!(p.shape().backend, "pending");
         let feed = p.jobs().producer();
         for (id, path) in files.iter().enumerate() {
@@ -672,8 +698,9 @@ mod tests {
                 compute::cuda::Cause::NoDevice,
             ))
         });
+        let read = cache::unsampled(cfg.io.direct);
         let p = Pipeline::start_reading(
-            (&cfg, crate::recipes::frame_recipe(&cfg)),
+            (&cfg, crate::recipes::frame_recipe(&cfg), &read),
             &mut probe,
             Arc::new(Telemetry::default()),
             0,
@@ -692,38 +719,36 @@ mod tests {
         let mut cfg = Config::default();
         cfg.compute.workers = 2;
         cfg.io.threads = 1;
-        let cpu = arena_bytes(&cfg, &compute::Target::Cpu);
+        let cpu = arena_bytes(&cfg, &compute::Target::Cpu, None);
         // 258 reference files (128 + 128 + 2) of 84 KiB, plus a quarter.
         assert_eq!(cpu, 258 * 86_016 * 5 / 4);
         assert!(cpu < 32 << 20, "{cpu}");
         // Each reader keeps its own files in flight.
         cfg.io.threads = 2;
         assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu),
+            arena_bytes(&cfg, &compute::Target::Cpu, None),
             514 * 86_016 * 5 / 4
         );
         cfg.io.threads = 1;
         // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
-        let gpu = arena_bytes(&cfg, &compute::Target::HostDouble);
+        let gpu = arena_bytes(&cfg, &compute::Target::HostDouble, None);
         assert_eq!(gpu, (256 + 512) * 86_016 * 5 / 4);
         cfg.input.policy.resample = crate::decode::clip::Resample::SoxrHq;
         assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu),
+            arena_bytes(&cfg, &compute::Target::Cpu, None),
             crate::config::defaults::io::ARENA_MAX_AUTO
         );
         // A build that sampled its inputs sizes by what it found (FLAC: a
         // third of the WAV).
-        cfg.io.typical_file_bytes = Some(30_000);
         assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu),
+            arena_bytes(&cfg, &compute::Target::Cpu, Some(30_000)),
             258 * (32_768 + 4096) * 5 / 4
         );
-        cfg.io.typical_file_bytes = None;
         // Tiny clips still get the floor.
         cfg.input.policy.resample = crate::decode::clip::Resample::Off;
         cfg.spec.clip_seconds = 0.01;
         assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu),
+            arena_bytes(&cfg, &compute::Target::Cpu, None),
             crate::config::defaults::io::ARENA_MIN_AUTO
         );
     }

@@ -29,7 +29,10 @@ pub const SAMPLE: usize = 64;
 /// off with O_DIRECT for all of them.
 pub const CACHED_SHARE: f64 = 0.9;
 
-/// The read mode a build runs with, and the sentence that says why.
+/// The read mode a run reads with, and the sentence that says why: what the
+/// run found out, beside its `Config` (which never changes after
+/// validation). `pipeline::Pipeline::start_reading` takes it; build logs and
+/// reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReadMode {
     /// Open with O_DIRECT.
@@ -68,13 +71,7 @@ pub fn cached_bytes(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
     let (f, meta) = super::open_regular(path).map_err(std::io::Error::other)?;
     let size = meta.len();
     let cs = sys::cachestat(f.as_fd())?;
-    Ok((size, cs.nr_cache.saturating_mul(page_size()).min(size)))
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p).unwrap_or(4096).max(1)
+    Ok((size, cs.nr_cache.saturating_mul(sys::page_size()).min(size)))
 }
 
 /// Samples up to [`SAMPLE`] of `n` inputs (`path(i)` is input `i`), evenly
@@ -114,6 +111,22 @@ pub fn choose(mode: Direct, n: usize, path: impl Fn(usize) -> PathBuf) -> ReadMo
             typical_bytes: None,
         },
         Direct::Auto => decide(sample(n, path)),
+    }
+}
+
+/// Resolves `io.direct` where there is no list of inputs to sample (serve,
+/// which reads files as they arrive; a spill's own reads): `auto` reads
+/// O_DIRECT.
+pub fn unsampled(mode: Direct) -> ReadMode {
+    match mode {
+        Direct::Auto => ReadMode {
+            direct: true,
+            reason: "io.direct = auto: no list of inputs to sample (files are read as they \
+                     come), so O_DIRECT"
+                .into(),
+            typical_bytes: None,
+        },
+        other => choose(other, 0, |_| PathBuf::new()),
     }
 }
 

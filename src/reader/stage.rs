@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use crossbeam_queue::ArrayQueue;
 
 use super::arena::Arena;
+use super::cache::ReadMode;
 use super::uring::{self, Next, SetupError, UringEngine, UringOptions};
 use super::{FileBytes, Loaded, read_file, read_range};
 use crate::config::{Engine, IoConfig};
@@ -110,9 +111,10 @@ impl ReaderStage {
     /// Starts the configured engine: `io.threads` threads (thread `i` pinned to
     /// `cpus[i]` when given) taking jobs from `jobs` and pushing onto `out`.
     /// Heap buffers of the plain engine are recycled through `free`. The ring
-    /// engine reads into an arena of `arena_bytes` (`cfg.arena_bytes` where set).
+    /// engine reads into an arena of `arena_bytes` (`cfg.arena_bytes` where set),
+    /// O_DIRECT where the run's read mode says so.
     pub fn start(
-        cfg: &IoConfig,
+        (cfg, read): (&IoConfig, &ReadMode),
         arena_bytes: u64,
         cpus: &[Option<usize>],
         jobs: Arc<Ring<ReadJob>>,
@@ -127,7 +129,7 @@ impl ReaderStage {
             match uring::probe() {
                 Ok(_) => {
                     let a = Arena::new(arena_bytes, threads).map_err(SetupError::from)?;
-                    let opts = UringOptions::from(cfg);
+                    let opts = UringOptions::new(cfg, read);
                     engines = Some(
                         (0..threads)
                             .map(|i| UringEngine::new(&opts, a.part(i)))
@@ -359,7 +361,7 @@ mod tests {
         let telemetry = Arc::new(Telemetry::default());
         let free = Arc::new(ArrayQueue::new(4));
         let stage = ReaderStage::start(
-            cfg,
+            (cfg, &crate::reader::cache::unsampled(cfg.direct)),
             2 << 20,
             &[],
             Arc::clone(&jobs),

@@ -61,7 +61,8 @@ impl Signal {
                 let _unused = self.cv.wait_timeout(guard, sleep.min(MAX_SLEEP));
             }
         }
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        let before = self.waiters.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "a waiter left a signal it never entered");
     }
 
     fn notify(&self) {
@@ -113,8 +114,12 @@ impl<T> Ring<T> {
     /// `1 ..= capacity / 2`); see the module notes.
     pub fn with_wake_batch(capacity: usize, batch: usize) -> Ring<T> {
         let capacity = capacity.max(1);
+        let wake_batch = batch.clamp(1, (capacity / 2).max(1));
+        // A wake batch larger than the ring could never be reached: a
+        // blocked end would wait out MAX_SLEEP at every item.
+        assert!(wake_batch >= 1 && wake_batch <= capacity);
         Ring {
-            wake_batch: batch.clamp(1, (capacity / 2).max(1)),
+            wake_batch,
             queue: ArrayQueue::new(capacity),
             not_empty: Signal::default(),
             not_full: Signal::default(),
@@ -144,6 +149,8 @@ impl<T> Ring<T> {
         }
         self.queue.push(item)?;
         let depth = self.queue.len() as u64;
+        // The bound: a push that succeeded leaves at most `capacity` queued.
+        debug_assert!(depth as usize <= self.queue.capacity());
         self.pushed.fetch_add(1, Ordering::Relaxed);
         self.depth_sum.fetch_add(depth, Ordering::Relaxed);
         self.max_depth.fetch_max(depth, Ordering::Relaxed);
@@ -273,7 +280,9 @@ impl<T> Clone for Producer<T> {
 
 impl<T> Drop for Producer<T> {
     fn drop(&mut self) {
-        if self.ring.producers.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let before = self.ring.producers.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "a producer guard dropped twice");
+        if before == 1 {
             self.ring.close();
         }
     }

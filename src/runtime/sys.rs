@@ -165,6 +165,37 @@ pub fn poll_readable<const N: usize>(
     Ok(pfds.map(|p| p.revents != 0))
 }
 
+/// `flock(fd, how)` (`LOCK_EX`, `LOCK_SH`, `LOCK_UN`, with `LOCK_NB`).
+pub fn flock(fd: BorrowedFd<'_>, how: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock on a borrowed, open descriptor; no memory is involved.
+    if unsafe { libc::flock(fd.as_raw_fd(), how) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The system's page size in bytes (`sysconf(_SC_PAGESIZE)`; 4096 if it
+/// cannot say).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p).unwrap_or(4096).max(1)
+}
+
+/// CPU time the calling thread has run (`CLOCK_THREAD_CPUTIME_ID`): its
+/// work, without the time it waited.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration, and
+    // CLOCK_THREAD_CPUTIME_ID is supported on every Linux melforge runs on.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    debug_assert_eq!(rc, 0);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Takes an exclusive `flock` on `fd` without waiting: `Ok(false)` when
 /// another open file description holds a lock on the file.
 pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {

@@ -74,15 +74,7 @@ impl SerialSlot {
 /// CPU time the calling thread has run (`CLOCK_THREAD_CPUTIME_ID`): its
 /// work, without the time it waited.
 pub fn thread_cpu() -> Duration {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec for the call's duration, and
-    // CLOCK_THREAD_CPUTIME_ID is supported on every Linux melforge runs on.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    debug_assert_eq!(rc, 0);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    super::sys::thread_cpu_time()
 }
 
 /// A thread's private tally; publish with [`Local::publish`].

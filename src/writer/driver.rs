@@ -20,9 +20,9 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -351,15 +351,11 @@ unsafe extern "C" fn get_eof(f: *const Public, _type: c_int) -> haddr_t {
 
 /// `flock` as sec2 by default; a file system without it opens unlocked.
 fn flock(o: &Base, how: c_int, what: &str) -> herr_t {
-    // SAFETY: flock on a descriptor the Base owns.
-    if unsafe { libc::flock(o.file.as_raw_fd(), how) } < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOSYS) {
-            return 0;
-        }
-        return o.fail(what, &e);
+    match crate::runtime::sys::flock(o.file.as_fd(), how) {
+        Ok(()) => 0,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => 0,
+        Err(e) => o.fail(what, &e),
     }
-    0
 }
 
 unsafe extern "C" fn lock(f: *mut Public, rw: hbool_t) -> herr_t {

@@ -103,6 +103,28 @@ fn check_config_names_the_bad_key_and_line() {
         String::from_utf8_lossy(&ok.stderr)
     );
     assert!(String::from_utf8_lossy(&ok.stdout).contains("(79, 3, 32, 1), 237 segments"));
+
+    // A frame recipe's row, not librosa's.
+    for (recipe, shape) in [
+        (
+            "kaldi-fbank",
+            "kaldi-fbank rows of (frames, 23) at 16000 Hz: one frame per 0.01 s of audio",
+        ),
+        (
+            "whisper",
+            "whisper rows of (frames, 80) at 16000 Hz: 3000 frames once padded",
+        ),
+    ] {
+        let f = put(
+            d.path(),
+            "recipe.toml",
+            format!("[features]\nrecipe = \"{recipe}\"\n").as_bytes(),
+        );
+        let o = melforge().arg("check-config").arg(&f).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && out.contains(shape), "{out}");
+        assert!(!out.contains("segments"), "{out}");
+    }
 }
 
 /// `startup_s` says how long each start-up step took and when the first

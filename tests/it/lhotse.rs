@@ -41,6 +41,7 @@ fn lhotse_config() -> Config {
     let over = Overrides {
         recipe: Some("lhotse-fbank".into()),
         lhotse: true,
+        ..Overrides::default()
     };
     let mut c = Config::load_with(Some(&toml), &over).unwrap();
     c.compute.workers = 2;

@@ -36,7 +36,9 @@ pub use report::{Machine, Report};
 /// Arguments of `melforge bench io`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct IoArgs {
-    /// Directory whose `*.wav` files are read (recursively, sorted).
+    /// Directory whose audio files are read (recursively, sorted, in build's
+    /// order): every container a build reads by default (WAV, FLAC, MP3,
+    /// Ogg, Opus, M4A/MP4; `input.extensions`' default).
     pub dir: PathBuf,
     /// Page-cache state for each pass.
     #[arg(long, value_enum, default_value = "both")]
@@ -188,7 +190,8 @@ pub struct Corpus {
     pub total_files: usize,
 }
 
-/// Collects the `*.wav` files below `dir` in job order, at most `limit`.
+/// Collects the audio files below `dir` (the default `input.extensions`) in
+/// job order, at most `limit`.
 pub fn collect(dir: &Path, limit: Option<usize>) -> Result<Corpus, Error> {
     let plan = crate::plan::tree::scan(dir).map_err(|err| Error::Scan {
         dir: dir.to_path_buf(),

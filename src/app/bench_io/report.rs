@@ -44,7 +44,7 @@ pub struct Report {
     /// Files every pass reads (after `--files`).
     pub corpus_files: usize,
     pub corpus_bytes: u64,
-    /// `*.wav` files in the whole tree.
+    /// Audio files (the default `input.extensions`) in the whole tree.
     pub corpus_total_files: usize,
     pub queue_depth: usize,
     /// `fio --version`, when `--compare-fio` found fio.

@@ -258,7 +258,7 @@ fn read_and_spill(
     // The arena holds the small recordings; a larger one is read into an
     // extent of its own (`reader::arena`).
     let stage = ReaderStage::start(
-        &io,
+        (&io, &crate::reader::cache::unsampled(io.direct)),
         16 << 20,
         &cpus,
         jobs,

@@ -25,7 +25,8 @@ pub use engine::{Next, UringEngine};
 pub use probe::{ProbeError, ProbeReport, probe};
 
 use super::arena::ArenaError;
-use crate::config::{Direct, IoConfig};
+use super::cache::ReadMode;
+use crate::config::IoConfig;
 
 /// Per-engine settings (from `[io]`).
 #[derive(Clone, Debug)]
@@ -38,13 +39,12 @@ pub struct UringOptions {
     pub max_file_bytes: u64,
 }
 
-impl From<&IoConfig> for UringOptions {
-    fn from(c: &IoConfig) -> Self {
+impl UringOptions {
+    /// `[io]`'s settings with the run's read mode (`reader::cache`).
+    pub fn new(c: &IoConfig, read: &ReadMode) -> Self {
         UringOptions {
             queue_depth: c.queue_depth,
-            // An `auto` still unresolved here (serve: no list of inputs to
-            // sample, see `reader::cache`) reads O_DIRECT.
-            direct: c.direct != Direct::Never,
+            direct: read.direct,
             max_file_bytes: c.max_file_bytes,
         }
     }
