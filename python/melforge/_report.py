@@ -60,6 +60,9 @@ class _Fields:
     def opt_number(self, key: str) -> Optional[float]:
         return None if self._get(key) is None else self.number(key)
 
+    def opt_integer(self, key: str) -> Optional[int]:
+        return None if self._get(key) is None else self.integer(key)
+
     def flag(self, key: str) -> bool:
         v = self._get(key)
         if not isinstance(v, bool):
@@ -281,6 +284,11 @@ class BuildReport:
     direct: bool
     """Whether inputs were read with O_DIRECT."""
     direct_reason: str
+    typical_file_bytes: Optional[int]
+    """The mean size of the inputs `io.direct = "auto"` sampled, which sized
+    the read arena; None when nothing was sampled."""
+    arena_bytes: Optional[int]
+    """The read arena's size; None with the std engine."""
     startup_s: Startup
     """How long each start-up step took (`Startup`)."""
     cuda: Optional[Dict[str, Any]]
@@ -311,6 +319,8 @@ class BuildReport:
             backend_reason=f.text("backend_reason"),
             direct=f.flag("direct"),
             direct_reason=f.text("direct_reason"),
+            typical_file_bytes=f.opt_integer("typical_file_bytes"),
+            arena_bytes=f.opt_integer("arena_bytes"),
             startup_s=Startup.from_json(f.obj("startup_s")),
             cuda=f.opt_obj("cuda"),
             outputs=[OutputFile.from_json(o) for o in f.items("outputs")],
