@@ -113,9 +113,9 @@ fn librosa(cfg: &Config, threads: usize, clips: u64) -> MelReport {
     let spec = &cfg.spec;
     let plan = Plan::new(spec);
     let plan = &plan;
-    let wavs = wavs(spec.clip_samples(), spec.sample_rate);
+    let wavs = Clips::new(spec.clip_samples(), spec.sample_rate);
     let row_len = spec.row_len();
-    let (wall, per_thread) = time_threads(threads, clips, &wavs, spec.clip_samples(), || {
+    let (wall, per_thread) = time_threads(threads, clips, &wavs, || {
         let mut scratch = Scratch::new(plan);
         let mut out = vec![0f32; row_len];
         move |clip: &[f32], _: u64| {
@@ -138,8 +138,8 @@ fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
     let layout = recipe.layout();
     let samples = FRAME_CLIP_SECONDS * layout.sample_rate as usize;
     let samples = layout.max_samples.map_or(samples, |m| m.min(samples));
-    let wavs = wavs(samples, layout.sample_rate);
-    let (wall, per_thread) = time_threads(threads, clips, &wavs, samples, || {
+    let wavs = Clips::new(samples, layout.sample_rate);
+    let (wall, per_thread) = time_threads(threads, clips, &wavs, || {
         let mut worker = recipe.worker();
         let mut row = Vec::new();
         move |clip: &[f32], seed: u64| {
@@ -152,8 +152,7 @@ fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
     // The row of the first clip, for its shape.
     let mut row = Vec::new();
     let mut clip = vec![0f32; samples];
-    crate::decode::wav::decode(&wavs[0], layout.sample_rate, &mut clip)
-        .expect("a synthetic clip decodes");
+    wavs.decode(0, &mut clip);
     recipe
         .worker()
         .compute(&clip, 0, &mut row)
@@ -175,17 +174,36 @@ fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
 
 /// Sixteen distinct 16-bit clips of `samples` at `rate`, as WAV bytes,
 /// reused round-robin.
-fn wavs(samples: usize, rate: u32) -> Vec<Vec<u8>> {
-    (0..16)
-        .map(|i| {
-            let mut pcm = Vec::with_capacity(samples);
-            while pcm.len() < samples {
-                pcm.extend(synth::clip(7, i, i as usize % 4));
-            }
-            pcm.truncate(samples);
-            synth::encode_wav_pcm16(&pcm, rate)
-        })
-        .collect()
+struct Clips {
+    wavs: Vec<Vec<u8>>,
+    rate: u32,
+    samples: usize,
+}
+
+impl Clips {
+    fn new(samples: usize, rate: u32) -> Clips {
+        let wavs = (0..16)
+            .map(|i| {
+                let mut pcm = Vec::with_capacity(samples);
+                while pcm.len() < samples {
+                    pcm.extend(synth::clip(7, i, i as usize % 4));
+                }
+                pcm.truncate(samples);
+                synth::encode_wav_pcm16(&pcm, rate)
+            })
+            .collect();
+        Clips {
+            wavs,
+            rate,
+            samples,
+        }
+    }
+
+    /// Clip `i` (round-robin) decoded into `out` (`samples` long).
+    fn decode(&self, i: usize, out: &mut [f32]) {
+        crate::decode::wav::decode(&self.wavs[i % self.wavs.len()], self.rate, out)
+            .expect("a synthetic clip decodes");
+    }
 }
 
 /// Runs `clips` clips on each of `threads` threads, each with its own
@@ -194,21 +212,20 @@ fn wavs(samples: usize, rate: u32) -> Vec<Vec<u8>> {
 fn time_threads<W, F>(
     threads: usize,
     clips: u64,
-    wavs: &[Vec<u8>],
-    samples: usize,
+    wavs: &Clips,
     worker: F,
 ) -> (Duration, Vec<(Duration, Duration)>)
 where
     W: FnMut(&[f32], u64),
     F: Fn() -> W + Sync,
 {
-    assert!(threads >= 1 && !wavs.is_empty());
+    assert!(threads >= 1);
     let started = Instant::now();
     let per_thread: Vec<(Duration, Duration)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let worker = &worker;
-                s.spawn(move || compute_share(worker(), wavs, clips, samples))
+                s.spawn(move || compute_share(worker(), wavs, clips))
             })
             .collect();
         handles
@@ -223,19 +240,14 @@ where
 /// Decodes and computes `clips` clips; (decode time, compute time).
 fn compute_share(
     mut compute: impl FnMut(&[f32], u64),
-    wavs: &[Vec<u8>],
+    wavs: &Clips,
     clips: u64,
-    samples: usize,
 ) -> (Duration, Duration) {
-    let rate = crate::decode::wav::parse(&wavs[0])
-        .expect("a synthetic clip parses")
-        .sample_rate;
-    let mut clip = vec![0f32; samples];
+    let mut clip = vec![0f32; wavs.samples];
     let (mut decode, mut mel) = (Duration::ZERO, Duration::ZERO);
     for i in 0..clips as usize {
         let t = Instant::now();
-        crate::decode::wav::decode(&wavs[i % wavs.len()], rate, &mut clip)
-            .expect("a synthetic clip decodes");
+        wavs.decode(i, &mut clip);
         let t1 = Instant::now();
         compute(&clip, i as u64);
         mel += t1.elapsed();
