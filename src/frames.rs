@@ -1,12 +1,17 @@
-//! Variable-length rows: the vocabulary the compute stage, the writers and
-//! `inspect` share for recipes whose rows have a length of their own (Kaldi
-//! fbank and MFCC, Whisper's log-mel), defined below all of them.
+//! Recipes and their rows: the vocabulary the compute stage, `long`, `cmvn`,
+//! the writers and `inspect` share, defined below all of them.
 //!
-//! * A [`FrameRecipe`] is one such recipe, built once from the configuration
-//!   and shared by every worker; [`FrameRecipe::worker`] gives each worker
-//!   its own [`FrameWorker`] (scratch buffers, no allocation per file in the
-//!   steady state).
-//! * The **row protocol** between compute and the sink: a row is
+//! * A [`FrameRecipe`] is one recipe (librosa, Kaldi fbank and MFCC,
+//!   Whisper's log-mel), built once from the configuration and shared by
+//!   every worker; [`FrameRecipe::worker`] gives each worker its own
+//!   [`FrameWorker`] (scratch buffers, no allocation per file in the steady
+//!   state), and [`FrameRecipe::plan`] hands its plan to the CUDA stage.
+//! * A [`RowLayout`] says how its rows look: [`RowLayout::Fixed`] (librosa:
+//!   every row the shape of its `Spec`, from a clip of exactly its length,
+//!   stored in `mel`) or [`RowLayout::Frames`] (a row per file of its own
+//!   length, stored in `features`), and what the worker's samples are
+//!   ([`RowLayout::input`]).
+//! * The **row protocol** of [`RowLayout::Frames`]: a row is
 //!   `frames × bins` float32 values, frame-major (row-major
 //!   `(frames, bins)`), followed by [`FrameLayout::trailer`] values that are
 //!   per-row scalars (Whisper: the one value every frame past the audio has,
@@ -19,15 +24,13 @@
 //!   own keyword names), bins, the frame step in seconds, the sample rate and
 //!   how many samples of a file the recipe reads ([`FrameLayout::max_samples`]:
 //!   Whisper's 30 s).
-//!
-//! The librosa recipe keeps its fixed-shape rows (`dsp::Spec`) and does not
-//! use this module.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::dsp::kaldi::KaldiPlan;
 use crate::dsp::whisper::WhisperPlan;
+use crate::dsp::{Plan, Spec};
 
 /// The layout version written as the root attribute `layout_version` of a
 /// variable-length file (docs/FORMAT.md, "Variable-length rows").
@@ -101,6 +104,86 @@ impl FrameLayout {
     }
 }
 
+/// How a recipe's rows look to the stages, the writers and readers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowLayout {
+    /// librosa: every row has `spec.row_shape()` (`[n_long, n_short,
+    /// n_mels, n_frames]`), computed from a clip of exactly
+    /// `spec.clip_samples()` samples, and is stored in `mel`.
+    Fixed(Spec),
+    /// A row per file of its own length (the row protocol above), stored in
+    /// `features`.
+    Frames(FrameLayout),
+}
+
+/// The samples a worker hands a recipe, as [`RowLayout::input`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Exactly this many (a file of another length is rejected, as the
+    /// reference dataset's loader does).
+    Clip(usize),
+    /// The file at its natural length, or its first `max` samples.
+    Natural { max: Option<usize> },
+}
+
+impl RowLayout {
+    /// The `[features] recipe` name the rows are of.
+    pub fn recipe(&self) -> &str {
+        match self {
+            RowLayout::Fixed(_) => "librosa",
+            RowLayout::Frames(l) => &l.recipe,
+        }
+    }
+
+    /// Hz of the samples the recipe computes from (files are resampled to it).
+    pub fn sample_rate(&self) -> u32 {
+        match self {
+            RowLayout::Fixed(spec) => spec.sample_rate,
+            RowLayout::Frames(l) => l.sample_rate,
+        }
+    }
+
+    /// What a worker decodes a file into before the recipe computes it.
+    pub fn input(&self) -> Input {
+        match self {
+            RowLayout::Fixed(spec) => Input::Clip(spec.clip_samples()),
+            RowLayout::Frames(l) => Input::Natural { max: l.max_samples },
+        }
+    }
+
+    /// The variable-length layout (None: librosa's fixed rows).
+    pub fn frames(&self) -> Option<&FrameLayout> {
+        match self {
+            RowLayout::Fixed(_) => None,
+            RowLayout::Frames(l) => Some(l),
+        }
+    }
+}
+
+#[cfg(test)]
+impl RowLayout {
+    /// librosa's `Spec` (tests of the fixed layout; panics on another).
+    pub(crate) fn spec(&self) -> &Spec {
+        match self {
+            RowLayout::Fixed(spec) => spec,
+            RowLayout::Frames(l) => panic!("{} rows have no librosa Spec", l.recipe),
+        }
+    }
+
+    /// [`RowLayout::spec`], to change.
+    pub(crate) fn spec_mut(&mut self) -> &mut Spec {
+        match self {
+            RowLayout::Fixed(spec) => spec,
+            RowLayout::Frames(l) => panic!("{} rows have no librosa Spec", l.recipe),
+        }
+    }
+
+    /// The variable-length layout (tests of it; panics on librosa's).
+    pub(crate) fn frame_layout(&self) -> &FrameLayout {
+        self.frames().expect("a variable-length layout")
+    }
+}
+
 /// Why a file has no row under a variable-length recipe.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
@@ -120,15 +203,17 @@ pub enum FrameError {
 /// weights and DCT as the CPU workers).
 #[derive(Clone, Debug)]
 pub enum RecipePlan {
+    /// librosa's (`compute::cuda::backend`'s stage computes it).
+    Librosa(Arc<Plan>),
     Kaldi(Arc<KaldiPlan>),
     Whisper(Arc<WhisperPlan>),
     /// A recipe no other backend computes (tests' own recipes).
     CpuOnly,
 }
 
-/// A variable-length recipe, built once and shared by the workers.
+/// A recipe, built once and shared by the workers.
 pub trait FrameRecipe: Send + Sync + fmt::Debug {
-    fn layout(&self) -> &FrameLayout;
+    fn layout(&self) -> &RowLayout;
     /// One worker's computing state.
     fn worker(&self) -> Box<dyn FrameWorker>;
     /// The plan, for other backends.
@@ -140,7 +225,7 @@ pub trait FrameRecipe: Send + Sync + fmt::Debug {
 /// One worker's state for a [`FrameRecipe`].
 pub trait FrameWorker: Send {
     /// Replaces `row` with the row of `samples` (mono, at the layout's rate,
-    /// at most `max_samples` of them) under the row protocol. `seed` is the
+    /// as [`RowLayout::input`] says) under the layout. `seed` is the
     /// file's own (its job id: the same file gets the same one whatever the
     /// thread count), for recipes that add seeded noise (Kaldi's dither).
     fn compute(&mut self, samples: &[f32], seed: u64, row: &mut Vec<f32>)
@@ -157,24 +242,28 @@ pub(crate) mod testing {
     #[derive(Debug)]
     pub struct Blocks {
         pub layout: FrameLayout,
+        /// `layout` as the stages take it.
+        pub rows: RowLayout,
         pub step: usize,
     }
 
     impl Blocks {
         pub fn new(bins: usize, step: usize, padded: Option<usize>) -> Blocks {
+            let layout = FrameLayout {
+                recipe: "test-blocks".into(),
+                bins,
+                sample_rate: 16_000,
+                frame_step_seconds: step as f64 / 16_000.0,
+                max_samples: None,
+                padded_frames: padded,
+                params: vec![
+                    ("step".into(), Param::Int(step as i64)),
+                    ("note".into(), Param::Str("test".into())),
+                ],
+            };
             Blocks {
-                layout: FrameLayout {
-                    recipe: "test-blocks".into(),
-                    bins,
-                    sample_rate: 16_000,
-                    frame_step_seconds: step as f64 / 16_000.0,
-                    max_samples: None,
-                    padded_frames: padded,
-                    params: vec![
-                        ("step".into(), Param::Int(step as i64)),
-                        ("note".into(), Param::Str("test".into())),
-                    ],
-                },
+                rows: RowLayout::Frames(layout.clone()),
+                layout,
                 step,
             }
         }
@@ -220,8 +309,8 @@ pub(crate) mod testing {
     pub struct Shared(pub std::sync::Arc<Blocks>);
 
     impl FrameRecipe for Shared {
-        fn layout(&self) -> &FrameLayout {
-            &self.0.layout
+        fn layout(&self) -> &RowLayout {
+            &self.0.rows
         }
         fn worker(&self) -> Box<dyn FrameWorker> {
             Box::new(BlocksWorker(std::sync::Arc::clone(&self.0)))

@@ -1,41 +1,64 @@
-//! The configured recipe as the stages take it: `None` for librosa (the
-//! `dsp::Plan` path, fixed rows), or the shared [`FrameRecipe`] of a
-//! variable-length recipe, whose [`FrameLayout`] the writers record.
+//! The configured recipe as the stages take it: one [`FrameRecipe`],
+//! built once per run, whose [`RowLayout`] the writers, `cmvn` and `long`
+//! take and whose plan the CUDA stage takes.
 //!
-//! This is the one place that maps a recipe onto the row
-//! protocol of `crate::frames`: Kaldi fbank/MFCC ([`KaldiPlan`]: the whole
-//! file, rows of `num_bins` values; a file shorter than one frame is
-//! rejected with the reason) and Whisper ([`WhisperPlan`]: the first 30 s,
-//! the covering frames and the pad value as the row's trailer). A run builds
-//! it once: `build`'s plan step makes it and hands it to the writer (its
-//! layout), the planner (Whisper's first seconds) and the pipeline
-//! (`Pipeline::start_reading`, which puts it in `compute::Wiring::frames`
-//! and sizes the CMVN sums from it); serve's sink builds the layout once for
-//! its split files and row checks.
+//! This is the one place that maps a recipe onto the layouts of
+//! `crate::frames`: librosa ([`librosa`]: a `dsp::Plan` over clips of the
+//! `Spec`'s length, with the reference dataset's two-stage segmentation;
+//! fixed rows), Kaldi fbank/MFCC ([`KaldiPlan`]: the whole file, rows of
+//! `num_bins` values; a file shorter than one frame is rejected with the
+//! reason) and Whisper ([`WhisperPlan`]: the first 30 s, the covering
+//! frames and the pad value as the row's trailer). `build`'s plan step
+//! makes it and hands it to the writer (its layout), the planner (the first
+//! seconds a recipe reads) and the pipeline (`Pipeline::start_reading`,
+//! which puts it in `compute::Wiring::recipe` and sizes the CMVN sums from
+//! it); serve's sink takes the layout of the pipeline's recipe.
 
 use std::sync::Arc;
 
 use crate::config::{Config, Recipe};
-use crate::dsp::ParamValue;
 use crate::dsp::kaldi::{KaldiError, KaldiOptions, KaldiPlan, KaldiScratch, Kind};
 use crate::dsp::whisper::{self, WhisperError, WhisperPlan, WhisperScratch};
-use crate::frames::{FrameError, FrameLayout, FrameRecipe, FrameWorker, Param, RecipePlan};
+use crate::dsp::{ParamValue, Plan, Scratch, Spec};
+use crate::frames::{
+    FrameError, FrameLayout, FrameRecipe, FrameWorker, Param, RecipePlan, RowLayout,
+};
 
-/// The variable-length recipe `cfg` asks for (`[features] recipe`); None
-/// for librosa. The options were validated with the configuration
-/// (`config::features`), so the plans build: a failure here is a gap in that
-/// validation, not a user error.
-pub fn frame_recipe(cfg: &Config) -> Option<Arc<dyn FrameRecipe>> {
-    let built = match &cfg.features.recipe {
-        Recipe::Librosa => return None,
-        Recipe::KaldiFbank(o) => kaldi(o, Kind::Fbank).map_err(|e| e.to_string()),
-        Recipe::KaldiMfcc(o) => kaldi(o, Kind::Mfcc).map_err(|e| e.to_string()),
-        Recipe::Whisper { n_mels } => whisper(*n_mels).map_err(|e| e.to_string()),
-    };
-    match built {
-        Ok(r) => Some(r),
-        Err(e) => unreachable!("[features] was validated but its plan fails: {e}"),
-    }
+/// Why the configured recipe's plan could not be built. `config::features`
+/// validates the same options first, so this names a gap in that
+/// validation rather than a user's typo; it is reported, not assumed away.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("features: {0}")]
+    Kaldi(#[from] KaldiError),
+    #[error("features: {0}")]
+    Whisper(#[from] WhisperError),
+}
+
+/// The recipe `cfg` asks for (`[features] recipe`; librosa computes
+/// `cfg.spec`), built once for a run.
+pub fn build(cfg: &Config) -> Result<Arc<dyn FrameRecipe>, Error> {
+    Ok(match &cfg.features.recipe {
+        Recipe::Librosa => librosa(&cfg.spec),
+        Recipe::KaldiFbank(o) => kaldi(o, Kind::Fbank)?,
+        Recipe::KaldiMfcc(o) => kaldi(o, Kind::Mfcc)?,
+        Recipe::Whisper { n_mels } => whisper(*n_mels)?,
+    })
+}
+
+/// librosa's log-mel of `spec` (a `Spec` that `config` or
+/// `Spec::validate` accepted): fixed rows from clips of its length.
+pub fn librosa(spec: &Spec) -> Arc<dyn FrameRecipe> {
+    librosa_of(Arc::new(Plan::new(spec)))
+}
+
+/// [`librosa`] over a plan already built (a caller that holds one, as the
+/// benchmarks and the CUDA stage's tests do).
+pub fn librosa_of(plan: Arc<Plan>) -> Arc<dyn FrameRecipe> {
+    Arc::new(Librosa {
+        layout: RowLayout::Fixed(plan.spec().clone()),
+        plan,
+    })
 }
 
 /// Kaldi fbank or MFCC (`kind`) with `opts`, as the stages take it: the
@@ -99,16 +122,58 @@ fn params(list: Vec<(&'static str, ParamValue)>) -> Vec<(String, Param)> {
         .collect()
 }
 
-/// The layout of [`frame_recipe`]'s rows; None for librosa.
-pub fn frame_layout(cfg: &Config) -> Option<FrameLayout> {
-    frame_recipe(cfg).map(|r| r.layout().clone())
+/// librosa's log-mel over a shared plan.
+#[derive(Debug)]
+struct Librosa {
+    plan: Arc<Plan>,
+    layout: RowLayout,
+}
+
+struct LibrosaWorker {
+    plan: Arc<Plan>,
+    scratch: Scratch,
+}
+
+impl FrameRecipe for Librosa {
+    fn layout(&self) -> &RowLayout {
+        &self.layout
+    }
+    fn worker(&self) -> Box<dyn FrameWorker> {
+        Box::new(LibrosaWorker {
+            scratch: Scratch::new(&self.plan),
+            plan: Arc::clone(&self.plan),
+        })
+    }
+    fn plan(&self) -> RecipePlan {
+        RecipePlan::Librosa(Arc::clone(&self.plan))
+    }
+}
+
+impl FrameWorker for LibrosaWorker {
+    fn compute(
+        &mut self,
+        samples: &[f32],
+        _seed: u64,
+        row: &mut Vec<f32>,
+    ) -> Result<(), FrameError> {
+        let spec = self.plan.spec();
+        assert_eq!(
+            samples.len(),
+            spec.clip_samples(),
+            "librosa computes whole clips"
+        );
+        row.resize(spec.row_len(), 0.0);
+        self.plan.compute(samples, &mut self.scratch, row);
+        Ok(())
+    }
 }
 
 /// Kaldi fbank or MFCC over a shared plan, batched or (`per_frame`) one
 /// frame at a time.
 struct Kaldi {
     plan: Arc<KaldiPlan>,
-    layout: FrameLayout,
+    layout: RowLayout,
+    recipe: &'static str,
     per_frame: bool,
 }
 
@@ -123,12 +188,12 @@ impl std::fmt::Debug for Kaldi {
 impl Kaldi {
     fn new(plan: KaldiPlan, params: Vec<(String, Param)>, per_frame: bool) -> Kaldi {
         let rate = plan.options().sample_frequency;
+        let recipe = match plan.kind() {
+            Kind::Fbank => "kaldi-fbank",
+            Kind::Mfcc => "kaldi-mfcc",
+        };
         let layout = FrameLayout {
-            recipe: match plan.kind() {
-                Kind::Fbank => "kaldi-fbank",
-                Kind::Mfcc => "kaldi-mfcc",
-            }
-            .into(),
+            recipe: recipe.into(),
             bins: plan.num_bins(),
             sample_rate: rate.round() as u32,
             frame_step_seconds: plan.window_shift() as f64 / rate,
@@ -138,7 +203,8 @@ impl Kaldi {
         };
         Kaldi {
             plan: Arc::new(plan),
-            layout,
+            layout: RowLayout::Frames(layout),
+            recipe,
             per_frame,
         }
     }
@@ -147,19 +213,19 @@ impl Kaldi {
 struct KaldiWorker {
     plan: Arc<KaldiPlan>,
     scratch: KaldiScratch,
-    recipe: String,
+    recipe: &'static str,
     per_frame: bool,
 }
 
 impl FrameRecipe for Kaldi {
-    fn layout(&self) -> &FrameLayout {
+    fn layout(&self) -> &RowLayout {
         &self.layout
     }
     fn worker(&self) -> Box<dyn FrameWorker> {
         Box::new(KaldiWorker {
             scratch: self.plan.scratch(),
             plan: Arc::clone(&self.plan),
-            recipe: self.layout.recipe.clone(),
+            recipe: self.recipe,
             per_frame: self.per_frame,
         })
     }
@@ -177,7 +243,7 @@ impl FrameWorker for KaldiWorker {
     ) -> Result<(), FrameError> {
         if let Err(e) = self.plan.check_length(samples.len()) {
             return Err(FrameError::TooShort {
-                recipe: self.recipe.clone(),
+                recipe: self.recipe.into(),
                 samples: e.samples,
                 min_samples: e.min_samples,
             });
@@ -196,7 +262,7 @@ impl FrameWorker for KaldiWorker {
 /// extractor's float64.
 struct Whisper {
     plan: Arc<WhisperPlan>,
-    layout: FrameLayout,
+    layout: RowLayout,
     f64: bool,
 }
 
@@ -226,7 +292,7 @@ impl Whisper {
         };
         Whisper {
             plan: Arc::new(plan),
-            layout,
+            layout: RowLayout::Frames(layout),
             f64,
         }
     }
@@ -239,7 +305,7 @@ struct WhisperWorker {
 }
 
 impl FrameRecipe for Whisper {
-    fn layout(&self) -> &FrameLayout {
+    fn layout(&self) -> &RowLayout {
         &self.layout
     }
     fn worker(&self) -> Box<dyn FrameWorker> {

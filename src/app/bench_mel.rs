@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::dsp::{Level, Plan, Scratch};
-use crate::frames::{FrameRecipe, RecipePlan};
+use crate::dsp::Level;
+use crate::frames::{FrameRecipe, Input, RecipePlan, RowLayout};
 use crate::synth;
 
 /// Seconds of audio per clip under a frame recipe (Whisper reads at most 30).
@@ -93,7 +93,7 @@ impl std::fmt::Display for MelReport {
 }
 
 /// Runs the benchmark and returns its report.
-pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
+pub fn run(args: &MelArgs) -> anyhow::Result<MelReport> {
     let cfg = match &args.config {
         Some(f) => Config::load(f)?,
         None => Config::default(),
@@ -102,43 +102,24 @@ pub fn run(args: &MelArgs) -> Result<MelReport, crate::config::Error> {
         || std::thread::available_parallelism().map_or(1, usize::from),
         |t| t as usize,
     );
-    Ok(match crate::recipes::frame_recipe(&cfg) {
-        None => librosa(&cfg, threads, args.clips),
-        Some(recipe) => frames(recipe.as_ref(), threads, args.clips),
-    })
+    let recipe = crate::recipes::build(&cfg)?;
+    Ok(measure(recipe.as_ref(), threads, args.clips))
 }
 
-/// The librosa recipe: clips of the spec's length.
-fn librosa(cfg: &Config, threads: usize, clips: u64) -> MelReport {
-    let spec = &cfg.spec;
-    let plan = Plan::new(spec);
-    let plan = &plan;
-    let wavs = Clips::new(spec.clip_samples(), spec.sample_rate);
-    let row_len = spec.row_len();
-    let (wall, per_thread) = time_threads(threads, clips, &wavs, || {
-        let mut scratch = Scratch::new(plan);
-        let mut out = vec![0f32; row_len];
-        move |clip: &[f32], _: u64| {
-            plan.compute(clip, &mut scratch, &mut out);
-            std::hint::black_box(&out);
-        }
-    });
-    report(
-        "librosa".into(),
-        (threads, clips),
-        (wall, per_thread[0]),
-        spec.row_shape().to_vec(),
-        plan.batch_level(),
-    )
-}
-
-/// A frame recipe (Kaldi fbank/MFCC, Whisper): clips of
-/// [`FRAME_CLIP_SECONDS`] at its rate.
-fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
+/// `clips` rows of `recipe` on `threads` threads: librosa's clips of the
+/// spec's length; the other recipes' clips of [`FRAME_CLIP_SECONDS`] (or
+/// the recipe's cap) at its rate.
+fn measure(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
     let layout = recipe.layout();
-    let samples = FRAME_CLIP_SECONDS * layout.sample_rate as usize;
-    let samples = layout.max_samples.map_or(samples, |m| m.min(samples));
-    let wavs = Clips::new(samples, layout.sample_rate);
+    let rate = layout.sample_rate();
+    let samples = match layout.input() {
+        Input::Clip(n) => n,
+        Input::Natural { max } => {
+            let samples = FRAME_CLIP_SECONDS * rate as usize;
+            max.map_or(samples, |m| m.min(samples))
+        }
+    };
+    let wavs = Clips::new(samples, rate);
     let (wall, per_thread) = time_threads(threads, clips, &wavs, || {
         let mut worker = recipe.worker();
         let mut row = Vec::new();
@@ -149,25 +130,31 @@ fn frames(recipe: &dyn FrameRecipe, threads: usize, clips: u64) -> MelReport {
             std::hint::black_box(&row);
         }
     });
-    // The row of the first clip, for its shape.
-    let mut row = Vec::new();
-    let mut clip = vec![0f32; samples];
-    wavs.decode(0, &mut clip);
-    recipe
-        .worker()
-        .compute(&clip, 0, &mut row)
-        .expect("a clip of seconds gives frames");
-    let frames = layout.frames_of(row.len()).unwrap_or(0);
+    let row_shape = match layout {
+        RowLayout::Fixed(spec) => spec.row_shape().to_vec(),
+        RowLayout::Frames(l) => {
+            // The row of the first clip, for its frames.
+            let mut row = Vec::new();
+            let mut clip = vec![0f32; samples];
+            wavs.decode(0, &mut clip);
+            recipe
+                .worker()
+                .compute(&clip, 0, &mut row)
+                .expect("a clip of seconds gives frames");
+            vec![l.frames_of(row.len()).unwrap_or(0), l.bins]
+        }
+    };
     let level = match recipe.plan() {
+        RecipePlan::Librosa(p) => p.batch_level(),
         RecipePlan::Kaldi(p) => p.batched(),
         RecipePlan::Whisper(p) => Some(p.level()),
         RecipePlan::CpuOnly => None,
     };
     report(
-        layout.recipe.clone(),
+        layout.recipe().to_string(),
         (threads, clips),
         (wall, per_thread[0]),
-        vec![frames, layout.bins],
+        row_shape,
         level,
     )
 }

@@ -137,11 +137,10 @@ pub fn plan(out_dir: &Path, dtype: Dtype, rows: usize, chunk_files: usize) -> Ou
             files,
         }],
         label_names: vec!["leak".into(), "noleak".into()],
-        spec: Spec::default(),
+        layout: crate::frames::RowLayout::Fixed(Spec::default()),
         dtype,
         chunk_files,
         extra_attrs: vec![],
-        frames: None,
     }
 }
 

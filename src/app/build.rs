@@ -35,7 +35,7 @@ use crate::app::metrics::{self, Endpoint};
 use crate::app::progress::{Progress, Reporter};
 use crate::compute::{self, Rejection, cuda};
 use crate::config::{Backend, Config};
-use crate::frames::{FrameLayout, FrameRecipe};
+use crate::frames::{FrameRecipe, RowLayout};
 use crate::pipeline::{self, Pipeline};
 use crate::plan::manifest::SpillDir;
 use crate::plan::{Job, Plan, tree};
@@ -173,7 +173,7 @@ pub struct OutputFile {
 fn output_plan(
     out: &Path,
     input: &Path,
-    (cfg, frames): (&Config, Option<&FrameLayout>),
+    (cfg, layout): (&Config, &RowLayout),
     plan: &Plan,
     shard: Option<Shard>,
 ) -> OutputPlan {
@@ -215,11 +215,10 @@ fn output_plan(
         paths: Arc::clone(&plan.paths),
         splits,
         label_names: plan.label_names.clone(),
-        spec: cfg.spec.clone(),
+        layout: layout.clone(),
         dtype: cfg.output.dtype,
         chunk_files: cfg.output.chunk_files,
         extra_attrs,
-        frames: frames.cloned(),
     }
 }
 
@@ -287,17 +286,17 @@ pub fn build_input(
     let spill = planner::spill_dir(input, out, cfg.input.spill_max_mib, shard);
     let planned = plan(input, out, cfg, (shard, spill.as_ref()))?;
     // lhotse's cuts describe the recipe's rows (config allows only Kaldi).
-    let cuts = match (&planned.frames, cfg.output.lhotse) {
-        (Some(f), true) => Some(lhotse::Cuts::new(f.layout())),
+    let cuts = match (planned.recipe.layout(), cfg.output.lhotse) {
+        (RowLayout::Frames(l), true) => Some(lhotse::Cuts::new(l)),
         _ => None,
     };
     // The write-back names each row's line from the first plan's items (a
     // run again on the CPU plans the same lines).
     let items = planned.items.clone();
     // librosa's fixed rows all have the clip's frames (the writer records 0).
-    let fixed_frames = match &planned.frames {
-        Some(_) => None,
-        None => Some(cfg.spec.row_shape()[3] as u32),
+    let fixed_frames = match planned.recipe.layout() {
+        RowLayout::Fixed(spec) => Some(spec.row_shape()[3] as u32),
+        RowLayout::Frames(_) => None,
     };
     let attempt =
         start(planned, cfg, opts, probe, started).and_then(|r| supervise(r, opts, started));
@@ -366,7 +365,7 @@ fn again_on_the_cpu(
 /// recipe, built once for the run (the writer's layout, the planner's first
 /// seconds and the compute stage all take this one).
 struct Planned {
-    frames: Option<Arc<dyn FrameRecipe>>,
+    recipe: Arc<dyn FrameRecipe>,
     jobs: Vec<Job>,
     /// What a manifest build's items carry beyond the plan.
     items: Option<Arc<Items>>,
@@ -386,8 +385,8 @@ fn plan(
     cfg: &Config,
     (shard, spill): (Option<Shard>, Option<&SpillDir>),
 ) -> Result<Planned, Error> {
-    let frames = crate::recipes::frame_recipe(cfg);
-    let layout = frames.as_ref().map(|r| r.layout());
+    let recipe = crate::recipes::build(cfg).map_err(pipeline::Error::from)?;
+    let layout = recipe.layout();
     let (mut plan, walk_rejected, walk_s, items) = match input {
         Input::Tree(dir) => {
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
@@ -422,7 +421,7 @@ fn plan(
     }
     let jobs = std::mem::take(&mut plan.jobs);
     Ok(Planned {
-        frames,
+        recipe,
         jobs,
         items,
         open: plan,
@@ -532,7 +531,7 @@ fn start(
     started: Instant,
 ) -> Result<Running, Error> {
     let Planned {
-        frames,
+        recipe,
         jobs,
         items,
         open,
@@ -547,7 +546,7 @@ fn start(
     let queue_ahead = jobs.len().min(4096);
     let read_mode = choose_read_mode(cfg, &jobs, &open);
     let p = Arc::new(Pipeline::start_reading(
-        (cfg, frames, &read_mode),
+        (cfg, recipe, &read_mode),
         &mut probe,
         telemetry,
         queue_ahead,

@@ -28,6 +28,7 @@ use crate::app::build;
 use crate::app::interrupt::{self, Stopped};
 use crate::app::progress::Progress;
 use crate::config::Config;
+use crate::frames::RowLayout;
 
 #[derive(Parser)]
 #[command(
@@ -483,10 +484,9 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
         "{}",
         toml::to_string_pretty(&cfg).context("cannot print the config")?
     )?;
-    match crate::recipes::frame_layout(&cfg) {
-        Some(l) => outln!("# per file: {}", row_shape(&l)),
-        None => {
-            let s = &cfg.spec;
+    match crate::recipes::build(&cfg)?.layout() {
+        RowLayout::Frames(l) => outln!("# per file: {}", row_shape(l)),
+        RowLayout::Fixed(s) => {
             outln!(
                 "# per file: librosa log-mel of shape ({}, {}, {}, {}), {} segments",
                 s.n_long(),

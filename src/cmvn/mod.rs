@@ -33,7 +33,7 @@ mod tests;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use crate::frames::FrameLayout;
+use crate::frames::{FrameLayout, RowLayout};
 use crate::model::Dtype;
 
 /// How a row's values map to bins, and how they are stored (float16, on
@@ -97,12 +97,11 @@ impl Bins {
         }
     }
 
-    /// The rows of the run's recipe (`layout`, None for librosa's `mel`
-    /// of `cfg.spec`), stored as `output.dtype`.
-    pub fn of_recipe(layout: Option<&FrameLayout>, cfg: &crate::config::Config) -> Bins {
+    /// The rows of a recipe's `layout`, stored as `dtype`.
+    pub fn of_layout(layout: &RowLayout, dtype: Dtype) -> Bins {
         match layout {
-            Some(l) => Bins::frames(l, cfg.output.dtype),
-            None => Bins::mel(cfg.spec.row_shape(), cfg.output.dtype),
+            RowLayout::Fixed(spec) => Bins::mel(spec.row_shape(), dtype),
+            RowLayout::Frames(l) => Bins::frames(l, dtype),
         }
     }
 

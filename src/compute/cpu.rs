@@ -1,15 +1,14 @@
 //! CPU backend: W worker threads turning [`Loaded`] files into [`Outcome`]s.
 //!
-//! Each worker owns a [`HostMel`] (clip decoder, clip buffer, mel scratch) (no allocation per file in
-//! steady state: byte buffers go back to the reader through `free_bytes`, row
-//! buffers come from `free_rows`, which the writer refills). The mel plan
-//! (window, FFT plan, sparse filterbank) is built once and shared.
-//!
-//! Under a variable-length recipe (`Wiring::frames`) a worker owns a
-//! [`HostFrames`] instead: the file decoded at its natural length (up to the
-//! recipe's cap) and the recipe's own worker state; its row is
-//! `crate::frames`' row protocol (frames × bins, then the trailer). The
-//! librosa path is unchanged.
+//! Each worker owns a [`HostRow`]: the clip decoder at the recipe's rate,
+//! its sample buffer and the recipe's own worker state (scratch), so there
+//! is no allocation per file in the steady state: byte buffers go back to
+//! the reader through `free_bytes`, row buffers come from `free_rows`, which
+//! the writer refills. The recipe's plan (window, FFT plan, sparse
+//! filterbank) is built once and shared. What the decoder makes of a file is
+//! the recipe's [`RowLayout::input`](crate::frames::RowLayout::input): a
+//! clip of exactly librosa's length, or the file at its natural length up to
+//! the recipe's cap.
 //!
 //! Each worker holds a producer guard of the output ring: when the input ring
 //! is closed and drained (or a worker dies), the last guard to drop closes the
@@ -20,8 +19,7 @@ use std::thread::JoinHandle;
 
 use super::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
-use crate::dsp::{Plan, Scratch};
-use crate::frames::{FrameRecipe, FrameWorker};
+use crate::frames::{FrameRecipe, FrameWorker, Input};
 use crate::model::Segment;
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::ring::Producer;
@@ -32,78 +30,31 @@ pub struct Workers {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// One thread's CPU mel path: clip decoder (WAV/FLAC, channel policy,
-/// resampling), clip buffer and mel scratch. The CPU workers own one each.
-/// (The CUDA stage's decode pool runs the same `ClipDecoder`, and the device
-/// computes the mel: `compute::cuda::feed`.)
-pub struct HostMel {
-    decoder: ClipDecoder,
-    clip: Vec<f32>,
-    scratch: Scratch,
-}
-
-impl HostMel {
-    pub fn new(plan: &Plan, policy: Policy) -> HostMel {
-        let spec = plan.spec();
-        HostMel {
-            decoder: ClipDecoder::new(spec.sample_rate, policy),
-            clip: vec![0f32; spec.clip_samples()],
-            scratch: Scratch::new(plan),
-        }
-    }
-
-    /// Decodes and computes one file into `row` (`spec.row_len()` values).
-    pub fn row(
-        &mut self,
-        plan: &Plan,
-        bytes: &[u8],
-        row: &mut [f32],
-        local: &mut Local,
-    ) -> Result<(), Reject> {
-        self.segment_row(plan, bytes, None, row, local)
-    }
-
-    /// [`HostMel::row`] of a segment of the file (None: all of it).
-    pub fn segment_row(
-        &mut self,
-        plan: &Plan,
-        bytes: &[u8],
-        seg: Option<&Segment>,
-        row: &mut [f32],
-        local: &mut Local,
-    ) -> Result<(), Reject> {
-        local.time(Stage::Decode, || {
-            self.decoder.decode_segment(bytes, seg, &mut self.clip)
-        })?;
-        local.time(Stage::Mel, || {
-            plan.compute(&self.clip, &mut self.scratch, row)
-        });
-        Ok(())
-    }
-}
-
-/// One thread's path for a variable-length recipe: the decoder at the
-/// recipe's rate, the natural-length samples and the recipe's worker.
-pub struct HostFrames {
+/// One thread's path for a recipe: the decoder at the recipe's rate, the
+/// samples as the recipe takes them and the recipe's worker. The CPU workers
+/// and `long` own one each. (The CUDA stage's decode pool runs the same
+/// `ClipDecoder`, and the device computes the row: `compute::cuda::feed`.)
+pub struct HostRow {
     decoder: ClipDecoder,
     samples: Vec<f32>,
-    max_samples: Option<usize>,
+    input: Input,
     worker: Box<dyn FrameWorker>,
 }
 
-impl HostFrames {
-    pub fn new(recipe: &dyn FrameRecipe, policy: Policy) -> HostFrames {
+impl HostRow {
+    pub fn new(recipe: &dyn FrameRecipe, policy: Policy) -> HostRow {
         let layout = recipe.layout();
-        HostFrames {
-            decoder: ClipDecoder::new(layout.sample_rate, policy),
+        HostRow {
+            decoder: ClipDecoder::new(layout.sample_rate(), policy),
             samples: Vec::new(),
-            max_samples: layout.max_samples,
+            input: layout.input(),
             worker: recipe.worker(),
         }
     }
 
-    /// Decodes and computes one file into `row` (resized to the row's
-    /// length); `seed` is the file's (its job id).
+    /// Decodes `seg` of the file (None: all of it) and computes its row
+    /// into `row` (resized to the row's length); `seed` is the file's (its
+    /// job id).
     pub fn row(
         &mut self,
         bytes: &[u8],
@@ -112,55 +63,25 @@ impl HostFrames {
         row: &mut Vec<f32>,
         local: &mut Local,
     ) -> Result<(), Reject> {
-        local.time(Stage::Decode, || {
-            self.decoder
-                .decode_natural_segment(bytes, seg, self.max_samples, &mut self.samples)
+        local.time(Stage::Decode, || match self.input {
+            Input::Clip(n) => {
+                self.samples.resize(n, 0.0);
+                self.decoder.decode_segment(bytes, seg, &mut self.samples)
+            }
+            Input::Natural { max } => {
+                self.decoder
+                    .decode_natural_segment(bytes, seg, max, &mut self.samples)
+            }
         })?;
         local.time(Stage::Mel, || self.worker.compute(&self.samples, seed, row))?;
         Ok(())
     }
 }
 
-/// A worker's compute path.
-enum Host {
-    Mel(HostMel, usize),
-    Frames(HostFrames),
-}
-
-impl Host {
-    fn new(plan: &Plan, frames: Option<&dyn FrameRecipe>, policy: Policy) -> Host {
-        match frames {
-            Some(r) => Host::Frames(HostFrames::new(r, policy)),
-            None => Host::Mel(HostMel::new(plan, policy), plan.spec().row_len()),
-        }
-    }
-
-    fn row(
-        &mut self,
-        plan: &Plan,
-        (bytes, seg): (&[u8], Option<&Segment>),
-        job: usize,
-        row: &mut Vec<f32>,
-        local: &mut Local,
-    ) -> Result<(), Reject> {
-        match self {
-            Host::Mel(host, row_len) => {
-                row.resize(*row_len, 0.0);
-                host.segment_row(plan, bytes, seg, row, local)
-            }
-            Host::Frames(host) => host.row(bytes, seg, job as u64, row, local),
-        }
-    }
-}
-
 impl Workers {
     /// Starts one worker per entry of `cpus`, each pinned to its CPU when one
     /// is given (a failed pin is logged; the worker runs unpinned).
-    pub fn start(
-        plan: Arc<Plan>,
-        cpus: &[Option<usize>],
-        wiring: Wiring,
-    ) -> std::io::Result<Workers> {
+    pub fn start(cpus: &[Option<usize>], wiring: Wiring) -> std::io::Result<Workers> {
         let workers = cpus.len();
         // Every guard exists before any worker can drop one.
         let outputs: Vec<Producer<Outcome>> =
@@ -168,11 +89,11 @@ impl Workers {
         let wiring = Arc::new(wiring);
         let mut threads = Vec::with_capacity(workers);
         for ((i, &cpu), output) in cpus.iter().enumerate().zip(outputs) {
-            let (plan, w) = (Arc::clone(&plan), Arc::clone(&wiring));
+            let w = Arc::clone(&wiring);
             threads.push(std::thread::Builder::new().name(format!("cpu-{i}")).spawn(
                 move || {
                     crate::runtime::pin::pin_or_warn(cpu, &format!("Compute worker {i}"));
-                    let mut host = Host::new(&plan, w.frames.as_deref(), w.policy);
+                    let mut host = HostRow::new(w.recipe.as_ref(), w.policy);
                     let mut local = Local::default();
                     let mut scratch = w.stats.as_ref().map(|b| b.acc());
                     while let Some(Loaded {
@@ -185,8 +106,8 @@ impl Workers {
                             Err(e) => Err(Reject::Read(e)),
                             Ok(bytes) => {
                                 let mut row = w.free_rows.pop().unwrap_or_default();
-                                let input = (&bytes[..], segment.as_ref());
-                                let r = host.row(&plan, input, job, &mut row, &mut local);
+                                let seg = segment.as_ref();
+                                let r = host.row(&bytes[..], seg, job as u64, &mut row, &mut local);
                                 // Heap buffers go back to the reader; other kinds
                                 // release their storage when dropped.
                                 match bytes {
@@ -243,15 +164,13 @@ mod tests {
     }
 
     /// A variable-length recipe through the workers: each file keeps its own
-    /// length, a file shorter than one frame is a `too_short` rejection, and
-    /// the librosa plan is not used.
+    /// length and a file shorter than one frame is a `too_short` rejection.
     #[test]
     fn variable_rows_keep_each_file_s_length() {
         let recipe = Arc::new(Blocks::new(3, 100, None));
         let (mut wiring, input, output) = Wiring::standalone(16);
-        wiring.frames = Some(Arc::new(Shared(Arc::clone(&recipe))));
-        let plan = Arc::new(Plan::new(&crate::dsp::Spec::default()));
-        let workers = Workers::start(plan, &[None, None], wiring).unwrap();
+        wiring.recipe = Arc::new(Shared(Arc::clone(&recipe)));
+        let workers = Workers::start(&[None, None], wiring).unwrap();
         let lens = [1234usize, 50, 16_000, 0, 777];
         let wavs: Vec<Vec<u8>> = lens
             .iter()

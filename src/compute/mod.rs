@@ -1,8 +1,8 @@
-//! The compute stage: loaded file bytes in, log-mel rows (or typed
+//! The compute stage: loaded file bytes in, the recipe's rows (or typed
 //! rejections) out.
 //!
-//! [`cpu`]: W worker threads, each with its own scratch, sharing one
-//! precomputed [`crate::dsp::Plan`]; [`cuda`]: one thread driving an NVIDIA
+//! [`cpu`]: W worker threads, each with its own scratch, sharing the run's
+//! one recipe (`Wiring::recipe`); [`cuda`]: one thread driving an NVIDIA
 //! GPU (batches, CUDA graphs). [`select`] resolves `compute.backend` into a
 //! [`Choice`] that says what runs and why; [`ComputeStage::start`] starts it
 //! on the [`Wiring`] every backend shares. [`outcome`] holds what flows out:
@@ -22,7 +22,7 @@ pub use outcome::{Outcome, Reject, RejectKind, Rejection};
 pub use probe::Probe;
 
 use crate::config::{Backend, ComputeConfig};
-use crate::dsp::Plan;
+use crate::frames::{FrameRecipe, RecipePlan};
 use crate::reader::Loaded;
 use crate::reader::arena::Arena;
 use crate::runtime::ring::Ring;
@@ -156,30 +156,27 @@ pub fn select_with(
     }
 }
 
-/// The choice for `recipe` (None: librosa, which every backend computes).
-/// The CUDA kernels compute Kaldi fbank/MFCC and Whisper too, but not every
-/// option (dither draws noise on the CPU): such a recipe runs on the CPU
-/// under `auto` (the reason says why) and fails clearly under `cuda`.
+/// The choice for `recipe`. The CUDA kernels compute librosa, Kaldi
+/// fbank/MFCC and Whisper, but not every option (dither draws noise on the
+/// CPU): such a recipe runs on the CPU under `auto` (the reason says why)
+/// and fails clearly under `cuda`.
 pub fn for_recipe(
     choice: Choice,
     requested: Backend,
-    recipe: Option<&dyn crate::frames::FrameRecipe>,
+    recipe: &dyn FrameRecipe,
 ) -> Result<Choice, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let Some(recipe) = recipe else {
-        return Ok(auto_rule(choice, requested, None, cores));
-    };
     if choice.target == Target::Cpu {
         return Ok(choice);
     }
-    let why = match cuda::frames_exec::FrameTables::new(&recipe.plan()) {
-        Ok(_) => {
-            let name = recipe.layout().recipe.clone();
-            return Ok(auto_rule(choice, requested, Some(&name), cores));
-        }
-        Err(why) => why,
+    let name = recipe.layout().recipe().to_string();
+    let why = match recipe.plan() {
+        RecipePlan::Librosa(_) => return Ok(auto_rule(choice, requested, &name, cores)),
+        plan => match cuda::frames_exec::FrameTables::new(&plan) {
+            Ok(_) => return Ok(auto_rule(choice, requested, &name, cores)),
+            Err(why) => why,
+        },
     };
-    let name = recipe.layout().recipe.clone();
     match requested {
         Backend::Cuda => Err(Error::NoKernels { recipe: name, why }),
         _ => Ok(Choice::cpu(format!(
@@ -190,7 +187,7 @@ pub fn for_recipe(
 }
 
 /// The fewest cores at which the CPU backend outruns the CUDA stage for a
-/// recipe (None: librosa), from the full-size `gpu-bench` on the 16-core
+/// recipe (by its `[features] recipe` name), from the full-size `gpu-bench` on the 16-core
 /// H200 box after issue 39 (docs/GPU.md, "Which backend `auto` picks"): the
 /// CPU's rate per core there against the CUDA stage's rate, which its
 /// serial host stages cap whatever the cores. librosa: 28.2k files/s on 16
@@ -199,22 +196,21 @@ pub fn for_recipe(
 /// 1.66k, 10; Kaldi fbank: 4.38k (274 a core) against 2.68k, and MFCC 7.93k
 /// (495) against 4.77k, 10 (before the float32 lanes the CPU's Kaldi ran
 /// at half that rate and the GPU led below 21 cores).
-pub fn cpu_outruns_gpu_from(recipe: Option<&str>) -> usize {
+pub fn cpu_outruns_gpu_from(recipe: &str) -> usize {
     match recipe {
-        None => 9,
-        Some(_) => 10,
+        "librosa" => 9,
+        _ => 10,
     }
 }
 
 /// `auto` with a real GPU found: the CPU backend where this machine's cores
 /// outrun the CUDA stage for the recipe ([`cpu_outruns_gpu_from`]); the
 /// reason says which rule chose. `cuda` asked, or the host double, is kept.
-fn auto_rule(choice: Choice, requested: Backend, recipe: Option<&str>, cores: usize) -> Choice {
+fn auto_rule(choice: Choice, requested: Backend, name: &str, cores: usize) -> Choice {
     if requested != Backend::Auto || !matches!(choice.target, Target::Gpu(_)) {
         return choice;
     }
-    let from = cpu_outruns_gpu_from(recipe);
-    let name = recipe.unwrap_or("librosa");
+    let from = cpu_outruns_gpu_from(name);
     if cores >= from {
         return Choice::cpu(format!(
             "auto: {}; but for features.recipe = \"{name}\" the CPU backend outruns the CUDA \
@@ -248,9 +244,9 @@ pub struct Wiring {
     pub arena: Option<Arc<Arena>>,
     /// How files become clips (`[input]` resample and channels).
     pub policy: crate::decode::clip::Policy,
-    /// A variable-length recipe (rows of their own length; the CPU workers
-    /// or the CUDA stage's `frames_stage`); None: the librosa `Plan`.
-    pub frames: Option<Arc<dyn crate::frames::FrameRecipe>>,
+    /// The run's recipe, built once (`crate::recipes::build`): the CPU
+    /// workers' rows, and the CUDA stage's kernels and tables.
+    pub recipe: Arc<dyn FrameRecipe>,
     /// How the CPU workers sum each row's CMVN statistics (`crate::cmvn`),
     /// so the sink's serial thread only adds them; None: they do not.
     pub stats: Option<crate::cmvn::Bins>,
@@ -271,10 +267,18 @@ impl Wiring {
             telemetry: Arc::new(Telemetry::default()),
             arena: None,
             policy: crate::decode::clip::Policy::default(),
-            frames: None,
+            recipe: crate::recipes::librosa(&crate::dsp::Spec::default()),
             stats: None,
         };
         (wiring, input, output)
+    }
+
+    /// This wiring computing librosa's rows of `plan`.
+    pub(crate) fn librosa(self, plan: &Arc<crate::dsp::Plan>) -> Wiring {
+        Wiring {
+            recipe: crate::recipes::librosa_of(Arc::clone(plan)),
+            ..self
+        }
     }
 }
 
@@ -295,7 +299,6 @@ impl ComputeStage {
     /// says how many.
     pub fn start(
         choice: &Choice,
-        plan: Arc<Plan>,
         cfg: &ComputeConfig,
         f16_rows: bool,
         cpus: &[Option<usize>],
@@ -311,17 +314,16 @@ impl ComputeStage {
         };
         match &choice.target {
             Target::Cpu => Ok(ComputeStage::Cpu(
-                cpu::Workers::start(plan, cpus, wiring).map_err(Error::Spawn)?,
+                cpu::Workers::start(cpus, wiring).map_err(Error::Spawn)?,
             )),
             Target::Gpu(gpu) => Ok(ComputeStage::Cuda(cuda::start_cuda_workers(
-                plan,
                 gpu.clone(),
                 opts,
                 wiring,
             )?)),
             #[cfg(feature = "host-kernels")]
             Target::HostDouble => Ok(ComputeStage::Cuda(cuda::start_host_double_workers(
-                plan, opts, wiring,
+                opts, wiring,
             )?)),
             #[cfg(not(feature = "host-kernels"))]
             Target::HostDouble => Err(Error::CudaUnavailable(cuda::Cause::NoHostDouble {
@@ -404,7 +406,7 @@ mod tests {
         let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, cores);
         // The H200 box: 16 cores, where the CPU won every recipe (full-size
         // gpu-bench after issue 39).
-        let c = pick(None, 16);
+        let c = pick("librosa", 16);
         assert_eq!(c.backend, Backend::Cpu);
         assert!(
             c.reason.contains("\"librosa\"")
@@ -414,25 +416,25 @@ mod tests {
             "{}",
             c.reason
         );
-        assert_eq!(pick(Some("whisper"), 16).backend, Backend::Cpu);
-        assert_eq!(pick(Some("kaldi-fbank"), 16).backend, Backend::Cpu);
-        assert_eq!(pick(Some("kaldi-mfcc"), 16).backend, Backend::Cpu);
+        assert_eq!(pick("whisper", 16).backend, Backend::Cpu);
+        assert_eq!(pick("kaldi-fbank", 16).backend, Backend::Cpu);
+        assert_eq!(pick("kaldi-mfcc", 16).backend, Backend::Cpu);
         // The speech recipes' crossover is 10 cores.
-        assert_eq!(pick(Some("kaldi-fbank"), 9).backend, Backend::Cuda);
-        assert_eq!(pick(Some("kaldi-mfcc"), 10).backend, Backend::Cpu);
+        assert_eq!(pick("kaldi-fbank", 9).backend, Backend::Cuda);
+        assert_eq!(pick("kaldi-mfcc", 10).backend, Backend::Cpu);
         // Fewer cores: the GPU.
-        let c = pick(None, 8);
+        let c = pick("librosa", 8);
         assert_eq!(c.backend, Backend::Cuda);
         assert!(
             c.reason.contains("below 9 cores") && c.reason.contains("has 8"),
             "{}",
             c.reason
         );
-        assert_eq!(pick(Some("whisper"), 9).backend, Backend::Cuda);
-        assert_eq!(pick(Some("kaldi-fbank"), 32).backend, Backend::Cpu);
+        assert_eq!(pick("whisper", 9).backend, Backend::Cuda);
+        assert_eq!(pick("kaldi-fbank", 32).backend, Backend::Cpu);
         // Asked for cuda: the GPU, whatever the cores.
         let forced = select_with(Backend::Cuda, || Ok(gpu.clone())).unwrap();
-        let c = auto_rule(forced, Backend::Cuda, None, 64);
+        let c = auto_rule(forced, Backend::Cuda, "librosa", 64);
         assert_eq!(c.backend, Backend::Cuda);
         // The host double (tests) is never second-guessed.
         let double = Choice {
@@ -441,7 +443,7 @@ mod tests {
             target: Target::HostDouble,
         };
         assert_eq!(
-            auto_rule(double, Backend::Auto, None, 64).backend,
+            auto_rule(double, Backend::Auto, "librosa", 64).backend,
             Backend::Cuda
         );
     }
@@ -454,15 +456,16 @@ mod tests {
             reason: "auto: found a GPU".into(),
             target: Target::HostDouble,
         };
-        let kept = for_recipe(gpu.clone(), Backend::Auto, None).unwrap();
+        let librosa = crate::recipes::librosa(&crate::dsp::Spec::default());
+        let kept = for_recipe(gpu.clone(), Backend::Auto, librosa.as_ref()).unwrap();
         assert_eq!(kept, gpu, "librosa keeps the GPU");
         let fbank = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap();
         let mfcc = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Mfcc).unwrap();
         let whisper = crate::recipes::whisper(128).unwrap();
         for r in [&fbank, &mfcc, &whisper] {
             for asked in [Backend::Auto, Backend::Cuda] {
-                let c = for_recipe(gpu.clone(), asked, Some(r.as_ref())).unwrap();
-                assert_eq!(c, gpu, "{} keeps the GPU", r.layout().recipe);
+                let c = for_recipe(gpu.clone(), asked, r.as_ref()).unwrap();
+                assert_eq!(c, gpu, "{} keeps the GPU", r.layout().recipe());
             }
         }
         let dithered = KaldiOptions {
@@ -470,7 +473,7 @@ mod tests {
             ..KaldiOptions::default()
         };
         let dithered = crate::recipes::kaldi(&dithered, Kind::Fbank).unwrap();
-        let c = for_recipe(gpu.clone(), Backend::Auto, Some(dithered.as_ref())).unwrap();
+        let c = for_recipe(gpu.clone(), Backend::Auto, dithered.as_ref()).unwrap();
         assert_eq!(c.target, Target::Cpu);
         assert!(
             c.reason
@@ -479,7 +482,7 @@ mod tests {
             "{}",
             c.reason
         );
-        let e = for_recipe(gpu, Backend::Cuda, Some(dithered.as_ref())).unwrap_err();
+        let e = for_recipe(gpu, Backend::Cuda, dithered.as_ref()).unwrap_err();
         assert!(
             e.to_string().contains(
                 "features.recipe = \"kaldi-fbank\" cannot run on the CUDA kernels: dither"
@@ -488,7 +491,7 @@ mod tests {
         );
         let cpu = Choice::cpu("asked".into());
         assert_eq!(
-            for_recipe(cpu.clone(), Backend::Cuda, Some(dithered.as_ref())).unwrap(),
+            for_recipe(cpu.clone(), Backend::Cuda, dithered.as_ref()).unwrap(),
             cpu
         );
     }

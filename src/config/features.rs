@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::{Ctx, Error};
 use crate::dsp::ParamValue;
 use crate::dsp::kaldi::{KaldiOptions, KaldiWindow, Kind};
-use crate::dsp::whisper::{self, WhisperPlan};
+use crate::dsp::whisper;
 
 /// `[features]` as written by users. Every key is optional; the Kaldi keys'
 /// defaults are torchaudio's ([`KaldiOptions::default`]).
@@ -175,7 +175,7 @@ impl FeaturesConfig {
             "whisper" => {
                 only(r, &["n_mels"], "whisper", cx)?;
                 let n_mels = r.n_mels.unwrap_or(80);
-                WhisperPlan::new(n_mels)
+                whisper::check_n_mels(n_mels)
                     .map_err(|e| cx.invalid("features.n_mels", e.to_string()))?;
                 Recipe::Whisper { n_mels }
             }

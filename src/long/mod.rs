@@ -32,12 +32,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::compute::Reject;
-use crate::compute::cpu::{HostFrames, HostMel};
+use crate::compute::cpu::HostRow;
 use crate::decode::clip::{self, ClipDecoder, Policy};
 use crate::decode::policy::Resample;
-use crate::dsp::Plan;
 use crate::dsp::kaldi::{KaldiPlan, KaldiScratch};
-use crate::frames::{FrameError, FrameRecipe, RecipePlan};
+use crate::frames::{FrameError, FrameRecipe, Input, RecipePlan};
 use crate::model::{Refusal, Segment};
 use crate::plan::container::Recording;
 use crate::reader;
@@ -77,15 +76,9 @@ enum How {
     /// workers compute it (the host is made at the first such file).
     First {
         seconds: u32,
-        host: Mutex<Option<Box<Host>>>,
-        make: Box<dyn Fn() -> Host + Send + Sync>,
+        host: Mutex<Option<Box<HostRow>>>,
+        make: Box<dyn Fn() -> HostRow + Send + Sync>,
     },
-}
-
-/// The workers' computing state for a row of the first seconds.
-enum Host {
-    Mel(HostMel, Arc<Plan>),
-    Frames(HostFrames),
 }
 
 impl std::fmt::Debug for Streamer {
@@ -105,45 +98,27 @@ pub enum Opened {
 }
 
 impl Streamer {
-    /// The streamer of a run of `recipe` (None: librosa's `plan`) under
-    /// `policy`: Kaldi rows in pieces, Whisper's and librosa's rows from the
-    /// first seconds they read; None for a recipe it does not know (tests').
-    pub fn for_recipe(
-        recipe: Option<&Arc<dyn FrameRecipe>>,
-        plan: &Arc<Plan>,
-        policy: Policy,
-    ) -> Option<Streamer> {
-        let Some(recipe) = recipe else {
-            let spec = plan.spec();
-            let plan = Arc::clone(plan);
-            return Some(Streamer {
-                how: first_seconds(spec.clip_samples(), spec.sample_rate, move || {
-                    Host::Mel(HostMel::new(&plan, policy), Arc::clone(&plan))
-                }),
-                base: Base {
-                    policy,
-                    rate: spec.sample_rate,
-                    recipe: "librosa".into(),
-                },
-            });
-        };
+    /// The streamer of a run of `recipe` under `policy`: Kaldi rows in
+    /// pieces; the row of a recipe that reads a bounded start of a file
+    /// (librosa's clip, Whisper's 30 s) from those first seconds; None for a
+    /// recipe that reads whole files and cannot compute in pieces (tests').
+    pub fn for_recipe(recipe: &Arc<dyn FrameRecipe>, policy: Policy) -> Option<Streamer> {
         let layout = recipe.layout();
-        let how = match (recipe.plan(), layout.max_samples) {
+        let rate = layout.sample_rate();
+        let how = match (recipe.plan(), layout.input()) {
             (RecipePlan::Kaldi(plan), _) => How::Pieces(plan),
-            (RecipePlan::Whisper(_), Some(max)) => {
+            (_, Input::Clip(samples) | Input::Natural { max: Some(samples) }) => {
                 let recipe = Arc::clone(recipe);
-                first_seconds(max, layout.sample_rate, move || {
-                    Host::Frames(HostFrames::new(recipe.as_ref(), policy))
-                })
+                first_seconds(samples, rate, move || HostRow::new(recipe.as_ref(), policy))
             }
-            _ => return None,
+            (_, Input::Natural { max: None }) => return None,
         };
         Some(Streamer {
             how,
             base: Base {
                 policy,
-                rate: layout.sample_rate,
-                recipe: layout.recipe.clone(),
+                rate,
+                recipe: layout.recipe().to_string(),
             },
         })
     }
@@ -200,13 +175,7 @@ impl Streamer {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let host = host.get_or_insert_with(|| Box::new(make()));
                 let (mut row, mut local) = (Vec::new(), Local::default());
-                match host.as_mut() {
-                    Host::Mel(h, plan) => {
-                        row.resize(plan.spec().row_len(), 0.0);
-                        h.segment_row(plan, &bytes, Some(&cut), &mut row, &mut local)?;
-                    }
-                    Host::Frames(h) => h.row(&bytes, Some(&cut), seed, &mut row, &mut local)?,
-                }
+                host.row(&bytes, Some(&cut), seed, &mut row, &mut local)?;
                 Ok(Opened::Row(row))
             }
         }
@@ -321,7 +290,7 @@ impl Base {
 fn first_seconds(
     samples: usize,
     rate: u32,
-    make: impl Fn() -> Host + Send + Sync + 'static,
+    make: impl Fn() -> HostRow + Send + Sync + 'static,
 ) -> How {
     How::First {
         seconds: u32::try_from(samples.div_ceil(rate.max(1) as usize)).unwrap_or(u32::MAX),

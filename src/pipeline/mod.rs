@@ -36,7 +36,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::compute::{self, ComputeStage, Outcome, Probe, Wiring, cuda};
 use crate::config::{Config, Engine};
-use crate::dsp::Plan;
 use crate::frames::FrameRecipe;
 use crate::long::Streamer;
 use crate::reader::cache::{self, ReadMode};
@@ -60,6 +59,8 @@ pub enum Error {
     ReaderPanicked,
     #[error("the compute stage was started twice")]
     ComputeStarted,
+    #[error(transparent)]
+    Recipe(#[from] crate::recipes::Error),
 }
 
 /// The guarded value, also after a thread panicked holding the lock (the
@@ -129,7 +130,6 @@ impl std::fmt::Display for Startup {
 /// [`Pipeline::start_compute`].
 struct PendingCompute {
     cfg: Config,
-    plan: Arc<Plan>,
     wiring: Wiring,
 }
 
@@ -149,9 +149,9 @@ pub struct Pipeline {
     shape: OnceLock<Shape>,
     startup: Mutex<Startup>,
     telemetry: Arc<Telemetry>,
-    /// The run's recipe, built once (None for librosa): what a serve
-    /// sink's layout is taken from.
-    recipe: Option<Arc<dyn FrameRecipe>>,
+    /// The run's recipe, built once: what a serve sink's layout is taken
+    /// from.
+    recipe: Arc<dyn FrameRecipe>,
     /// Computes the rows of files too large to read whole, in pieces
     /// (Kaldi recipes; `crate::long`).
     streamer: Option<Streamer>,
@@ -335,21 +335,21 @@ impl Pipeline {
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
-        let frames = crate::recipes::frame_recipe(cfg);
-        Pipeline::start_on_recipe((cfg, frames), probe, telemetry, queue_ahead)
+        let recipe = crate::recipes::build(cfg)?;
+        Pipeline::start_on_recipe((cfg, recipe), probe, telemetry, queue_ahead)
     }
 
-    /// [`Pipeline::start_on`] with the recipe `frames` already built for
-    /// `cfg` (a restart on another backend keeps its recipe).
+    /// [`Pipeline::start_on`] with the recipe already built for `cfg` (a
+    /// restart on another backend keeps its recipe).
     pub fn start_on_recipe(
-        (cfg, frames): (&Config, Option<Arc<dyn FrameRecipe>>),
+        (cfg, recipe): (&Config, Arc<dyn FrameRecipe>),
         mut probe: Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         // No list of inputs to sample here (serve, a restart on the CPU).
         let read = cache::unsampled(cfg.io.direct);
-        let p = Pipeline::start_reading((cfg, frames, &read), &mut probe, telemetry, queue_ahead)?;
+        let p = Pipeline::start_reading((cfg, recipe, &read), &mut probe, telemetry, queue_ahead)?;
         match p.start_compute(probe) {
             Ok(()) => Ok(p),
             Err(e) => {
@@ -365,12 +365,12 @@ impl Pipeline {
     /// the arena until [`Pipeline::start_compute`] starts the consumer. When
     /// the probe has not answered yet, the arena is sized for either backend
     /// and the readers are placed without the GPU's locality.
-    /// `frames`: the run's recipe, built once by the caller
-    /// (`recipes::frame_recipe`; None for librosa); `read`: the run's read
+    /// `recipe`: the run's recipe, built once by the caller
+    /// (`recipes::build`); `read`: the run's read
     /// mode (`reader::cache`), which also sizes the arena by the inputs'
     /// typical size where a build sampled them.
     pub fn start_reading(
-        (cfg, frames, read): (&Config, Option<Arc<dyn FrameRecipe>>, &ReadMode),
+        (cfg, recipe, read): (&Config, Arc<dyn FrameRecipe>, &ReadMode),
         probe: &mut Probe,
         telemetry: Arc<Telemetry>,
         queue_ahead: usize,
@@ -394,7 +394,7 @@ impl Pipeline {
             Arc::clone(&telemetry),
         )?;
         let arena_s = t.elapsed().as_secs_f64();
-        let stats = crate::cmvn::Bins::of_recipe(frames.as_ref().map(|r| r.layout()), cfg);
+        let stats = crate::cmvn::Bins::of_layout(recipe.layout(), cfg.output.dtype);
         let wiring = Wiring {
             input: Arc::clone(&loaded),
             output: Arc::clone(&outcomes),
@@ -404,10 +404,9 @@ impl Pipeline {
             arena: readers.arena().cloned(),
             policy: cfg.input.policy,
             stats: Some(stats),
-            frames,
+            recipe,
         };
-        let plan = Arc::new(Plan::new(&cfg.spec));
-        let streamer = Streamer::for_recipe(wiring.frames.as_ref(), &plan, cfg.input.policy);
+        let streamer = Streamer::for_recipe(&wiring.recipe, cfg.input.policy);
         let engine = match readers.engine() {
             Engine::Uring => "uring",
             Engine::Std => "std",
@@ -432,10 +431,9 @@ impl Pipeline {
             outcomes,
             free_rows,
             readers,
-            recipe: wiring.frames.clone(),
+            recipe: Arc::clone(&wiring.recipe),
             pending: Mutex::new(Some(PendingCompute {
                 cfg: cfg.clone(),
-                plan,
                 wiring,
             })),
             compute: Mutex::new(None),
@@ -450,9 +448,9 @@ impl Pipeline {
         })
     }
 
-    /// The run's recipe, as built once for it (None for librosa).
-    pub fn recipe(&self) -> Option<&Arc<dyn FrameRecipe>> {
-        self.recipe.as_ref()
+    /// The run's recipe, as built once for it.
+    pub fn recipe(&self) -> &Arc<dyn FrameRecipe> {
+        &self.recipe
     }
 
     /// What computes a too-large file's row in pieces, under a recipe that
@@ -471,8 +469,8 @@ impl Pipeline {
         };
         let (choice, device) = probe.wait();
         lock(&self.startup).device = device.as_secs_f64();
-        let PendingCompute { cfg, plan, wiring } = pending;
-        let choice = compute::for_recipe(choice?, cfg.compute.backend, wiring.frames.as_deref())?;
+        let PendingCompute { cfg, wiring } = pending;
+        let choice = compute::for_recipe(choice?, cfg.compute.backend, wiring.recipe.as_ref())?;
         let workers = match choice.target {
             compute::Target::Cpu => cfg.compute.workers,
             _ => 0,
@@ -483,7 +481,6 @@ impl Pipeline {
         let f16_rows = cfg.output.dtype == writer::Dtype::Float16;
         let stage = ComputeStage::start(
             &choice,
-            plan,
             &cfg.compute,
             f16_rows,
             &placement.workers,
@@ -637,10 +634,10 @@ mod tests {
         let mut cfg = Config::default();
         cfg.compute.workers = 1;
         let telemetry = Arc::new(Telemetry::default());
-        let frames = crate::recipes::frame_recipe(&cfg);
+        let recipe = crate::recipes::build(&cfg).unwrap();
         let read = cache::unsampled(cfg.io.direct);
         let p = Pipeline::start_reading(
-            (&cfg, frames, &read),
+            (&cfg, recipe, &read),
             &mut probe,
             Arc::clone(&telemetry),
             16,
@@ -698,7 +695,7 @@ mod tests {
         });
         let read = cache::unsampled(cfg.io.direct);
         let p = Pipeline::start_reading(
-            (&cfg, crate::recipes::frame_recipe(&cfg), &read),
+            (&cfg, crate::recipes::build(&cfg).unwrap(), &read),
             &mut probe,
             Arc::new(Telemetry::default()),
             0,

@@ -231,11 +231,8 @@ pub fn spill_dir(
 /// What the recipe of `cfg` reads of a recording when that is only its
 /// start (Whisper's 30 s): whole-file items over `io.max_file_bytes` are
 /// then read for that much ([`FirstSeconds`]).
-pub fn first_seconds(
-    layout: Option<&crate::frames::FrameLayout>,
-    cfg: &Config,
-) -> Option<FirstSeconds> {
-    let layout = layout?;
+pub fn first_seconds(layout: &crate::frames::RowLayout, cfg: &Config) -> Option<FirstSeconds> {
+    let layout = layout.frames()?;
     let samples = layout.max_samples?;
     Some(FirstSeconds {
         rate_hz: layout.sample_rate,

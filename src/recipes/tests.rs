@@ -3,7 +3,7 @@
 //! rows through the writer are in `writer::tests_frames`.
 
 use super::*;
-use crate::compute::cpu::HostFrames;
+use crate::compute::cpu::HostRow;
 use crate::decode::clip::Policy;
 use crate::runtime::telemetry::Local;
 
@@ -45,7 +45,7 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
         ..KaldiOptions::default()
     };
     let recipe = kaldi(&opts, Kind::Fbank).unwrap();
-    let l = recipe.layout();
+    let l = recipe.layout().frame_layout();
     assert_eq!(
         (l.recipe.as_str(), l.bins, l.sample_rate),
         ("kaldi-fbank", 80, 16_000)
@@ -56,7 +56,7 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
             .iter()
             .any(|(k, v)| k == "features.num_mel_bins" && *v == Param::Int(80))
     );
-    let mut host = HostFrames::new(recipe.as_ref(), Policy::default());
+    let mut host = HostRow::new(recipe.as_ref(), Policy::default());
     let mut local = Local::default();
     let s = signal(24_321, 1);
     let mut row = Vec::new();
@@ -69,8 +69,8 @@ fn kaldi_rows_equal_the_plan_on_the_whole_file_and_short_files_are_rejected() {
     assert_eq!(row, want);
     // One frame at a time: the per-frame path's rows.
     let per_frame = kaldi_per_frame(&opts, Kind::Fbank).unwrap();
-    assert_eq!(per_frame.layout(), l);
-    let mut host_per_frame = HostFrames::new(per_frame.as_ref(), Policy::default());
+    assert_eq!(per_frame.layout().frame_layout(), l);
+    let mut host_per_frame = HostRow::new(per_frame.as_ref(), Policy::default());
     let mut row_per_frame = Vec::new();
     host_per_frame
         .row(&wav16(&s), None, 7, &mut row_per_frame, &mut local)
@@ -96,8 +96,8 @@ fn whisper_rows_are_the_plan_in_either_precision_with_the_pad_value_last() {
     let mut rows = Vec::new();
     for (recipe, f64) in [(whisper(80), false), (whisper_f64(80), true)] {
         let recipe = recipe.unwrap();
-        assert_eq!(recipe.layout().recipe, "whisper");
-        let mut host = HostFrames::new(recipe.as_ref(), Policy::default());
+        assert_eq!(recipe.layout().recipe(), "whisper");
+        let mut host = HostRow::new(recipe.as_ref(), Policy::default());
         let mut row = Vec::new();
         host.row(&wav16(&s), None, 1, &mut row, &mut local).unwrap();
         let mut want = Vec::new();
@@ -108,7 +108,10 @@ fn whisper_rows_are_the_plan_in_either_precision_with_the_pad_value_last() {
         };
         want.push(r.pad_value);
         assert_eq!(row, want, "f64 = {f64}");
-        assert_eq!(recipe.layout().frames_of(row.len()), Some(r.frames));
+        assert_eq!(
+            recipe.layout().frame_layout().frames_of(row.len()),
+            Some(r.frames)
+        );
         rows.push(row);
     }
     // The two precisions differ, within docs/FORMAT.md's 1e-4.

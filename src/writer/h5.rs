@@ -25,18 +25,18 @@ use super::chunk::{ChunkBuf, ChunkOrder, MelBuf};
 use super::direct::MelChunks;
 use super::{ChunkWrite, Dtype, Error};
 use crate::dsp::{MelNorm, MelScale, PadMode, Segmentation, Spec};
+use crate::frames::RowLayout;
 
 /// What goes into a file before its first row.
 pub(super) struct Header<'a> {
     pub split: &'a str,
     pub label_names: &'a [String],
-    pub spec: &'a Spec,
+    /// librosa's fixed rows (`mel` and the `Spec`'s attributes), or rows of
+    /// their own length (`features` and the recipe's attributes).
+    pub layout: &'a RowLayout,
     pub dtype: Dtype,
     pub chunk_files: usize,
     pub extra_attrs: &'a [(String, String)],
-    /// Variable-length rows (a recipe other than librosa): the file gets the
-    /// `features` layout and the recipe's attributes instead of `spec`'s.
-    pub frames: Option<&'a crate::frames::FrameLayout>,
 }
 
 /// An open `<split>.h5.partial` with its three datasets.
@@ -134,6 +134,7 @@ impl SplitFile {
     pub(super) fn create(
         final_path: PathBuf,
         header: &Header<'_>,
+        spec: &Spec,
         how: ChunkWrite,
     ) -> Result<Self, Error> {
         let mut partial = final_path.clone().into_os_string();
@@ -142,11 +143,9 @@ impl SplitFile {
         let p = partial.as_path();
         let file = create_file(p)?;
         write_attrs(&file, header).ctx(p, || "write the root attributes".into())?;
-        let ds = Datasets::create(&file, p, header, PathColumn::Vlen)?;
+        let ds = Datasets::create(&file, p, header, spec, PathColumn::Vlen)?;
         let mel_chunks = match how {
-            ChunkWrite::Direct => {
-                MelChunks::new(&ds.mel, header.chunk_files, header.spec.row_len(), true)
-            }
+            ChunkWrite::Direct => MelChunks::new(&ds.mel, header.chunk_files, spec.row_len(), true),
             ChunkWrite::Slice => None,
         };
         Ok(SplitFile {
@@ -292,15 +291,16 @@ fn create_lent(p: &Path) -> hdf5::Result<File> {
 }
 
 impl Datasets {
-    /// Creates `mel`, `label` and (with [`PathColumn::Vlen`]) `path` with
-    /// N = 0, chunked by `chunk_files` rows.
+    /// Creates `mel` (rows of `spec`), `label` and (with
+    /// [`PathColumn::Vlen`]) `path` with N = 0, chunked by `chunk_files` rows.
     pub(super) fn create(
         file: &File,
         p: &Path,
         header: &Header<'_>,
+        spec: &Spec,
         paths: PathColumn,
     ) -> Result<Self, Error> {
-        let [n_long, n_short, n_mels, n_frames] = header.spec.row_shape();
+        let [n_long, n_short, n_mels, n_frames] = spec.row_shape();
         let c = header.chunk_files;
         let mel_shape = [
             Extent::resizable(0),
@@ -474,11 +474,11 @@ pub(super) fn write_attrs(file: &File, h: &Header<'_>) -> hdf5::Result<()> {
     write_label_names_attr(file, h.label_names)?;
     attr_str(file, "melforge_version", crate::VERSION)?;
     attr_str(file, "split", h.split)?;
-    if let Some(l) = h.frames {
-        return write_frame_attrs(file, h, l);
-    }
-
-    write_spec_attrs(file, h.spec)?;
+    let spec = match h.layout {
+        RowLayout::Frames(l) => return write_frame_attrs(file, h, l),
+        RowLayout::Fixed(spec) => spec,
+    };
+    write_spec_attrs(file, spec)?;
     attr_str(file, "dtype", h.dtype.name())?;
     attr_int(file, "chunk_files", h.chunk_files)?;
     for (key, value) in h.extra_attrs {

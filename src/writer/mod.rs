@@ -85,8 +85,7 @@ pub mod vds;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::dsp::Spec;
-use crate::frames::FrameLayout;
+use crate::frames::{FrameLayout, RowLayout};
 pub use crate::model::Dtype;
 use crate::model::Refusal;
 use chunk::ChunkBuf;
@@ -136,15 +135,14 @@ pub struct OutputPlan {
     pub splits: Vec<SplitPlan>,
     /// Sorted, distinct; label ids index this.
     pub label_names: Vec<String>,
-    pub spec: Spec,
+    /// The recipe's rows: librosa's fixed rows in `mel`, or rows of their
+    /// own length (`crate::frames`' row protocol) in `features`.
+    pub layout: RowLayout,
     pub dtype: Dtype,
     /// Rows per HDF5 chunk along N, ≥ 1.
     pub chunk_files: usize,
     /// Extra root attributes, stored as UTF-8 strings (e.g. `("input", "/abs/path")`).
     pub extra_attrs: Vec<(String, String)>,
-    /// Variable-length rows (`crate::frames`' row protocol) in the
-    /// `features` layout; None: librosa's fixed rows of `spec` in `mel`.
-    pub frames: Option<FrameLayout>,
 }
 
 /// What [`DatasetWriter::finish`] produced.
@@ -359,33 +357,30 @@ impl DatasetWriter {
             action: "create the output directory",
             source,
         })?;
-        let row_shape = plan.spec.row_shape();
-        let rows = match &plan.frames {
-            Some(l) => RowRule::Frames(l.clone()),
-            None => RowRule::Fixed(plan.spec.row_len()),
+        let rows = match &plan.layout {
+            RowLayout::Fixed(spec) => RowRule::Fixed(spec.row_len()),
+            RowLayout::Frames(l) => RowRule::Frames(l.clone()),
         };
-        let bins = match &plan.frames {
-            Some(l) => crate::cmvn::Bins::frames(l, plan.dtype),
-            None => crate::cmvn::Bins::mel(row_shape, plan.dtype),
-        };
+        let bins = crate::cmvn::Bins::of_layout(&plan.layout, plan.dtype);
         let mut splits = Vec::with_capacity(plan.splits.len());
         for split in plan.splits {
             let header = Header {
                 split: &split.name,
                 label_names: &plan.label_names,
-                spec: &plan.spec,
+                layout: &plan.layout,
                 dtype: plan.dtype,
                 chunk_files: plan.chunk_files,
                 extra_attrs: &plan.extra_attrs,
-                frames: plan.frames.as_ref(),
             };
             let final_path = plan.out_dir.join(file_name(&split.name));
             let chunk_rows = plan.chunk_files.min(split.files.len());
-            let out = match &plan.frames {
-                Some(l) => SplitOut::Frames(FrameSplit::create(final_path, &header, l)?),
-                None => SplitOut::Mel {
-                    out: SplitFile::create(final_path, &header, how)?,
-                    chunk: ChunkBuf::new(plan.dtype, row_shape, chunk_rows),
+            let out = match &plan.layout {
+                RowLayout::Frames(l) => {
+                    SplitOut::Frames(FrameSplit::create(final_path, &header, l)?)
+                }
+                RowLayout::Fixed(spec) => SplitOut::Mel {
+                    out: SplitFile::create(final_path, &header, spec, how)?,
+                    chunk: ChunkBuf::new(plan.dtype, spec.row_shape(), chunk_rows),
                 },
             };
             tracing::debug!(

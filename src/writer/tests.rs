@@ -48,11 +48,10 @@ fn plan(out_dir: &Path, n_files: usize, chunk_files: usize, dtype: Dtype) -> Out
             files,
         }],
         label_names: vec!["leak".into(), "noleak".into()],
-        spec: tiny_spec(),
+        layout: RowLayout::Fixed(tiny_spec()),
         dtype,
         chunk_files,
         extra_attrs: vec![("input".into(), "/data/in".into())],
-        frames: None,
     }
 }
 
@@ -187,7 +186,7 @@ fn schema_and_attributes_round_trip() {
 fn top_db_is_recorded_when_set() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = plan(dir.path(), 1, 1, Dtype::Float32);
-    p.spec.top_db = Some(80.0);
+    p.layout.spec_mut().top_db = Some(80.0);
     run(p, &in_order(1));
     let file = hdf5::File::open(dir.path().join("train.h5")).unwrap();
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Variable-length rows through the build writer: every dataset read back,
 //! chunk boundaries crossed, float16, rejections, arrival order.
 
+use crate::frames::RowLayout;
 use std::path::Path;
 
 use hdf5::types::VarLenUnicode;
@@ -32,11 +33,10 @@ fn plan(out_dir: &Path, n_files: usize, dtype: Dtype, padded: bool) -> OutputPla
             files,
         }],
         label_names: vec!["spk0".into(), "spk1".into(), "spk2".into()],
-        spec: crate::dsp::Spec::default(),
+        layout: RowLayout::Frames(layout(padded)),
         dtype,
         chunk_files: 4,
         extra_attrs: vec![("input".into(), "/data/in".into())],
-        frames: Some(layout(padded)),
     }
 }
 
@@ -142,7 +142,7 @@ fn rows_off_the_protocol_and_clashing_parameters_are_refused() {
     );
     w.submit(0, 0, Some(vec![0.5; BINS + 1])).unwrap();
     let mut p = plan(d.path(), 1, Dtype::Float32, false);
-    if let Some(l) = &mut p.frames {
+    if let RowLayout::Frames(l) = &mut p.layout {
         l.params
             .push(("n_bins".into(), crate::frames::Param::Int(3)));
     }
@@ -153,17 +153,17 @@ fn rows_off_the_protocol_and_clashing_parameters_are_refused() {
 /// written and compared with the padded layout's bytes (docs/FORMAT.md).
 #[test]
 fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes() {
-    use crate::compute::cpu::HostFrames;
+    use crate::compute::cpu::HostRow;
     use crate::dsp::whisper::WhisperPlan;
     use crate::recipes::tests::{decoded, signal, wav16};
     let recipe = crate::recipes::whisper(80).unwrap();
-    let l = recipe.layout().clone();
+    let l = recipe.layout().frame_layout().clone();
     assert_eq!(
         (l.max_samples, l.padded_frames, l.trailer()),
         (Some(480_000), Some(3000), 1)
     );
     let plan = WhisperPlan::new(80).unwrap();
-    let mut host = HostFrames::new(recipe.as_ref(), crate::decode::clip::Policy::default());
+    let mut host = HostRow::new(recipe.as_ref(), crate::decode::clip::Policy::default());
     let mut local = crate::runtime::telemetry::Local::default();
     let n_files = 24;
     let mut paths = crate::plan::PathTable::default();
@@ -182,11 +182,10 @@ fn whisper_rows_keep_the_covering_frames_and_store_under_half_the_padded_bytes()
             files,
         }],
         label_names: vec![],
-        spec: crate::dsp::Spec::default(),
+        layout: RowLayout::Frames(l.clone()),
         dtype: Dtype::Float32,
         chunk_files: 64,
         extra_attrs: vec![],
-        frames: Some(l.clone()),
     })
     .unwrap();
     let mut stored_frames = 0;

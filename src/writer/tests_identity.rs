@@ -47,18 +47,17 @@ fn plan(
         paths: std::sync::Arc::new(paths),
         splits,
         label_names: vec!["a".into(), "b".into()],
-        spec: spec.clone(),
+        layout: RowLayout::Fixed(spec.clone()),
         dtype,
         chunk_files,
         extra_attrs: vec![("input".into(), "/data/in".into())],
-        frames: None,
     }
 }
 
 /// Writes every split with `how`; file `seq` is rejected when `rejected(seq)`.
 /// Outcomes arrive in blocks of 5 in reverse, so the reorder buffer is used.
 fn build(plan: OutputPlan, how: ChunkWrite, rejected: impl Fn(usize) -> bool) -> Vec<PathBuf> {
-    let row_len = plan.spec.row_len();
+    let row_len = plan.layout.spec().row_len();
     let sizes: Vec<usize> = plan.splits.iter().map(|s| s.files.len()).collect();
     let mut w = DatasetWriter::create_with(plan, |s| format!("{s}.h5"), how).unwrap();
     for (k, &n) in sizes.iter().enumerate() {

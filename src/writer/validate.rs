@@ -3,18 +3,20 @@
 
 use super::attrs::{FRAME_ATTRS, RESERVED_ATTRS};
 use super::{Error, OutputPlan, PlanError};
-use crate::frames::FrameLayout;
+use crate::frames::{FrameLayout, RowLayout};
 
 pub(super) fn validate(plan: &OutputPlan) -> Result<(), Error> {
     let bad = |e: PlanError| Err(Error::Plan(e));
     if plan.chunk_files == 0 {
         return bad(PlanError::ChunkFiles);
     }
-    if let Err(e) = plan.spec.validate() {
-        return bad(PlanError::Spec(e));
-    }
-    if let Some(l) = &plan.frames {
-        validate_layout(l)?;
+    match &plan.layout {
+        RowLayout::Fixed(spec) => {
+            if let Err(e) = spec.validate() {
+                return bad(PlanError::Spec(e));
+            }
+        }
+        RowLayout::Frames(l) => validate_layout(l)?,
     }
     for w in plan.label_names.windows(2) {
         if w[0] >= w[1] {
@@ -38,8 +40,9 @@ pub(super) fn validate(plan: &OutputPlan) -> Result<(), Error> {
         }
     }
     let params = plan
-        .frames
-        .iter()
+        .layout
+        .frames()
+        .into_iter()
         .flat_map(|l| l.params.iter().map(|(k, _)| k));
     for key in params {
         if plan.extra_attrs.iter().any(|(k, _)| k == key) {

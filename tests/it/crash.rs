@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use melforge::app::serve::journal::{FileStamp, Journal, Known, RecoveredState};
 use melforge::dsp::{Segmentation, Spec};
-use melforge::frames::FrameLayout;
+use melforge::frames::{FrameLayout, RowLayout};
 use melforge::writer::Dtype;
 use melforge::writer::append::{AppendSpec, Appender};
 
@@ -75,7 +75,7 @@ fn spec(split: &str, layout: Layout) -> AppendSpec {
         Layout::Mel => mel_spec(split),
         Layout::Compact => AppendSpec {
             dtype: Dtype::Compact { tick_power: -5 },
-            frames: Some(FrameLayout {
+            layout: RowLayout::Frames(FrameLayout {
                 recipe: "kaldi-fbank".into(),
                 bins: BINS,
                 sample_rate: 16_000,
@@ -92,7 +92,7 @@ fn spec(split: &str, layout: Layout) -> AppendSpec {
 fn mel_spec(split: &str) -> AppendSpec {
     AppendSpec {
         split: split.into(),
-        spec: Spec {
+        layout: RowLayout::Fixed(Spec {
             sample_rate: 64,
             clip_seconds: 1.0,
             segmentation: Segmentation {
@@ -108,11 +108,10 @@ fn mel_spec(split: &str) -> AppendSpec {
             n_mels: 4,
             fmax: 32.0,
             ..Spec::default()
-        },
+        }),
         dtype: Dtype::Float32,
         chunk_files: 4,
         extra_attrs: vec![],
-        frames: None,
     }
 }
 
@@ -279,10 +278,7 @@ fn check(journal: &Journal, apps: &[Appender], layout: Layout) -> u64 {
         // The statistics are those of exactly these rows, as a build sums
         // them (each row's sums of its stored values, in row order).
         let sp = spec(s, layout);
-        let bins = match &sp.frames {
-            Some(l) => melforge::cmvn::Bins::frames(l, sp.dtype),
-            None => melforge::cmvn::Bins::mel(sp.spec.row_shape(), sp.dtype),
-        };
+        let bins = melforge::cmvn::Bins::of_layout(&sp.layout, sp.dtype);
         let mut scratch = bins.acc();
         let mut want = melforge::cmvn::Stats::new(bins.bins());
         for p in &paths {

@@ -81,6 +81,15 @@ pub struct Plan {
     ref_db: f64,
 }
 
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("spec", &self.spec)
+            .field("level", &self.level)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One worker's buffers for [`Plan::compute`].
 pub struct Scratch {
     spectrum: SpectrumScratch,

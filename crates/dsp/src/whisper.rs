@@ -55,6 +55,15 @@ fn floor_log() -> f32 {
     1e-10f64.log10() as f32
 }
 
+/// Whether [`WhisperPlan::new`] takes `n_mels` (80 or 128), without
+/// building the plan (what a configuration's validation asks).
+pub fn check_n_mels(n_mels: usize) -> Result<(), WhisperError> {
+    match n_mels {
+        80 | 128 => Ok(()),
+        _ => Err(WhisperError { n_mels }),
+    }
+}
+
 /// An n_mels transformers does not ship a Whisper model for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("n_mels = {n_mels}: expected 80 or 128 (Whisper's feature sizes)")]
@@ -113,9 +122,7 @@ impl WhisperPlan {
     /// [`new`](Self::new) with the float32 path built for `level` (which this
     /// CPU must have: [`Level::available`]); every level gives the same bits.
     pub fn with_level(n_mels: usize, level: Level) -> Result<WhisperPlan, WhisperError> {
-        if n_mels != 80 && n_mels != 128 {
-            return Err(WhisperError { n_mels });
-        }
+        check_n_mels(n_mels)?;
         // window_function(400, "hann"): np.hanning(401)[:-1].
         let window: Vec<f64> = (0..N_FFT)
             .map(|i| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / N_FFT as f64).cos())

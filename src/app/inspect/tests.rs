@@ -1,5 +1,6 @@
 use super::picture::{LEFT, TOP};
 use super::*;
+use crate::frames::RowLayout;
 use crate::frames::testing::Blocks;
 use crate::writer::{DatasetWriter, Dtype, OutputPlan, PlannedFile, SplitPlan};
 
@@ -24,11 +25,10 @@ fn build(dir: &Path) -> PathBuf {
             files,
         }],
         label_names: vec!["a".into()],
-        spec: crate::dsp::Spec::default(),
+        layout: RowLayout::Frames(recipe.layout.clone()),
         dtype: Dtype::Float32,
         chunk_files: 2,
         extra_attrs: vec![],
-        frames: Some(recipe.layout.clone()),
     };
     let mut w = DatasetWriter::create(plan).unwrap();
     for (seq, n) in lens.iter().enumerate() {

@@ -60,6 +60,7 @@ pub use super::workers::{
 use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::dsp::Plan;
+use crate::frames::RecipePlan;
 use crate::reader::FileBytes;
 use crate::runtime::ring::{Producer, Ring};
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
@@ -107,7 +108,6 @@ impl Drop for Held {
 
 /// Starts the CUDA stage on the GPU `gpu` found by `driver::probe`.
 pub fn start_cuda_workers(
-    plan: Arc<Plan>,
     gpu: Gpu,
     opts: CudaOptions,
     wiring: Wiring,
@@ -127,7 +127,6 @@ pub fn start_cuda_workers(
         ..CudaReport::default()
     };
     start_workers_with(
-        plan,
         move || real::CudaDevice::open(gpu, &images),
         opts,
         wiring,
@@ -141,7 +140,6 @@ pub fn start_cuda_workers(
 /// and every producer guard), the stage thread (it answers once its device
 /// opened), then the decode pool in front of it.
 pub fn start_workers_with<D, F>(
-    plan: Arc<Plan>,
     make: F,
     opts: CudaOptions,
     wiring: Wiring,
@@ -151,9 +149,13 @@ where
     D: Device,
     F: FnOnce() -> super::device::Result<D> + Send + 'static,
 {
-    if let Some(recipe) = wiring.frames.clone() {
-        return super::frames_stage::start(&recipe, make, opts, wiring, report);
-    }
+    let plan = match wiring.recipe.plan() {
+        RecipePlan::Librosa(plan) => plan,
+        _ => {
+            let recipe = Arc::clone(&wiring.recipe);
+            return super::frames_stage::start(&recipe, make, opts, wiring, report);
+        }
+    };
     let tables = Tables::new(&plan).map_err(Cause::from)?;
     let threads = opts.decode_threads.max(1);
     let batch = opts.batch_files.max(1);

@@ -80,7 +80,8 @@ impl FrameTables {
         match plan {
             RecipePlan::Kaldi(p) => Ok(FrameTables::Kaldi(KaldiTables::new(p)?, p.clone())),
             RecipePlan::Whisper(p) => Ok(FrameTables::Whisper(WhisperTables::new(p)?, p.clone())),
-            RecipePlan::CpuOnly => Err(Unsupported::NoKernels),
+            // librosa runs on `backend`'s stage, not this one.
+            RecipePlan::Librosa(_) | RecipePlan::CpuOnly => Err(Unsupported::NoKernels),
         }
     }
 

@@ -102,10 +102,10 @@ where
         free_samples: Arc::clone(&free_samples),
         telemetry: Arc::clone(&wiring.telemetry),
         policy: wiring.policy,
-        rate: layout.sample_rate,
-        max_samples: layout.max_samples,
+        rate: layout.sample_rate(),
+        max_samples: layout.frames().and_then(|l| l.max_samples),
         tables: tables.clone(),
-        recipe: layout.recipe.clone(),
+        recipe: layout.recipe().to_string(),
     });
     let recipe = Arc::clone(recipe);
     let thread = spawn_stage(move |ready| {

@@ -84,7 +84,7 @@ use hdf5::File;
 use super::h5::{Context, Header, create_file, write_attrs};
 use super::strings::Column;
 use super::{Dtype, Error, PlanError};
-use crate::dsp::Spec;
+use crate::frames::RowLayout;
 use crate::runtime::sys;
 use meta::MetaColumn;
 use names::{adopt_table, create_names, replace_names_attr, rewrite_names};
@@ -106,14 +106,14 @@ pub const METADATA_HEADROOM: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub struct AppendSpec {
     pub split: String,
-    pub spec: Spec,
+    /// The recipe's rows: librosa's `mel` rows, or variable-length rows
+    /// (`crate::frames`) in `features`.
+    pub layout: RowLayout,
     pub dtype: Dtype,
     /// Rows per HDF5 chunk along N, ≥ 1.
     pub chunk_files: usize,
     /// Extra root attributes (UTF-8 strings), written when the file is created.
     pub extra_attrs: Vec<(String, String)>,
-    /// Variable-length rows (`crate::frames`); None: librosa's `mel` rows.
-    pub frames: Option<crate::frames::FrameLayout>,
 }
 
 /// What [`Appender::open`] found.
@@ -210,11 +210,10 @@ impl Appender {
         let header = Header {
             split: &spec.split,
             label_names,
-            spec: &spec.spec,
+            layout: &spec.layout,
             dtype: spec.dtype,
             chunk_files: spec.chunk_files,
             extra_attrs: &spec.extra_attrs,
-            frames: spec.frames.as_ref(),
         };
         let exists = path.try_exists().map_err(|source| Error::Io {
             path: path.clone(),
@@ -253,10 +252,7 @@ impl Appender {
         report.created = !exists;
         let rows = report.rows_found - report.rows_dropped;
         let meta = MetaColumn::open(&file, &path, rows, spec.chunk_files)?;
-        let bins = match &spec.frames {
-            Some(l) => crate::cmvn::Bins::frames(l, spec.dtype),
-            None => crate::cmvn::Bins::mel(spec.spec.row_shape(), spec.dtype),
-        };
+        let bins = crate::cmvn::Bins::of_layout(&spec.layout, spec.dtype);
         let cmvn = cmvn::Cmvn::open(&file, &path, &sets, bins, rows)?;
         // The files beside it describe the rows at the last close: stale
         // from the first append on, written again by the close.
@@ -649,7 +645,9 @@ fn validate(spec: &AppendSpec, label_names: &[String]) -> Result<(), Error> {
     if spec.chunk_files == 0 {
         return Err(PlanError::ChunkFiles.into());
     }
-    if let Err(e) = spec.spec.validate() {
+    if let RowLayout::Fixed(s) = &spec.layout
+        && let Err(e) = s.validate()
+    {
         return Err(PlanError::Spec(e).into());
     }
     for (i, n) in label_names.iter().enumerate() {

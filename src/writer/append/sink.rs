@@ -47,6 +47,7 @@ use crossbeam_queue::ArrayQueue;
 
 use super::splits::{Dest, Splits};
 use crate::config::Config;
+use crate::frames::RowLayout;
 use crate::model::Refusal;
 use crate::runtime::telemetry::{Local, Stage, Telemetry};
 use crate::writer::{Error, Placed, RowPieces, Sink, Streamed};
@@ -104,27 +105,19 @@ pub struct AppendSink {
 impl AppendSink {
     /// Starts the thread with [`Splits::new`]'s split table; its write time is
     /// charged to [`Stage::Write`] in `telemetry`.
+    /// `layout` is the recipe's, as the caller built it once for the
+    /// splits and the row checks (serve: its pipeline's recipe).
     pub fn new(
         output_dir: &Path,
-        cfg: &Config,
+        (cfg, layout): (&Config, RowLayout),
         input: &Path,
         telemetry: Arc<Telemetry>,
     ) -> Result<AppendSink, Error> {
-        let frames = crate::recipes::frame_layout(cfg);
-        AppendSink::with_layout(output_dir, (cfg, frames), input, telemetry)
-    }
-
-    /// [`AppendSink::new`] with the recipe's layout `frames` (None for
-    /// librosa) as the caller built it, once, for the splits and the row
-    /// checks (serve: its pipeline's recipe).
-    pub fn with_layout(
-        output_dir: &Path,
-        (cfg, frames): (&Config, Option<crate::frames::FrameLayout>),
-        input: &Path,
-        telemetry: Arc<Telemetry>,
-    ) -> Result<AppendSink, Error> {
-        let row_len = frames.is_none().then(|| cfg.spec.row_len());
-        let splits = Splits::new(output_dir, (cfg, frames), input);
+        let row_len = match &layout {
+            RowLayout::Fixed(spec) => Some(spec.row_len()),
+            RowLayout::Frames(_) => None,
+        };
+        let splits = Splits::new(output_dir, (cfg, layout), input);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (reply_tx, replies) = mpsc::sync_channel(1);
         let (piece_tx, piece_replies) = mpsc::sync_channel(1);
@@ -512,7 +505,8 @@ mod tests {
     }
 
     fn start(out: &Path, cfg: &Config) -> AppendSink {
-        AppendSink::new(out, cfg, Path::new("/drop"), Arc::default()).unwrap()
+        let layout = crate::recipes::build(cfg).unwrap().layout().clone();
+        AppendSink::new(out, (cfg, layout), Path::new("/drop"), Arc::default()).unwrap()
     }
 
     fn rows_of(path: &Path) -> (Vec<f32>, Vec<String>, Vec<i32>) {

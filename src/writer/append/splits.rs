@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AppendSpec, Appender};
 use crate::config::Config;
-use crate::frames::FrameLayout;
+use crate::frames::RowLayout;
 use crate::writer;
 
 /// Where one row goes: its split, the path recorded for it and its label.
@@ -43,17 +43,17 @@ pub(super) struct Splits {
 impl Splits {
     /// A sink writing `cfg`'s rows into `output_dir`, recording `input` (serve's
     /// drop directory) as the files' `input` attribute.
-    /// `frames`: the recipe's layout (None for librosa), built by the caller.
+    /// `layout`: the recipe's, built by the caller.
     pub(super) fn new(
         output_dir: &Path,
-        (cfg, frames): (&Config, Option<FrameLayout>),
+        (cfg, layout): (&Config, RowLayout),
         input: &Path,
     ) -> Splits {
         Splits {
             output_dir: output_dir.to_path_buf(),
             base: AppendSpec {
                 split: String::new(),
-                spec: cfg.spec.clone(),
+                layout,
                 dtype: cfg.output.dtype,
                 chunk_files: cfg.output.chunk_files,
                 extra_attrs: vec![
@@ -69,7 +69,6 @@ impl Splits {
                         cfg.input.policy.channels.name().into(),
                     ),
                 ],
-                frames,
             },
             appenders: HashMap::new(),
             labels: Vec::new(),

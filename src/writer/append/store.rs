@@ -24,7 +24,7 @@ use std::path::Path;
 
 use hdf5::Dataset;
 
-use crate::frames::FrameLayout;
+use crate::frames::{FrameLayout, RowLayout};
 use crate::writer::Error;
 use crate::writer::chunk::ChunkBuf;
 use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
@@ -39,8 +39,8 @@ pub(super) enum Sets {
 impl Sets {
     /// Opens the datasets of the layout `h` describes.
     pub(super) fn open(file: &hdf5::File, p: &Path, h: &Header<'_>) -> Result<Sets, Error> {
-        match h.frames {
-            None if !file.link_exists("mel") && file.link_exists("features") => {
+        match h.layout {
+            RowLayout::Fixed(_) if !file.link_exists("mel") && file.link_exists("features") => {
                 Err(Error::Incompatible {
                     file: p.to_path_buf(),
                     reason: "the file has variable-length `features` rows, this configuration \
@@ -48,8 +48,8 @@ impl Sets {
                         .into(),
                 })
             }
-            None => Datasets::open(file, p).map(Sets::Mel),
-            Some(l) => {
+            RowLayout::Fixed(_) => Datasets::open(file, p).map(Sets::Mel),
+            RowLayout::Frames(l) => {
                 if !file.link_exists("features") {
                     return Err(Error::Incompatible {
                         file: p.to_path_buf(),
@@ -68,9 +68,11 @@ impl Sets {
     /// Creates the datasets of a new file, all but `path` (the appender's
     /// `writer::strings` column).
     pub(super) fn create(file: &hdf5::File, p: &Path, h: &Header<'_>) -> Result<(), Error> {
-        match h.frames {
-            None => Datasets::create(file, p, h, PathColumn::Caller).map(drop),
-            Some(l) => FrameSets::create(file, p, h, l, PathColumn::Caller).map(drop),
+        match h.layout {
+            RowLayout::Fixed(spec) => {
+                Datasets::create(file, p, h, spec, PathColumn::Caller).map(drop)
+            }
+            RowLayout::Frames(l) => FrameSets::create(file, p, h, l, PathColumn::Caller).map(drop),
         }
     }
 
@@ -186,9 +188,9 @@ impl Sets {
 
     /// Refuses stored rows whose shape or element type differ from `h`'s.
     pub(super) fn check_shape(&self, h: &Header<'_>) -> Result<(), String> {
-        let (ds, what, shape, want) = match (self, h.frames) {
-            (Sets::Mel(d), _) => {
-                let row = h.spec.row_shape();
+        let (ds, what, shape, want) = match (self, h.layout) {
+            (Sets::Mel(d), RowLayout::Fixed(spec)) => {
+                let row = spec.row_shape();
                 let shape = d.mel.shape();
                 if shape.len() != 5 || shape[1..] != row {
                     return Err(format!(
@@ -197,10 +199,15 @@ impl Sets {
                 }
                 (&d.mel, "mel", shape, vec![])
             }
-            (Sets::Frames(d), Some(l)) => {
+            (Sets::Frames(d), RowLayout::Frames(l)) => {
                 (&d.features, "features", d.features.shape(), vec![l.bins])
             }
-            (Sets::Frames(_), None) => return Err("the file has variable-length rows".into()),
+            (Sets::Frames(_), RowLayout::Fixed(_)) => {
+                return Err("the file has variable-length rows".into());
+            }
+            (Sets::Mel(_), RowLayout::Frames(_)) => {
+                return Err("the file has librosa's fixed rows".into());
+            }
         };
         if !want.is_empty() && (shape.len() != 2 || shape[1..] != want) {
             return Err(format!(
@@ -257,8 +264,8 @@ impl Store {
     /// The store over `sets` for rows of `spec`'s layout (which
     /// [`Sets::open`] followed).
     pub(super) fn new(sets: Sets, spec: &super::AppendSpec, p: &Path) -> Result<Store, Error> {
-        match (sets, &spec.frames) {
-            (Sets::Frames(ds), Some(l)) => {
+        match (sets, &spec.layout) {
+            (Sets::Frames(ds), RowLayout::Frames(l)) => {
                 let chunk_frames = chunk_frames(l, spec.dtype);
                 let mut buf = Box::new(FrameBuf::new(spec.dtype, l));
                 let end = ds.features.shape()[0];
@@ -276,10 +283,10 @@ impl Store {
                     ds,
                 })
             }
-            (Sets::Mel(ds), None) => Ok(Store::Mel {
+            (Sets::Mel(ds), RowLayout::Fixed(s)) => Ok(Store::Mel {
                 ds,
-                chunk: ChunkBuf::new(spec.dtype, spec.spec.row_shape(), spec.chunk_files),
-                row_len: spec.spec.row_len(),
+                chunk: ChunkBuf::new(spec.dtype, s.row_shape(), spec.chunk_files),
+                row_len: s.row_len(),
             }),
             _ => Err(crate::writer::PlanError::LayoutMismatch.into()),
         }

@@ -2,6 +2,7 @@
 //! unconfirmed rows, refusing what cannot be trusted), appending to a build
 //! file, and an h5py SWMR reader seeing new rows.
 
+use crate::frames::RowLayout;
 use hdf5::types::VarLenUnicode;
 
 use super::*;
@@ -11,11 +12,10 @@ use crate::writer::h5;
 pub(super) fn spec() -> AppendSpec {
     AppendSpec {
         split: "train".into(),
-        spec: crate::writer::tests::tiny_spec(),
+        layout: RowLayout::Fixed(crate::writer::tests::tiny_spec()),
         dtype: Dtype::Float32,
         chunk_files: 4,
         extra_attrs: vec![("watch_dir".into(), "/drop".into())],
-        frames: None,
     }
 }
 
@@ -150,13 +150,13 @@ fn recovery_refuses_what_it_cannot_trust() {
         Err(Error::Recovery { .. })
     ));
     let mut other = spec();
-    other.spec.n_mels = 3;
+    other.layout.spec_mut().n_mels = 3;
     assert!(matches!(
         Appender::open(d.path(), &other, &[], 1),
         Err(Error::Incompatible { .. })
     ));
     let mut other = spec();
-    other.spec.fmin = 1.0;
+    other.layout.spec_mut().fmin = 1.0;
     let e = Appender::open(d.path(), &other, &[], 1).err().unwrap();
     assert!(e.to_string().contains("fmin"), "{e}");
     let mut other = spec();
@@ -188,11 +188,10 @@ fn appends_to_a_build_file() {
         }],
         paths: std::sync::Arc::new(paths),
         label_names: names(&["x"]),
-        spec: s.spec.clone(),
+        layout: s.layout.clone(),
         dtype: s.dtype,
         chunk_files: s.chunk_files,
         extra_attrs: vec![],
-        frames: None,
     };
     let mut w = super::super::DatasetWriter::create(plan).unwrap();
     for i in 0..3 {
@@ -302,8 +301,8 @@ fn label_ids_agree_across_splits_after_a_crash_before_the_first_commit() {
         spec: crate::writer::tests::tiny_spec(),
         ..crate::config::Config::default()
     };
-    let frames = crate::recipes::frame_layout(&cfg);
-    let mut sink = splits::Splits::new(d.path(), (&cfg, frames), Path::new("/drop"));
+    let layout = crate::recipes::build(&cfg).unwrap().layout().clone();
+    let mut sink = splits::Splits::new(d.path(), (&cfg, layout), Path::new("/drop"));
     let dest = |split: &str, label: &str| splits::Dest {
         rel: format!("{split}/{label}/g.wav"),
         split: split.into(),
@@ -486,11 +485,11 @@ fn a_flush_drops_the_chunks_synced_before_it_from_the_page_cache() {
         return;
     }
     let sp = AppendSpec {
-        spec: crate::dsp::Spec::default(),
+        layout: RowLayout::Fixed(crate::dsp::Spec::default()),
         chunk_files: 64,
         ..spec()
     };
-    let row_len = sp.spec.row_len();
+    let row_len = sp.layout.spec().row_len();
     let big_row = |i: usize| -> Vec<f32> { (0..row_len).map(|k| (i * 7 + k) as f32).collect() };
     let (mut a, _) = Appender::open(d.path(), &sp, &names(&["leak"]), 0).unwrap();
     let per_flush = 150;

@@ -19,7 +19,7 @@ fn build_stats(bins: &Bins, rows: impl Iterator<Item = Vec<f32>>) -> Stats {
 }
 
 fn mel_bins() -> Bins {
-    Bins::mel(spec().spec.row_shape(), spec().dtype)
+    Bins::mel(spec().layout.spec().row_shape(), spec().dtype)
 }
 
 /// The statistics stored in `train.h5` under `d`.
@@ -130,7 +130,7 @@ fn compact_statistics_are_the_stored_values() {
         dtype: Dtype::Compact { tick_power: -5 },
         ..super::tests_frames::spec()
     };
-    let layout = spec.frames.clone().unwrap();
+    let layout = spec.layout.frame_layout().clone();
     let bins = Bins::frames(&layout, spec.dtype);
     // Off the grid: the stored values are not these.
     let r = |i: usize| -> Vec<f32> {

@@ -4,6 +4,7 @@
 
 use super::tests::{spec as mel_spec, strings};
 use super::*;
+use crate::frames::RowLayout;
 use crate::frames::testing::Blocks;
 
 /// 2,048 bins of float32: a `features` chunk is 128 frames.
@@ -11,7 +12,7 @@ const BINS: usize = 2048;
 
 pub(super) fn spec() -> AppendSpec {
     AppendSpec {
-        frames: Some(Blocks::new(BINS, 4, Some(3000)).layout),
+        layout: Blocks::new(BINS, 4, Some(3000)).rows,
         ..mel_spec()
     }
 }
@@ -116,7 +117,7 @@ fn a_file_of_the_other_layout_is_refused_with_a_sentence() {
     let e = refused(Appender::open(e2.path(), &spec(), &[], 0));
     assert!(e.to_string().contains("librosa's `mel` rows"), "{e}");
     let mut other = spec();
-    if let Some(l) = &mut other.frames {
+    if let RowLayout::Frames(l) = &mut other.layout {
         l.bins = 7;
     }
     let e = refused(Appender::open(d.path(), &other, &[], 0));

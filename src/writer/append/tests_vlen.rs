@@ -39,11 +39,10 @@ fn build_file(dir: &Path, n: usize) {
         }],
         paths: std::sync::Arc::new(paths),
         label_names: vec!["a".to_string()],
-        spec: s.spec.clone(),
+        layout: s.layout.clone(),
         dtype: s.dtype,
         chunk_files: s.chunk_files,
         extra_attrs: vec![],
-        frames: None,
     };
     let mut w = crate::writer::DatasetWriter::create(plan).unwrap();
     for i in 0..n {

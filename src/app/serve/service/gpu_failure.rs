@@ -89,7 +89,7 @@ impl Service {
              serve restarts"
         ));
         let cpu = Pipeline::start_on_recipe(
-            (&self.cfg, self.pipeline.recipe().cloned()),
+            (&self.cfg, Arc::clone(self.pipeline.recipe())),
             Probe::decided(choice),
             Arc::clone(&self.telemetry),
             0,

@@ -182,8 +182,8 @@ impl Service {
     /// joined as it is replaced), with every split the journal has rows in
     /// opened.
     fn fresh_sink(&mut self) -> Result<(), Error> {
-        let layout = self.pipeline.recipe().map(|r| r.layout().clone());
-        self.sink = AppendSink::with_layout(
+        let layout = self.pipeline.recipe().layout().clone();
+        self.sink = AppendSink::new(
             &self.serve.output_dir,
             (&self.cfg, layout),
             &self.serve.watch_dir,

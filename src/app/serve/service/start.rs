@@ -168,8 +168,8 @@ impl Service {
         let telemetry = Arc::new(Telemetry::default());
         let pipeline = Pipeline::start(&cfg, Arc::clone(&telemetry), 0)?;
         // The sink's layout is the pipeline's recipe's: one recipe a run.
-        let layout = pipeline.recipe().map(|r| r.layout().clone());
-        let sink = AppendSink::with_layout(
+        let layout = pipeline.recipe().layout().clone();
+        let sink = AppendSink::new(
             &serve.output_dir,
             (&cfg, layout),
             &serve.watch_dir,

@@ -18,34 +18,29 @@
 //! [`MelRecipe`]: crate::compute::cuda::recipe::MelRecipe
 //! [`Device`]: crate::compute::cuda::device::Device
 
-use std::sync::Arc;
-
 use super::double::{HostDouble, Progress};
 use super::double_kernels::MelHostKernels;
 use crate::compute::Wiring as CudaWiring;
 use crate::compute::cuda::Error;
 use crate::compute::cuda::backend::{CudaOptions, CudaReport, CudaWorkers, start_workers_with};
-use crate::dsp::Plan;
 
 /// What [`CudaReport::device`] says for a stage started here.
 pub const DEVICE_NAME: &str = "host double (no GPU; kernels built for the host)";
 
-/// Starts the CUDA stage for `plan` over a [`HostDouble`] that runs every
+/// Starts the CUDA stage for the wiring's recipe over a [`HostDouble`] that runs every
 /// queued operation as soon as it is runnable ([`Progress::Eager`]), wired and
 /// joined like [`crate::compute::cuda::start_cuda_workers`]'s stage.
 pub fn start_host_double_workers(
-    plan: Arc<Plan>,
     opts: CudaOptions,
     wiring: CudaWiring,
 ) -> Result<CudaWorkers, Error> {
-    start_host_double_workers_with(plan, opts, wiring, Progress::Eager)
+    start_host_double_workers_with(opts, wiring, Progress::Eager)
 }
 
 /// [`start_host_double_workers`] with a chosen [`Progress`]:
 /// `Progress::Random` makes copies and events complete late, in a seeded
 /// interleaving, as the orchestration tests do.
 pub fn start_host_double_workers_with(
-    plan: Arc<Plan>,
     opts: CudaOptions,
     wiring: CudaWiring,
     progress: Progress,
@@ -58,7 +53,6 @@ pub fn start_host_double_workers_with(
     // A test of a GPU failing mid-run names the file whose creation breaks it.
     let fail_once = std::env::var_os(crate::compute::HOST_DOUBLE_FAIL_ENV).map(Into::into);
     start_workers_with(
-        plan,
         move || {
             let d = HostDouble::unlogged(progress).with_kernels(Box::new(MelHostKernels));
             Ok(match fail_once.clone() {
@@ -85,7 +79,7 @@ mod tests {
         use crate::dsp::Plan;
         use crate::reader::{FileBytes, Loaded};
 
-        let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
+        let plan = std::sync::Arc::new(Plan::new(&crate::config::Config::default().spec));
         let rate = plan.spec().sample_rate;
         let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
         let (wiring, input, output) = Wiring::standalone(256);
@@ -94,7 +88,7 @@ mod tests {
             flush_after: std::time::Duration::from_millis(40),
             ..CudaOptions::default()
         };
-        let workers = start_host_double_workers(plan, opts, wiring).unwrap();
+        let workers = start_host_double_workers(opts, wiring.librosa(&plan)).unwrap();
         // Up to 500 files, one every 20 ms (10 s): fewer than a batch, and
         // never 40 ms without new input. Under the old rule nothing comes out
         // before the input closes; now the first batch is computed ~40 ms
@@ -147,10 +141,11 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let trigger = dir.path().join("fail");
-        let plan = Arc::new(Plan::new(&crate::config::Config::default().spec));
+        let plan = std::sync::Arc::new(Plan::new(&crate::config::Config::default().spec));
         let rate = plan.spec().sample_rate;
         let wav = crate::synth::encode_wav_pcm16(&crate::synth::clip(3, 1, 0), rate);
         let (wiring, input, output) = Wiring::standalone(64);
+        let wiring = wiring.librosa(&plan);
         let opts = CudaOptions {
             batch_files: 64,
             flush_after: Duration::from_millis(20),
@@ -159,7 +154,6 @@ mod tests {
         let t = trigger.clone();
         let report = CudaReport::default();
         let workers = start_workers_with(
-            plan,
             move || {
                 Ok(HostDouble::unlogged(Progress::Eager)
                     .with_kernels(Box::new(MelHostKernels))

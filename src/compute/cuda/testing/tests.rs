@@ -663,9 +663,8 @@ fn the_stage_on_the_double_computes_the_cpu_rows_and_rejects_like_the_cpu() {
         ..CudaOptions::default()
     };
     let workers = start_host_double_workers_with(
-        Arc::clone(&plan),
         opts,
-        wiring,
+        wiring.librosa(&Arc::clone(&plan)),
         Progress::Random {
             seed: 3,
             max_steps: 2,

@@ -13,12 +13,11 @@ use std::sync::Arc;
 use super::double::{HostDouble, Progress};
 use super::double_kernels::MelHostKernels;
 use super::host_stage::start_host_double_workers_with;
-use crate::compute::cpu::HostFrames;
+use crate::compute::cpu::HostRow;
 use crate::compute::cuda::backend::{CudaOptions, CudaReport, start_workers_with};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::policy::{Channels, Policy, Resample};
 use crate::dsp::kaldi::{KaldiOptions, Kind};
-use crate::dsp::{Plan, Spec};
 use crate::frames::FrameRecipe;
 use crate::reader::{FileBytes, Loaded};
 use crate::runtime::telemetry::Local;
@@ -75,7 +74,7 @@ fn policy() -> Policy {
 
 /// What the CPU workers make of every file.
 fn cpu_outcomes(recipe: &Arc<dyn FrameRecipe>, files: &[Vec<u8>]) -> Outcomes {
-    let mut host = HostFrames::new(recipe.as_ref(), policy());
+    let mut host = HostRow::new(recipe.as_ref(), policy());
     let mut local = Local::default();
     files
         .iter()
@@ -97,7 +96,7 @@ fn wiring(
 ) {
     let (mut wiring, input, output) = Wiring::standalone(8);
     wiring.policy = policy();
-    wiring.frames = Some(Arc::clone(recipe));
+    wiring.recipe = Arc::clone(recipe);
     (wiring, input, output)
 }
 
@@ -141,8 +140,7 @@ fn run_double(
     progress: Progress,
 ) -> (Outcomes, CudaReport) {
     let (wiring, input, output) = wiring(recipe);
-    let plan = Arc::new(Plan::new(&Spec::default()));
-    let workers = start_host_double_workers_with(plan, opts, wiring, progress).unwrap();
+    let workers = start_host_double_workers_with(opts, wiring, progress).unwrap();
     let got = collect(input, &output, files);
     (got, workers.join().unwrap())
 }
@@ -189,7 +187,7 @@ fn recipes() -> Vec<Arc<dyn FrameRecipe>> {
 fn every_recipe_on_the_double_equals_the_cpu_workers_bit_for_bit_at_any_batch_size() {
     let files = corpus();
     for recipe in recipes() {
-        let name = recipe.layout().recipe.clone();
+        let name = recipe.layout().recipe().to_string();
         let cpu = cpu_outcomes(&recipe, &files);
         let ok = cpu.iter().filter(|r| r.is_ok()).count();
         assert!(
@@ -255,7 +253,6 @@ fn a_device_failure_rejects_every_file_with_its_cause_and_join_returns_it() {
         (crate::recipes::whisper(80).unwrap(), "cufftExecD2Z"),
     ] {
         let (wiring, input, output) = wiring(&recipe);
-        let plan = Arc::new(Plan::new(&Spec::default()));
         let opts = CudaOptions {
             batch_files: 4,
             decode_threads: 2,
@@ -266,7 +263,7 @@ fn a_device_failure_rejects_every_file_with_its_cause_and_join_returns_it() {
                 .with_kernels(Box::new(MelHostKernels))
                 .refusing(op, "CUFFT_EXEC_FAILED"))
         };
-        let workers = start_workers_with(plan, make, opts, wiring, CudaReport::default()).unwrap();
+        let workers = start_workers_with(make, opts, wiring, CudaReport::default()).unwrap();
         let got = collect(input, &output, &files);
         let cpu = cpu_outcomes(&recipe, &files);
         for (job, (g, c)) in got.iter().zip(&cpu).enumerate() {
@@ -291,8 +288,7 @@ fn a_dithered_kaldi_recipe_does_not_start_on_the_device() {
     };
     let recipe = crate::recipes::kaldi(&opts, Kind::Fbank).unwrap();
     let (wiring, _input, _output) = wiring(&recipe);
-    let plan = Arc::new(Plan::new(&Spec::default()));
-    let e = start_host_double_workers_with(plan, CudaOptions::default(), wiring, Progress::Eager)
+    let e = start_host_double_workers_with(CudaOptions::default(), wiring, Progress::Eager)
         .err()
         .expect("refused")
         .to_string();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::double::Progress;
 use super::host_stage::start_host_double_workers_with;
-use crate::compute::cpu::HostMel;
+use crate::compute::cpu::HostRow;
 use crate::compute::cuda::backend::CudaOptions;
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::policy::{Channels, Policy, Resample};
@@ -36,7 +36,8 @@ fn run_stage(
 ) {
     let (mut wiring, input, output) = Wiring::standalone(8);
     wiring.policy = policy;
-    let workers = start_host_double_workers_with(Arc::clone(plan), opts, wiring, progress).unwrap();
+    let workers =
+        start_host_double_workers_with(opts, wiring.librosa(&Arc::clone(plan)), progress).unwrap();
     let n = files.len();
     let feeder = std::thread::spawn(move || {
         for (job, f) in files.into_iter().enumerate() {
@@ -149,7 +150,10 @@ fn flac_resampled_and_first_channel_files_go_through_the_decode_pool_and_equal_t
     let (got, report) = run_stage(&plan, policy, opts, files, progress);
 
     // The CPU backend's answer for each file.
-    let mut host = HostMel::new(&plan, policy);
+    let mut host = HostRow::new(
+        crate::recipes::librosa_of(Arc::clone(&plan)).as_ref(),
+        policy,
+    );
     let mut local = Local::default();
     let mut pooled = 0;
     for (job, g) in got.iter().enumerate() {
@@ -157,8 +161,8 @@ fn flac_resampled_and_first_channel_files_go_through_the_decode_pool_and_equal_t
         let want = match input {
             Err(e) => Err(e.to_string()),
             Ok(bytes) => {
-                let mut row = vec![0f32; plan.spec().row_len()];
-                host.row(&plan, bytes, &mut row, &mut local)
+                let mut row = Vec::new();
+                host.row(bytes, None, job as u64, &mut row, &mut local)
                     .map(|()| row)
                     .map_err(|e| e.to_string())
             }
@@ -260,7 +264,8 @@ fn the_pool_stops_when_the_stage_thread_ends_first() {
         decode_threads: 3,
         ..CudaOptions::default()
     };
-    let workers = start_host_double_workers_with(plan, opts, wiring, Progress::Eager).unwrap();
+    let workers =
+        start_host_double_workers_with(opts, wiring.librosa(&plan), Progress::Eager).unwrap();
     let file = crate::synth::encode_wav_pcm16(&crate::synth::clip(5, 1, 0), rate * 2);
     let feeder_input = Arc::clone(&input);
     let feeder = std::thread::spawn(move || {
@@ -321,8 +326,8 @@ fn the_staging_is_registered_only_once_a_clip_needs_it() {
             resample: Resample::Off,
             channels: Channels::First,
         };
+        let wiring = wiring.librosa(&plan);
         let workers = crate::compute::cuda::backend::start_workers_with(
-            Arc::clone(&plan),
             move || {
                 Ok(HostDouble::new(device_log, Progress::Eager)
                     .with_kernels(Box::new(MelHostKernels)))

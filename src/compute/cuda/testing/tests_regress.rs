@@ -21,10 +21,9 @@ fn plan() -> Arc<Plan> {
 fn empty_run(dev: HostDouble) -> Result<CudaReport, crate::compute::cuda::Error> {
     let (wiring, input, _output) = Wiring::standalone(16);
     let workers = start_workers_with(
-        plan(),
         move || Ok(dev),
         CudaOptions::default(),
-        wiring,
+        wiring.librosa(&plan()),
         CudaReport::default(),
     )
     .unwrap();
@@ -246,10 +245,9 @@ fn a_refused_arena_registration_falls_back_to_pageable_copies() {
         .with_kernels(Box::new(MelHostKernels))
         .refusing("cuMemHostRegister", "CUDA_ERROR_NOT_SUPPORTED");
     let workers = start_workers_with(
-        plan,
         move || Ok(dev),
         CudaOptions::default(),
-        wiring,
+        wiring.librosa(&plan),
         CudaReport::default(),
     )
     .expect("start-up survives a refused registration");
