@@ -39,7 +39,6 @@
 
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -53,10 +52,10 @@ use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, Staged};
 use super::recipe::MelRecipe;
 use super::staging::{Clip, Staging};
 use super::tables::Tables;
-use super::workers::spawn_stage;
 pub use super::workers::{
     CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
 };
+use super::workers::{Ended, Next, StopPool, answer, next, spawn_stage, with_pool};
 use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::dsp::Plan;
@@ -190,35 +189,12 @@ where
         };
         stage.run(make)
     })?;
-    start_pool(feed_wiring, pool_fed, pool_out, thread)
-}
-
-/// Starts the decode pool in front of the running stage thread.
-fn start_pool(
-    wiring: FeedWiring,
-    fed: Vec<Producer<Fed>>,
-    out: Vec<Producer<Outcome>>,
-    thread: JoinHandle<Result<CudaReport, Error>>,
-) -> Result<CudaWorkers, Error> {
-    let threads = fed.len();
-    match Feed::start(wiring, fed, out) {
-        Ok(feed) => {
-            if feed.len() < threads {
-                tracing::warn!(
-                    started = feed.len(),
-                    wanted = threads,
-                    "Fewer decode threads run than asked for."
-                );
-            }
-            Ok(CudaWorkers::new(feed, thread))
-        }
-        Err(e) => {
-            // Every fed guard is gone: the stage thread sees a closed,
-            // empty input and ends without having taken a file.
-            let _ = thread.join();
-            Err(Cause::host("start the decode threads", e).into())
-        }
-    }
+    let threads = pool_fed.len();
+    with_pool(
+        Feed::start(feed_wiring, pool_fed, pool_out),
+        threads,
+        thread,
+    )
 }
 
 /// What the stage thread owns: the plan and its tables, the wiring, the fed
@@ -245,16 +221,13 @@ impl StageThread {
         F: FnOnce() -> super::device::Result<D>,
     {
         let started = Instant::now();
-        // However this thread ends (a panic included), the pool stops:
-        // its pushes fail and its waits for a slot end.
-        let stop_pool = StopPool(Arc::clone(&self.fed), Arc::clone(&self.staging));
-        let mut runner = match open_runner(make, self.tables, self.opts) {
-            Ok(r) => r,
-            Err(e) => {
-                let _gone = self.ready.send(Err(e.into()));
-                return Err(Cause::StartUpFailed.into());
-            }
-        };
+        let (fed, staging) = (Arc::clone(&self.fed), Arc::clone(&self.staging));
+        let stop_pool = StopPool(move || {
+            fed.close();
+            staging.close();
+        });
+        let opened = open_runner(make, self.tables, self.opts).map_err(Error::from);
+        let mut runner = answer(opened, &self.ready)?;
         let mut pageable = false;
         if let Some(a) = self.wiring.arena.as_ref() {
             // SAFETY: the arena stays mapped while `wiring.arena` (an
@@ -270,7 +243,6 @@ impl StageThread {
             len: self.staging.len(),
             state: None,
         };
-        let _gone = self.ready.send(Ok(()));
         let (r, host_decoded) = run(
             &mut runner,
             &self.plan,
@@ -288,21 +260,16 @@ impl StageThread {
         while let Some(f) = self.fed.try_pop() {
             drop(held(f.kind, rate, &self.wiring.free_bytes));
         }
-        let stats = runner.stats();
-        let errors = runner.error_sink();
+        let ended = Ended {
+            run: r,
+            started,
+            errors: runner.error_sink(),
+            stats: runner.stats(),
+        };
         drop(runner);
-        let failures = errors.lock().map(|e| e.clone()).unwrap_or_default();
-        let run_s = started.elapsed().as_secs_f64();
         drop(self.output);
-        r.map_err(Error::Run)?;
-        if !failures.is_empty() {
-            return Err(Error::Teardown { failures });
-        }
-        Ok(CudaReport {
-            runner: stats,
+        ended.report(CudaReport {
             pageable_copies: pageable || self.wiring.arena.is_none(),
-            run_s,
-            h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
             f16_rows: self.opts.f16_rows,
             decode_threads: self.opts.decode_threads.max(1),
             host_decoded_files: host_decoded,
@@ -372,16 +339,6 @@ impl LazyRegistration {
             // and its device are dropped.
             self.state = Some(unsafe { register(dev, self.ptr, self.len, "decode staging") });
         }
-    }
-}
-
-/// Closes the fed ring and the staging when dropped.
-struct StopPool(Arc<Ring<Fed>>, Arc<Staging>);
-
-impl Drop for StopPool {
-    fn drop(&mut self) {
-        self.0.close();
-        self.1.close();
     }
 }
 
@@ -486,15 +443,6 @@ impl Rows<'_> {
     }
 }
 
-/// What the stage loop takes next.
-enum Next {
-    File(Fed),
-    /// Nothing arrived (the loop polled or flushed a due batch meanwhile).
-    Idle,
-    /// The input closed and is empty.
-    Drained,
-}
-
 /// The stage loop's state: the runner, where rows go, the first device
 /// failure, and when the open batch's first file arrived.
 struct StageLoop<'a, D: Device> {
@@ -511,29 +459,21 @@ struct StageLoop<'a, D: Device> {
 impl<D: Device> StageLoop<'_, D> {
     /// The next fed file; while none is there, completes batches in flight
     /// (nothing assembled) or flushes the open batch once it is due.
-    fn next(&mut self, input: &Ring<Fed>) -> Next {
-        if let Some(fed) = input.try_pop() {
-            return Next::File(fed);
-        }
-        if input.is_closed() {
-            // Closed: drain what is left, then stop.
-            return input.pop().map_or(Next::Drained, Next::File);
-        }
-        let (runner, rows) = (&mut *self.runner, &mut self.rows);
-        let r = if runner.open_len() == 0 && self.failure.is_none() {
-            // Nothing assembled: block for input, but keep completing
-            // batches in flight (poll) every few milliseconds.
-            self.local
-                .time(Stage::Mel, || runner.poll(&mut |j, v| rows.row(j, v)))
-        } else {
-            let (open_since, delay) = (&mut self.open_since, self.opts.flush_after);
-            self.local.time(Stage::Mel, || {
-                flush_if_due(runner, open_since, delay, &mut |j, v| rows.row(j, v))
-            })
-        };
-        self.fail(r);
-        std::thread::sleep(Duration::from_micros(200));
-        Next::Idle
+    fn next(&mut self, input: &Ring<Fed>) -> Next<Fed> {
+        next(input, || {
+            let (runner, rows) = (&mut *self.runner, &mut self.rows);
+            let r = if runner.open_len() == 0 && self.failure.is_none() {
+                // Nothing assembled: keep completing batches in flight.
+                self.local
+                    .time(Stage::Mel, || runner.poll(&mut |j, v| rows.row(j, v)))
+            } else {
+                let (open_since, delay) = (&mut self.open_since, self.opts.flush_after);
+                self.local.time(Stage::Mel, || {
+                    flush_if_due(runner, open_since, delay, &mut |j, v| rows.row(j, v))
+                })
+            };
+            self.fail(r);
+        })
     }
 
     /// Adds one file to the open batch and flushes what is full or due;

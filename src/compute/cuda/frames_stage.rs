@@ -32,7 +32,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 
@@ -43,7 +43,10 @@ use super::frames_exec::{Capacity, FrameExec, FrameSlot, FrameTables};
 use super::host_copy;
 use super::orchestrate::RunnerStats;
 use super::recipe_tables::Batch;
-use super::workers::{CudaOptions, CudaReport, CudaWorkers, spawn_stage};
+use super::workers::{
+    CudaOptions, CudaReport, CudaWorkers, Ended, Next, StopPool, answer, next, spawn_stage,
+    with_pool,
+};
 use super::{Error, device};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::decode::clip::{ClipDecoder, Policy};
@@ -122,18 +125,12 @@ where
         };
         stage.run(make)
     })?;
+    let threads = pool_fed.len();
     let bodies = pool_fed.into_iter().zip(pool_out).map(|(fed, out)| {
         let ctx = Arc::clone(&ctx);
         move || decode(&ctx, &fed, &out)
     });
-    match Feed::spawn(bodies) {
-        Ok(feed) => Ok(CudaWorkers::new(feed, thread)),
-        Err(e) => {
-            // Every pool guard is gone: the stage sees a closed, empty input.
-            let _ = thread.join();
-            Err(Cause::host("start the decode threads", e).into())
-        }
-    }
+    with_pool(Feed::spawn(bodies), threads, thread)
 }
 
 /// One decode thread: each file decoded as the CPU workers decode it, its
@@ -192,16 +189,6 @@ struct StageThread {
     report: CudaReport,
 }
 
-/// Closes the fed ring when dropped: however the stage thread ends, the
-/// pool's pushes fail and it stops.
-struct StopPool(Arc<Ring<Utterance>>);
-
-impl Drop for StopPool {
-    fn drop(&mut self) {
-        self.0.close();
-    }
-}
-
 impl StageThread {
     fn run<D, F>(self, make: F) -> Result<CudaReport, Error>
     where
@@ -209,22 +196,17 @@ impl StageThread {
         F: FnOnce() -> device::Result<D>,
     {
         let started = Instant::now();
-        let stop_pool = StopPool(Arc::clone(&self.fed));
+        let fed = Arc::clone(&self.fed);
+        let stop_pool = StopPool(move || fed.close());
         let cap = Capacity::new(&self.tables, self.opts.batch_files);
         let opened = make().and_then(|mut dev| {
             let exec = FrameExec::new(&mut dev, self.tables.clone(), cap)?;
             let slots = [exec.slot(&mut dev)?, exec.slot(&mut dev)?];
             Ok((dev, exec, slots))
         });
-        let (dev, exec, slots) = match opened {
-            Ok(v) => v,
-            Err(e) => {
-                let _gone = self.ready.send(Err(Cause::StartUp(e).into()));
-                return Err(Cause::StartUpFailed.into());
-            }
-        };
+        let opened = opened.map_err(|e| Error::from(Cause::StartUp(e)));
+        let (dev, exec, slots) = answer(opened, &self.ready)?;
         let errors: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-        let _gone = self.ready.send(Ok(()));
         let mut st = Frames {
             dev,
             exec,
@@ -254,17 +236,14 @@ impl StageThread {
         }
         let (stats, host_computed) = (st.stats, st.host_computed);
         drop(st);
-        let failures = errors.lock().map(|e| e.clone()).unwrap_or_default();
-        let run_s = started.elapsed().as_secs_f64();
         drop(self.output);
-        r.map_err(Error::Run)?;
-        if !failures.is_empty() {
-            return Err(Error::Teardown { failures });
-        }
-        Ok(CudaReport {
-            runner: stats,
-            run_s,
-            h2d_gb_per_s: stats.h2d_bytes as f64 / run_s.max(1e-9) / 1e9,
+        let ended = Ended {
+            run: r,
+            started,
+            errors,
+            stats,
+        };
+        ended.report(CudaReport {
             decode_threads: self.opts.decode_threads.max(1),
             host_decoded_files: stats.files + host_computed,
             host_computed_files: host_computed,
@@ -306,13 +285,6 @@ impl Slot {
         self.samples = 0;
         self.batch = None;
     }
-}
-
-/// What the stage loop takes next.
-enum Next {
-    File(Utterance),
-    Idle,
-    Drained,
 }
 
 /// The stage loop's state.
@@ -363,22 +335,16 @@ impl<D: Device> Frames<'_, D> {
 
     /// The next utterance; while none is there, harvests finished slots and
     /// issues the open one once its first utterance has waited long enough.
-    fn next(&mut self, input: &Ring<Utterance>) -> Next {
-        if let Some(u) = input.try_pop() {
-            return Next::File(u);
-        }
-        if input.is_closed() {
-            return input.pop().map_or(Next::Drained, Next::File);
-        }
-        if self.failure.is_none() {
-            let r = self.poll().and_then(|()| match self.open_since {
-                Some(t) if t.elapsed() >= self.opts.flush_after => self.submit(),
-                _ => Ok(()),
-            });
-            self.fail(r);
-        }
-        std::thread::sleep(Duration::from_micros(200));
-        Next::Idle
+    fn next(&mut self, input: &Ring<Utterance>) -> Next<Utterance> {
+        next(input, || {
+            if self.failure.is_none() {
+                let r = self.poll().and_then(|()| match self.open_since {
+                    Some(t) if t.elapsed() >= self.opts.flush_after => self.submit(),
+                    _ => Ok(()),
+                });
+                self.fail(r);
+            }
+        })
     }
 
     /// Adds one utterance to the open slot (issuing slots as they fill).
