@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 
@@ -50,19 +50,20 @@ use super::gpu::Gpu;
 use super::kernels::compile_kernels;
 use super::orchestrate::{BatchRunner, HostBytes, RunnerConfig, Staged};
 use super::recipe::MelRecipe;
+use super::stage::{self, Intake};
 use super::staging::{Clip, Staging};
 use super::tables::Tables;
 pub use super::workers::{
     CudaOptions, CudaReport, CudaWorkers, decode_threads, default_decode_threads,
 };
-use super::workers::{Ended, Next, StopPool, answer, next, spawn_stage, with_pool};
+use super::workers::{Ended, StopPool, answer, spawn_stage, with_pool};
 use super::{Error, real};
 use crate::compute::{Outcome, Reject, Wiring};
 use crate::dsp::Plan;
 use crate::frames::RecipePlan;
 use crate::reader::FileBytes;
 use crate::runtime::ring::{Producer, Ring};
-use crate::runtime::telemetry::{Local, Stage, Telemetry};
+use crate::runtime::telemetry::Local;
 
 /// What the device reads for one file, held until its copy completed: the
 /// file's bytes (heap buffers are recycled) or a staged clip.
@@ -238,21 +239,19 @@ impl StageThread {
         // The staging is registered when the first clip arrives: a
         // corpus the device decodes alone never pins it (nor touches
         // its pages).
-        let mut staging_reg = LazyRegistration {
-            ptr: self.staging.as_ptr(),
-            len: self.staging.len(),
-            state: None,
+        let mut intake = LibrosaIntake {
+            rate: self.plan.spec().sample_rate,
+            free_bytes: Arc::clone(&self.wiring.free_bytes),
+            staging_reg: LazyRegistration {
+                ptr: self.staging.as_ptr(),
+                len: self.staging.len(),
+                state: None,
+            },
+            host_decoded: 0,
         };
-        let (r, host_decoded) = run(
-            &mut runner,
-            &self.plan,
-            self.opts,
-            &self.wiring,
-            &self.fed,
-            &self.output,
-            &mut staging_reg,
-        );
-        pageable |= staging_reg.state == Some(false);
+        let ends = (&self.wiring, &self.output);
+        let r = stage::run(&mut runner, &mut intake, self.opts, &self.fed, ends);
+        pageable |= intake.staging_reg.state == Some(false);
         // The pool stops if it is still running (the output closed):
         // pushes fail, waits for a slot end; leftovers are dropped.
         drop(stop_pool);
@@ -272,7 +271,7 @@ impl StageThread {
             pageable_copies: pageable || self.wiring.arena.is_none(),
             f16_rows: self.opts.f16_rows,
             decode_threads: self.opts.decode_threads.max(1),
-            host_decoded_files: host_decoded,
+            host_decoded_files: intake.host_decoded,
             ..self.report
         })
     }
@@ -290,11 +289,10 @@ where
 {
     let batch = opts.batch_files.max(1);
     let cfg = RunnerConfig {
-        batch_files: batch,
         slots: opts.slots.max(1),
         // Room for B files of 4 bytes × clip samples (16-bit stereo, 32-bit
         // mono or a staged f32 clip); larger files close the batch early.
-        input_bytes: batch * tables.clip_samples * 4 + (1 << 20),
+        ..RunnerConfig::new(batch, batch * tables.clip_samples * 4 + (1 << 20))
     };
     let recipe = MelRecipe::new(tables).with_f16_rows(opts.f16_rows);
     BatchRunner::new(make()?, recipe, cfg)
@@ -363,246 +361,41 @@ fn held(
     }
 }
 
-/// The stage loop; returns the first device error (after rejecting what it hit).
-/// Also returns how many files came as host-decoded clips.
-fn run<D: Device>(
-    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
-    plan: &Plan,
-    opts: CudaOptions,
-    w: &Wiring,
-    input: &Ring<Fed>,
-    output: &Producer<Outcome>,
-    staging_reg: &mut LazyRegistration,
-) -> (Result<(), Cause>, u64) {
-    let spec = plan.spec();
-    let mut st = StageLoop {
-        runner,
-        opts,
-        rows: Rows {
-            free_rows: &w.free_rows,
-            output,
-            row_len: spec.row_len(),
-            closed: false,
-        },
-        local: Local::serial(&w.telemetry, "cuda"),
-        failure: None,
-        open_since: None,
-        host_decoded: 0,
-    };
-    loop {
-        let Fed { job, kind } = match st.next(input) {
-            Next::File(fed) => fed,
-            Next::Drained => break,
-            Next::Idle => {
-                // A batch flushed for its delay (no new file) may have
-                // failed: its files are answered now, not when the next
-                // file comes (serve may have none to send).
-                st.reject_unfinished();
-                if st.rows.closed {
-                    break;
-                }
-                continue;
-            }
-        };
-        let (held, info) = held(kind, spec.sample_rate, &w.free_bytes);
-        // After a failure the file is rejected at once (and the loop goes
-        // on taking files, so the pipeline ends).
-        if st.take(job, held, info, staging_reg) {
-            st.reject_unfinished();
-            if st.rows.closed {
-                break;
-            }
-        }
-    }
-    st.finish(&w.telemetry)
-}
-
-/// Where the stage's rows and rejections go: the output ring, with rows
-/// from the free list.
-struct Rows<'a> {
-    free_rows: &'a ArrayQueue<Vec<f32>>,
-    output: &'a Producer<Outcome>,
-    row_len: usize,
-    /// The output ring closed (the consumer is gone): the loop ends.
-    closed: bool,
-}
-
-impl Rows<'_> {
-    fn row(&mut self, job: usize, vals: &[f32]) {
-        let mut row = self.free_rows.pop().unwrap_or_default();
-        row.clear();
-        row.extend_from_slice(vals);
-        debug_assert_eq!(row.len(), self.row_len);
-        if self.output.push(Outcome::new(job, Ok(row))).is_err() {
-            self.closed = true;
-        }
-    }
-
-    fn reject(&self, job: usize, why: Reject) -> bool {
-        self.output.push(Outcome::new(job, Err(why))).is_ok()
-    }
-}
-
-/// The stage loop's state: the runner, where rows go, the first device
-/// failure, and when the open batch's first file arrived.
-struct StageLoop<'a, D: Device> {
-    runner: &'a mut BatchRunner<D, MelRecipe, usize, Held>,
-    opts: CudaOptions,
-    rows: Rows<'a>,
-    local: Local,
-    failure: Option<Arc<Cause>>,
-    /// When the first file of the open batch arrived.
-    open_since: Option<Instant>,
+/// The librosa recipe's input: the file's own bytes (decoded on the
+/// device) or a clip the pool decoded into the staging, which is registered
+/// for DMA when the first one arrives.
+struct LibrosaIntake {
+    rate: u32,
+    free_bytes: Arc<ArrayQueue<Vec<u8>>>,
+    staging_reg: LazyRegistration,
+    /// Files that came as host-decoded clips.
     host_decoded: u64,
 }
 
-impl<D: Device> StageLoop<'_, D> {
-    /// The next fed file; while none is there, completes batches in flight
-    /// (nothing assembled) or flushes the open batch once it is due.
-    fn next(&mut self, input: &Ring<Fed>) -> Next<Fed> {
-        next(input, || {
-            let (runner, rows) = (&mut *self.runner, &mut self.rows);
-            let r = if runner.open_len() == 0 && self.failure.is_none() {
-                // Nothing assembled: keep completing batches in flight.
-                self.local
-                    .time(Stage::Mel, || runner.poll(&mut |j, v| rows.row(j, v)))
-            } else {
-                let (open_since, delay) = (&mut self.open_since, self.opts.flush_after);
-                self.local.time(Stage::Mel, || {
-                    flush_if_due(runner, open_since, delay, &mut |j, v| rows.row(j, v))
-                })
-            };
-            self.fail(r);
-        })
-    }
+impl<D: Device> Intake<D> for LibrosaIntake {
+    type Fed = Fed;
+    type Bytes = Held;
 
-    /// Adds one file to the open batch and flushes what is full or due;
-    /// false when a failure came first (the file was rejected instead).
-    fn take(
-        &mut self,
-        job: usize,
-        held: Held,
-        info: crate::decode::wav::WavInfo,
-        staging_reg: &mut LazyRegistration,
-    ) -> bool {
-        let is_clip = matches!(held, Held::Clip(_));
-        self.host_decoded += u64::from(is_clip);
-        if let Some(f) = &self.failure {
-            drop(held);
-            let _ok = self.rows.reject(job, Reject::Device(Arc::clone(f)));
-            return false;
-        }
-        if is_clip {
-            staging_reg.ensure(self.runner.device());
-        }
-        let staged = Staged {
-            tag: job,
-            bytes: held,
+    fn stage(&mut self, fed: Fed) -> Staged<usize, Held> {
+        let (bytes, info) = held(fed.kind, self.rate, &self.free_bytes);
+        self.host_decoded += u64::from(matches!(bytes, Held::Clip(_)));
+        Staged {
+            tag: fed.job,
+            bytes,
             info,
-        };
-        let (runner, rows) = (&mut *self.runner, &mut self.rows);
-        let r = self.local.time(Stage::Mel, || add(runner, rows, staged));
-        if self.runner.open_len() == 0 {
-            self.open_since = None;
-        } else {
-            self.open_since.get_or_insert_with(Instant::now);
-        }
-        let (runner, rows) = (&mut *self.runner, &mut self.rows);
-        let sink = &mut |j, v: &[f32]| rows.row(j, v);
-        let r = r.and_then(|()| {
-            if runner.open_len() >= self.opts.batch_files.max(1) {
-                self.open_since = None;
-                runner.flush(sink)
-            } else {
-                flush_if_due(runner, &mut self.open_since, self.opts.flush_after, sink)?;
-                runner.poll(sink)
-            }
-        });
-        self.fail(r);
-        true
-    }
-
-    /// Keeps the first device failure.
-    fn fail(&mut self, r: super::device::Result<()>) {
-        if let Err(e) = r {
-            self.failure
-                .get_or_insert_with(|| Arc::new(Cause::Device(e)));
         }
     }
 
-    /// After a device failure: rejects every file the runner still holds
-    /// (the open batch and the batches whose submit or completion failed).
-    fn reject_unfinished(&mut self) {
-        let Some(why) = &self.failure else {
-            return;
-        };
-        for s in self.runner.take_open() {
-            let _ok = self.rows.reject(s.tag, Reject::Device(Arc::clone(why)));
-        }
-        for tag in self.runner.take_in_flight() {
-            let _ok = self.rows.reject(tag, Reject::Device(Arc::clone(why)));
+    fn ready(&mut self, dev: &mut D, staged: &Staged<usize, Held>) {
+        if matches!(staged.bytes, Held::Clip(_)) {
+            self.staging_reg.ensure(dev);
         }
     }
 
-    /// Completes what is in flight (unless the device failed), rejects what
-    /// is left, publishes the stage's telemetry.
-    fn finish(mut self, telemetry: &Telemetry) -> (Result<(), Cause>, u64) {
-        if self.failure.is_none() {
-            let (runner, rows) = (&mut *self.runner, &mut self.rows);
-            let r = self
-                .local
-                .time(Stage::Mel, || runner.finish(&mut |j, v| rows.row(j, v)));
-            if let Err(e) = r {
-                self.failure = Some(Arc::new(Cause::Device(e)));
-            }
-        }
-        self.reject_unfinished();
-        self.local.publish(telemetry);
-        let r = match self.failure {
-            Some(f) => Err(Arc::unwrap_or_clone(f)),
-            None => Ok(()),
-        };
-        (r, self.host_decoded)
-    }
-}
-
-/// Adds `staged` to the open batch, flushing a full batch once to make room;
-/// a file too big for an empty batch is rejected (its bytes dropped here).
-fn add<D: Device>(
-    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
-    rows: &mut Rows<'_>,
-    mut staged: Staged<usize, Held>,
-) -> super::device::Result<()> {
-    for _attempt in 0..2 {
-        match runner.add(staged) {
-            Ok(()) => return Ok(()),
-            Err(back) if runner.open_len() == 0 => {
-                staged = back;
-                break;
-            }
-            Err(back) => {
-                staged = back;
-                runner.flush(&mut |j, v| rows.row(j, v))?;
-            }
-        }
-    }
-    let bytes = staged.bytes.len();
-    let _ok = rows.reject(staged.tag, Reject::Staging { bytes });
-    Ok(())
-}
-
-/// Computes the open batch if its first file has waited `delay` or longer.
-fn flush_if_due<D: Device>(
-    runner: &mut BatchRunner<D, MelRecipe, usize, Held>,
-    open_since: &mut Option<Instant>,
-    delay: Duration,
-    sink: &mut impl FnMut(usize, &[f32]),
-) -> super::device::Result<()> {
-    match *open_since {
-        Some(t) if t.elapsed() >= delay => {
-            *open_since = None;
-            runner.flush(sink)
-        }
-        _ => Ok(()),
+    /// A file larger than a batch's device input: rejected (its bytes
+    /// dropped here).
+    fn oversize(&mut self, staged: Staged<usize, Held>, _: &mut Local) -> Result<Vec<f32>, Reject> {
+        let bytes = staged.bytes.len();
+        Err(Reject::Staging { bytes })
     }
 }

@@ -1,7 +1,8 @@
-//! The variable-length recipes on a device: [`FrameExec`] issues the kernel
-//! sequences of `kernels/frames.cu` for one batch of utterances of different
-//! lengths, written against the [`Device`] trait so the host double runs the
-//! very same calls (`testing/tests_frames.rs`).
+//! The variable-length recipes on a device: [`FrameKernels`] is the
+//! [`Recipe`] of the batch runner that issues the kernel sequences of
+//! `kernels/frames.cu` for one batch of utterances of different lengths,
+//! written against the [`Device`] trait so the host double runs the very
+//! same calls (`testing/tests_frames.rs`).
 //!
 //! ```text
 //! Kaldi:   H2D samples, utts ─▶ kf_frame ─▶ cuFFT R2C (f32) ─▶ kf_power_mel_log ─▶ [kf_dct] ─▶ D2H rows
@@ -9,12 +10,13 @@
 //!            ─▶ wm_max_part ─▶ wm_max ─▶ wm_clamp_scale ─▶ D2H rows, pad values
 //! ```
 //!
-//! A [`FrameSlot`] is the device and pinned memory of one batch, sized once
-//! for a [`Capacity`] (utterances, rows, samples); the stage fills its pinned
-//! samples ([`FrameExec::samples_mut`]), [`FrameExec::issue`]s it on the
-//! slot's own stream (two slots: one batch's copies overlap the other's
-//! kernels) and reads the rows back once the slot's `done` event completed
-//! ([`FrameExec::rows`]).
+//! The batch runner (`orchestrate`) does the rest, as for librosa: it
+//! gathers the utterances' samples into a slot's pinned input, copies them
+//! and the utterance table ([`FrUtt`], one [`Desc`] each and a sentinel) on
+//! its copy stream, issues this recipe on its compute stream, and hands each
+//! utterance its rows (and Whisper's pad value, [`Recipe::output`]) once the
+//! slot's batch completed. A slot holds a [`Capacity`] (utterances, rows,
+//! samples); each utterance gives [`Recipe::rows`] rows.
 //!
 //! No CUDA graph here, unlike the librosa recipe: every batch has its own
 //! row count, which the kernels take by value, so a graph would be captured
@@ -25,21 +27,21 @@
 //! microseconds, while a plan per row count cost milliseconds each (the
 //! first H200 run made one per batch).
 //!
-//! Invariants: a slot's pinned memory is written only while the slot is idle
-//! (its `done` completed and its rows were read); every count the kernels
-//! see fits an `i32` ([`Capacity::check`] at start-up).
+//! Invariants: every count the kernels see fits an `i32` ([`Capacity::check`]
+//! at start-up); the runner never lets a batch exceed the capacity.
 
 use std::collections::HashMap;
 
 use super::device::{
-    Arg, DevBuf, Device, DeviceError, Event, FftKind, FftPlan, FftShape, Kernel, Pinned, Result,
-    Stream,
+    Arg, DevBuf, Device, DeviceError, FftKind, FftPlan, FftShape, Kernel, Pinned, Result, Stream,
 };
+use super::orchestrate::{Desc, Placed, Recipe, Shape};
 use super::recipe::{bytes_of, dims, i32a};
 use super::recipe_tables::{
-    Batch, FrUtt, KaldiTables, RecipeTableError, WHISPER_MAX_PARTS, WhisperTables,
+    FrUtt, KaldiTables, RecipeTableError, WHISPER_MAX_PARTS, WhisperTables,
 };
 use super::tables::TooLarge;
+use crate::decode::wav::WavInfo;
 use crate::dsp::kaldi::{KaldiPlan, Kind};
 use crate::dsp::whisper::{N_FFT, N_SAMPLES, WhisperPlan};
 use crate::frames::{FrameError, RecipePlan};
@@ -120,11 +122,12 @@ impl FrameTables {
         }
     }
 
-    /// The batch of utterances of `lengths` samples, back to back.
-    pub fn batch(&self, lengths: &[usize]) -> std::result::Result<Batch, TooLarge> {
+    /// Rows of an utterance of `n` samples that has rows (the pool checked
+    /// with [`FrameTables::rows`]).
+    fn rows_of(&self, n: usize) -> usize {
         match self {
-            FrameTables::Kaldi(_, p) => KaldiTables::batch(p, lengths),
-            FrameTables::Whisper(_, p) => WhisperTables::batch(p, lengths),
+            FrameTables::Kaldi(_, p) => p.num_frames(n),
+            FrameTables::Whisper(_, p) => p.num_frames_covering(n),
         }
     }
 
@@ -185,17 +188,8 @@ impl Capacity {
     }
 }
 
-/// The device and pinned memory of one batch, and its stream and event.
-pub struct FrameSlot {
-    pub stream: Stream,
-    /// Recorded after the batch's last copy back.
-    pub done: Event,
-    samples_host: Pinned,
-    utts_host: Pinned,
-    /// Rows (`rows × out_bins` f32), then (Whisper) one pad value per utterance.
-    out_host: Pinned,
-    samples: DevBuf,
-    utts: DevBuf,
+/// The device memory of one batch (a runner slot's work).
+pub struct FrameWork {
     frames: DevBuf,
     spectrum: DevBuf,
     energy: DevBuf,
@@ -216,14 +210,25 @@ struct Consts {
     dct: DevBuf,
 }
 
+/// One batch as the kernels see it: the slot's work, its samples and
+/// utterance table on the device, and its counts.
+struct Bound<'a> {
+    s: Stream,
+    w: &'a FrameWork,
+    samples: DevBuf,
+    utts: DevBuf,
+    n_utts: usize,
+    rows: usize,
+}
+
 /// See the module doc.
-pub struct FrameExec {
+pub struct FrameKernels {
     t: FrameTables,
     cap: Capacity,
     kernels: HashMap<&'static str, Kernel>,
-    consts: Consts,
-    /// Every row of a slot's frames buffer at once.
-    plan: FftPlan,
+    consts: Option<Consts>,
+    /// Every row of a slot's frames buffer at once (made in `init`).
+    plan: Option<FftPlan>,
 }
 
 /// Kernel entry points of each recipe (`kernels/frames.cu`).
@@ -236,29 +241,49 @@ const WHISPER_KERNELS: [&str; 5] = [
     "wm_clamp_scale",
 ];
 
-impl FrameExec {
-    /// Loads the recipe's kernels and uploads its tables (synchronously).
-    pub fn new<D: Device>(dev: &mut D, t: FrameTables, cap: Capacity) -> Result<FrameExec> {
-        cap.check().map_err(|e| DeviceError::new("alloc", e))?;
-        let names: &[&'static str] = match &t {
-            FrameTables::Kaldi(..) => &KALDI_KERNELS,
-            FrameTables::Whisper(..) => &WHISPER_KERNELS,
-        };
-        let mut kernels = HashMap::new();
-        for &name in names {
-            kernels.insert(name, dev.kernel(name)?);
+impl FrameKernels {
+    /// The kernels of `t` for batches of up to `cap`.
+    pub fn new(t: FrameTables, cap: Capacity) -> FrameKernels {
+        FrameKernels {
+            t,
+            cap,
+            kernels: HashMap::new(),
+            consts: None,
+            plan: None,
         }
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.cap
+    }
+
+    fn k(&self, name: &'static str) -> Result<Kernel> {
+        self.kernels
+            .get(name)
+            .copied()
+            .ok_or_else(|| DeviceError::new("cuModuleGetFunction", format!("{name} not loaded")))
+    }
+
+    fn ready(&self) -> Result<(&Consts, FftPlan)> {
+        match (&self.consts, self.plan) {
+            (Some(c), Some(p)) => Ok((c, p)),
+            _ => Err(DeviceError::new("issue", "recipe not initialised")),
+        }
+    }
+
+    /// Uploads the recipe's tables (synchronously).
+    fn upload<D: Device>(&self, dev: &mut D) -> Result<Consts> {
         let s = dev.create_stream()?;
         let upload = |dev: &mut D, (ptr, len): (*const u8, usize)| -> Result<DevBuf> {
             let b = dev.alloc(len.max(8))?;
             if len > 0 {
-                // SAFETY: the source is a Vec inside `t`, alive and unmodified
-                // until the event below is synchronised.
+                // SAFETY: the source is a Vec inside `self.t`, alive and
+                // unmodified until the event below is synchronised.
                 unsafe { dev.memcpy_htod_async(s, b, 0, ptr, len) }?;
             }
             Ok(b)
         };
-        let consts = match &t {
+        let consts = match &self.t {
             FrameTables::Kaldi(k, _) => Consts {
                 window: upload(dev, bytes_of(&k.window))?,
                 band_first: upload(dev, bytes_of(&k.bands.first))?,
@@ -279,52 +304,102 @@ impl FrameExec {
         let e = dev.create_event()?;
         dev.record_event(e, s)?;
         dev.event_synchronize(e)?;
-        let (n, kind, _) = t.fft();
-        let batch = FrameTables::batch_of(cap.rows);
-        let plan = dev.fft_plan(FftShape { n, batch, kind })?;
-        Ok(FrameExec {
-            t,
-            cap,
-            kernels,
-            consts,
-            plan,
-        })
+        Ok(consts)
+    }
+}
+
+impl Recipe for FrameKernels {
+    type Work = FrameWork;
+
+    fn desc_bytes(&self) -> usize {
+        size_of::<FrUtt>()
     }
 
-    pub fn capacity(&self) -> Capacity {
-        self.cap
+    /// An utterance's first sample (the input is f32), the samples the
+    /// kernels read and its first row; the sentinel's row ends the batch.
+    fn encode(&self, entry: Desc<'_>, out: &mut [u8]) {
+        let u = match entry {
+            Desc::File(p) => FrUtt {
+                sample: (p.data / 4) as i64,
+                n_samples: p.frames as i32,
+                row: p.row as i32,
+            },
+            Desc::Pad { data, row } => FrUtt {
+                sample: (data / 4) as i64,
+                n_samples: 0,
+                row: row as i32,
+            },
+        };
+        out[0..8].copy_from_slice(&u.sample.to_ne_bytes());
+        out[8..12].copy_from_slice(&u.n_samples.to_ne_bytes());
+        out[12..16].copy_from_slice(&u.row.to_ne_bytes());
     }
 
-    pub fn tables(&self) -> &FrameTables {
-        &self.t
+    fn clip_samples(&self) -> usize {
+        self.t.max_samples()
     }
 
-    fn k(&self, name: &'static str) -> Result<Kernel> {
-        self.kernels
-            .get(name)
-            .copied()
-            .ok_or_else(|| DeviceError::new("cuModuleGetFunction", format!("{name} not loaded")))
+    fn row_bytes(&self) -> usize {
+        self.t.out_bins() * 4
     }
 
-    /// Allocates one slot for the capacity.
-    pub fn slot<D: Device>(&self, dev: &mut D) -> Result<FrameSlot> {
+    fn rows(&self, info: &WavInfo) -> usize {
+        self.t.rows_of(info.frames)
+    }
+
+    fn out_rows(&self, _files: usize) -> usize {
+        self.cap.rows
+    }
+
+    /// The rows, then (Whisper) one pad value a file.
+    fn out_bytes(&self, _files: usize) -> usize {
+        let pads = if self.t.padded() { self.cap.utts } else { 0 };
+        (self.cap.rows * self.t.out_bins() + pads) * 4
+    }
+
+    fn output<'o>(&self, out: &'o [u8], k: usize, p: &Placed) -> (&'o [u8], Option<f32>) {
+        let rb = self.row_bytes();
+        let (at, n) = (p.row as usize * rb, p.rows as usize * rb);
+        let pad = self.t.padded().then(|| {
+            let at = (self.cap.rows * self.t.out_bins() + k) * 4;
+            f32::from_ne_bytes([out[at], out[at + 1], out[at + 2], out[at + 3]])
+        });
+        (&out[at..at + n], pad)
+    }
+
+    fn captured(&self) -> bool {
+        false
+    }
+
+    /// Loads the recipe's kernels, uploads its tables and makes the one FFT
+    /// plan for every row of a slot.
+    fn init<D: Device>(&mut self, dev: &mut D) -> Result<()> {
+        self.cap.check().map_err(|e| DeviceError::new("alloc", e))?;
+        let names: &[&'static str] = match &self.t {
+            FrameTables::Kaldi(..) => &KALDI_KERNELS,
+            FrameTables::Whisper(..) => &WHISPER_KERNELS,
+        };
+        for &name in names {
+            self.kernels.insert(name, dev.kernel(name)?);
+        }
+        self.consts = Some(self.upload(dev)?);
+        let (n, kind, _) = self.t.fft();
+        let batch = FrameTables::batch_of(self.cap.rows);
+        self.plan = Some(dev.fft_plan(FftShape { n, batch, kind })?);
+        Ok(())
+    }
+
+    /// The device memory of one batch of the capacity.
+    fn alloc_work<D: Device>(&mut self, dev: &mut D, _files: usize) -> Result<FrameWork> {
         let (c, bins) = (self.cap, self.t.out_bins());
         let (n, _, real) = self.t.fft();
         let fft_rows = FrameTables::batch_of(c.rows);
-        let pads = if self.t.padded() { c.utts } else { 0 };
         let (mels, parts) = match &self.t {
             FrameTables::Kaldi(t, _) if t.kind == Kind::Mfcc => (t.n_mels, 0),
             FrameTables::Kaldi(..) => (0, 0),
             FrameTables::Whisper(..) => (0, WHISPER_MAX_PARTS),
         };
-        Ok(FrameSlot {
-            stream: dev.create_stream()?,
-            done: dev.create_event()?,
-            samples_host: dev.alloc_pinned(c.samples * 4)?,
-            utts_host: dev.alloc_pinned((c.utts + 1) * size_of::<FrUtt>())?,
-            out_host: dev.alloc_pinned((c.rows * bins + pads) * 4)?,
-            samples: dev.alloc(c.samples * 4)?,
-            utts: dev.alloc((c.utts + 1) * size_of::<FrUtt>())?,
+        Ok(FrameWork {
             frames: dev.alloc(fft_rows * n * real)?,
             spectrum: dev.alloc(fft_rows * (n / 2 + 1) * 2 * real)?,
             energy: dev.alloc(c.rows.max(1) * 4)?,
@@ -336,152 +411,112 @@ impl FrameExec {
         })
     }
 
-    /// The slot's pinned samples, to fill before [`FrameExec::issue`].
-    ///
-    /// # Safety
-    /// The slot must be idle: no batch issued on it since its `done` last
-    /// completed (a copy may be reading these bytes otherwise).
-    pub unsafe fn samples_mut<'d, D: Device>(
-        &self,
-        dev: &'d mut D,
-        slot: &FrameSlot,
-    ) -> Result<&'d mut [f32]> {
-        // SAFETY: forwarded from the caller.
-        let bytes = unsafe { dev.pinned_mut(slot.samples_host) };
-        // SAFETY: every bit pattern is an f32; the alignment is checked.
-        let (head, body, _) = unsafe { bytes.align_to_mut::<f32>() };
-        if !head.is_empty() {
-            return Err(DeviceError::new(
-                "pinned",
-                "the sample buffer is not 4-byte aligned",
-            ));
-        }
-        Ok(body)
+    fn prepare<D: Device>(&mut self, _dev: &mut D, _files: usize) -> Result<()> {
+        Ok(())
     }
 
-    /// Issues `batch` on the slot's stream: its samples (already in the
-    /// slot's pinned buffer) and utterance table to the device, the kernels,
-    /// the rows (and Whisper's pad values) back, then the slot's `done`.
-    ///
-    /// # Safety
-    /// The slot must be idle, as for [`FrameExec::samples_mut`].
-    pub unsafe fn issue<D: Device>(
-        &self,
+    /// The kernels over the batch's samples (`input`) and utterance table
+    /// (`descs`), then the rows (and Whisper's pad values) back to `out`.
+    fn issue<D: Device>(
+        &mut self,
         dev: &mut D,
-        slot: &FrameSlot,
-        batch: &Batch,
+        s: Stream,
+        w: &FrameWork,
+        input: DevBuf,
+        descs: DevBuf,
+        out: Pinned,
+        shape: Shape,
     ) -> Result<()> {
         let c = self.cap;
-        if batch.len() > c.utts || batch.n_rows > c.rows || batch.n_samples > c.samples {
+        if shape.files > c.utts || shape.rows > c.rows {
             return Err(DeviceError::new(
                 "issue",
                 format!(
-                    "a batch of {} utterances, {} rows, {} samples exceeds the slot",
-                    batch.len(),
-                    batch.n_rows,
-                    batch.n_samples
+                    "a batch of {} utterances, {} rows exceeds the slot",
+                    shape.files, shape.rows
                 ),
             ));
         }
-        let s = slot.stream;
-        {
-            // SAFETY: the slot is idle (the caller's contract).
-            let table = unsafe { dev.pinned_mut(slot.utts_host) };
-            for (u, dst) in batch
-                .utts
-                .iter()
-                .zip(table.chunks_exact_mut(size_of::<FrUtt>()))
-            {
-                dst[0..8].copy_from_slice(&u.sample.to_ne_bytes());
-                dst[8..12].copy_from_slice(&u.n_samples.to_ne_bytes());
-                dst[12..16].copy_from_slice(&u.row.to_ne_bytes());
-            }
-        }
-        let utt_bytes = batch.utts.len() * size_of::<FrUtt>();
-        dev.memcpy_ptod_async(s, slot.utts, 0, slot.utts_host, 0, utt_bytes)?;
-        if batch.n_samples > 0 {
-            dev.memcpy_ptod_async(
-                s,
-                slot.samples,
-                0,
-                slot.samples_host,
-                0,
-                batch.n_samples * 4,
-            )?;
-        }
+        let b = Bound {
+            s,
+            w,
+            samples: input,
+            utts: descs,
+            n_utts: shape.files,
+            rows: shape.rows,
+        };
         match &self.t {
-            FrameTables::Kaldi(..) => self.kaldi(dev, slot, batch)?,
-            FrameTables::Whisper(..) => self.whisper(dev, slot, batch)?,
+            FrameTables::Kaldi(t, _) => self.kaldi(dev, &b, t)?,
+            FrameTables::Whisper(t, _) => self.whisper(dev, &b, t)?,
         }
         let bins = self.t.out_bins();
-        if batch.n_rows > 0 {
-            dev.memcpy_dtoh_async(s, slot.out_host, 0, slot.out, 0, batch.n_rows * bins * 4)?;
+        if b.rows > 0 {
+            dev.memcpy_dtoh_async(s, out, 0, w.out, 0, b.rows * bins * 4)?;
         }
-        if self.t.padded() {
+        if self.t.padded() && b.n_utts > 0 {
             let at = c.rows * bins * 4;
-            dev.memcpy_dtoh_async(s, slot.out_host, at, slot.pad, 0, batch.len() * 4)?;
+            dev.memcpy_dtoh_async(s, out, at, w.pad, 0, b.n_utts * 4)?;
         }
-        dev.record_event(slot.done, s)
+        Ok(())
     }
+}
 
+impl FrameKernels {
     /// Kaldi: frames and energies, R2C, mel bands (and the DCT for MFCC).
-    fn kaldi<D: Device>(&self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
-        let (rows, b) = (batch.n_rows, Arg::buf);
-        let FrameTables::Kaldi(t, _) = &self.t else {
-            return Err(DeviceError::new("issue", "not a Kaldi recipe"));
-        };
+    fn kaldi<D: Device>(&self, dev: &mut D, b: &Bound<'_>, t: &KaldiTables) -> Result<()> {
+        let (rows, w, buf) = (b.rows, b.w, Arg::buf);
         if rows == 0 {
             return Ok(());
         }
-        self.kaldi_frames(dev, slot, batch, t)?;
-        let (c, s) = (&self.consts, slot.stream);
-        dev.fft_exec(s, self.plan, slot.frames, slot.spectrum)?;
+        let (c, plan) = self.ready()?;
+        self.kaldi_frames(dev, b, t, c)?;
+        dev.fft_exec(b.s, plan, w.frames, w.spectrum)?;
         let mfcc = t.kind == Kind::Mfcc;
         // fbank: mels after the energy column when use_energy; mfcc: the
         // log mels into `mel`, then the DCT into the rows.
         let (dst, stride, col, e_col) = match (mfcc, t.use_energy) {
-            (true, _) => (slot.mel, t.n_mels, 0, -1),
-            (false, true) => (slot.out, t.out_bins, 1, 0),
-            (false, false) => (slot.out, t.out_bins, 0, -1),
+            (true, _) => (w.mel, t.n_mels, 0, -1),
+            (false, true) => (w.out, t.out_bins, 1, 0),
+            (false, false) => (w.out, t.out_bins, 0, -1),
         };
         dev.launch(
-            s,
+            b.s,
             self.k("kf_power_mel_log")?,
             dims(rows * t.n_mels),
             &[
-                b(slot.spectrum),
+                buf(w.spectrum),
                 i32a(rows),
                 i32a(t.n_bins),
                 i32a(t.n_mels),
-                b(c.band_first),
-                b(c.band_len),
-                b(c.band_offset),
-                b(c.band_weights),
+                buf(c.band_first),
+                buf(c.band_len),
+                buf(c.band_offset),
+                buf(c.band_weights),
                 Arg::I32(i32::from(t.use_power)),
                 Arg::I32(i32::from(t.use_log)),
-                b(slot.energy),
+                buf(w.energy),
                 Arg::I32(e_col),
                 i32a(stride),
                 Arg::I32(col),
-                b(dst),
+                buf(dst),
             ],
         )?;
         if !mfcc {
             return Ok(());
         }
         dev.launch(
-            s,
+            b.s,
             self.k("kf_dct")?,
             dims(rows * t.out_bins),
             &[
-                b(slot.mel),
+                buf(w.mel),
                 i32a(rows),
                 i32a(t.n_mels),
                 i32a(t.out_bins),
-                b(c.dct),
+                buf(c.dct),
                 Arg::I32(i32::from(t.use_energy)),
-                b(slot.energy),
-                b(slot.out),
+                buf(w.energy),
+                buf(w.out),
             ],
         )
     }
@@ -490,20 +525,20 @@ impl FrameExec {
     fn kaldi_frames<D: Device>(
         &self,
         dev: &mut D,
-        slot: &FrameSlot,
-        batch: &Batch,
+        b: &Bound<'_>,
         t: &KaldiTables,
+        c: &Consts,
     ) -> Result<()> {
-        let (c, b) = (&self.consts, Arg::buf);
+        let buf = Arg::buf;
         dev.launch(
-            slot.stream,
+            b.s,
             self.k("kf_frame")?,
-            dims(batch.n_rows),
+            dims(b.rows),
             &[
-                b(slot.samples),
-                b(slot.utts),
-                i32a(batch.len()),
-                i32a(batch.n_rows),
+                buf(b.samples),
+                buf(b.utts),
+                i32a(b.n_utts),
+                i32a(b.rows),
                 i32a(t.window_size),
                 i32a(t.window_shift),
                 i32a(t.padded),
@@ -513,65 +548,62 @@ impl FrameExec {
                 Arg::F32(t.preemph),
                 Arg::I32(i32::from(t.raw_energy)),
                 Arg::F32(t.log_energy_floor),
-                b(c.window),
-                b(slot.frames),
-                b(slot.energy),
+                buf(c.window),
+                buf(b.w.frames),
+                buf(b.w.energy),
             ],
         )
     }
 
     /// Whisper: frames, D2Z, log-mel of every covering frame, then each
     /// utterance's maximum, clamp and pad value.
-    fn whisper<D: Device>(&self, dev: &mut D, slot: &FrameSlot, batch: &Batch) -> Result<()> {
-        let (rows, n_utts, b) = (batch.n_rows, batch.len(), Arg::buf);
-        let FrameTables::Whisper(t, _) = &self.t else {
-            return Err(DeviceError::new("issue", "not a Whisper recipe"));
-        };
-        let s = slot.stream;
+    fn whisper<D: Device>(&self, dev: &mut D, b: &Bound<'_>, t: &WhisperTables) -> Result<()> {
+        let (rows, n_utts, w, buf) = (b.rows, b.n_utts, b.w, Arg::buf);
+        let (c, plan) = self.ready()?;
         if rows > 0 {
-            self.whisper_log_mel(dev, slot, batch, t)?;
+            self.whisper_log_mel(dev, b, t, (c, plan))?;
         }
         dev.launch(
-            s,
+            b.s,
             self.k("wm_max_part")?,
             dims(n_utts * WHISPER_MAX_PARTS),
             &[
-                b(slot.out),
-                b(slot.utts),
+                buf(w.out),
+                buf(b.utts),
                 i32a(n_utts),
                 i32a(t.n_mels),
                 i32a(WHISPER_MAX_PARTS),
-                b(slot.partial),
+                buf(w.partial),
             ],
         )?;
         dev.launch(
-            s,
+            b.s,
             self.k("wm_max")?,
             dims(n_utts),
             &[
-                b(slot.partial),
-                b(slot.utts),
+                buf(w.partial),
+                buf(b.utts),
                 i32a(n_utts),
                 i32a(WHISPER_MAX_PARTS),
                 Arg::F32(t.floor_log),
-                b(slot.clamp),
-                b(slot.pad),
+                buf(w.clamp),
+                buf(w.pad),
             ],
         )?;
         if rows == 0 {
             return Ok(());
         }
         dev.launch(
-            s,
+            b.s,
             self.k("wm_clamp_scale")?,
             dims(rows * t.n_mels),
             &[
-                b(slot.out),
-                b(slot.utts),
+                buf(w.out),
+                buf(b.utts),
                 i32a(n_utts),
                 i32a(rows),
                 i32a(t.n_mels),
-                b(slot.clamp),
+                buf(w.clamp),
             ],
         )
     }
@@ -580,65 +612,40 @@ impl FrameExec {
     fn whisper_log_mel<D: Device>(
         &self,
         dev: &mut D,
-        slot: &FrameSlot,
-        batch: &Batch,
+        b: &Bound<'_>,
         t: &WhisperTables,
+        (c, plan): (&Consts, FftPlan),
     ) -> Result<()> {
-        let (rows, c, s, b) = (batch.n_rows, &self.consts, slot.stream, Arg::buf);
+        let (rows, w, buf) = (b.rows, b.w, Arg::buf);
         dev.launch(
-            s,
+            b.s,
             self.k("wm_frame")?,
             dims(rows * N_FFT),
             &[
-                b(slot.samples),
-                b(slot.utts),
-                i32a(batch.len()),
+                buf(b.samples),
+                buf(b.utts),
+                i32a(b.n_utts),
                 i32a(rows),
-                b(c.window),
-                b(slot.frames),
+                buf(c.window),
+                buf(w.frames),
             ],
         )?;
-        dev.fft_exec(s, self.plan, slot.frames, slot.spectrum)?;
+        dev.fft_exec(b.s, plan, w.frames, w.spectrum)?;
         dev.launch(
-            s,
+            b.s,
             self.k("wm_power_mel_log")?,
             dims(rows * t.n_mels),
             &[
-                b(slot.spectrum),
+                buf(w.spectrum),
                 i32a(rows),
                 i32a(N_FFT / 2 + 1),
                 i32a(t.n_mels),
-                b(c.band_first),
-                b(c.band_len),
-                b(c.band_offset),
-                b(c.band_weights),
-                b(slot.out),
+                buf(c.band_first),
+                buf(c.band_len),
+                buf(c.band_offset),
+                buf(c.band_weights),
+                buf(w.out),
             ],
         )
-    }
-
-    /// Utterance `u`'s row values and (Whisper) pad value from the slot's
-    /// pinned output.
-    ///
-    /// # Safety
-    /// The slot's `done` completed after the batch `batch` was issued on it,
-    /// and no batch was issued on it since.
-    pub unsafe fn rows<'d, D: Device>(
-        &self,
-        dev: &'d D,
-        slot: &FrameSlot,
-        batch: &Batch,
-        u: usize,
-    ) -> (&'d [u8], Option<f32>) {
-        let bins = self.t.out_bins();
-        // SAFETY: forwarded from the caller: the copies into `out_host` ran.
-        let out = unsafe { dev.pinned(slot.out_host) };
-        let r = batch.rows(u);
-        let values = &out[r.start * bins * 4..r.end * bins * 4];
-        let pad = self.t.padded().then(|| {
-            let at = (self.cap.rows * bins + u) * 4;
-            f32::from_ne_bytes([out[at], out[at + 1], out[at + 2], out[at + 3]])
-        });
-        (values, pad)
     }
 }

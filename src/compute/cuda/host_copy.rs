@@ -1,6 +1,7 @@
-//! The CUDA stage thread's host copies, spread over a few threads: a batch's
-//! samples into its slot's pinned buffer ([`gather`]) and its rows out of
-//! the pinned output into the row buffers the writer takes ([`scatter`]).
+//! The batch runner's host copies, spread over a few threads: a batch's
+//! host-decoded samples into its slot's pinned input ([`gather`]) and its
+//! rows out of the pinned output into the row buffers the writer takes
+//! ([`scatter`]).
 //!
 //! Why: on the 16-core GPU box the speech recipes' stage thread spent most
 //! of a build copying (about 0.7 MB of samples in and 0.35 MB of rows out
@@ -40,55 +41,72 @@ fn runs(sizes: impl Iterator<Item = usize> + Clone, threads: usize) -> Vec<usize
     ends
 }
 
-/// Copies `parts` back to back into the start of `dst`, on up to `threads`
-/// threads when they hold at least `min_bytes`.
+/// Copies each part `(at, bytes)` to `dst[at..at + bytes.len()]`, on up to
+/// `threads` threads when they hold at least `min_bytes`. The parts are in
+/// ascending, non-overlapping order of `at`.
 ///
 /// # Panics
-/// When `dst` is shorter than the parts together (a caller's bug: the slot
-/// was sized for them).
-pub(super) fn gather(parts: &[Vec<f32>], dst: &mut [f32], threads: usize, min_bytes: usize) {
-    let total: usize = parts.iter().map(Vec::len).sum();
-    if threads <= 1 || total * 4 < min_bytes {
-        let mut at = 0;
-        for p in parts {
+/// When a part lies past the end of `dst` or the parts overlap or are out
+/// of order (a caller's bug: the slot was sized and laid out for them).
+pub(super) fn gather(parts: &[(usize, &[u8])], dst: &mut [u8], threads: usize, min_bytes: usize) {
+    let total: usize = parts.iter().map(|(_, p)| p.len()).sum();
+    if threads <= 1 || total < min_bytes {
+        for &(at, p) in parts {
             dst[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
         }
         return;
     }
-    let ends = runs(parts.iter().map(Vec::len), threads);
+    let ends = runs(parts.iter().map(|(_, p)| p.len()), threads);
     std::thread::scope(|s| {
-        let (mut rest, mut start) = (&mut dst[..total], 0);
+        let (mut rest, mut base, mut start) = (dst, 0, 0);
         for end in ends {
             let group = &parts[start..end];
-            let n: usize = group.iter().map(Vec::len).sum();
-            let (mine, tail) = rest.split_at_mut(n);
-            rest = tail;
             start = end;
-            s.spawn(move || gather(group, mine, 1, 0));
+            let Some(&(last_at, last)) = group.last() else {
+                continue;
+            };
+            // This group's part of `dst`: up to its last part's end.
+            let (mine, tail) = rest.split_at_mut(last_at + last.len() - base);
+            rest = tail;
+            let offset = base;
+            base = last_at + last.len();
+            s.spawn(move || {
+                for &(at, p) in group {
+                    mine[at - offset..at - offset + p.len()].copy_from_slice(p);
+                }
+            });
         }
     });
 }
 
-/// Fills each row of `rows` with its source: the native-endian `f32`
-/// values of `src[i].0`, then the pad value `src[i].1` when there is one.
-/// On up to `threads` threads when the sources hold at least `min_bytes`.
+/// How one row's bytes become its `f32` values (appended to the row).
+pub(super) type Decode = fn(&[u8], &mut Vec<f32>);
+
+/// Native-endian `f32` bytes, as the device wrote them.
+pub(super) fn f32_values(bytes: &[u8], out: &mut Vec<f32>) {
+    out.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+    );
+}
+
+/// Fills each row of `rows` with its source: the values `decode` reads from
+/// `src[i].0`, then the pad value `src[i].1` when there is one. On up to
+/// `threads` threads when the sources hold at least `min_bytes`.
 pub(super) fn scatter(
     src: &[(&[u8], Option<f32>)],
     rows: &mut [Vec<f32>],
     threads: usize,
     min_bytes: usize,
+    decode: Decode,
 ) {
     assert_eq!(src.len(), rows.len(), "one row per source");
     let total: usize = src.iter().map(|(v, _)| v.len()).sum();
     if threads <= 1 || total < min_bytes {
         for ((values, pad), row) in src.iter().zip(rows.iter_mut()) {
             row.clear();
-            row.extend(
-                values
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
+            decode(values, row);
             row.extend(*pad);
         }
         return;
@@ -101,7 +119,7 @@ pub(super) fn scatter(
             rest = tail;
             let group = &src[start..end];
             start = end;
-            s.spawn(move || scatter(group, mine, 1, 0));
+            s.spawn(move || scatter(group, mine, 1, 0, decode));
         }
     });
 }
@@ -152,30 +170,43 @@ mod tests {
             (1..60).map(|i| i * 37 % 501).collect(),
         ] {
             let p = parts(&lens);
-            let total: usize = lens.iter().sum();
-            let mut want = vec![-1.0f32; total + 7];
-            gather(&p, &mut want, 1, 0);
             let bytes: Vec<Vec<u8>> = p
                 .iter()
                 .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
                 .collect();
+            // Back to back, with a gap after every third part.
+            let mut at = 0;
+            let placed: Vec<(usize, &[u8])> = bytes
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let here = at;
+                    at += b.len() + if i % 3 == 2 { 5 } else { 0 };
+                    (here, b.as_slice())
+                })
+                .collect();
+            let mut want = vec![0xEEu8; at + 7];
+            gather(&placed, &mut want, 1, 0);
+            for &(at, b) in &placed {
+                assert_eq!(&want[at..at + b.len()], b);
+            }
             let src: Vec<(&[u8], Option<f32>)> = bytes
                 .iter()
                 .enumerate()
                 .map(|(i, b)| (b.as_slice(), (i % 2 == 0).then_some(i as f32)))
                 .collect();
             let mut want_rows = vec![vec![9.0f32; 3]; src.len()];
-            scatter(&src, &mut want_rows, 1, 0);
+            scatter(&src, &mut want_rows, 1, 0, f32_values);
             for (i, (row, v)) in want_rows.iter().zip(&p).enumerate() {
                 assert_eq!(&row[..v.len()], v.as_slice());
                 assert_eq!(row.len(), v.len() + usize::from(i % 2 == 0));
             }
             for threads in 2..=5 {
-                let mut got = vec![-1.0f32; total + 7];
-                gather(&p, &mut got, threads, 0);
+                let mut got = vec![0xEEu8; at + 7];
+                gather(&placed, &mut got, threads, 0);
                 assert_eq!(got, want, "{threads} threads, {lens:?}");
                 let mut rows = vec![vec![9.0f32; 3]; src.len()];
-                scatter(&src, &mut rows, threads, 0);
+                scatter(&src, &mut rows, threads, 0, f32_values);
                 assert_eq!(rows, want_rows, "{threads} threads, {lens:?}");
             }
         }

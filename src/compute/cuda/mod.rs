@@ -13,22 +13,27 @@
 //! * [`device`] — the [`device::Device`] trait: the operations of a batch;
 //!   [`real`] implements it on the driver API, `double` on host memory with
 //!   an operation log and late-completing streams (test harness, below).
-//! * [`orchestrate`] — [`orchestrate::BatchRunner`]: copy stream, events,
-//!   double-buffered slots, one CUDA graph per (slot, shape), extent release
-//!   only after the copy completed; [`recipe`] is the kernel sequence.
+//! * [`orchestrate`] — [`orchestrate::BatchRunner`], for every recipe: copy
+//!   stream, events, double-buffered slots, one CUDA graph per (slot, shape)
+//!   for librosa's fixed clips and a direct issue for the recipes whose rows
+//!   vary, extent release only after the copy completed; `batch` is what it
+//!   takes (the `Recipe` trait); [`recipe`] is librosa's kernel sequence,
+//!   [`frames_exec`] Kaldi's and Whisper's.
+//! * `stage` — the one batching loop of every stage thread over the runner;
+//!   `workers` — the stage threads' lifecycle and report.
 //! * [`feed`] — the decode pool in front of the stage thread: CPU threads
 //!   that route each file (device WAV → its header; FLAC, resampled,
 //!   `channels = "first"` → decoded into a pinned staging clip,
 //!   `compute::cuda::staging`) and reject what the CPU backend rejects.
 //! * [`backend`] — [`backend::start_cuda_workers`]: the decode pool and the
-//!   stage thread on the same `compute::Wiring` as the CPU workers.
+//!   stage thread on the same `compute::Wiring` as the CPU workers (librosa;
+//!   [`frames_stage`] starts the Kaldi and Whisper recipes' pool).
 //! * [`cause`] — [`Cause`], why the GPU is not usable or failed: one typed
 //!   value from the probe and the stage up to the commands.
 //! * [`tables`] — the tables the kernels read, built on the host and
 //!   uploaded once per plan (kernels/README.md); [`recipe_tables`] — the
 //!   same for the Kaldi and Whisper kernels (`kernels/frames.cu`) and their
-//!   per-batch utterance table, which [`frames_stage`] runs (one batch of
-//!   utterances at a time, [`frames_exec`]); `auto` picks the CPU for them
+//!   per-batch utterance table; `auto` picks the CPU for them
 //!   on hosts with enough cores (`compute::cpu_outruns_gpu_from`).
 //!
 //! Everything above runs in production. The test harness lives apart, in
@@ -46,6 +51,7 @@ pub mod tables;
 pub mod api;
 
 pub mod backend;
+mod batch;
 pub mod cause;
 pub mod device;
 pub mod driver;
@@ -61,6 +67,7 @@ pub mod orchestrate;
 pub mod real;
 pub mod recipe;
 pub mod recipe_tables;
+mod stage;
 pub mod staging;
 pub mod workers;
 

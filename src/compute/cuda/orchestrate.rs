@@ -34,6 +34,16 @@
 //!   clip) × block_align` bytes of a file (a long file is trimmed before the
 //!   copy); runs of extents adjacent in the arena go as one copy.
 //!
+//! Both kinds of recipe run through it (the one batching loop): librosa's
+//! fixed clips, one row a file, captured once per shape and replayed; and
+//! the variable-length recipes (Kaldi, Whisper), whose files give
+//! [`Recipe::rows`] rows each and whose batches are issued directly
+//! ([`Recipe::captured`] false: every batch has its own row count, so a
+//! graph would be captured for one replay). A batch closes on its file
+//! count, its device input bytes or its output rows. Host-decoded samples
+//! in pageable memory are gathered into the slot's pinned input on a few
+//! threads before one copy ([`RunnerConfig::gather`]), and released at once.
+//!
 //! Errors: any device error is returned and is sticky for the runner (the
 //! backend turns it into per-file rejections and a fatal shutdown error);
 //! `Drop` never panics and records what failed in [`BatchRunner::errors`].
@@ -42,112 +52,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::device::{DevBuf, Device, DeviceError, Event, GraphExec, Pinned, Result, Stream};
-use crate::decode::wav::WavInfo;
+use super::host_copy;
 
-/// The host bytes of one file, readable until the value is dropped.
-pub trait HostBytes {
-    /// Start of the file's bytes.
-    fn ptr(&self) -> *const u8;
-    /// The file's length.
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Bytes readable from `ptr` (≥ `len`: an arena extent's capacity), so
-    /// adjacent extents coalesce into one copy.
-    fn readable(&self) -> usize {
-        self.len()
-    }
-}
-
-impl HostBytes for crate::reader::FileBytes {
-    fn ptr(&self) -> *const u8 {
-        <[u8]>::as_ptr(self)
-    }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-    fn readable(&self) -> usize {
-        match self {
-            crate::reader::FileBytes::Heap(v) => v.len(),
-            crate::reader::FileBytes::Arena(e) => e.room().max(e.len()),
-        }
-    }
-}
-
-/// Where one file's samples sit in the slot's device input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placed {
-    /// Byte offset of the first sample in the device input buffer.
-    pub data: u64,
-    /// Sample frames the kernel may read (clamped to the clip).
-    pub frames: u32,
-    pub info: WavInfo,
-}
-
-/// The kernel side of a batch: what the runner copies and replays.
-pub trait Recipe {
-    /// Per-slot device work memory.
-    type Work;
-    /// Bytes of one file descriptor in the descriptor table.
-    fn desc_bytes(&self) -> usize;
-    /// Writes the descriptor of `file` (None: a padding slot) into `out`.
-    fn encode(&self, file: Option<&Placed>, out: &mut [u8]);
-    /// Samples per clip (frames beyond are never read).
-    fn clip_samples(&self) -> usize;
-    /// Output bytes per file (one row as the graph copies it back).
-    fn row_bytes(&self) -> usize;
-    /// Appends the f32 values of one row's `bytes` to `out` (default: the
-    /// bytes are native-endian f32).
-    fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
-        out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-        );
-    }
-    /// One-time set-up: kernels, constant tables (synchronous is fine).
-    fn init<D: Device>(&mut self, dev: &mut D) -> Result<()>;
-    /// Allocates a slot's work memory for up to `files` files.
-    fn alloc_work<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<Self::Work>;
-    /// Outside capture: whatever a shape needs (cuFFT plans).
-    fn prepare<D: Device>(&mut self, dev: &mut D, files: usize) -> Result<()>;
-    /// Outside capture, on `stream`, once per new shape before its capture:
-    /// runs what loads code lazily on first use (a cuFFT plan's first
-    /// execution loads its kernels; with lazy module loading, CUDA ≥ 12.2's
-    /// default, that load must not happen inside a capture). `work` is the
-    /// slot's, free at this point, so garbage in it is harmless.
-    fn warm_up<D: Device>(
-        &mut self,
-        dev: &mut D,
-        stream: Stream,
-        work: &Self::Work,
-        files: usize,
-    ) -> Result<()> {
-        let _unused = (dev, stream, work, files);
-        Ok(())
-    }
-    /// Issues one batch of `files` files on `stream` (captured into a graph):
-    /// kernels reading `input`/`descs`, then D2H of the rows into `out`.
-    #[allow(clippy::too_many_arguments)]
-    fn issue<D: Device>(
-        &mut self,
-        dev: &mut D,
-        stream: Stream,
-        work: &Self::Work,
-        input: DevBuf,
-        descs: DevBuf,
-        out: Pinned,
-        files: usize,
-    ) -> Result<()>;
-}
-
-/// One file handed to the runner.
-pub struct Staged<T, B> {
-    pub tag: T,
-    pub bytes: B,
-    pub info: WavInfo,
-}
+pub use super::batch::{Desc, HostBytes, Placed, Recipe, RowSink, Shape, Staged};
 
 /// Sizes of the runner.
 #[derive(Clone, Copy, Debug)]
@@ -158,6 +65,29 @@ pub struct RunnerConfig {
     pub input_bytes: usize,
     /// Device batch slots (2 = double buffering).
     pub slots: usize,
+    /// Files' bytes are copied into the slot's pinned input on the host
+    /// first, then to the device in one copy (pageable host-decoded
+    /// samples); false: each run of adjacent bytes is copied straight from
+    /// where it lies (registered memory: the arena, the decode staging).
+    pub gather: bool,
+    /// Threads for the host copies (`host_copy`), ≥ 1.
+    pub copy_threads: usize,
+}
+
+impl RunnerConfig {
+    /// `batch_files` files of up to `input_bytes` device input per batch, two
+    /// slots, copied straight from registered memory on this machine's
+    /// copy threads.
+    pub fn new(batch_files: usize, input_bytes: usize) -> RunnerConfig {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        RunnerConfig {
+            batch_files,
+            input_bytes,
+            slots: 2,
+            gather: false,
+            copy_threads: host_copy::copy_threads(cores),
+        }
+    }
 }
 
 /// Counters for the backend report.
@@ -180,6 +110,8 @@ struct Open<T, B> {
     /// (dst offset, host ptr, len) of each coalesced copy.
     copies: Vec<(usize, *const u8, usize)>,
     cursor: usize,
+    /// Output rows of the files placed.
+    rows: usize,
     /// Closed because the device input was full (not by count or time).
     full: bool,
 }
@@ -191,6 +123,7 @@ impl<T, B> Open<T, B> {
             placed: Vec::new(),
             copies: Vec::new(),
             cursor: 0,
+            rows: 0,
             full: false,
         }
     }
@@ -198,6 +131,8 @@ impl<T, B> Open<T, B> {
 
 struct Slot<W, T, B> {
     input: DevBuf,
+    /// The pinned input the files are gathered into (`RunnerConfig::gather`).
+    input_host: Option<Pinned>,
     descs: DevBuf,
     desc_host: Pinned,
     out: Pinned,
@@ -208,6 +143,8 @@ struct Slot<W, T, B> {
     held: Vec<B>,
     /// Tags of the batch in flight (real files only, in order).
     tags: Vec<T>,
+    /// Where their rows are.
+    placed: Vec<Placed>,
     busy: bool,
 }
 
@@ -243,6 +180,8 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             batch_files: b,
             slots: cfg.slots.max(1),
             input_bytes: cfg.input_bytes.max(ALIGN),
+            gather: cfg.gather,
+            copy_threads: cfg.copy_threads.max(1),
         };
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         dev.attach_error_sink(Arc::clone(&errors));
@@ -250,17 +189,25 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         let copy = dev.create_stream()?;
         let compute = dev.create_stream()?;
         let mut slots = Vec::with_capacity(cfg.slots);
+        // One descriptor a file, and a direct batch's sentinel.
+        let desc_bytes = (b + 1) * recipe.desc_bytes();
         for _ in 0..cfg.slots {
+            let input_host = match cfg.gather {
+                true => Some(dev.alloc_pinned(cfg.input_bytes)?),
+                false => None,
+            };
             slots.push(Slot {
                 input: dev.alloc(cfg.input_bytes)?,
-                descs: dev.alloc(b * recipe.desc_bytes())?,
-                desc_host: dev.alloc_pinned(b * recipe.desc_bytes())?,
-                out: dev.alloc_pinned(b * recipe.row_bytes())?,
+                input_host,
+                descs: dev.alloc(desc_bytes)?,
+                desc_host: dev.alloc_pinned(desc_bytes)?,
+                out: dev.alloc_pinned(recipe.out_bytes(b))?,
                 work: recipe.alloc_work(&mut dev, b)?,
                 copied: dev.create_event()?,
                 done: dev.create_event()?,
                 held: Vec::new(),
                 tags: Vec::new(),
+                placed: Vec::new(),
                 busy: false,
             });
         }
@@ -336,26 +283,31 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
     }
 
     /// Adds a file to the open batch; gives it back when the batch is full
-    /// (count or device input bytes): `flush` and add again. A file that
-    /// cannot fit even an empty batch is returned with `Ok(Err)` too — the
-    /// caller rejects it when `open_len() == 0`.
+    /// (count, device input bytes or output rows): `flush` and add again. A
+    /// file that cannot fit even an empty batch is given back too — the
+    /// caller deals with it when `open_len() == 0`.
     pub fn add(&mut self, item: Staged<T, B>) -> std::result::Result<(), Staged<T, B>> {
         if self.open.items.len() >= self.cfg.batch_files {
             return Err(item);
         }
         let need = self.needed(&item);
-        let copy_len = if need == item.bytes.len() {
+        let rows = self.recipe.rows(&item.info);
+        let gather = self.cfg.gather;
+        let copy_len = if need == item.bytes.len() && !gather {
             item.bytes.readable().max(need)
         } else {
             need
         };
         let ptr = item.bytes.ptr();
-        // Coalesce with the previous copy when the host bytes are adjacent.
+        // Straight copies coalesce with the previous one when the host bytes
+        // are adjacent; gathered ones lie back to back (f32 aligned).
         let (dst, extend) = match self.open.copies.last() {
-            Some(&(d, p, l)) if p.wrapping_add(l) == ptr => (d + l, true),
+            Some(&(d, p, l)) if !gather && p.wrapping_add(l) == ptr => (d + l, true),
+            _ if gather => (self.open.cursor.div_ceil(4) * 4, false),
             _ => (self.open.cursor.div_ceil(ALIGN) * ALIGN, false),
         };
-        if dst + copy_len > self.cfg.input_bytes {
+        let out_rows = self.recipe.out_rows(self.cfg.batch_files);
+        if dst + copy_len > self.cfg.input_bytes || self.open.rows + rows > out_rows {
             self.open.full = !self.open.items.is_empty();
             return Err(item);
         }
@@ -372,7 +324,10 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             data: (dst + item.info.data_offset) as u64,
             frames: frames as u32,
             info: item.info,
+            row: self.open.rows as u32,
+            rows: rows as u32,
         });
+        self.open.rows += rows;
         self.open.items.push(item);
         Ok(())
     }
@@ -391,25 +346,28 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
     }
 
     /// Hands slot `i`'s rows to `sink` and frees the slot (its work is done).
-    fn harvest(&mut self, i: usize, sink: &mut impl FnMut(T, &[f32])) {
-        let row = self.recipe.row_bytes();
-        let slot = &mut self.slots[i];
+    fn harvest(&mut self, i: usize, sink: &mut impl RowSink<T>) {
+        let (dev, recipe, slot) = (&self.dev, &self.recipe, &mut self.slots[i]);
         slot.held.clear();
         slot.busy = false;
-        // SAFETY: `done` completed, so the graph's D2H into `out` has run and
+        // SAFETY: `done` completed, so the batch's D2H into `out` has run and
         // nothing is in flight into it until this slot is reused.
-        let out = unsafe { self.dev.pinned(slot.out) };
-        let mut vals = Vec::with_capacity(row / 2);
-        for (k, tag) in slot.tags.drain(..).enumerate() {
-            vals.clear();
-            self.recipe
-                .decode_row(&out[k * row..(k + 1) * row], &mut vals);
-            sink(tag, &vals);
+        let out = unsafe { dev.pinned(slot.out) };
+        let src: Vec<(&[u8], Option<f32>)> = (slot.placed.iter().enumerate())
+            .map(|(k, p)| recipe.output(out, k, p))
+            .collect();
+        let mut rows: Vec<Vec<f32>> = src.iter().map(|_| sink.buffer()).collect();
+        let threads = self.cfg.copy_threads;
+        let min = host_copy::PARALLEL_MIN_BYTES;
+        host_copy::scatter(&src, &mut rows, threads, min, recipe.decoder());
+        slot.placed.clear();
+        for (tag, row) in slot.tags.drain(..).zip(rows) {
+            sink.row(tag, row);
         }
     }
 
     /// Non-blocking progress: releases copied bytes, harvests finished slots.
-    pub fn poll(&mut self, sink: &mut impl FnMut(T, &[f32])) -> Result<()> {
+    pub fn poll(&mut self, sink: &mut impl RowSink<T>) -> Result<()> {
         self.check()?;
         self.release_copied()?;
         for i in 0..self.slots.len() {
@@ -424,14 +382,16 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
     }
 
     /// The graph for (slot, shape), captured on first use.
-    fn graph(&mut self, s: usize, shape: usize) -> Result<GraphExec> {
-        if let Some(&g) = self.graphs.get(&(s, shape)) {
+    fn graph(&mut self, s: usize, shape: Shape) -> Result<GraphExec> {
+        let key = (s, shape.files);
+        if let Some(&g) = self.graphs.get(&key) {
             return Ok(g);
         }
-        self.recipe.prepare(&mut self.dev, shape)?;
+        let files = shape.files;
+        self.recipe.prepare(&mut self.dev, files)?;
         let slot = &self.slots[s];
         self.recipe
-            .warm_up(&mut self.dev, self.compute, &slot.work, shape)?;
+            .warm_up(&mut self.dev, self.compute, &slot.work, files)?;
         self.dev.begin_capture(self.compute)?;
         let issued = self.recipe.issue(
             &mut self.dev,
@@ -446,14 +406,14 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         let graph = self.dev.end_capture(self.compute);
         issued?;
         let exec = self.dev.graph_instantiate(graph?)?;
-        self.graphs.insert((s, shape), exec);
+        self.graphs.insert(key, exec);
         self.stats.captures += 1;
         Ok(exec)
     }
 
     /// Submits the open batch (if any): waits for a free slot, then issues
     /// copies, the cross-stream wait and the graph replay.
-    pub fn flush(&mut self, sink: &mut impl FnMut(T, &[f32])) -> Result<()> {
+    pub fn flush(&mut self, sink: &mut impl RowSink<T>) -> Result<()> {
         self.check()?;
         if self.open.items.is_empty() {
             return Ok(());
@@ -462,7 +422,7 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         self.sticky(r)
     }
 
-    fn submit(&mut self, sink: &mut impl FnMut(T, &[f32])) -> Result<()> {
+    fn submit(&mut self, sink: &mut impl RowSink<T>) -> Result<()> {
         let s = self.next;
         self.next = (s + 1) % self.slots.len();
         if self.slots[s].busy {
@@ -472,34 +432,70 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             self.harvest(s, sink);
         }
         let n = self.open.items.len();
-        let shape = self.shape(n, self.open.full);
+        let captured = self.recipe.captured();
+        let files = match captured {
+            true => self.shape(n, self.open.full),
+            false => n,
+        };
+        let shape = Shape {
+            files,
+            rows: self.open.rows,
+        };
         // Capture (or find) the graph while the batch is still open: when that
         // fails, nothing was copied and the files stay open for rejection.
-        let exec = self.graph(s, shape)?;
+        let exec = match captured {
+            true => Some(self.graph(s, shape)?),
+            false => None,
+        };
         let open = std::mem::replace(&mut self.open, Open::new());
         let done = self.slots[s].done;
         let r = self.issue_batch(s, shape, &open).and_then(|()| {
-            self.dev.graph_launch(exec, self.compute)?;
+            match exec {
+                Some(exec) => self.dev.graph_launch(exec, self.compute)?,
+                None => {
+                    let slot = &self.slots[s];
+                    let (input, descs, out) = (slot.input, slot.descs, slot.out);
+                    self.recipe.issue(
+                        &mut self.dev,
+                        self.compute,
+                        &slot.work,
+                        input,
+                        descs,
+                        out,
+                        shape,
+                    )?;
+                }
+            }
             self.dev.record_event(done, self.compute)
         });
+        // Gathered, the device copies from the slot's pinned input: the
+        // files' own bytes are released here, whatever happened.
+        let gathered = self.cfg.gather;
         if r.is_err() {
             // Copies may have been issued: the tags go to `take_in_flight`,
             // the bytes are never released (Drop leaks them).
             for it in open.items {
                 self.lost_tags.push(it.tag);
-                self.stranded.push(it.bytes);
+                match gathered {
+                    true => drop(it.bytes),
+                    false => self.stranded.push(it.bytes),
+                }
             }
             return r;
         }
-        self.stats.graph_launches += 1;
+        self.stats.graph_launches += u64::from(captured);
         self.stats.batches += 1;
         self.stats.files += n as u64;
-        self.stats.padded_files += (shape - n) as u64;
+        self.stats.padded_files += (files - n) as u64;
         let slot = &mut self.slots[s];
         slot.busy = true;
+        slot.placed = open.placed;
         for it in open.items {
             slot.tags.push(it.tag);
-            slot.held.push(it.bytes);
+            match gathered {
+                true => drop(it.bytes),
+                false => slot.held.push(it.bytes),
+            }
         }
         self.release_copied()
     }
@@ -522,9 +518,17 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
 
     /// Descriptors and copies of `open` into slot `s`, then the copy event
     /// and the compute stream's wait on it.
-    fn issue_batch(&mut self, s: usize, shape: usize, open: &Open<T, B>) -> Result<()> {
-        // Descriptors: real files, then padding.
+    fn issue_batch(&mut self, s: usize, shape: Shape, open: &Open<T, B>) -> Result<()> {
+        // Descriptors: real files, then padding (captured) or the sentinel.
         let db = self.recipe.desc_bytes();
+        let entries = match self.recipe.captured() {
+            true => shape.files,
+            false => shape.files + 1,
+        };
+        let end = Desc::Pad {
+            data: open.cursor as u64,
+            row: open.rows as u32,
+        };
         let slot = &self.slots[s];
         let (desc_host, descs, input, copied) =
             (slot.desc_host, slot.descs, slot.input, slot.copied);
@@ -532,29 +536,58 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             // SAFETY: the slot is free (its done event completed or it never
             // ran), so no copy from `desc_host` is in flight.
             let table = unsafe { self.dev.pinned_mut(desc_host) };
-            for k in 0..shape {
-                self.recipe
-                    .encode(open.placed.get(k), &mut table[k * db..(k + 1) * db]);
+            for k in 0..entries {
+                let entry = open.placed.get(k).map_or(end, Desc::File);
+                self.recipe.encode(entry, &mut table[k * db..(k + 1) * db]);
             }
         }
         self.dev
-            .memcpy_ptod_async(self.copy, descs, 0, desc_host, 0, shape * db)?;
-        for &(dst, ptr, len) in &open.copies {
-            // SAFETY: `ptr..ptr+len` lies in the bytes of the items of this
-            // batch (their `readable` ranges, merged only when adjacent); the
-            // items move into `held` (or `stranded` on failure) and are
-            // dropped only after `copied` completes (release_copied / harvest
-            // / Drop), or never.
-            unsafe { self.dev.memcpy_htod_async(self.copy, input, dst, ptr, len) }?;
-            self.stats.h2d_bytes += len as u64;
-            self.stats.h2d_copies += 1;
+            .memcpy_ptod_async(self.copy, descs, 0, desc_host, 0, entries * db)?;
+        match self.slots[s].input_host {
+            Some(pinned) => self.gather_input(pinned, input, open)?,
+            None => {
+                for &(dst, ptr, len) in &open.copies {
+                    // SAFETY: `ptr..ptr+len` lies in the bytes of the items of
+                    // this batch (their `readable` ranges, merged only when
+                    // adjacent); the items move into `held` (or `stranded` on
+                    // failure) and are dropped only after `copied` completes
+                    // (release_copied / harvest / Drop), or never.
+                    unsafe { self.dev.memcpy_htod_async(self.copy, input, dst, ptr, len) }?;
+                    self.stats.h2d_bytes += len as u64;
+                    self.stats.h2d_copies += 1;
+                }
+            }
         }
         self.dev.record_event(copied, self.copy)?;
         self.dev.stream_wait_event(self.compute, copied)
     }
 
+    /// Gathers the batch's bytes into the slot's pinned input on the copy
+    /// threads, then copies them to the device in one piece.
+    fn gather_input(&mut self, pinned: Pinned, input: DevBuf, open: &Open<T, B>) -> Result<()> {
+        let parts: Vec<(usize, &[u8])> = (open.copies.iter())
+            // SAFETY: each copy is `len` bytes of one item of this batch
+            // (`needed` ≤ its length), alive while `open` is borrowed.
+            .map(|&(dst, ptr, len)| (dst, unsafe { std::slice::from_raw_parts(ptr, len) }))
+            .collect();
+        {
+            // SAFETY: the slot is free (as for `desc_host` above): no copy
+            // reads its pinned input.
+            let host = unsafe { self.dev.pinned_mut(pinned) };
+            let (threads, min) = (self.cfg.copy_threads, host_copy::PARALLEL_MIN_BYTES);
+            host_copy::gather(&parts, host, threads, min);
+        }
+        if open.cursor > 0 {
+            self.dev
+                .memcpy_ptod_async(self.copy, input, 0, pinned, 0, open.cursor)?;
+            self.stats.h2d_bytes += open.cursor as u64;
+            self.stats.h2d_copies += 1;
+        }
+        Ok(())
+    }
+
     /// Flushes and waits for every batch; all rows reach `sink`.
-    pub fn finish(&mut self, sink: &mut impl FnMut(T, &[f32])) -> Result<()> {
+    pub fn finish(&mut self, sink: &mut impl RowSink<T>) -> Result<()> {
         self.flush(sink)?;
         let t = std::time::Instant::now();
         for k in 0..self.slots.len() {

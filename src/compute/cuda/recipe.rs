@@ -23,7 +23,8 @@ use super::device::{
     Arg, DevBuf, Device, DeviceError, FftKind, FftPlan, FftShape, Kernel, LaunchDims, Pinned,
     Result, Stream,
 };
-use super::orchestrate::{Placed, Recipe};
+use super::host_copy;
+use super::orchestrate::{Desc, Recipe, Shape};
 use super::tables::{self, MfFile, Tables};
 
 /// Kernel entry points, in launch order (`kernels/README.md`).
@@ -125,16 +126,16 @@ impl Recipe for MelRecipe {
         std::mem::size_of::<MfFile>()
     }
 
-    fn encode(&self, file: Option<&Placed>, out: &mut [u8]) {
-        let d = match file {
-            Some(p) => MfFile {
+    fn encode(&self, entry: Desc<'_>, out: &mut [u8]) {
+        let d = match entry {
+            Desc::File(p) => MfFile {
                 data: p.data,
                 frames: p.frames,
                 channels: p.info.channels,
                 format: tables::format_code(p.info.format),
             },
             // Padding: no frames → the clip decodes to silence.
-            None => MfFile {
+            Desc::Pad { .. } => MfFile {
                 data: 0,
                 frames: 0,
                 channels: 1,
@@ -155,15 +156,10 @@ impl Recipe for MelRecipe {
         self.t.row_len * if self.f16_rows { 2 } else { 4 }
     }
 
-    fn decode_row(&self, bytes: &[u8], out: &mut Vec<f32>) {
-        if self.f16_rows {
-            crate::dsp::f16::widen_bytes(bytes, out);
-        } else {
-            out.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
+    fn decoder(&self) -> host_copy::Decode {
+        match self.f16_rows {
+            true => crate::dsp::f16::widen_bytes,
+            false => host_copy::f32_values,
         }
     }
 
@@ -270,8 +266,10 @@ impl Recipe for MelRecipe {
         input: DevBuf,
         descs: DevBuf,
         out: Pinned,
-        n: usize,
+        shape: Shape,
     ) -> Result<()> {
+        // Captured once per shape: the work depends on the files only.
+        let n = shape.files;
         self.consts()?;
         let plan = *self
             .plans

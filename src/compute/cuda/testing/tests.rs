@@ -11,7 +11,7 @@ use crate::compute::cuda::device::{
     LaunchDims, Pinned, Result, Stream,
 };
 use crate::compute::cuda::orchestrate::{
-    BatchRunner, HostBytes, Placed, Recipe, RunnerConfig, Staged,
+    BatchRunner, Desc, HostBytes, Recipe, RunnerConfig, Shape, Staged,
 };
 use crate::decode::wav::{SampleFormat, WavInfo};
 
@@ -27,8 +27,11 @@ impl Recipe for Gather {
     fn desc_bytes(&self) -> usize {
         8
     }
-    fn encode(&self, f: Option<&Placed>, out: &mut [u8]) {
-        let v = f.map_or(u64::MAX, |p| p.data);
+    fn encode(&self, f: Desc<'_>, out: &mut [u8]) {
+        let v = match f {
+            Desc::File(p) => p.data,
+            Desc::Pad { .. } => u64::MAX,
+        };
         out.copy_from_slice(&v.to_le_bytes());
     }
     fn clip_samples(&self) -> usize {
@@ -56,8 +59,9 @@ impl Recipe for Gather {
         input: DevBuf,
         descs: DevBuf,
         out: Pinned,
-        n: usize,
+        shape: Shape,
     ) -> Result<()> {
+        let n = shape.files;
         dev.launch(
             s,
             Kernel(0),
@@ -170,11 +174,7 @@ pub(super) type Runner<D> = BatchRunner<D, Gather, usize, TestBytes>;
 
 pub(super) fn runner(log: &Log, progress: Progress, b: usize) -> Runner<HostDouble> {
     let dev = HostDouble::new(Arc::clone(log), progress).with_kernels(Box::new(GatherKernel));
-    let cfg = RunnerConfig {
-        batch_files: b,
-        input_bytes: 4096,
-        slots: 2,
-    };
+    let cfg = RunnerConfig::new(b, 4096);
     BatchRunner::new(dev, Gather, cfg).unwrap()
 }
 
@@ -567,11 +567,7 @@ fn dropping_a_runner_on_a_failing_device_records_errors_and_never_releases_early
         calls: Arc::clone(&calls),
         fail_after: usize::MAX,
     };
-    let cfg = RunnerConfig {
-        batch_files: 2,
-        input_bytes: 4096,
-        slots: 2,
-    };
+    let cfg = RunnerConfig::new(2, 4096);
     let mut r: Runner<Flaky> = BatchRunner::new(dev, Gather, cfg).unwrap();
     let mut sink = |_: usize, _: &[f32]| {};
     for (id, &(start, len)) in spans.iter().enumerate().take(4) {

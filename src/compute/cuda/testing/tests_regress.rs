@@ -81,11 +81,7 @@ fn staged(id: usize, mem: &mut [u8], span: (usize, usize), log: &Log) -> Staged<
 }
 
 fn runner_on(dev: HostDouble, b: usize, input_bytes: usize) -> Runner<HostDouble> {
-    let cfg = RunnerConfig {
-        batch_files: b,
-        input_bytes,
-        slots: 2,
-    };
+    let cfg = RunnerConfig::new(b, input_bytes);
     BatchRunner::new(dev, Gather, cfg).unwrap()
 }
 
@@ -168,11 +164,7 @@ fn each_fft_plan_runs_once_uncaptured_before_its_first_capture() {
     let tables = crate::compute::cuda::tables::Tables::new(&plan).unwrap();
     let dev =
         HostDouble::new(Arc::clone(&log), Progress::Eager).with_kernels(Box::new(MelHostKernels));
-    let cfg = RunnerConfig {
-        batch_files: 4,
-        input_bytes: 1 << 20,
-        slots: 2,
-    };
+    let cfg = RunnerConfig::new(4, 1 << 20);
     let mut r: BatchRunner<HostDouble, crate::compute::cuda::recipe::MelRecipe, usize, TestBytes> =
         BatchRunner::new(
             dev,
@@ -273,11 +265,7 @@ fn mel_rows(f16_rows: bool, n: usize) -> Vec<Vec<f32>> {
     let plan = plan();
     let tables = crate::compute::cuda::tables::Tables::new(&plan).unwrap();
     let dev = HostDouble::unlogged(Progress::Eager).with_kernels(Box::new(MelHostKernels));
-    let cfg = RunnerConfig {
-        batch_files: 4,
-        input_bytes: 1 << 20,
-        slots: 2,
-    };
+    let cfg = RunnerConfig::new(4, 1 << 20);
     let recipe = crate::compute::cuda::recipe::MelRecipe::new(tables).with_f16_rows(f16_rows);
     let mut r: BatchRunner<HostDouble, crate::compute::cuda::recipe::MelRecipe, usize, TestBytes> =
         BatchRunner::new(dev, recipe, cfg).unwrap();
@@ -328,4 +316,63 @@ fn float16_rows_made_in_the_graph_equal_the_writers_conversion_bit_for_bit() {
         }
     }
     assert!(checked > 1000);
+}
+
+/// Gathered batches (the host-decoded samples of the variable-length
+/// recipes): each file's bytes go into the slot's pinned input on the host
+/// and leave in one copy, so the file is released at its submit, before
+/// the device ran anything; the release poisons its bytes, and the rows
+/// are still the files' own. No copy ever reads a file's own memory.
+#[test]
+fn gathered_files_are_released_at_submit_and_copied_once_from_pinned_memory() {
+    for b in [1, 3, 4] {
+        let log: crate::compute::cuda::testing::double::Log = Arc::default();
+        let (mut mem, spans) = super::tests::arena(10);
+        let progress = Progress::Random {
+            seed: 7,
+            max_steps: 0,
+        };
+        let dev = HostDouble::new(Arc::clone(&log), progress).with_kernels(Box::new(GatherKernel));
+        let cfg = RunnerConfig {
+            gather: true,
+            ..RunnerConfig::new(b, 4096)
+        };
+        let mut r: Runner<HostDouble> = BatchRunner::new(dev, Gather, cfg).unwrap();
+        let rows = super::tests::feed(&mut r, &mut mem, &spans, &log).unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(
+                row.as_deref(),
+                Some(&expected_row(i)[..]),
+                "B {b}, file {i}"
+            );
+        }
+        let st = r.stats();
+        drop(r);
+        assert_eq!(st.h2d_copies, st.batches, "B {b}: one input copy a batch");
+        let c = calls(&log);
+        let htod = c.iter().filter(|c| {
+            matches!(
+                c,
+                Call::Issue {
+                    work: Work::HtoD { .. },
+                    ..
+                }
+            )
+        });
+        assert_eq!(htod.count(), 0, "B {b}: a copy read a file's own bytes");
+        // Nothing runs before the first wait: the first batch's files are
+        // all released before the device executed anything.
+        let entries = log.lock().unwrap().clone();
+        let first_exec = (entries.iter())
+            .position(|e| matches!(e, super::double::Entry::Exec { .. }))
+            .unwrap();
+        let released_before = entries[..first_exec]
+            .iter()
+            .filter(|e| matches!(e, super::double::Entry::Note(n) if n.starts_with("release")))
+            .count();
+        assert!(
+            released_before >= b,
+            "B {b}: {released_before} released before the device ran"
+        );
+    }
 }
