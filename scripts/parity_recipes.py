@@ -249,9 +249,18 @@ def main():
         shutil.rmtree(d)
 
 
-if __name__ == "__main__":
+def guarded(main, name):
+    """Runs `main`; a failed check (or a command that failed) is one FAIL
+    line and exit status 1."""
     try:
         main()
     except AssertionError as e:
-        print(f"parity_recipes: FAIL: {e}", file=sys.stderr)
+        print(f"{name}: FAIL: {e}", file=sys.stderr)
         sys.exit(1)
+    except subprocess.CalledProcessError as e:
+        print(f"{name}: FAIL: {e}: {e.stderr.decode(errors='replace')}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    guarded(main, "parity_recipes")

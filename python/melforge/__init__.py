@@ -22,6 +22,13 @@ Read (numpy and h5py only, no torch needed):
   the lengths; `LengthBatchSampler` groups rows of similar length, at most
   N frames per batch (no torch import at module load).
 
+Compute in-process (`melforge.features`, the compiled extension in the
+wheel; imported on first use, so `import melforge` needs no extension):
+
+* `features.kaldi_fbank` / `kaldi_mfcc` (torchaudio's options) and
+  `whisper_log_mel` on waveforms in memory: the rows a build stores, bit
+  for bit; a list runs on Rust threads with the GIL released.
+
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
 

@@ -21,14 +21,27 @@ wheel of melforge has to be built.
   binary whose library names were already rewritten. Relinking costs seconds;
   the dependencies stay built.
 
+* **The in-process extension.** maturin packs one kind of artefact per
+  wheel (here the binary), so the backend builds the features extension
+  (crates/py, the cdylib `melforge._native`, abi3 for CPython >= 3.9, linking
+  no system library) with cargo in the same target directory and adds it to
+  the repaired wheel as `melforge/_native.abi3.so`, with its RECORD line.
+  An editable install gets it beside the sources instead
+  (python/melforge/_native.abi3.so, ignored by git).
+
 An editable install (`pip install -e .`) goes the same way. Everything else
 (sdist, metadata) is maturin's, unchanged.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shlex
+import shutil
+import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -47,6 +60,44 @@ WHEEL_ARGS = ["--compatibility", "pypi", "--auditwheel", "repair"]
 
 # The binary's name (Cargo.toml's [[bin]]); the only artefact the repair patches.
 BINARY = "melforge"
+
+# The features extension: its cargo package, the file cargo links, and its
+# name inside the package.
+EXTENSION_PACKAGE = "melforge-py"
+EXTENSION_BUILT = "lib_native.so"
+EXTENSION_NAME = "melforge/_native.abi3.so"
+
+
+def _build_extension(target: Path) -> Path:
+    """Builds the features extension (release, symbols stripped) into
+    `target`; returns the shared object."""
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target), CARGO_PROFILE_RELEASE_STRIP="symbols")
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", EXTENSION_PACKAGE], check=True, env=env)
+    return target / "release" / EXTENSION_BUILT
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def _add_to_wheel(wheel: Path, name: str, data: bytes) -> None:
+    """Rewrites `wheel` with `name` added (mode 755) and its RECORD line."""
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            body = src.read(item.filename)
+            if item.filename.endswith(".dist-info/RECORD"):
+                lines = [ln for ln in body.decode().splitlines() if ln and not ln.startswith(name + ",")]
+                lines.insert(len(lines) - 1, _record_line(name, data))
+                body = ("\n".join(lines) + "\n").encode()
+                extension = zipfile.ZipInfo(name, date_time=item.date_time)
+                extension.external_attr = 0o100755 << 16
+                extension.compress_type = zipfile.ZIP_DEFLATED
+                dst.writestr(extension, data)
+            if item.filename != name:
+                dst.writestr(item, body)
+    tmp.replace(wheel)
 
 
 def _target_dir() -> Path:
@@ -91,7 +142,13 @@ def _build(
     os.environ["CARGO_TARGET_DIR"] = str(target)
     hook = maturin.build_editable if editable else maturin.build_wheel
     try:
-        return hook(wheel_directory, settings, metadata_directory)
+        name = hook(wheel_directory, settings, metadata_directory)
+        extension = _build_extension(target)
+        if editable:
+            shutil.copy(extension, Path.cwd() / "python" / EXTENSION_NAME)
+        else:
+            _add_to_wheel(Path(wheel_directory) / name, EXTENSION_NAME, extension.read_bytes())
+        return name
     finally:
         _forget_patched_binary(target)
         if previous is None:

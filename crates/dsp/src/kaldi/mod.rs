@@ -22,5 +22,5 @@ mod plan;
 mod tests;
 
 pub use banks::mel_scale;
-pub use options::{KaldiError, KaldiOptions, KaldiWindow, Kind};
+pub use options::{KaldiError, KaldiOptions, KaldiWindow, Kind, OptionValue, SetError};
 pub use plan::{KaldiPlan, KaldiScratch, Piece, TooShort};

@@ -366,3 +366,92 @@ impl KaldiOptions {
         p
     }
 }
+
+/// One option's value as a caller gives it (an in-process call's keyword).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OptionValue<'a> {
+    Int(i64),
+    Real(f64),
+    Bool(bool),
+    Text(&'a str),
+}
+
+/// Why [`KaldiOptions::set`] refused a keyword.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SetError {
+    /// Not one of the function's keywords ([`KaldiOptions::params`]).
+    #[error("unknown option {key:?}")]
+    Unknown { key: String },
+    /// A keyword with a value of the wrong type.
+    #[error("{key}: expected {expected}")]
+    Type {
+        key: &'static str,
+        expected: &'static str,
+    },
+}
+
+impl KaldiOptions {
+    /// Sets the option torchaudio calls `key` (one of [`KaldiOptions::params`]
+    /// for `kind`); integers are taken where reals are expected, as Python
+    /// does. The value is checked by [`KaldiOptions::validate`], not here.
+    pub fn set(&mut self, kind: Kind, key: &str, value: OptionValue<'_>) -> Result<(), SetError> {
+        let Some((name, _)) = self.params(kind).into_iter().find(|(k, _)| *k == key) else {
+            return Err(SetError::Unknown {
+                key: key.to_string(),
+            });
+        };
+        let ty = |expected| SetError::Type {
+            key: name,
+            expected,
+        };
+        let real = || match value {
+            OptionValue::Real(v) => Ok(v),
+            OptionValue::Int(v) => Ok(v as f64),
+            _ => Err(ty("a number")),
+        };
+        let flag = || match value {
+            OptionValue::Bool(v) => Ok(v),
+            _ => Err(ty("True or False")),
+        };
+        let count = || match value {
+            OptionValue::Int(v) => usize::try_from(v).map_err(|_| ty("an integer ≥ 0")),
+            _ => Err(ty("an integer")),
+        };
+        match name {
+            "sample_frequency" => self.sample_frequency = real()?,
+            "frame_length" => self.frame_length = real()?,
+            "frame_shift" => self.frame_shift = real()?,
+            "dither" => self.dither = real()?,
+            "preemphasis_coefficient" => self.preemphasis_coefficient = real()?,
+            "remove_dc_offset" => self.remove_dc_offset = flag()?,
+            "window_type" => {
+                let OptionValue::Text(t) = value else {
+                    return Err(ty("a window name"));
+                };
+                let found = KaldiWindow::ALL.iter().find(|(n, _)| *n == t);
+                let names = "\"povey\", \"hanning\", \"hamming\", \"rectangular\" or \"blackman\"";
+                self.window_type = found.map(|(_, w)| *w).ok_or_else(|| ty(names))?;
+            }
+            "blackman_coeff" => self.blackman_coeff = real()?,
+            "round_to_power_of_two" => self.round_to_power_of_two = flag()?,
+            "snip_edges" => self.snip_edges = flag()?,
+            "num_mel_bins" => self.num_mel_bins = count()?,
+            "low_freq" => self.low_freq = real()?,
+            "high_freq" => self.high_freq = real()?,
+            "use_energy" => self.use_energy = flag()?,
+            "raw_energy" => self.raw_energy = flag()?,
+            "energy_floor" => self.energy_floor = real()?,
+            "use_log_fbank" => self.use_log_fbank = flag()?,
+            "use_power" => self.use_power = flag()?,
+            "num_ceps" => self.num_ceps = count()?,
+            "cepstral_lifter" => self.cepstral_lifter = real()?,
+            "sample_scale" => self.sample_scale = real()?,
+            _ => {
+                return Err(SetError::Unknown {
+                    key: key.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

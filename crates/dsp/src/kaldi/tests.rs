@@ -478,3 +478,87 @@ fn pieces_of_a_waveform_give_the_one_piece_rows_bit_for_bit() {
         }
     }
 }
+
+/// Every keyword `params` records can be set by name to another value of
+/// its type and reads back as that value; a keyword of the other function,
+/// an unknown one and a value of the wrong type are refused by name.
+#[test]
+fn every_recorded_keyword_sets_by_name_and_wrong_ones_are_refused() {
+    use super::{OptionValue, SetError};
+    use crate::ParamValue;
+    for kind in [Kind::Fbank, Kind::Mfcc] {
+        let defaults = KaldiOptions::default();
+        for (key, value) in defaults.params(kind) {
+            let (given, want) = match value {
+                ParamValue::Int(v) => (OptionValue::Int(v + 1), ParamValue::Int(v + 1)),
+                ParamValue::Real(v) => (OptionValue::Real(v + 0.5), ParamValue::Real(v + 0.5)),
+                ParamValue::Bool(v) => (OptionValue::Bool(!v), ParamValue::Bool(!v)),
+                ParamValue::Text(_) => (OptionValue::Text("hamming"), ParamValue::Text("hamming")),
+            };
+            let mut o = KaldiOptions::default();
+            o.set(kind, key, given).unwrap();
+            let got = o.params(kind).into_iter().find(|(k, _)| *k == key).unwrap();
+            assert_eq!(got.1, want, "{kind:?} {key}");
+            let changed = o
+                .params(kind)
+                .iter()
+                .zip(defaults.params(kind))
+                .filter(|(a, b)| **a != *b)
+                .count();
+            assert_eq!(changed, 1, "{kind:?} {key} changed another option too");
+        }
+        let other = if kind == Kind::Fbank {
+            "num_ceps"
+        } else {
+            "use_power"
+        };
+        let mut o = KaldiOptions::default();
+        assert!(matches!(
+            o.set(kind, other, OptionValue::Int(3)),
+            Err(SetError::Unknown { .. })
+        ));
+        assert!(matches!(
+            o.set(kind, "nmels", OptionValue::Int(3)),
+            Err(SetError::Unknown { .. })
+        ));
+        let e = o.set(kind, "snip_edges", OptionValue::Int(1)).unwrap_err();
+        assert_eq!(
+            e,
+            SetError::Type {
+                key: "snip_edges",
+                expected: "True or False"
+            }
+        );
+        let e = o
+            .set(kind, "window_type", OptionValue::Text("hann"))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SetError::Type {
+                    key: "window_type",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = o
+            .set(kind, "num_mel_bins", OptionValue::Int(-2))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SetError::Type {
+                    key: "num_mel_bins",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            o,
+            KaldiOptions::default(),
+            "a refused keyword changed nothing"
+        );
+    }
+}

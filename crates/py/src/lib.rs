@@ -1,0 +1,312 @@
+//! `melforge._native`: melforge's recipes called in-process from Python.
+//!
+//! The numbers are those of `melforge build`: the same [`KaldiPlan`] and
+//! [`WhisperPlan`] (melforge-dsp), built with the same options, computing
+//! the same rows with the same SIMD level, so a row here equals the row a
+//! build stores for the same samples, bit for bit. `python/melforge/
+//! features.py` is the public face (keyword names, dtypes, torch tensors);
+//! this module takes contiguous float32 waveforms and an options dict.
+//!
+//! * Plans are cached per option set ([`Plans`]): a call never rebuilds one.
+//! * A list of waveforms is computed on `threads` threads with the GIL
+//!   released; item `i` is dithered with the seed `seed + i` (a build seeds
+//!   each file with its index the same way), so rows never depend on the
+//!   thread count.
+//! * Bad input raises `ValueError` (NaN or inf samples, an empty waveform,
+//!   one shorter than a frame where `snip_edges` refuses it, options out of
+//!   range) or `TypeError` (an unknown option, which lists the valid ones,
+//!   or a value of the wrong type), each naming the argument.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use melforge_dsp::kaldi::{KaldiOptions, KaldiPlan, Kind, OptionValue, SetError};
+use melforge_dsp::whisper::WhisperPlan;
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+
+/// The plans made so far, by recipe and options (their `Debug` text, which
+/// lists every field).
+#[derive(Default)]
+struct Plans {
+    kaldi: HashMap<String, Arc<KaldiPlan>>,
+    whisper: HashMap<usize, Arc<WhisperPlan>>,
+}
+
+static PLANS: Mutex<Option<Plans>> = Mutex::new(None);
+
+fn with_plans<T>(f: impl FnOnce(&mut Plans) -> T) -> T {
+    let mut guard = PLANS.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(Plans::default))
+}
+
+fn kind_of(kind: &str) -> PyResult<(Kind, &'static str)> {
+    match kind {
+        "fbank" => Ok((Kind::Fbank, "kaldi_fbank")),
+        "mfcc" => Ok((Kind::Mfcc, "kaldi_mfcc")),
+        _ => Err(PyValueError::new_err(format!(
+            "kind = {kind:?}: expected \"fbank\" or \"mfcc\""
+        ))),
+    }
+}
+
+/// The keyword names `kaldi_fbank` (`kind` "fbank") or `kaldi_mfcc` ("mfcc")
+/// take, in torchaudio's order.
+#[pyfunction]
+fn kaldi_option_names(kind: &str) -> PyResult<Vec<&'static str>> {
+    let (kind, _) = kind_of(kind)?;
+    let names = KaldiOptions::default().params(kind);
+    Ok(names.into_iter().map(|(k, _)| k).collect())
+}
+
+/// One keyword's value as the options take it (a bool before an int: a
+/// Python bool is an int).
+fn option_value<'a>(v: &'a Bound<'_, PyAny>, text: &'a mut String) -> PyResult<OptionValue<'a>> {
+    if v.is_instance_of::<PyBool>() {
+        Ok(OptionValue::Bool(v.extract()?))
+    } else if v.is_instance_of::<PyInt>() {
+        Ok(OptionValue::Int(v.extract()?))
+    } else if v.is_instance_of::<PyFloat>() {
+        Ok(OptionValue::Real(v.extract()?))
+    } else if v.is_instance_of::<PyString>() {
+        *text = v.extract()?;
+        Ok(OptionValue::Text(text))
+    } else {
+        // numpy scalars and the like: as a float if they are one.
+        Ok(OptionValue::Real(v.extract::<f64>()?))
+    }
+}
+
+/// torchaudio's defaults with `options` applied and validated.
+fn kaldi_options(
+    kind: Kind,
+    func: &str,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<KaldiOptions> {
+    let mut o = KaldiOptions::default();
+    for (k, v) in options.into_iter().flat_map(|d| d.iter()) {
+        let key: String = k.extract()?;
+        let mut text = String::new();
+        let value = option_value(&v, &mut text).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{func}(): {key} = {v}: not a number, a bool or a string"
+            ))
+        })?;
+        o.set(kind, &key, value).map_err(|e| match e {
+            SetError::Unknown { key } => {
+                let valid = KaldiOptions::default().params(kind);
+                let valid: Vec<&str> = valid.iter().map(|(k, _)| *k).collect();
+                PyTypeError::new_err(format!(
+                    "{func}() got an unexpected option {key:?}; its options are: {}",
+                    valid.join(", ")
+                ))
+            }
+            SetError::Type { key, expected } => {
+                PyTypeError::new_err(format!("{func}(): {key} = {v}: expected {expected}"))
+            }
+        })?;
+    }
+    o.validate(kind)
+        .map_err(|e| PyValueError::new_err(format!("{func}(): {e}")))?;
+    Ok(o)
+}
+
+fn kaldi_plan(
+    kind: Kind,
+    func: &str,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Arc<KaldiPlan>> {
+    let o = kaldi_options(kind, func, options)?;
+    let key = format!("{kind:?} {o:?}");
+    if let Some(p) = with_plans(|p| p.kaldi.get(&key).cloned()) {
+        return Ok(p);
+    }
+    let plan =
+        KaldiPlan::new(&o, kind).map_err(|e| PyValueError::new_err(format!("{func}(): {e}")))?;
+    let plan = Arc::new(plan);
+    with_plans(|p| p.kaldi.insert(key, Arc::clone(&plan)));
+    Ok(plan)
+}
+
+/// The waveforms' samples, checked: contiguous, not empty, finite.
+fn samples<'a>(func: &str, waveforms: &'a [PyReadonlyArray1<'_, f32>]) -> PyResult<Vec<&'a [f32]>> {
+    let name = |i: usize| match waveforms.len() {
+        1 => "waveform".to_string(),
+        _ => format!("waveforms[{i}]"),
+    };
+    let mut out = Vec::with_capacity(waveforms.len());
+    for (i, w) in waveforms.iter().enumerate() {
+        let s = w.as_slice().map_err(|_| {
+            PyValueError::new_err(format!("{func}(): {} is not contiguous", name(i)))
+        })?;
+        if s.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "{func}(): {} is empty",
+                name(i)
+            )));
+        }
+        if let Some(at) = s.iter().position(|v| !v.is_finite()) {
+            return Err(PyValueError::new_err(format!(
+                "{func}(): {} has a non-finite sample ({}) at index {at}",
+                name(i),
+                s[at]
+            )));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Runs `f(i, item)` for every item on up to `threads` threads, in
+/// contiguous runs of items; results in item order.
+fn parallel<I: Sync, T: Send, S>(
+    items: &[I],
+    threads: usize,
+    make: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, usize, &I) -> T + Sync,
+) -> Vec<T> {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        let mut s = make();
+        return items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| f(&mut s, i, it))
+            .collect();
+    }
+    let per = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (items.chunks(per).enumerate())
+            .map(|(c, chunk)| {
+                let (make, f) = (&make, &f);
+                scope.spawn(move || {
+                    let mut s = make();
+                    (chunk.iter().enumerate())
+                        .map(|(k, it)| f(&mut s, c * per + k, it))
+                        .collect::<Vec<T>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// `v` as a numpy array of `shape` (rows, columns), without a copy.
+fn array<'py>(
+    py: Python<'py>,
+    func: &str,
+    shape: (usize, usize),
+    v: Vec<f32>,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let a = Array2::from_shape_vec(shape, v)
+        .map_err(|e| PyValueError::new_err(format!("{func}(): {e}")))?;
+    Ok(a.into_pyarray(py))
+}
+
+/// Kaldi fbank (`kind` "fbank") or MFCC ("mfcc") of each waveform: a
+/// (frames, bins) float32 array each.
+#[pyfunction]
+#[pyo3(signature = (kind, waveforms, options=None, threads=1, seed=0))]
+fn kaldi<'py>(
+    py: Python<'py>,
+    kind: &str,
+    waveforms: Vec<PyReadonlyArray1<'py, f32>>,
+    options: Option<&Bound<'py, PyDict>>,
+    threads: usize,
+    seed: u64,
+) -> PyResult<Vec<Bound<'py, PyArray2<f32>>>> {
+    let (kind, func) = kind_of(kind)?;
+    let plan = kaldi_plan(kind, func, options)?;
+    let waves = samples(func, &waveforms)?;
+    for (i, w) in waves.iter().enumerate() {
+        if let Err(e) = plan.check_length(w.len()) {
+            let name = if waves.len() == 1 {
+                "waveform".into()
+            } else {
+                format!("waveforms[{i}]")
+            };
+            let o = plan.options();
+            return Err(PyValueError::new_err(format!(
+                "{func}(): {name} has {} samples, fewer than one frame ({} samples: frame_length {} ms \
+                 at sample_frequency {} Hz, snip_edges {})",
+                e.samples,
+                e.min_samples,
+                o.frame_length,
+                o.sample_frequency,
+                if o.snip_edges { "True" } else { "False" }
+            )));
+        }
+    }
+    let bins = plan.num_bins();
+    let rows = py.detach(|| {
+        parallel(
+            &waves,
+            threads,
+            || plan.scratch(),
+            |scratch, i, w| {
+                scratch.seed(seed.wrapping_add(i as u64));
+                let mut out = Vec::new();
+                let frames = plan.compute(w, scratch, &mut out);
+                (frames, out)
+            },
+        )
+    });
+    (rows.into_iter())
+        .map(|(frames, v)| array(py, func, (frames, bins), v))
+        .collect()
+}
+
+/// Whisper's log-mel of each waveform (mono, 16 kHz, cut at 30 s): its
+/// covering frames as a (frames, n_mels) float32 array, and the value of
+/// every feature of the frames after them up to 3,000 (the extractor's
+/// padding), as a build stores them.
+#[pyfunction]
+#[pyo3(signature = (waveforms, n_mels=80, threads=1))]
+fn whisper<'py>(
+    py: Python<'py>,
+    waveforms: Vec<PyReadonlyArray1<'py, f32>>,
+    n_mels: usize,
+    threads: usize,
+) -> PyResult<Vec<(Bound<'py, PyArray2<f32>>, f32)>> {
+    let func = "whisper_log_mel";
+    let plan = match with_plans(|p| p.whisper.get(&n_mels).cloned()) {
+        Some(p) => p,
+        None => {
+            let plan = WhisperPlan::new(n_mels)
+                .map_err(|e| PyValueError::new_err(format!("{func}(): n_mels = {n_mels}: {e}")))?;
+            let plan = Arc::new(plan);
+            with_plans(|p| p.whisper.insert(n_mels, Arc::clone(&plan)));
+            plan
+        }
+    };
+    let waves = samples(func, &waveforms)?;
+    let rows = py.detach(|| {
+        parallel(
+            &waves,
+            threads,
+            || plan.scratch(),
+            |scratch, _, w| {
+                let mut out = Vec::new();
+                let r = plan.compute(w, scratch, &mut out);
+                (r.frames, r.pad_value, out)
+            },
+        )
+    });
+    (rows.into_iter())
+        .map(|(frames, pad, v)| Ok((array(py, func, (frames, n_mels), v)?, pad)))
+        .collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(kaldi, m)?)?;
+    m.add_function(wrap_pyfunction!(kaldi_option_names, m)?)?;
+    m.add_function(wrap_pyfunction!(whisper, m)?)?;
+    Ok(())
+}

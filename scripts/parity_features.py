@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The in-process features (`melforge.features`, the extension melforge._native)
+against `melforge build` and against the references themselves.
+
+* **Bit for bit with build.** Every row `kaldi_fbank`, `kaldi_mfcc` and
+  `whisper_log_mel` compute equals, bit for bit, the row the binary computes
+  for the same file and options (`melforge features`, the build workers'
+  code), and the rows a `melforge build` stores (read back with
+  `melforge.MelDataset`): the same recipe crate, plan and SIMD level.
+* **Against the references**, with docs/FORMAT.md's tolerances (the
+  checks of scripts/parity_recipes.py): kaldi-native-fbank for fbank and
+  MFCC, transformers' WhisperFeatureExtractor for Whisper; on espeak-ng
+  speech at 8 and 16 kHz, silence, clipped speech and short files, with the
+  defaults and seeded random option draws.
+* **Batches**: a list gives the rows of the single calls, on 1 and 2
+  threads alike, dithered too (item i is seeded with seed + i).
+* **Bad input** raises ValueError or TypeError naming the argument.
+
+The package is imported from python/ with the extension copied beside it
+(`--native`, the cdylib `cargo build --release -p melforge-py` makes).
+
+Usage: parity_features.py --melforge BINARY --native lib_native.so [--draws N]
+"""
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_recipes as pr  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_package(native, d):
+    """melforge from python/, with the extension beside it."""
+    pkg = os.path.join(d, "pkg")
+    shutil.copytree(os.path.join(REPO, "python", "melforge"), os.path.join(pkg, "melforge"))
+    shutil.copy(native, os.path.join(pkg, "melforge", "_native.abi3.so"))
+    sys.path.insert(0, pkg)
+    import melforge
+    import melforge.features as features
+
+    return melforge, features
+
+
+def expect(exc, words, f, *a, **k):
+    try:
+        f(*a, **k)
+    except exc as e:
+        for w in words:
+            assert w in str(e), f"{exc.__name__} without {w!r}: {e}"
+        return
+    raise AssertionError(f"no {exc.__name__} from {f.__name__}{a!r:.60} {k}")
+
+
+def bad_inputs(F):
+    y = (np.sin(np.arange(16000) * 0.05) * 0.3).astype(np.float32)
+    nan, inf = y.copy(), y.copy()
+    nan[7], inf[9] = np.nan, np.inf
+    expect(ValueError, ["waveform", "index 7"], F.kaldi_fbank, nan)
+    expect(ValueError, ["waveform", "index 9"], F.whisper_log_mel, inf)
+    expect(ValueError, ["waveform", "empty"], F.kaldi_mfcc, np.zeros(0, np.float32))
+    expect(ValueError, ["waveform", "1-D"], F.kaldi_fbank, np.zeros((2, 400), np.float32))
+    expect(TypeError, ["waveform", "int32"], F.kaldi_fbank, np.zeros(400, np.int32))
+    expect(TypeError, ["waveform", "list"], F.kaldi_fbank, [[0.0] * 400])
+    expect(ValueError, ["waveforms[1]", "index 7"], F.kaldi_fbank, [y, nan])
+    expect(ValueError, ["waveform", "fewer than one frame", "snip_edges True"], F.kaldi_fbank, y[:300])
+    assert F.kaldi_fbank(y[:300], snip_edges=False).shape == (2, 23)
+    expect(TypeError, ["nmels", "num_mel_bins", "use_power"], F.kaldi_fbank, y, nmels=80)
+    expect(TypeError, ["num_ceps", "num_mel_bins"], F.kaldi_fbank, y, num_ceps=13)
+    expect(TypeError, ["snip_edges", "True or False"], F.kaldi_fbank, y, snip_edges=1)
+    expect(TypeError, ["window_type"], F.kaldi_mfcc, y, window_type="hann")
+    expect(ValueError, ["num_mel_bins"], F.kaldi_fbank, y, num_mel_bins=0)
+    expect(ValueError, ["frame_shift"], F.kaldi_fbank, y, frame_shift=-10.0)
+    expect(ValueError, ["num_ceps"], F.kaldi_mfcc, y, num_ceps=40, num_mel_bins=23)
+    expect(ValueError, ["n_mels"], F.whisper_log_mel, y, n_mels=100)
+    assert "use_power" in F.kaldi_option_names("fbank") and "num_ceps" in F.kaldi_option_names("mfcc")
+
+
+def batches(F, waves):
+    for opts in ({}, dict(dither=1.0, num_mel_bins=40)):
+        one = F.kaldi_fbank(waves, threads=1, seed=5, **opts)
+        two = F.kaldi_fbank(waves, threads=2, seed=5, **opts)
+        for i, (a, b) in enumerate(zip(one, two)):
+            assert a.tobytes() == b.tobytes(), f"batch item {i} differs between 1 and 2 threads ({opts})"
+        if not opts:
+            for i, w in enumerate(waves):
+                assert F.kaldi_fbank(w).tobytes() == one[i].tobytes(), f"batch item {i} is not its single call"
+    whole = F.whisper_log_mel(waves, threads=2)
+    for i, w in enumerate(waves):
+        assert F.whisper_log_mel(w).tobytes() == whole[i].tobytes(), f"whisper batch item {i}"
+    # float32 in place, float64 and int16 converted as a WAV decoder reads them.
+    y16 = (waves[0] * 32768.0).astype(np.int16)
+    as_f32 = (y16.astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+    assert F.kaldi_mfcc(y16).tobytes() == F.kaldi_mfcc(as_f32).tobytes()
+    assert F.kaldi_mfcc(as_f32.astype(np.float64)).tobytes() == F.kaldi_mfcc(as_f32).tobytes()
+
+
+def build_rows(melforge, F, binary, d, mono16):
+    """A build's stored rows equal the in-process rows of the same files."""
+    src = os.path.join(d, "build-in")
+    os.makedirs(src)
+    for name, path in mono16.items():
+        shutil.copy(path, os.path.join(src, name + ".wav"))
+    checked = 0
+    for recipe, call in (("kaldi-fbank", lambda y: F.kaldi_fbank(y, num_mel_bins=80)),
+                         ("whisper", F.whisper_log_mel)):
+        cfg, out = os.path.join(d, f"{recipe}.toml"), os.path.join(d, f"out-{recipe}")
+        pr.write_config(cfg, recipe, dict(num_mel_bins=80) if recipe == "kaldi-fbank" else {})
+        pr.run([binary, "build", src, "--out", out, "--config", cfg])
+        for h5 in sorted(f for f in os.listdir(out) if f.endswith(".h5")):
+            ds = melforge.MelDataset(os.path.join(out, h5))
+            for i in range(len(ds)):
+                stored, _ = ds[i]
+                name = os.path.splitext(os.path.basename(ds.meta(i)["path"]))[0]
+                y, _ = sf.read(mono16[name], dtype="int16")
+                ours = call(y)
+                assert ours.shape == stored.shape, f"{recipe} {name}: {ours.shape} vs stored {stored.shape}"
+                assert ours.tobytes() == np.ascontiguousarray(stored, np.float32).tobytes(), \
+                    f"{recipe} {name}: the in-process row is not the stored one"
+                checked += 1
+    return checked
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--melforge", required=True)
+    ap.add_argument("--native", required=True)
+    ap.add_argument("--draws", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=47)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    d = tempfile.mkdtemp(prefix="parity-features-")
+    try:
+        melforge, F = load_package(args.native, d)
+        files = pr.make_corpus(d)
+        by_rate = {16000: [n for n in files if n.endswith("-16000") and "stereo" not in n]
+                   + ["silence", "short", "short-speech", "long-40s"],
+                   8000: ["speech0-8000", "speech1-8000", "short8k"]}
+        bad_inputs(F)
+        waves = [sf.read(files[n], dtype="float32")[0] for n in by_rate[16000]]
+        waves = [w for w in waves if len(w) >= 400]
+        batches(F, waves)
+        mono16 = {n: files[n] for n in by_rate[16000] if n not in ("short", "short-speech")}
+        stored = build_rows(melforge, F, args.melforge, d, mono16)
+        cases = [("kaldi-fbank", dict(num_mel_bins=80)), ("kaldi-fbank", {}), ("kaldi-mfcc", {}),
+                 ("kaldi-fbank", dict(num_mel_bins=80, sample_scale=32768.0, snip_edges=False, use_energy=True)),
+                 ("whisper", dict(n_mels=80)), ("whisper", dict(n_mels=128))]
+        for i in range(args.draws):
+            recipe = "kaldi-fbank" if i % 2 == 0 else "kaldi-mfcc"
+            cases.append((recipe, pr.random_kaldi(rng, recipe)))
+        worst, rows = {}, 0
+        cfg, out = os.path.join(d, "c.toml"), os.path.join(d, "x.npy")
+        for ci, (recipe, opts) in enumerate(cases):
+            pr.write_config(cfg, recipe, opts)
+            rate = int(opts.get("sample_frequency", 16000.0))
+            for name in by_rate[rate]:
+                label = f"case {ci} {recipe} {opts} on {name}"
+                y16, _ = sf.read(files[name], dtype="int16")
+                y = (y16.astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+                pr.run([args.melforge, "features", files[name], "--config", cfg, "--out", out])
+                cli = np.load(out)
+                if recipe == "whisper":
+                    ours = F.whisper_log_mel(y16, n_mels=opts["n_mels"])
+                    want = pr.whisper_reference(opts["n_mels"], y)
+                    e = float(np.abs(ours - want).max())
+                    assert e <= 1e-4, f"{label}: differs from transformers by {e}"
+                else:
+                    call = F.kaldi_fbank if recipe == "kaldi-fbank" else F.kaldi_mfcc
+                    try:
+                        ours = call(y16, **opts)
+                    except ValueError as err:
+                        # A build rejects it as too_short; `features` writes 0 frames.
+                        assert cli.shape[0] == 0, f"{label}: refused ({err}) but the binary made {cli.shape}"
+                        assert "fewer than one frame" in str(err), f"{label}: {err}"
+                        continue
+                    e = pr.check_kaldi(label, recipe, opts, ours, pr.knf_reference(recipe, opts, y))
+                assert ours.dtype == np.float32 and ours.shape == cli.shape, f"{label}: {ours.shape} vs {cli.shape}"
+                assert ours.tobytes() == cli.tobytes(), f"{label}: not the binary's row bit for bit"
+                worst[recipe] = max(worst.get(recipe, 0.0), e)
+                rows += 1
+        print(f"parity_features: {len(cases)} option sets, {rows} rows equal to the binary's bit for bit, "
+              f"{stored} equal to a build's stored rows; worst against the references: {worst}")
+    finally:
+        shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    pr.guarded(main, "parity_features")
