@@ -28,6 +28,8 @@ wheel; imported on first use, so `import melforge` needs no extension):
 * `features.kaldi_fbank` / `kaldi_mfcc` (torchaudio's options) and
   `whisper_log_mel` on waveforms in memory: the rows a build stores, bit
   for bit; a list runs on Rust threads with the GIL released.
+* `melforge.lhotse.Fbank` / `Mfcc`: lhotse extractors over them (for
+  `OnTheFlyFeatures`; importing it imports lhotse).
 
 See docs/FORMAT.md in the melforge repository for the file layout.
 """

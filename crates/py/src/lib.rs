@@ -17,6 +17,8 @@
 //!   range) or `TypeError` (an unknown option, which lists the valid ones,
 //!   or a value of the wrong type), each naming the argument.
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -28,12 +30,35 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
-/// The plans made so far, by recipe and options (their `Debug` text, which
-/// lists every field).
+/// The plans made so far, by recipe and options (a handful in a run: a
+/// linear search by equality is the cheapest lookup).
 #[derive(Default)]
 struct Plans {
-    kaldi: HashMap<String, Arc<KaldiPlan>>,
+    kaldi: Vec<(Kind, KaldiOptions, Arc<KaldiPlan>)>,
     whisper: HashMap<usize, Arc<WhisperPlan>>,
+}
+
+thread_local! {
+    /// Each thread's scratch per plan (keyed by the plan's address: plans
+    /// are never dropped), so a call on one waveform allocates none.
+    static SCRATCH: RefCell<HashMap<usize, Box<dyn Any>>> = RefCell::new(HashMap::new());
+}
+
+/// Runs `f` with this thread's scratch for `key`, made by `make` the first
+/// time.
+fn with_scratch<S: 'static, T>(
+    key: usize,
+    make: impl FnOnce() -> S,
+    f: impl FnOnce(&mut S) -> T,
+) -> T {
+    let taken = SCRATCH.with(|c| c.borrow_mut().remove(&key));
+    let mut s = match taken.and_then(|b| b.downcast::<S>().ok()) {
+        Some(s) => *s,
+        None => make(),
+    };
+    let r = f(&mut s);
+    SCRATCH.with(|c| c.borrow_mut().insert(key, Box::new(s)));
+    r
 }
 
 static PLANS: Mutex<Option<Plans>> = Mutex::new(None);
@@ -120,14 +145,20 @@ fn kaldi_plan(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Arc<KaldiPlan>> {
     let o = kaldi_options(kind, func, options)?;
-    let key = format!("{kind:?} {o:?}");
-    if let Some(p) = with_plans(|p| p.kaldi.get(&key).cloned()) {
+    let find = |p: &mut Plans| {
+        let mut same = p
+            .kaldi
+            .iter()
+            .filter(|(k, opts, _)| *k == kind && *opts == o);
+        same.next().map(|(_, _, plan)| Arc::clone(plan))
+    };
+    if let Some(p) = with_plans(find) {
         return Ok(p);
     }
     let plan =
         KaldiPlan::new(&o, kind).map_err(|e| PyValueError::new_err(format!("{func}(): {e}")))?;
     let plan = Arc::new(plan);
-    with_plans(|p| p.kaldi.insert(key, Arc::clone(&plan)));
+    with_plans(|p| p.kaldi.push((kind, o, Arc::clone(&plan))));
     Ok(plan)
 }
 
@@ -161,21 +192,24 @@ fn samples<'a>(func: &str, waveforms: &'a [PyReadonlyArray1<'_, f32>]) -> PyResu
 }
 
 /// Runs `f(i, item)` for every item on up to `threads` threads, in
-/// contiguous runs of items; results in item order.
-fn parallel<I: Sync, T: Send, S>(
+/// contiguous runs of items; results in item order. On one thread, the
+/// calling thread's scratch for `key` is reused.
+fn parallel<I: Sync, T: Send, S: 'static>(
     items: &[I],
-    threads: usize,
+    (threads, key): (usize, usize),
     make: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, usize, &I) -> T + Sync,
 ) -> Vec<T> {
     let threads = threads.clamp(1, items.len().max(1));
     if threads == 1 {
-        let mut s = make();
-        return items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| f(&mut s, i, it))
-            .collect();
+        let all = |s: &mut S| {
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, it)| f(s, i, it))
+                .collect()
+        };
+        return with_scratch(key, &make, all);
     }
     let per = items.len().div_ceil(threads);
     std::thread::scope(|scope| {
@@ -247,7 +281,7 @@ fn kaldi<'py>(
     let rows = py.detach(|| {
         parallel(
             &waves,
-            threads,
+            (threads, Arc::as_ptr(&plan) as usize),
             || plan.scratch(),
             |scratch, i, w| {
                 scratch.seed(seed.wrapping_add(i as u64));
@@ -289,7 +323,7 @@ fn whisper<'py>(
     let rows = py.detach(|| {
         parallel(
             &waves,
-            threads,
+            (threads, Arc::as_ptr(&plan) as usize),
             || plan.scratch(),
             |scratch, _, w| {
                 let mut out = Vec::new();

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""melforge's lhotse extractors (`melforge.lhotse.Fbank`, `Mfcc`) inside lhotse.
+
+Runs in the venv scripts/lhotse-venv makes (lhotse and torch from PyPI), with
+melforge imported from python/ and its extension copied beside it
+(`--native`, what `cargo build --release -p melforge-py` links). On the cuts
+of scripts/parity_lhotse.py (espeak-ng speech; whole and truncated cuts,
+channel 1 of a stereo file, a 22,050 Hz file resampled by lhotse):
+
+* every cut's `Fbank().extract` has lhotse's frame count and stays within
+  the Kaldi recipes' tolerance of lhotse's own `Fbank` (docs/FORMAT.md: 1e-3
+  in bands within 1e-6 of the frame's loudest, 0.5 below); `Mfcc` within
+  1e-3 of lhotse's `Mfcc` relative to the frame's largest value;
+* `extract_batch` (a list, and a padded batch with lengths) gives the rows
+  of `extract`, on 1 and 2 threads;
+* `K2SpeechRecognitionDataset(input_strategy=OnTheFlyFeatures(Fbank()))` in
+  a DataLoader with 2 workers batches every cut once, each padded row the
+  cut's own `extract` bit for bit, and within the tolerance of the same
+  dataset over lhotse's `Fbank` (but for each cut's last 3 frames, which
+  lhotse's batch path computes over the zero padding of the longer cuts);
+* `CutSet.compute_and_store_features(Fbank(), ...)` stores features that a
+  fresh process reads back (`import melforge.lhotse` registers the
+  extractor's name) equal to `extract` bit for bit.
+
+Usage: parity_lhotse_features.py --native lib_native.so
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import parity_lhotse as pl  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+MFCC_TOL = 1e-3
+
+
+def package(native, d):
+    pkg = os.path.join(d, "pkg")
+    shutil.copytree(os.path.join(REPO, "python", "melforge"), os.path.join(pkg, "melforge"))
+    shutil.copy(native, os.path.join(pkg, "melforge", "_native.abi3.so"))
+    sys.path.insert(0, pkg)
+    return pkg
+
+
+def mfcc_error(got, want):
+    assert got.shape == want.shape, f"Mfcc shape {got.shape}, lhotse's {want.shape}"
+    scale = np.maximum(1.0, np.abs(want).max(axis=1, keepdims=True))
+    return float((np.abs(got.astype(np.float64) - want) / scale).max(initial=0.0))
+
+
+def per_cut(cuts, ours, theirs, ours_mfcc, theirs_mfcc):
+    """Every cut's rows against lhotse's; returns our rows by cut id."""
+    from lhotse.utils import compute_num_frames
+
+    rows, worst_fb, worst_mfcc = {}, 0.0, 0.0
+    for cut in cuts:
+        audio = cut.load_audio()
+        got = ours.extract(audio, cut.sampling_rate)
+        assert got.dtype == np.float32 and got.shape[1] == ours.feature_dim(16000), got.shape
+        want_frames = compute_num_frames(cut.duration, 0.01, cut.sampling_rate)
+        assert got.shape[0] == want_frames, f"{cut.id}: {got.shape[0]} frames, lhotse says {want_frames}"
+        why, worst = pl.compare(cut.id, got, theirs.extract(audio, cut.sampling_rate))
+        assert why is None, why
+        worst_fb = max(worst_fb, worst)
+        e = mfcc_error(ours_mfcc.extract(audio, cut.sampling_rate), theirs_mfcc.extract(audio, cut.sampling_rate))
+        assert e <= MFCC_TOL, f"{cut.id}: Mfcc differs from lhotse's by {e:.3g} (tolerance {MFCC_TOL})"
+        worst_mfcc = max(worst_mfcc, e)
+        rows[cut.id] = got
+    return rows, worst_fb, worst_mfcc
+
+
+def batches(cuts, rows, Fbank):
+    import torch
+
+    audios = [cut.load_audio()[0] for cut in cuts]
+    for threads in (1, 2):
+        got = Fbank(threads=threads).extract_batch(audios, 16000)
+        for cut, g in zip(cuts, got):
+            assert g.tobytes() == rows[cut.id].tobytes(), f"{cut.id}: extract_batch ({threads} threads)"
+    lengths = torch.tensor([len(a) for a in audios])
+    padded = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(a) for a in audios], batch_first=True)
+    got = Fbank().extract_batch(padded, 16000, lengths=lengths)
+    for cut, g in zip(cuts, got):
+        assert isinstance(g, torch.Tensor), type(g)
+        assert g.numpy().tobytes() == rows[cut.id].tobytes(), f"{cut.id}: padded extract_batch"
+
+
+def on_the_fly(cuts, rows, ours, theirs):
+    import torch
+    from lhotse.dataset import K2SpeechRecognitionDataset, OnTheFlyFeatures, SimpleCutSampler
+
+    def run(extractor):
+        ds = K2SpeechRecognitionDataset(input_strategy=OnTheFlyFeatures(extractor), return_cuts=True)
+        sampler = SimpleCutSampler(cuts, max_cuts=5, shuffle=False)
+        dl = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+        out = {}
+        for batch in dl:
+            sups = batch["supervisions"]
+            for i, cut in enumerate(sups["cut"]):
+                j, n = int(sups["sequence_idx"][i]), rows[cut.id].shape[0]
+                assert int(sups["num_frames"][i]) == n, f"{cut.id}: {sups['num_frames'][i]} vs {n} frames"
+                assert batch["inputs"].shape[1] >= n, (cut.id, batch["inputs"].shape)
+                out[cut.id] = batch["inputs"][j, :n].numpy()
+        return out
+
+    got = run(ours)
+    assert sorted(got) == sorted(rows), f"cuts batched: {sorted(got)} vs {sorted(rows)}"
+    for cid, g in got.items():
+        assert g.tobytes() == rows[cid].tobytes(), f"{cid}: on-the-fly row is not extract's"
+    # lhotse's own batch path zero-pads the waveforms to the longest before
+    # its frames, so a cut's last frames (whose windows reach past its end:
+    # Kaldi reflects there, snip_edges=False) differ from its own `extract`;
+    # every frame before them must agree.
+    want = run(theirs)
+    edge = 3
+    for cid in got:
+        why, _ = pl.compare(cid, got[cid][:-edge], want[cid][:-edge])
+        assert why is None, f"on the fly: {why}"
+    return len(got)
+
+
+STORED = r"""
+import sys
+import numpy as np
+import melforge.lhotse
+from lhotse import CutSet
+cuts = CutSet.from_file(sys.argv[1])
+for c in cuts:
+    x = c.load_features()
+    want = np.load(sys.argv[2] + "/" + c.id + ".npy")
+    assert x.tobytes() == want.tobytes(), c.id
+print(len(cuts))
+"""
+
+
+def stored(cuts, rows, Fbank, work, pkg):
+    from lhotse import NumpyFilesWriter
+
+    with_feats = cuts.compute_and_store_features(
+        Fbank(), storage_path=f"{work}/feats", storage_type=NumpyFilesWriter, num_jobs=1
+    )
+    with_feats.to_file(f"{work}/with_feats.jsonl.gz")
+    os.makedirs(f"{work}/want")
+    for cid, r in rows.items():
+        np.save(f"{work}/want/{cid}.npy", r)
+    env = dict(os.environ, PYTHONPATH=pkg)
+    out = subprocess.run([sys.executable, "-c", STORED, f"{work}/with_feats.jsonl.gz", f"{work}/want"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    assert int(out.strip().splitlines()[-1]) == len(rows), out
+    return len(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--native", required=True)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="parity-lhotse-features-")
+    try:
+        pkg = package(args.native, work)
+        import melforge.lhotse as ml
+        from lhotse import Fbank, Mfcc
+
+        cuts = pl.make_cuts(pl.recordings(work)).resample(16000)
+        rows, worst_fb, worst_mfcc = per_cut(cuts, ml.Fbank(), Fbank(), ml.Mfcc(), Mfcc())
+        batches(list(cuts), rows, ml.Fbank)
+        n_fly = on_the_fly(cuts, rows, ml.Fbank(), Fbank())
+        n_stored = stored(cuts, rows, ml.Fbank, work, pkg)
+        print(f"parity_lhotse_features: {len(rows)} cuts; Fbank within {worst_fb:.2e} of lhotse's, "
+              f"Mfcc within {worst_mfcc:.2e}; extract_batch on 1 and 2 threads and padded; "
+              f"{n_fly} cuts on the fly in 2 DataLoader workers; {n_stored} stored and read back")
+    finally:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"parity_lhotse_features: FAIL: {e}", file=sys.stderr)
+        sys.exit(1)
