@@ -14,6 +14,9 @@ against `melforge build` and against the references themselves.
   defaults and seeded random option draws.
 * **Batches**: a list gives the rows of the single calls, on 1 and 2
   threads alike, dithered too (item i is seeded with seed + i).
+* **transformers**: `melforge.hf.WhisperFeatureExtractor` is called like
+  transformers' own and returns the same keys, shapes and masks, within
+  1e-4; `padding="longest"` stays transformers' own; it saves and loads.
 * **Bad input** raises ValueError or TypeError naming the argument.
 
 The package is imported from python/ with the extension copied beside it
@@ -103,6 +106,47 @@ def batches(F, waves):
     assert F.kaldi_mfcc(as_f32.astype(np.float64)).tobytes() == F.kaldi_mfcc(as_f32).tobytes()
 
 
+def hf_adapter(F, waves, d):
+    """melforge.hf.WhisperFeatureExtractor against transformers' own, called
+    alike: the same keys, shapes, dtypes and masks; input_features within
+    1e-4 and (do_normalize off) equal to whisper_log_mel bit for bit;
+    padding="longest" left to transformers (equal); save and load."""
+    from transformers import WhisperFeatureExtractor as Reference
+
+    from melforge.hf import WhisperFeatureExtractor
+
+    long = np.concatenate(waves)[: 16000 * 35]
+    batch = [waves[0], waves[1], long]
+    worst = 0.0
+    for n_mels in (80, 128):
+        for norm in (False, True):
+            kw = dict(sampling_rate=16000, return_tensors="np", return_attention_mask=True, do_normalize=norm)
+            want = Reference(feature_size=n_mels)(batch, **kw)
+            got = WhisperFeatureExtractor(feature_size=n_mels, threads=2)(batch, **kw)
+            assert sorted(got.keys()) == sorted(want.keys()), (got.keys(), want.keys())
+            g, w = got["input_features"], want["input_features"]
+            assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+            assert (got["attention_mask"] == want["attention_mask"]).all(), "attention masks differ"
+            e = float(np.abs(g - w).max())
+            assert e <= 1e-4, f"hf WhisperFeatureExtractor({n_mels}, do_normalize={norm}) differs by {e}"
+            worst = max(worst, e)
+            if not norm:
+                for i, y in enumerate(batch):
+                    assert g[i].tobytes() == F.whisper_log_mel(y, n_mels=n_mels).tobytes(), f"hf row {i}"
+    kw = dict(sampling_rate=16000, return_tensors="np", padding="longest")
+    want = Reference()(batch[:2], **kw)["input_features"]
+    got = WhisperFeatureExtractor()(batch[:2], **kw)["input_features"]
+    assert got.shape == want.shape and got.tobytes() == want.tobytes(), "padding='longest' is not transformers'"
+    saved = os.path.join(d, "hf")
+    WhisperFeatureExtractor(feature_size=128, threads=2).save_pretrained(saved)
+    again = WhisperFeatureExtractor.from_pretrained(saved)
+    assert type(again) is WhisperFeatureExtractor and again.feature_size == 128 and again.threads == 2
+    assert Reference.from_pretrained(saved).feature_size == 128
+    one = again(batch[0], sampling_rate=16000, return_tensors="np")["input_features"]
+    assert one.shape == (1, 128, 3000) and one[0].tobytes() == F.whisper_log_mel(batch[0], n_mels=128).tobytes()
+    return worst
+
+
 def build_rows(melforge, F, binary, d, mono16):
     """A build's stored rows equal the in-process rows of the same files."""
     src = os.path.join(d, "build-in")
@@ -148,6 +192,7 @@ def main():
         waves = [sf.read(files[n], dtype="float32")[0] for n in by_rate[16000]]
         waves = [w for w in waves if len(w) >= 400]
         batches(F, waves)
+        hf_worst = hf_adapter(F, waves, d)
         mono16 = {n: files[n] for n in by_rate[16000] if n not in ("short", "short-speech")}
         stored = build_rows(melforge, F, args.melforge, d, mono16)
         cases = [("kaldi-fbank", dict(num_mel_bins=80)), ("kaldi-fbank", {}), ("kaldi-mfcc", {}),
@@ -187,7 +232,8 @@ def main():
                 worst[recipe] = max(worst.get(recipe, 0.0), e)
                 rows += 1
         print(f"parity_features: {len(cases)} option sets, {rows} rows equal to the binary's bit for bit, "
-              f"{stored} equal to a build's stored rows; worst against the references: {worst}")
+              f"{stored} equal to a build's stored rows; worst against the references: {worst}; "
+              f"melforge.hf.WhisperFeatureExtractor within {hf_worst:.2e} of transformers'")
     finally:
         shutil.rmtree(d)
 

@@ -30,6 +30,8 @@ wheel; imported on first use, so `import melforge` needs no extension):
   for bit; a list runs on Rust threads with the GIL released.
 * `melforge.lhotse.Fbank` / `Mfcc`: lhotse extractors over them (for
   `OnTheFlyFeatures`; importing it imports lhotse).
+* `melforge.hf.WhisperFeatureExtractor`: transformers' extractor with
+  melforge's log-mel (importing it imports transformers).
 
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
