@@ -20,7 +20,13 @@ channel 1 of a stereo file, a 22,050 Hz file resampled by lhotse):
   lhotse's batch path computes over the zero padding of the longer cuts);
 * `CutSet.compute_and_store_features(Fbank(), ...)` stores features that a
   fresh process reads back (`import melforge.lhotse` registers the
-  extractor's name) equal to `extract` bit for bit.
+  extractor's name) equal to `extract` bit for bit;
+* `melforge.torch.fbank` / `mfcc` (torchaudio.compliance.kaldi's signature)
+  give melforge.features' rows bit for bit for the chosen channel, with
+  torchaudio's subtract_mean, min_duration, dtype and too-short results,
+  and refuse VTLN and htk_compat by name. (No torchaudio builds for this
+  venv's torch, so the numbers are checked against kaldi-native-fbank, by
+  scripts/parity_features.py, which computes torchaudio's.)
 
 Usage: parity_lhotse_features.py --native lib_native.so
 """
@@ -127,6 +133,47 @@ def on_the_fly(cuts, rows, ours, theirs):
     return len(got)
 
 
+def torch_adapter(cuts):
+    """melforge.torch: torchaudio.compliance.kaldi's signature over the same
+    rows as melforge.features (bit for bit), its channel, subtract_mean,
+    min_duration, dtype and too-short semantics."""
+    import torch
+
+    import melforge.features as F
+    import melforge.torch as kaldi
+
+    n = 0
+    for cut in list(cuts)[:6]:
+        y = cut.load_audio()[0]
+        both = torch.from_numpy(np.stack([y * 0.5, y]))
+        opts = dict(num_mel_bins=80, frame_length=25, frame_shift=10, dither=0.0, energy_floor=0.0,
+                    sample_frequency=16000)
+        got = kaldi.fbank(both * 32768, channel=1, **opts)
+        want = F.kaldi_fbank(y * np.float32(32768), **opts)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        assert got.numpy().tobytes() == want.tobytes(), f"{cut.id}: melforge.torch.fbank"
+        got = kaldi.mfcc(both.double(), channel=-1, num_ceps=13, subtract_mean=True)
+        want = F.kaldi_mfcc(y * np.float32(0.5))
+        assert got.dtype == torch.float64 and got.shape == want.shape, (got.dtype, got.shape)
+        # The mean is summed in another order than numpy's: float32 rounding.
+        centred = want - want.mean(axis=0)
+        e = float(np.abs(got.numpy() - centred).max() / max(1.0, float(np.abs(want).max())))
+        assert e < 1e-5, f"{cut.id}: subtract_mean differs by {e}"
+        n += 1
+    short = torch.zeros((1, 300))
+    assert kaldi.fbank(short).shape == (0, 0), "too short: torchaudio's empty (0, 0)"
+    assert kaldi.fbank(torch.zeros((1, 16000)), min_duration=2.0).numel() == 0
+    for bad, why in ((dict(vtln_warp=0.9), "vtln_warp"), (dict(htk_compat=True), "htk_compat"),
+                     (dict(channel=3), "channel"), (dict(nmels=3), "num_mel_bins")):
+        try:
+            kaldi.fbank(torch.zeros((1, 16000)), **bad)
+        except (ValueError, TypeError) as e:
+            assert why in str(e), f"{bad}: {e}"
+        else:
+            raise AssertionError(f"melforge.torch.fbank took {bad}")
+    return n
+
+
 STORED = r"""
 import sys
 import numpy as np
@@ -173,9 +220,11 @@ def main():
         batches(list(cuts), rows, ml.Fbank)
         n_fly = on_the_fly(cuts, rows, ml.Fbank(), Fbank())
         n_stored = stored(cuts, rows, ml.Fbank, work, pkg)
+        n_torch = torch_adapter(cuts)
         print(f"parity_lhotse_features: {len(rows)} cuts; Fbank within {worst_fb:.2e} of lhotse's, "
               f"Mfcc within {worst_mfcc:.2e}; extract_batch on 1 and 2 threads and padded; "
-              f"{n_fly} cuts on the fly in 2 DataLoader workers; {n_stored} stored and read back")
+              f"{n_fly} cuts on the fly in 2 DataLoader workers; {n_stored} stored and read back; "
+              f"melforge.torch on {n_torch} cuts")
     finally:
         shutil.rmtree(work)
 

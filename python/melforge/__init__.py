@@ -32,6 +32,8 @@ wheel; imported on first use, so `import melforge` needs no extension):
   `OnTheFlyFeatures`; importing it imports lhotse).
 * `melforge.hf.WhisperFeatureExtractor`: transformers' extractor with
   melforge's log-mel (importing it imports transformers).
+* `melforge.torch.fbank` / `mfcc`: `torchaudio.compliance.kaldi`'s
+  signature (importing it imports torch).
 
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
