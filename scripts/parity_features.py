@@ -14,6 +14,9 @@ against `melforge build` and against the references themselves.
   defaults and seeded random option draws.
 * **Batches**: a list gives the rows of the single calls, on 1 and 2
   threads alike, dithered too (item i is seeded with seed + i).
+* **decode**: `melforge.decode` reads WAV and FLAC as `librosa.load(sr=None)`
+  does, bit for bit, and MP3, Vorbis and Opus within 1e-6, offsets and
+  durations included; bad bytes and arguments are ValueErrors naming them.
 * **transformers**: `melforge.hf.WhisperFeatureExtractor` is called like
   transformers' own and returns the same keys, shapes and masks, within
   1e-4; `padding="longest"` stays transformers' own; it saves and loads.
@@ -147,6 +150,52 @@ def hf_adapter(F, waves, d):
     return worst
 
 
+def decode_check(F, files, d):
+    """melforge.decode against librosa.load(sr=None, mono=True, offset=,
+    duration=): WAV and FLAC bit for bit, MP3, Ogg Vorbis and Opus within
+    1e-6 with the same length (libsndfile's decoders). M4A is left to
+    scripts/parity_decoders.py (librosa reads it through audioread, which
+    keeps the encoder's priming samples; melforge trims them as ffmpeg's
+    edit list says). Bad bytes and arguments raise ValueError naming them."""
+    import warnings
+
+    import librosa
+
+    flac = os.path.join(d, "speech0.flac")
+    pr.run(["sox", files["speech0-16000"], flac])
+    codecs = os.path.join(REPO, "tests", "data", "codecs")
+    paths = [files[n] for n in ("speech0-16000", "speech1-44100", "stereo-44100", "short")] + [flac]
+    paths += [os.path.join(codecs, f"speech{k}.{ext}") for k in ("16k_mono", "44k_stereo")
+              for ext in ("mp3", "ogg", "opus")]
+    worst = 0.0
+    for path in paths:
+        exact = path.endswith((".wav", ".flac"))
+        for offset, duration in ((0.0, None), (0.3, 0.7), (0.25, None), (0.0, 0.01)):
+            y, rate = F.decode(path, offset=offset, duration=duration)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want, want_rate = librosa.load(path, sr=None, mono=True, offset=offset, duration=duration)
+            label = f"decode {os.path.basename(path)} offset {offset} duration {duration}"
+            assert rate == want_rate and y.dtype == np.float32, f"{label}: {rate} Hz {y.dtype}"
+            assert y.shape == want.shape, f"{label}: {y.shape} vs librosa's {want.shape}"
+            if exact:
+                assert y.tobytes() == want.tobytes(), f"{label}: not librosa's samples"
+            elif y.size:
+                e = float(np.abs(y - want).max())
+                assert e <= 1e-6, f"{label}: differs from librosa by {e}"
+                worst = max(worst, e)
+    with open(paths[0], "rb") as f:
+        data = f.read()
+    assert F.decode(data)[0].tobytes() == F.decode(paths[0])[0].tobytes(), "bytes and path decode alike"
+    expect(ValueError, ["data"], F.decode, b"RIFF\x04\x00\x00\x00WAVE")
+    expect(ValueError, ["data"], F.decode, b"not audio at all" * 8)
+    expect(ValueError, ["offset"], F.decode, data, offset=-1.0)
+    expect(ValueError, ["duration"], F.decode, data, duration=float("nan"))
+    expect(ValueError, ["sr = 8000", "16000 Hz"], F.decode, data, sr=8000)
+    expect(TypeError, ["source"], F.decode, 12)
+    return len(paths), worst
+
+
 def build_rows(melforge, F, binary, d, mono16):
     """A build's stored rows equal the in-process rows of the same files."""
     src = os.path.join(d, "build-in")
@@ -193,6 +242,7 @@ def main():
         waves = [w for w in waves if len(w) >= 400]
         batches(F, waves)
         hf_worst = hf_adapter(F, waves, d)
+        n_decoded, decode_worst = decode_check(F, files, d)
         mono16 = {n: files[n] for n in by_rate[16000] if n not in ("short", "short-speech")}
         stored = build_rows(melforge, F, args.melforge, d, mono16)
         cases = [("kaldi-fbank", dict(num_mel_bins=80)), ("kaldi-fbank", {}), ("kaldi-mfcc", {}),
@@ -233,7 +283,8 @@ def main():
                 rows += 1
         print(f"parity_features: {len(cases)} option sets, {rows} rows equal to the binary's bit for bit, "
               f"{stored} equal to a build's stored rows; worst against the references: {worst}; "
-              f"melforge.hf.WhisperFeatureExtractor within {hf_worst:.2e} of transformers'")
+              f"melforge.hf.WhisperFeatureExtractor within {hf_worst:.2e} of transformers'; "
+              f"melforge.decode on {n_decoded} files as librosa.load (lossy within {decode_worst:.1e})")
     finally:
         shutil.rmtree(d)
 

@@ -253,3 +253,39 @@ pub fn parquet_audio(data: &[u8]) {
         assert!(!r.reason.is_empty() && r.rows.start < r.rows.end, "{r:?}");
     }
 }
+
+/// The most frames [`decode_bytes`] lets a stream decode to.
+const DECODE_BYTES_MAX_FRAMES: usize = 1 << 22;
+
+/// The bytes entry point of the in-process extension (`melforge.decode`:
+/// `decode::native::decode_range`): any container, mono, a part of it. The
+/// first two bytes pick the offset (in sixteenths of a second) and the
+/// duration (in eighths; 0: to the end). What it keeps lies within the part
+/// and the frame cap, a refusal has its reason, and nothing panics.
+pub fn decode_bytes(data: &[u8]) {
+    use crate::decode::native::{Range, decode_range};
+    let (range, bytes) = match data {
+        [o, d, rest @ ..] => {
+            let range = Range {
+                offset_s: f64::from(*o) / 16.0,
+                duration_s: (*d != 0).then(|| f64::from(*d) / 8.0),
+            };
+            (range, rest)
+        }
+        _ => (Range::default(), data),
+    };
+    let mut out = Vec::new();
+    let cap = DECODE_BYTES_MAX_FRAMES;
+    match decode_range(bytes, (Channels::Mean, cap), range, &mut out) {
+        Ok(native) => {
+            let keep = range.samples(native.sample_rate, cap);
+            assert!(
+                out.len() <= keep.len(),
+                "{} samples kept of {keep:?}",
+                out.len()
+            );
+            assert!(native.channels > 0 && native.sample_rate > 0, "{native:?}");
+        }
+        Err(e) => assert!(!e.to_string().is_empty(), "a refusal without its reason"),
+    }
+}

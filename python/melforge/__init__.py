@@ -34,9 +34,13 @@ wheel; imported on first use, so `import melforge` needs no extension):
   melforge's log-mel (importing it imports transformers).
 * `melforge.torch.fbank` / `mfcc`: `torchaudio.compliance.kaldi`'s
   signature (importing it imports torch).
+* `melforge.decode(path_or_bytes, offset=, duration=)`: `(samples, rate)`
+  through melforge's decoders.
 
 See docs/FORMAT.md in the melforge repository for the file layout.
 """
+
+from typing import Any
 
 from ._batching import Batch, LengthBatchSampler, collate, collate_torch
 from ._binary import BinaryNotFound, find_binary
@@ -58,6 +62,14 @@ from ._report import (
     Startup,
     Stats,
 )
+
+
+def decode(*args: Any, **kwargs: Any) -> Any:
+    """`melforge.features.decode`: a recording as `(samples, rate)`, mono at
+    its own rate, through melforge's decoders (imports the extension)."""
+    from .features import decode as _decode
+
+    return _decode(*args, **kwargs)
 
 
 def _version() -> str:
@@ -98,6 +110,7 @@ __all__ = [
     "build",
     "collate",
     "collate_torch",
+    "decode",
     "find_binary",
     "merge",
     "serve_status",

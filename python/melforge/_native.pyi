@@ -18,3 +18,6 @@ def whisper(
     n_mels: int = 80,
     threads: int = 1,
 ) -> List[Tuple[npt.NDArray[np.float32], float]]: ...
+def decode(
+    data: bytes, offset: float = 0.0, duration: Optional[float] = None
+) -> Tuple[npt.NDArray[np.float32], int]: ...

@@ -12,6 +12,8 @@ bit, and stays within docs/FORMAT.md's tolerances of the references.
 * `whisper_log_mel(waveform, n_mels=80)`: transformers'
   `WhisperFeatureExtractor` (padded to 30 s): an `(n_mels, 3000)` float32
   array.
+* `decode(path_or_bytes, offset=, duration=)`: `(samples, rate)`, mono at
+  the file's own rate, through melforge's decoders (`melforge.decode` too).
 
 A waveform is 1-D: a numpy array of float32 (used in place when
 contiguous), float64 or int16 (int16 is read as `x / 32768`, as WAV decoders
@@ -29,8 +31,9 @@ waveform, NaN or inf samples, a waveform shorter than one frame where
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
-from typing import Any, List, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +44,7 @@ Waveform = Any
 Features = Any
 """A float32 numpy array, or a torch tensor when a tensor came in."""
 
-__all__ = ["kaldi_fbank", "kaldi_mfcc", "kaldi_option_names", "whisper_log_mel"]
+__all__ = ["decode", "kaldi_fbank", "kaldi_mfcc", "kaldi_option_names", "whisper_log_mel"]
 
 _F32 = npt.NDArray[np.float32]
 
@@ -148,3 +151,32 @@ def whisper_log_mel(
         full[:, : frames.shape[0]] = frames.T
         rows.append(full)
     return _out(rows, single, torch)
+
+
+def decode(
+    source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview],
+    offset: float = 0.0,
+    duration: Optional[float] = None,
+    sr: Optional[int] = None,
+) -> Tuple[_F32, int]:
+    """A recording as `(samples, rate)`: mono float32 at the file's own rate,
+    decoded by melforge's decoders (WAV, FLAC, MP3, Ogg Vorbis and Opus, MP4
+    AAC), from `offset` seconds for `duration` seconds, as
+    `librosa.load(source, sr=None, offset=, duration=)` reads it. `source` is
+    a path or the file's bytes. `sr` must be None or the file's rate (this
+    build does not resample in-process)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            data = f.read()
+    else:
+        raise TypeError(f"source: expected a path or bytes, got {type(source).__name__}")
+    samples: _F32
+    samples, rate = _native().decode(data, float(offset), None if duration is None else float(duration))
+    if sr is not None and sr != rate:
+        raise ValueError(
+            f"sr = {sr}: the recording is at {rate} Hz and melforge.decode does not resample "
+            "in-process yet; pass sr=None (or resample with soxr, or let `melforge build` do it)"
+        )
+    return samples, rate

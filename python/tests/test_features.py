@@ -72,3 +72,26 @@ def test_bad_input_names_the_argument() -> None:
         F.whisper_log_mel(np.zeros(0, np.float32))
     with pytest.raises(TypeError, match="uint8"):
         F.kaldi_fbank(np.zeros(800, np.uint8))
+
+
+def test_decode_reads_wav_bytes_and_parts_of_them() -> None:
+    import io
+    import wave
+
+    y16 = (speech(16000) * 32767).astype(np.int16)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(y16.tobytes())
+    data = buf.getvalue()
+    import melforge
+
+    y, rate = melforge.decode(data)
+    assert rate == 16000 and y.dtype == np.float32
+    assert y.tobytes() == (y16.astype(np.float32) / np.float32(32768)).astype(np.float32).tobytes()
+    part, _ = melforge.decode(data, offset=0.25, duration=0.5)
+    assert part.tobytes() == y[4000:12000].tobytes()
+    with pytest.raises(ValueError, match="data"):
+        melforge.decode(b"not audio" * 10)

@@ -27,6 +27,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("sidecar", melforge::app::serve::sidecar::fuzz_sidecar),
     ("tar_index", melforge::fuzzing::tar_index),
     ("parquet_audio", melforge::fuzzing::parquet_audio),
+    ("decode_bytes", melforge::fuzzing::decode_bytes),
 ];
 
 fn fuzz_dir() -> PathBuf {

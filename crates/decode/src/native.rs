@@ -19,9 +19,22 @@ pub struct Native {
 
 /// Decodes the whole file in `bytes` into `out` (cleared first).
 pub fn decode(bytes: &[u8], channels: Channels, out: &mut Vec<f32>) -> Result<Native, Error> {
+    decode_capped(bytes, channels, usize::MAX, out)
+}
+
+/// [`decode`] of at most the first `max_frames` frames: memory bounded
+/// whatever the stream claims (a FLAC frame of a few bytes can stand for
+/// 65,535 samples).
+pub fn decode_capped(
+    bytes: &[u8],
+    channels: Channels,
+    max_frames: usize,
+    out: &mut Vec<f32>,
+) -> Result<Native, Error> {
     match super::clip::container(bytes)? {
         Container::Wav => {
-            let info = wav::parse(bytes)?;
+            let mut info = wav::parse(bytes)?;
+            info.frames = info.frames.min(max_frames);
             out.clear();
             out.resize(info.frames, 0.0);
             if info.channels > 1 && channels == Channels::First {
@@ -36,27 +49,65 @@ pub fn decode(bytes: &[u8], channels: Channels, out: &mut Vec<f32>) -> Result<Na
             })
         }
         Container::Flac => {
-            let info = flac::decode(bytes, channels, usize::MAX, out)?;
+            let info = flac::decode(bytes, channels, max_frames, out)?;
             Ok(Native {
                 container: Container::Flac,
                 sample_rate: info.sample_rate,
                 channels: info.channels,
             })
         }
-        Container::Compressed(codec) => compressed_whole(bytes, codec, channels, out),
+        Container::Compressed(codec) => compressed_whole(bytes, codec, (channels, max_frames), out),
     }
 }
 
 fn compressed_whole(
     bytes: &[u8],
     codec: Codec,
-    channels: Channels,
+    (channels, max_frames): (Channels, usize),
     out: &mut Vec<f32>,
 ) -> Result<Native, Error> {
-    let head = compressed::open(bytes)?.decode(channels, usize::MAX, out)?;
+    let head = compressed::open(bytes)?.decode(channels, max_frames, out)?;
     Ok(Native {
         container: Container::Compressed(codec),
         sample_rate: head.sample_rate,
         channels: head.channels,
     })
+}
+
+/// The part of a file `librosa.load(offset=, duration=)` reads through
+/// soundfile: from sample `⌊offset · rate⌋`, `⌊duration · rate⌋` samples (to
+/// the end when `None`), clamped to the file.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Range {
+    /// Seconds, finite and ≥ 0.
+    pub offset_s: f64,
+    /// Seconds, finite and ≥ 0; `None`: to the end.
+    pub duration_s: Option<f64>,
+}
+
+impl Range {
+    /// The sample indices of this range in a file of `len` samples at `rate`.
+    pub fn samples(&self, rate: u32, len: usize) -> std::ops::Range<usize> {
+        let at = |s: f64| (s * f64::from(rate)).floor().clamp(0.0, len as f64) as usize;
+        let start = at(self.offset_s);
+        let end = match self.duration_s {
+            Some(d) => start.saturating_add(at(d)).min(len),
+            None => len,
+        };
+        start..end
+    }
+}
+
+/// [`decode_capped`], then only the samples of `range` kept in `out`.
+pub fn decode_range(
+    bytes: &[u8],
+    (channels, max_frames): (Channels, usize),
+    range: Range,
+    out: &mut Vec<f32>,
+) -> Result<Native, Error> {
+    let native = decode_capped(bytes, channels, max_frames, out)?;
+    let keep = range.samples(native.sample_rate, out.len());
+    out.truncate(keep.end);
+    out.drain(..keep.start);
+    Ok(native)
 }

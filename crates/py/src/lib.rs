@@ -22,10 +22,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use melforge_decode::native::{Range, decode_range};
+use melforge_decode::policy::Channels;
 use melforge_dsp::kaldi::{KaldiOptions, KaldiPlan, Kind, OptionValue, SetError};
 use melforge_dsp::whisper::WhisperPlan;
 use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
@@ -337,8 +339,42 @@ fn whisper<'py>(
         .collect()
 }
 
+/// The file in `data` (any container melforge reads: WAV, FLAC, MP3, Ogg
+/// Vorbis and Opus, MP4 AAC), mixed to mono at its own rate, from
+/// `offset` seconds for `duration` seconds (to the end when None), as
+/// `librosa.load(sr=None)` reads it; returns (samples, rate).
+#[pyfunction]
+#[pyo3(signature = (data, offset=0.0, duration=None))]
+fn decode<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    offset: f64,
+    duration: Option<f64>,
+) -> PyResult<(Bound<'py, PyArray1<f32>>, u32)> {
+    let bad = |name: &str, v: f64| {
+        PyValueError::new_err(format!(
+            "decode(): {name} = {v}: expected a finite number ≥ 0"
+        ))
+    };
+    if !(offset.is_finite() && offset >= 0.0) {
+        return Err(bad("offset", offset));
+    }
+    if let Some(d) = duration.filter(|d| !(d.is_finite() && *d >= 0.0)) {
+        return Err(bad("duration", d));
+    }
+    let range = Range {
+        offset_s: offset,
+        duration_s: duration,
+    };
+    let mut out = Vec::new();
+    let native = py.detach(|| decode_range(data, (Channels::Mean, usize::MAX), range, &mut out));
+    let native = native.map_err(|e| PyValueError::new_err(format!("decode(): data: {e}")))?;
+    Ok((out.into_pyarray(py), native.sample_rate))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(kaldi, m)?)?;
     m.add_function(wrap_pyfunction!(kaldi_option_names, m)?)?;
     m.add_function(wrap_pyfunction!(whisper, m)?)?;
