@@ -111,3 +111,25 @@ pub fn decode_range(
     out.drain(..keep.start);
     Ok(native)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// soundfile's arithmetic: ⌊offset · rate⌋ and ⌊duration · rate⌋ (0.7 s
+    /// at 22,050 Hz is 15,434 samples: 0.7 · 22050 = 15434.999…), clamped
+    /// to the file, empty past its end.
+    #[test]
+    fn a_range_is_librosas_samples_clamped_to_the_file() {
+        let r = |offset_s, duration_s| Range {
+            offset_s,
+            duration_s,
+        };
+        assert_eq!(r(0.3, Some(0.7)).samples(22050, 60_000), 6615..22049);
+        assert_eq!(r(0.0, None).samples(16000, 100), 0..100);
+        assert_eq!(r(0.25, None).samples(16000, 16000), 4000..16000);
+        assert_eq!(r(2.0, Some(1.0)).samples(16000, 16000), 16000..16000);
+        assert_eq!(r(0.5, Some(10.0)).samples(16000, 16000), 8000..16000);
+        assert_eq!(r(0.0, Some(0.0)).samples(16000, 16000), 0..0);
+    }
+}
