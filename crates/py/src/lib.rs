@@ -193,44 +193,46 @@ fn samples<'a>(func: &str, waveforms: &'a [PyReadonlyArray1<'_, f32>]) -> PyResu
     Ok(out)
 }
 
-/// Runs `f(i, item)` for every item on up to `threads` threads, in
-/// contiguous runs of items; results in item order. On one thread, the
-/// calling thread's scratch for `key` is reused.
+/// Runs `f(i, item)` for every item on up to `threads` threads (the
+/// calling one among them, with its scratch for `key` reused); results in
+/// item order. Each thread takes the next item not yet taken, so
+/// utterances of different lengths spread evenly; what item `i` computes
+/// depends only on `i` (its dither seed), never on the thread.
 fn parallel<I: Sync, T: Send, S: 'static>(
     items: &[I],
     (threads, key): (usize, usize),
     make: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, usize, &I) -> T + Sync,
 ) -> Vec<T> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = threads.clamp(1, items.len().max(1));
-    if threads == 1 {
-        let all = |s: &mut S| {
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, it)| f(s, i, it))
-                .collect()
-        };
-        return with_scratch(key, &make, all);
-    }
-    let per = items.len().div_ceil(threads);
+    let next = AtomicUsize::new(0);
+    let work = |s: &mut S| {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(it) = items.get(i) else {
+                return done;
+            };
+            done.push((i, f(s, i, it)));
+        }
+    };
+    let mut slots: Vec<Option<T>> = items.iter().map(|_| None).collect();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (items.chunks(per).enumerate())
-            .map(|(c, chunk)| {
-                let (make, f) = (&make, &f);
-                scope.spawn(move || {
-                    let mut s = make();
-                    (chunk.iter().enumerate())
-                        .map(|(k, it)| f(&mut s, c * per + k, it))
-                        .collect::<Vec<T>>()
-                })
-            })
+        let helpers: Vec<_> = (1..threads)
+            .map(|_| scope.spawn(|| work(&mut make())))
             .collect();
-        handles
+        let mine = with_scratch(key, &make, work);
+        let theirs = helpers
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        for (i, t) in mine.into_iter().chain(theirs) {
+            slots[i] = Some(t);
+        }
+    });
+    let out: Vec<T> = slots.into_iter().flatten().collect();
+    debug_assert_eq!(out.len(), items.len(), "every item taken once");
+    out
 }
 
 /// `v` as a numpy array of `shape` (rows, columns), without a copy.
