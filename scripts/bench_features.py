@@ -35,11 +35,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import soundfile as sf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import native_package  # noqa: E402
 
 LHOTSE_PEER = r"""
 import json, sys, time
@@ -67,10 +67,7 @@ print(json.dumps(out))
 
 
 def package(native, d):
-    pkg = os.path.join(d, "pkg")
-    shutil.copytree(os.path.join(REPO, "python", "melforge"), os.path.join(pkg, "melforge"))
-    shutil.copy(native, os.path.join(pkg, "melforge", "_native.abi3.so"))
-    sys.path.insert(0, pkg)
+    native_package.install(native, d)
     from melforge import features
 
     return features

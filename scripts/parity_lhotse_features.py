@@ -42,18 +42,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import native_package  # noqa: E402
 import parity_lhotse as pl  # noqa: E402
 
-REPO = os.path.dirname(HERE)
 MFCC_TOL = 1e-3
-
-
-def package(native, d):
-    pkg = os.path.join(d, "pkg")
-    shutil.copytree(os.path.join(REPO, "python", "melforge"), os.path.join(pkg, "melforge"))
-    shutil.copy(native, os.path.join(pkg, "melforge", "_native.abi3.so"))
-    sys.path.insert(0, pkg)
-    return pkg
 
 
 def mfcc_error(got, want):
@@ -211,7 +203,7 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="parity-lhotse-features-")
     try:
-        pkg = package(args.native, work)
+        pkg = native_package.install(args.native, work)
         import melforge.lhotse as ml
         from lhotse import Fbank, Mfcc
 
