@@ -2,8 +2,8 @@
 """The in-process features (`melforge.features`, the extension melforge._native)
 against `melforge build` and against the references themselves.
 
-* **Bit for bit with build.** Every row `kaldi_fbank`, `kaldi_mfcc` and
-  `whisper_log_mel` compute equals, bit for bit, the row the binary computes
+* **Bit for bit with build.** Every row `kaldi_fbank`, `kaldi_mfcc`,
+  `whisper_log_mel` and `log_mel` compute equals, bit for bit, the row the binary computes
   for the same file and options (`melforge features`, the build workers'
   code), and the rows a `melforge build` stores (read back with
   `melforge.MelDataset`): the same recipe crate, plan and SIMD level.
@@ -20,6 +20,10 @@ against `melforge build` and against the references themselves.
 * **transformers**: `melforge.hf.WhisperFeatureExtractor` is called like
   transformers' own and returns the same keys, shapes and masks, within
   1e-4; `padding="longest"` stays transformers' own; it saves and loads.
+* **log_mel**: against librosa's `melspectrogram` + `power_to_db` within
+  1e-3 dB (docs/FORMAT.md's librosa tolerance), and bit for bit against
+  the binary's librosa recipe with the segmentation off and a clip of the
+  file's length; defaults and random option draws at 8, 16 and 44.1 kHz.
 * **Bad input** raises ValueError or TypeError naming the argument.
 
 The package is imported from python/ with the extension copied beside it
@@ -34,11 +38,13 @@ import random
 import shutil
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 import soundfile as sf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import native_package  # noqa: E402
 import parity_recipes as pr  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,10 +52,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def load_package(native, d):
     """melforge from python/, with the extension beside it."""
-    pkg = os.path.join(d, "pkg")
-    shutil.copytree(os.path.join(REPO, "python", "melforge"), os.path.join(pkg, "melforge"))
-    shutil.copy(native, os.path.join(pkg, "melforge", "_native.abi3.so"))
-    sys.path.insert(0, pkg)
+    native_package.install(native, d)
     import melforge
     import melforge.features as features
 
@@ -88,6 +91,23 @@ def bad_inputs(F):
     expect(ValueError, ["num_ceps"], F.kaldi_mfcc, y, num_ceps=40, num_mel_bins=23)
     expect(ValueError, ["n_mels"], F.whisper_log_mel, y, n_mels=100)
     assert "use_power" in F.kaldi_option_names("fbank") and "num_ceps" in F.kaldi_option_names("mfcc")
+    expect(ValueError, ["waveform", "index 7"], F.log_mel, nan)
+    expect(ValueError, ["waveforms[1]", "empty"], F.log_mel, [y, np.zeros(0, np.float32)])
+    expect(TypeError, ["hop", "hop_length", "top_db"], F.log_mel, y, hop=256)
+    expect(TypeError, ["ref", "np.max"], F.log_mel, y, ref=np.max)
+    expect(TypeError, ["center", "bool"], F.log_mel, y, center=1)
+    expect(TypeError, ["n_fft", "int"], F.log_mel, y, n_fft=512.0)
+    expect(ValueError, ["window", "hann"], F.log_mel, y, window="kaiser")
+    expect(ValueError, ["norm", "slaney"], F.log_mel, y, norm="l2")
+    expect(ValueError, ["fmax", "Nyquist"], F.log_mel, y, sr=16000, fmax=9000.0)
+    expect(ValueError, ["fmin"], F.log_mel, y, fmin=500.0, fmax=400.0)
+    expect(ValueError, ["win_length", "n_fft"], F.log_mel, y, n_fft=512, win_length=600)
+    expect(ValueError, ["top_db"], F.log_mel, y, top_db=-1.0)
+    expect(ValueError, ["sr"], F.log_mel, y, sr=0)
+    expect(ValueError, ["waveform", "300 samples", "too few for one frame", "n_fft"],
+           F.log_mel, y[:300], center=False, n_fft=512)
+    assert F.log_mel(y[:3], n_fft=512, pad_mode="reflect").shape == (128, 1)
+    assert F.log_mel_option_names()[:2] == ["sr", "n_fft"]
 
 
 def batches(F, waves):
@@ -99,6 +119,10 @@ def batches(F, waves):
         if not opts:
             for i, w in enumerate(waves):
                 assert F.kaldi_fbank(w).tobytes() == one[i].tobytes(), f"batch item {i} is not its single call"
+    lm = F.log_mel(waves, threads=2, sr=16000, n_fft=400, hop_length=160, n_mels=80)
+    for i, w in enumerate(waves):
+        single = F.log_mel(w, sr=16000, n_fft=400, hop_length=160, n_mels=80)
+        assert single.tobytes() == lm[i].tobytes(), f"log_mel batch item {i}"
     whole = F.whisper_log_mel(waves, threads=2)
     for i, w in enumerate(waves):
         assert F.whisper_log_mel(w).tobytes() == whole[i].tobytes(), f"whisper batch item {i}"
@@ -196,6 +220,105 @@ def decode_check(F, files, d):
     return len(paths), worst
 
 
+def random_log_mel(rng, rate):
+    """A random draw of librosa's melspectrogram + power_to_db keywords."""
+    n_fft = rng.choice([256, 400, 512, 1023, 1024, 2048])
+    return dict(
+        sr=rate,
+        n_fft=n_fft,
+        hop_length=rng.choice([None, 80, 160, 256, 512]),
+        win_length=rng.choice([None, n_fft, n_fft * 3 // 4]),
+        window=rng.choice(["hann", "hamming", "blackman", "boxcar"]),
+        center=rng.random() < 0.7,
+        pad_mode=rng.choice(["constant", "reflect"]),
+        power=rng.choice([1.0, 1.5, 2.0]),
+        n_mels=rng.choice([40, 64, 80, 128]) if n_fft >= 1000 else rng.choice([20, 40]),
+        fmin=rng.choice([0.0, 20.0, 125.0]),
+        fmax=rng.choice([None, rate / 2 * 0.9]),
+        htk=rng.random() < 0.3,
+        norm=rng.choice(["slaney", None]),
+        ref=rng.choice([1.0, 1e-3]),
+        amin=rng.choice([1e-10, 1e-5]),
+        top_db=rng.choice([80.0, 40.0, None]),
+    )
+
+
+def librosa_log_mel(y, o):
+    import librosa
+
+    mel = {k: v for k, v in o.items() if k not in ("ref", "amin", "top_db")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # n_fft larger than the input, empty filters
+        S = librosa.feature.melspectrogram(y=y, **mel)
+    return librosa.power_to_db(S, ref=o["ref"], amin=o["amin"], top_db=o["top_db"])
+
+
+def log_mel_config(path, o, samples):
+    """The build's [mel] for librosa's keywords: segmentation off, a clip of
+    exactly `samples` (so no padding or trimming)."""
+    win = o["win_length"] or o["n_fft"]
+    mel = dict(sample_rate=o["sr"], clip_seconds=samples / o["sr"], n_fft=o["n_fft"],
+               hop_length=o["hop_length"] or win // 4, win_length=win, window=o["window"],
+               center=o["center"], pad_mode=o["pad_mode"], power=o["power"], n_mels=o["n_mels"],
+               fmin=o["fmin"], fmax=float(o["fmax"] or o["sr"] / 2),
+               mel_scale="htk" if o["htk"] else "slaney", norm=o["norm"] or "none",
+               ref=o["ref"], amin=o["amin"])
+    if o["top_db"] is not None:
+        mel["top_db"] = o["top_db"]
+    lines = ["[input]", 'resample = "off"', "", "[features]", 'recipe = "librosa"', "", "[mel]"]
+    lines += [f"{k} = {pr.toml_value(v)}" for k, v in mel.items()]
+    lines += ["", "[segmentation]", "enabled = false"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def log_mel_rows(F, binary, files, rng, draws, d):
+    """`log_mel` against librosa (1e-3 dB, docs/FORMAT.md's librosa
+    tolerance) and bit for bit against the binary's librosa recipe with the
+    segmentation off and a clip of the file's length; defaults and random
+    draws at 8, 16 and 44.1 kHz, short files included."""
+    from librosa.util.exceptions import ParameterError
+
+    names = {r: [n for n in files if n.endswith(f"-{r}") and "stereo" not in n] for r in (8000, 16000, 44100)}
+    names[16000] += ["short", "short-speech", "silence"]
+    # {} is every default (22050 Hz: the 16 kHz files' samples, relabelled).
+    cases = [{}, dict(sr=16000, n_fft=400, hop_length=160, n_mels=80)]
+    cases += [random_log_mel(rng, rng.choice([8000, 16000, 44100])) for _ in range(draws)]
+    defaults = dict(n_fft=2048, hop_length=512, win_length=None, window="hann", center=True,
+                    pad_mode="constant", power=2.0, n_mels=128, fmin=0.0, fmax=None, htk=False,
+                    norm="slaney", ref=1.0, amin=1e-10, top_db=80.0)
+    cfg, out = os.path.join(d, "lm.toml"), os.path.join(d, "lm.npy")
+    rows, worst = 0, 0.0
+    for ci, opts in enumerate(cases):
+        o = dict(dict(defaults, sr=22050), **opts)
+        for name in names[16000 if o["sr"] == 22050 else o["sr"]]:
+            label = f"log_mel case {ci} {opts} on {name}"
+            y16, rate = sf.read(files[name], dtype="int16")
+            path = files[name]
+            if rate != o["sr"]:
+                path = os.path.join(d, "relabelled.wav")
+                sf.write(path, y16, o["sr"], subtype="PCM_16")
+            y = (y16.astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+            try:
+                ours = F.log_mel(y, **opts)
+            except ValueError as err:
+                assert "too few for one frame" in str(err), f"{label}: {err}"
+                expect(ParameterError, [], librosa_log_mel, y, o)
+                continue
+            want = librosa_log_mel(y, o)
+            assert ours.dtype == np.float32 and ours.shape == want.shape, f"{label}: {ours.shape} vs {want.shape}"
+            e = float(np.abs(ours.astype(np.float64) - want).max())
+            assert e <= 1e-3, f"{label}: {e} dB from librosa"
+            worst = max(worst, e)
+            log_mel_config(cfg, o, len(y))
+            pr.run([binary, "features", path, "--config", cfg, "--out", out])
+            cli = np.load(out)
+            assert cli.size == ours.size, f"{label}: the binary's {cli.shape} vs {ours.shape}"
+            assert ours.tobytes() == cli.tobytes(), f"{label}: not the binary's row bit for bit"
+            rows += 1
+    return len(cases), rows, worst
+
+
 def build_rows(melforge, F, binary, d, mono16):
     """A build's stored rows equal the in-process rows of the same files."""
     src = os.path.join(d, "build-in")
@@ -245,6 +368,7 @@ def main():
         n_decoded, decode_worst = decode_check(F, files, d)
         mono16 = {n: files[n] for n in by_rate[16000] if n not in ("short", "short-speech")}
         stored = build_rows(melforge, F, args.melforge, d, mono16)
+        lm_cases, lm_rows, lm_worst = log_mel_rows(F, args.melforge, files, rng, args.draws, d)
         cases = [("kaldi-fbank", dict(num_mel_bins=80)), ("kaldi-fbank", {}), ("kaldi-mfcc", {}),
                  ("kaldi-fbank", dict(num_mel_bins=80, sample_scale=32768.0, snip_edges=False, use_energy=True)),
                  ("whisper", dict(n_mels=80)), ("whisper", dict(n_mels=128))]
@@ -284,7 +408,9 @@ def main():
         print(f"parity_features: {len(cases)} option sets, {rows} rows equal to the binary's bit for bit, "
               f"{stored} equal to a build's stored rows; worst against the references: {worst}; "
               f"melforge.hf.WhisperFeatureExtractor within {hf_worst:.2e} of transformers'; "
-              f"melforge.decode on {n_decoded} files as librosa.load (lossy within {decode_worst:.1e})")
+              f"melforge.decode on {n_decoded} files as librosa.load (lossy within {decode_worst:.1e}); "
+              f"log_mel: {lm_cases} option sets, {lm_rows} rows equal to the binary's, "
+              f"within {lm_worst:.1e} dB of librosa")
     finally:
         shutil.rmtree(d)
 

@@ -18,6 +18,14 @@ def whisper(
     n_mels: int = 80,
     threads: int = 1,
 ) -> List[Tuple[npt.NDArray[np.float32], float]]: ...
+def log_mel(
+    waveforms: List[npt.NDArray[np.float32]],
+    options: Optional[Mapping[str, Any]] = None,
+    threads: int = 1,
+) -> List[npt.NDArray[np.float32]]: ...
+
+LOG_MEL_OPTIONS: List[str]
+
 def decode(
     data: bytes, offset: float = 0.0, duration: Optional[float] = None
 ) -> Tuple[npt.NDArray[np.float32], int]: ...

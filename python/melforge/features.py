@@ -12,6 +12,11 @@ bit, and stays within docs/FORMAT.md's tolerances of the references.
 * `whisper_log_mel(waveform, n_mels=80)`: transformers'
   `WhisperFeatureExtractor` (padded to 30 s): an `(n_mels, 3000)` float32
   array.
+* `log_mel(waveform, **options)`: librosa's
+  `power_to_db(melspectrogram(y=waveform, ...))` over the whole waveform,
+  with both functions' keyword names and defaults (`sr=22050`,
+  `n_fft=2048`, `n_mels=128`, `top_db=80.0`, ...): an `(n_mels, frames)`
+  float32 array.
 * `decode(path_or_bytes, offset=, duration=)`: `(samples, rate)`, mono at
   the file's own rate, through melforge's decoders (`melforge.decode` too).
 
@@ -44,7 +49,15 @@ Waveform = Any
 Features = Any
 """A float32 numpy array, or a torch tensor when a tensor came in."""
 
-__all__ = ["decode", "kaldi_fbank", "kaldi_mfcc", "kaldi_option_names", "whisper_log_mel"]
+__all__ = [
+    "decode",
+    "kaldi_fbank",
+    "kaldi_mfcc",
+    "kaldi_option_names",
+    "log_mel",
+    "log_mel_option_names",
+    "whisper_log_mel",
+]
 
 _F32 = npt.NDArray[np.float32]
 
@@ -151,6 +164,37 @@ def whisper_log_mel(
         full[:, : frames.shape[0]] = frames.T
         rows.append(full)
     return _out(rows, single, torch)
+
+
+def log_mel(
+    waveform: Union[Waveform, Sequence[Waveform]],
+    *,
+    threads: int = 1,
+    **options: Any,
+) -> Features:
+    """librosa's log-mel spectrogram of the whole waveform,
+    `librosa.power_to_db(librosa.feature.melspectrogram(y=waveform, **mel),
+    **db)`: `(n_mels, frames)` float32.
+
+    `options` are those two functions' keywords (`log_mel_option_names()`),
+    with their defaults: `sr=22050`, `n_fft=2048`, `hop_length=512`
+    (None: `win_length // 4`), `win_length=None` (`n_fft`), `window="hann"`
+    (or "hamming", "blackman", "boxcar"), `center=True`,
+    `pad_mode="constant"` (or "reflect"), `power=2.0`, `n_mels=128`,
+    `fmin=0.0`, `fmax=None` (`sr / 2`), `htk=False`, `norm="slaney"` (or
+    None), `ref=1.0` (a number), `amin=1e-10`, `top_db=80.0` (or None).
+
+    The waveform is analysed in float32, as `librosa.load` returns it (a
+    float64 one is rounded to float32 first). With `center=False` it needs
+    `n_fft` samples; with `pad_mode="reflect"`, more than `n_fft // 2`."""
+    items, single, torch = _batch(waveform)
+    rows = _native().log_mel(items, options, threads=threads)
+    return _out(rows, single, torch)
+
+
+def log_mel_option_names() -> List[str]:
+    """The options `log_mel` takes, librosa's keyword names."""
+    return list(_native().LOG_MEL_OPTIONS)
 
 
 def decode(

@@ -32,6 +32,26 @@ def test_shapes_follow_torchaudios_frame_count_and_options() -> None:
     assert np.all(w[:, 200:] == w[0, -1])
 
 
+def test_log_mel_takes_librosas_keywords_at_any_length() -> None:
+    y = speech(16000)
+    # melspectrogram's defaults: n_fft 2048, hop 512, centred: 1 + 16000 // 512.
+    assert F.log_mel(y).shape == (128, 32)
+    assert F.log_mel(y, sr=16000, n_fft=400, hop_length=160, n_mels=80).shape == (80, 101)
+    assert F.log_mel(y, center=False, n_fft=512, hop_length=256).shape == (128, 61)
+    # power_to_db's top_db=80 clamps the row at its maximum − 80 dB.
+    quiet = np.concatenate([y, np.zeros(16000, np.float32)])
+    row = F.log_mel(quiet)
+    assert row.min() == pytest.approx(row.max() - 80.0, abs=1e-4)
+    assert F.log_mel(quiet, top_db=None).min() < row.max() - 80.0
+    rows = F.log_mel([y, quiet, y[:100]], threads=2)
+    assert [r.shape[1] for r in rows] == [32, 63, 1]
+    assert rows[1].tobytes() == row.tobytes()
+    with pytest.raises(TypeError, match="hop_length"):
+        F.log_mel(y, hop=256)
+    with pytest.raises(ValueError, match="too few for one frame"):
+        F.log_mel(y[:100], center=False)
+
+
 def test_dtypes_are_read_as_a_wav_decoder_reads_them() -> None:
     y16 = (speech(8000) * 32767).astype(np.int16)
     y = (y16.astype(np.float32) / np.float32(32768)).astype(np.float32)

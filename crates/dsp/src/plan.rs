@@ -23,8 +23,16 @@
 //! it runs in an AVX2 build where the CPU has it (runtime check in [`Plan::new`]):
 //! the same operations in the same order, so the same bits (a test compares both
 //! builds).
+//!
+//! [`Plan::natural`] is the same definition over a whole recording of any length
+//! (`librosa.feature.melspectrogram` + `power_to_db` of `y` as it is): the
+//! segmentation off and the clip as long as the recording. It shares the
+//! transform, window and filterbank with the plan it came from, so only the frame
+//! layout (a few µs) is made per recording.
 
 mod batch;
+
+use std::sync::Arc;
 
 use realfft::num_complex::Complex;
 
@@ -32,7 +40,7 @@ use self::batch::BatchScratch;
 use super::batch_fft::{BatchFft, Level};
 use super::filterbank::SparseFilterbank;
 use super::layout::{FrameSource, Layout};
-use super::spec::Spec;
+use super::spec::{Segmentation, Spec, SpecError};
 use super::spectrum::{Input, Power, Spectrum, SpectrumScratch};
 use super::window::window_f64;
 
@@ -62,18 +70,20 @@ pub struct FrameGather {
 }
 
 /// Precomputed state for one [`Spec`]. `Send + Sync`; build once, share via `Arc`.
+/// The parts that do not depend on the clip's length are shared with the plans
+/// [`natural`](Self::natural) makes.
 pub struct Plan {
     spec: Spec,
-    spectrum: Spectrum,
-    window: Vec<f64>,
-    bank: SparseFilterbank,
+    spectrum: Arc<Spectrum>,
+    window: Arc<[f64]>,
+    bank: Arc<SparseFilterbank>,
     layout: Layout,
     gathers: Vec<Gather>,
     /// The CPU has AVX2: [`compute`](Self::compute) runs the AVX2 build.
     #[cfg(target_arch = "x86_64")]
     avx2: bool,
     /// The batched transform, where `n_fft` allows it.
-    batch: Option<BatchFft>,
+    batch: Option<Arc<BatchFft>>,
     /// The build the batched path runs ([`Level::detect`]).
     level: Level,
     amin: f32,
@@ -109,40 +119,77 @@ impl Scratch {
             batch: BatchScratch::new(plan),
         }
     }
+
+    /// Makes a scratch of `plan`'s family (the plan it was made for, or one
+    /// [`Plan::natural`] made from it) fit `plan`'s clip length.
+    pub fn fit(&mut self, plan: &Plan) {
+        let len = plan.layout.frames.len() * plan.spec.n_mels;
+        self.db.resize(len, 0.0);
+    }
 }
 
 impl Plan {
     /// `spec` must be valid ([`Spec::validate`]); config guarantees that.
     pub fn new(spec: &Spec) -> Plan {
         debug_assert_eq!(spec.validate(), Ok(()));
-        let window = window_f64(spec);
+        let window: Arc<[f64]> = window_f64(spec).into();
+        let power = Power::new(spec.power);
         let layout = Layout::new(spec);
-        let gathers = layout
-            .patterns
-            .iter()
-            .map(|pattern| Gather {
-                index: pattern.iter().map(|i| i.unwrap_or(0)).collect(),
-                weight: pattern
-                    .iter()
-                    .zip(&window)
-                    .map(|(i, &w)| if i.is_some() { w } else { 0.0 })
-                    .collect(),
-            })
-            .collect();
         Plan {
             spec: spec.clone(),
-            spectrum: Spectrum::new(spec.n_fft, Power::new(spec.power)),
+            spectrum: Arc::new(Spectrum::new(spec.n_fft, power)),
+            gathers: gathers(&layout, &window),
             window,
-            bank: SparseFilterbank::new(spec),
+            bank: Arc::new(SparseFilterbank::new(spec)),
             layout,
-            gathers,
             #[cfg(target_arch = "x86_64")]
             avx2: std::arch::is_x86_feature_detected!("avx2"),
-            batch: BatchFft::new(spec.n_fft, Power::new(spec.power)),
+            batch: BatchFft::new(spec.n_fft, power).map(Arc::new),
             level: Level::detect(),
             amin: spec.amin as f32,
             ref_db: 10.0 * spec.amin.max(spec.ref_value).log10(),
         }
+    }
+
+    /// This plan's definition over a whole recording of `samples` samples:
+    /// no segmentation and a clip of exactly `samples` (so no padding or
+    /// trimming), as `librosa.feature.melspectrogram` analyses `y`. Its row
+    /// is `[n_mels][n_frames]`. Only the frame layout is made; the transform,
+    /// window and filterbank are this plan's. A [`Scratch`] of this plan
+    /// serves it after [`Scratch::fit`].
+    ///
+    /// Errors where the recording is too short for one frame (under `n_fft`
+    /// samples with `center = false`, which librosa refuses too) and for no
+    /// samples. Centred, any length has frames: reflect padding bounces
+    /// back and forth over a recording shorter than `n_fft / 2`, as numpy's
+    /// does.
+    pub fn natural(&self, samples: usize) -> Result<Plan, SpecError> {
+        let spec = Spec {
+            clip_seconds: samples as f64 / f64::from(self.spec.sample_rate),
+            segmentation: Segmentation {
+                enabled: false,
+                ..self.spec.segmentation
+            },
+            ..self.spec.clone()
+        };
+        spec.validate()?;
+        // (s / rate) · rate rounds back to s for any length below 2^50.
+        assert_eq!(spec.clip_samples(), samples, "clip length round trip");
+        let layout = Layout::new(&spec);
+        Ok(Plan {
+            spec,
+            spectrum: Arc::clone(&self.spectrum),
+            gathers: gathers(&layout, &self.window),
+            window: Arc::clone(&self.window),
+            bank: Arc::clone(&self.bank),
+            layout,
+            #[cfg(target_arch = "x86_64")]
+            avx2: self.avx2,
+            batch: self.batch.clone(),
+            level: self.level,
+            amin: self.amin,
+            ref_db: self.ref_db,
+        })
     }
 
     pub fn spec(&self) -> &Spec {
@@ -310,7 +357,7 @@ impl Plan {
                         }
                     }
                     Input::Flat(frame) => {
-                        for ((o, &w), &s) in frame.iter_mut().zip(&self.window).zip(x) {
+                        for ((o, &w), &s) in frame.iter_mut().zip(self.window.iter()).zip(x) {
                             *o = w * f64::from(s);
                         }
                     }
@@ -390,6 +437,20 @@ impl Plan {
             }
         }
     }
+}
+
+/// Each padded frame position's gather: the window where a sample is read, 0
+/// where the padding is zeros.
+fn gathers(layout: &Layout, window: &[f64]) -> Vec<Gather> {
+    let gather = |pattern: &Vec<Option<u32>>| Gather {
+        index: pattern.iter().map(|i| i.unwrap_or(0)).collect(),
+        weight: pattern
+            .iter()
+            .zip(window)
+            .map(|(i, &w)| if i.is_some() { w } else { 0.0 })
+            .collect(),
+    };
+    layout.patterns.iter().map(gather).collect()
 }
 
 /// Natural logarithm of a positive, finite, normal f32, in f64 with absolute error

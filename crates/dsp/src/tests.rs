@@ -351,3 +351,71 @@ fn plan_is_shareable_across_threads() {
 fn wrong_clip_length_panics() {
     compute(&Spec::default(), &[0.0; 10]);
 }
+
+/// `Plan::natural` over recordings of many lengths, one scratch reused from
+/// long to short and back: each row equals, bit for bit, a fresh plan built
+/// for that clip length with the segmentation off (what a build with
+/// `segmentation.enabled = false` and that clip stores), and the O(n²)
+/// reference within 1e-3 dB.
+#[test]
+fn natural_length_plans_equal_a_plan_built_for_that_clip() {
+    let variants = [
+        small(),
+        Spec {
+            center: true,
+            pad_mode: PadMode::Reflect,
+            top_db: Some(40.0),
+            ..small()
+        },
+        Spec {
+            center: true,
+            n_fft: 63,
+            win_length: 50,
+            hop_length: 17,
+            ..small()
+        },
+    ];
+    for base in variants {
+        let plan = Plan::new(&base);
+        let mut scratch = Scratch::new(&plan);
+        for (k, len) in [1000, 64, 65, 33, 1, 2, 3, 20, 97, 5000, 129]
+            .into_iter()
+            .enumerate()
+        {
+            let spec = Spec {
+                clip_seconds: len as f64 / f64::from(base.sample_rate),
+                segmentation: Segmentation {
+                    enabled: false,
+                    ..base.segmentation
+                },
+                ..base.clone()
+            };
+            let natural = plan.natural(len);
+            if let Err(e) = spec.validate() {
+                assert_eq!(natural.err(), Some(e), "{len} samples");
+                continue;
+            }
+            let natural = natural.unwrap();
+            assert_eq!(natural.spec(), &spec);
+            let clip = test_clip(len, k as u64);
+            scratch.fit(&natural);
+            let mut got = vec![f32::NAN; spec.row_len()];
+            natural.compute(&clip, &mut scratch, &mut got);
+            let want = compute(&spec, &clip);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&got) == bits(&want), "{len} samples, {base:?}");
+            let reference = reference(&spec, &clip);
+            let err = (got.iter().zip(&reference))
+                .map(|(&g, &w)| (f64::from(g) - w).abs())
+                .fold(0.0, f64::max);
+            assert!(err <= 1e-3, "{err} dB off the reference, {len} samples");
+        }
+    }
+    // Too short for any frame: no plan, and the reason names the option.
+    let short = Plan::new(&small()).natural(63).unwrap_err();
+    assert_eq!(short.key, "mel.n_fft");
+    assert_eq!(
+        Plan::new(&small()).natural(0).unwrap_err().key,
+        "mel.clip_seconds"
+    );
+}

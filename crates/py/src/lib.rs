@@ -1,7 +1,7 @@
 //! `melforge._native`: melforge's recipes called in-process from Python.
 //!
-//! The numbers are those of `melforge build`: the same [`KaldiPlan`] and
-//! [`WhisperPlan`] (melforge-dsp), built with the same options, computing
+//! The numbers are those of `melforge build`: the same [`KaldiPlan`],
+//! [`WhisperPlan`] and librosa [`Plan`] (melforge-dsp), built with the same options, computing
 //! the same rows with the same SIMD level, so a row here equals the row a
 //! build stores for the same samples, bit for bit. `python/melforge/
 //! features.py` is the public face (keyword names, dtypes, torch tensors);
@@ -17,6 +17,8 @@
 //!   range) or `TypeError` (an unknown option, which lists the valid ones,
 //!   or a value of the wrong type), each naming the argument.
 
+mod librosa;
+
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -26,6 +28,7 @@ use melforge_decode::native::{Range, decode_range};
 use melforge_decode::policy::Channels;
 use melforge_dsp::kaldi::{KaldiOptions, KaldiPlan, Kind, OptionValue, SetError};
 use melforge_dsp::whisper::WhisperPlan;
+use melforge_dsp::{Plan, Spec};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -38,6 +41,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 struct Plans {
     kaldi: Vec<(Kind, KaldiOptions, Arc<KaldiPlan>)>,
     whisper: HashMap<usize, Arc<WhisperPlan>>,
+    librosa: Vec<(Spec, Arc<Plan>)>,
 }
 
 thread_local! {
@@ -379,6 +383,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(kaldi, m)?)?;
     m.add_function(wrap_pyfunction!(kaldi_option_names, m)?)?;
+    m.add_function(wrap_pyfunction!(librosa::log_mel, m)?)?;
+    m.add("LOG_MEL_OPTIONS", librosa::NAMES.to_vec())?;
     m.add_function(wrap_pyfunction!(whisper, m)?)?;
     Ok(())
 }
