@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""melforge's lhotse extractors (`melforge.lhotse.Fbank`, `Mfcc`) inside lhotse.
+"""melforge's lhotse extractors (`melforge.lhotse.Fbank`, `Mfcc`,
+`WhisperFbank`) inside lhotse.
 
 Runs in the venv scripts/lhotse-venv makes (lhotse and torch from PyPI), with
 melforge imported from python/ and its extension copied beside it
@@ -27,6 +28,10 @@ channel 1 of a stereo file, a 22,050 Hz file resampled by lhotse):
   and refuse VTLN and htk_compat by name. (No torchaudio builds for this
   venv's torch, so the numbers are checked against kaldi-native-fbank, by
   scripts/parity_features.py, which computes torchaudio's.)
+* `WhisperFbank` (80 and 128 bins) against lhotse's `WhisperFbank` (which
+  needs librosa in the venv) within 1e-4 with its frame counts, then on the
+  fly in the same DataLoader and through `compute_and_store_features`, bit
+  for bit with its own `extract`; a CUDA device is refused by name.
 
 Usage: parity_lhotse_features.py --native lib_native.so
 """
@@ -46,6 +51,10 @@ import native_package  # noqa: E402
 import parity_lhotse as pl  # noqa: E402
 
 MFCC_TOL = 1e-3
+# docs/FORMAT.md's Whisper tolerance (transformers' extractor). lhotse's
+# WhisperFbank runs torch's float32 FFT where melforge keeps librosa's
+# float64 one; on log10 / 4 values that is a few 1e-5.
+WHISPER_TOL = 1e-4
 
 
 def mfcc_error(got, want):
@@ -91,7 +100,40 @@ def batches(cuts, rows, Fbank):
         assert g.numpy().tobytes() == rows[cut.id].tobytes(), f"{cut.id}: padded extract_batch"
 
 
-def on_the_fly(cuts, rows, ours, theirs):
+def whisper_fbank(cuts):
+    """melforge.lhotse.WhisperFbank against lhotse's WhisperFbank, 80 and 128
+    bins, every cut: lhotse's shapes, within WHISPER_TOL; extract_batch on 2
+    threads gives extract's rows. Returns the 80-bin rows by cut id."""
+    from lhotse.features.whisper_fbank import WhisperFbank, WhisperFbankConfig
+
+    import melforge.lhotse as ml
+
+    rows, worst = {}, 0.0
+    for n in (80, 128):
+        config = WhisperFbankConfig(num_filters=n)
+        ours, theirs = ml.WhisperFbank(config), WhisperFbank(config)
+        for cut in cuts:
+            audio = cut.load_audio()
+            got, want = ours.extract(audio, 16000), theirs.extract(audio, 16000)
+            assert got.dtype == np.float32 and got.shape == want.shape, f"{cut.id}: {got.shape} vs {want.shape}"
+            e = float(np.abs(got - want).max())
+            assert e <= WHISPER_TOL, f"{cut.id}: WhisperFbank({n}) differs from lhotse's by {e:.3g}"
+            worst = max(worst, e)
+            if n == 80:
+                rows[cut.id] = got
+    audios = [cut.load_audio()[0] for cut in cuts]
+    for cut, g in zip(cuts, ml.WhisperFbank(threads=2).extract_batch(audios, 16000)):
+        assert g.tobytes() == rows[cut.id].tobytes(), f"{cut.id}: WhisperFbank extract_batch"
+    try:
+        ml.WhisperFbank(WhisperFbankConfig(device="cuda"))
+    except ValueError as e:
+        assert "device" in str(e), e
+    else:
+        raise AssertionError("melforge.lhotse.WhisperFbank took device='cuda'")
+    return rows, worst
+
+
+def on_the_fly(cuts, rows, ours, theirs=None):
     import torch
     from lhotse.dataset import K2SpeechRecognitionDataset, OnTheFlyFeatures, SimpleCutSampler
 
@@ -113,6 +155,8 @@ def on_the_fly(cuts, rows, ours, theirs):
     assert sorted(got) == sorted(rows), f"cuts batched: {sorted(got)} vs {sorted(rows)}"
     for cid, g in got.items():
         assert g.tobytes() == rows[cid].tobytes(), f"{cid}: on-the-fly row is not extract's"
+    if theirs is None:
+        return len(got)
     # lhotse's own batch path zero-pads the waveforms to the longest before
     # its frames, so a cut's last frames (whose windows reach past its end:
     # Kaldi reflects there, snip_edges=False) differ from its own `extract`;
@@ -180,18 +224,21 @@ print(len(cuts))
 """
 
 
-def stored(cuts, rows, Fbank, work, pkg):
+def stored(cuts, rows, extractor, work, pkg):
+    """`compute_and_store_features` with `extractor`; a fresh process reads
+    every cut's features back as `rows`."""
     from lhotse import NumpyFilesWriter
 
+    d = os.path.join(work, extractor.name)
     with_feats = cuts.compute_and_store_features(
-        Fbank(), storage_path=f"{work}/feats", storage_type=NumpyFilesWriter, num_jobs=1
+        extractor, storage_path=f"{d}/feats", storage_type=NumpyFilesWriter, num_jobs=1
     )
-    with_feats.to_file(f"{work}/with_feats.jsonl.gz")
-    os.makedirs(f"{work}/want")
+    with_feats.to_file(f"{d}/with_feats.jsonl.gz")
+    os.makedirs(f"{d}/want")
     for cid, r in rows.items():
-        np.save(f"{work}/want/{cid}.npy", r)
+        np.save(f"{d}/want/{cid}.npy", r)
     env = dict(os.environ, PYTHONPATH=pkg)
-    out = subprocess.run([sys.executable, "-c", STORED, f"{work}/with_feats.jsonl.gz", f"{work}/want"],
+    out = subprocess.run([sys.executable, "-c", STORED, f"{d}/with_feats.jsonl.gz", f"{d}/want"],
                          check=True, capture_output=True, text=True, env=env).stdout
     assert int(out.strip().splitlines()[-1]) == len(rows), out
     return len(rows)
@@ -211,12 +258,16 @@ def main():
         rows, worst_fb, worst_mfcc = per_cut(cuts, ml.Fbank(), Fbank(), ml.Mfcc(), Mfcc())
         batches(list(cuts), rows, ml.Fbank)
         n_fly = on_the_fly(cuts, rows, ml.Fbank(), Fbank())
-        n_stored = stored(cuts, rows, ml.Fbank, work, pkg)
+        n_stored = stored(cuts, rows, ml.Fbank(), work, pkg)
         n_torch = torch_adapter(cuts)
+        wrows, worst_wf = whisper_fbank(cuts)
+        on_the_fly(cuts, wrows, ml.WhisperFbank())
+        stored(cuts, wrows, ml.WhisperFbank(), work, pkg)
         print(f"parity_lhotse_features: {len(rows)} cuts; Fbank within {worst_fb:.2e} of lhotse's, "
               f"Mfcc within {worst_mfcc:.2e}; extract_batch on 1 and 2 threads and padded; "
               f"{n_fly} cuts on the fly in 2 DataLoader workers; {n_stored} stored and read back; "
-              f"melforge.torch on {n_torch} cuts")
+              f"melforge.torch on {n_torch} cuts; WhisperFbank (80, 128) within {worst_wf:.2e} of "
+              f"lhotse's, on the fly and stored too")
     finally:
         shutil.rmtree(work)
 
