@@ -32,6 +32,10 @@ channel 1 of a stereo file, a 22,050 Hz file resampled by lhotse):
   needs librosa in the venv) within 1e-4 with its frame counts, then on the
   fly in the same DataLoader and through `compute_and_store_features`, bit
   for bit with its own `extract`; a CUDA device is refused by name.
+* `melforge.hf.WhisperFeatureExtractor` with `return_tensors="pt"` (the one
+  environment with torch and transformers both): transformers' keys,
+  shapes, dtypes and masks as torch tensors, within 1e-4 of transformers'
+  own torch path, each row `whisper_log_mel`'s bit for bit.
 
 Usage: parity_lhotse_features.py --native lib_native.so
 """
@@ -131,6 +135,38 @@ def whisper_fbank(cuts):
     else:
         raise AssertionError("melforge.lhotse.WhisperFbank took device='cuda'")
     return rows, worst
+
+
+def hf_torch(cuts):
+    """melforge.hf.WhisperFeatureExtractor where torch imports (transformers
+    then takes its torch path): `return_tensors="pt"` gives torch tensors
+    with transformers' keys, shapes, dtypes and masks, within WHISPER_TOL of
+    its own, each row whisper_log_mel's bit for bit."""
+    import torch
+    from transformers import WhisperFeatureExtractor as Reference
+
+    import melforge.features as F
+    from melforge.hf import WhisperFeatureExtractor
+
+    batch = [cut.load_audio()[0] for cut in list(cuts)[:5]]
+    worst = 0.0
+    for n_mels in (80, 128):
+        kw = dict(sampling_rate=16000, return_tensors="pt", return_attention_mask=True)
+        want = Reference(feature_size=n_mels)(batch, **kw)
+        got = WhisperFeatureExtractor(feature_size=n_mels, threads=2)(batch, **kw)
+        assert sorted(got.keys()) == sorted(want.keys()), (got.keys(), want.keys())
+        for k in want:
+            assert isinstance(got[k], torch.Tensor), f"{k}: {type(got[k])}"
+            assert got[k].shape == want[k].shape and got[k].dtype == want[k].dtype, \
+                (k, got[k].shape, got[k].dtype, want[k].shape, want[k].dtype)
+        assert torch.equal(got["attention_mask"], want["attention_mask"]), "attention masks differ"
+        e = float((got["input_features"] - want["input_features"]).abs().max())
+        assert e <= WHISPER_TOL, f"hf WhisperFeatureExtractor({n_mels}), pt: {e} from transformers' torch path"
+        worst = max(worst, e)
+        for i, y in enumerate(batch):
+            row = F.whisper_log_mel(y, n_mels=n_mels)
+            assert got["input_features"][i].numpy().tobytes() == row.tobytes(), f"hf pt row {i}"
+    return worst
 
 
 def on_the_fly(cuts, rows, ours, theirs=None):
@@ -263,11 +299,13 @@ def main():
         wrows, worst_wf = whisper_fbank(cuts)
         on_the_fly(cuts, wrows, ml.WhisperFbank())
         stored(cuts, wrows, ml.WhisperFbank(), work, pkg)
+        worst_hf = hf_torch(cuts)
         print(f"parity_lhotse_features: {len(rows)} cuts; Fbank within {worst_fb:.2e} of lhotse's, "
               f"Mfcc within {worst_mfcc:.2e}; extract_batch on 1 and 2 threads and padded; "
               f"{n_fly} cuts on the fly in 2 DataLoader workers; {n_stored} stored and read back; "
               f"melforge.torch on {n_torch} cuts; WhisperFbank (80, 128) within {worst_wf:.2e} of "
-              f"lhotse's, on the fly and stored too")
+              f"lhotse's, on the fly and stored too; melforge.hf with return_tensors='pt' within "
+              f"{worst_hf:.2e} of transformers' torch path")
     finally:
         shutil.rmtree(work)
 
