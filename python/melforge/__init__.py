@@ -34,7 +34,7 @@ wheel; imported on first use, so `import melforge` needs no extension):
   melforge's log-mel (importing it imports transformers).
 * `melforge.torch.fbank` / `mfcc`: `torchaudio.compliance.kaldi`'s
   signature (importing it imports torch).
-* `melforge.decode(path_or_bytes, offset=, duration=)`: `(samples, rate)`
+* `melforge.decode(path_or_bytes, offset=, duration=, sr=)`: `(samples, rate)`
   through melforge's decoders.
 
 See docs/FORMAT.md in the melforge repository for the file layout.
@@ -65,8 +65,9 @@ from ._report import (
 
 
 def decode(*args: Any, **kwargs: Any) -> Any:
-    """`melforge.features.decode`: a recording as `(samples, rate)`, mono at
-    its own rate, through melforge's decoders (imports the extension)."""
+    """`melforge.features.decode`: a recording as `(samples, rate)`, mono, at
+    its own rate or `sr`, through melforge's decoders (imports the
+    extension)."""
     from .features import decode as _decode
 
     return _decode(*args, **kwargs)

@@ -27,5 +27,5 @@ def log_mel(
 LOG_MEL_OPTIONS: List[str]
 
 def decode(
-    data: bytes, offset: float = 0.0, duration: Optional[float] = None
+    data: bytes, offset: float = 0.0, duration: Optional[float] = None, sr: Optional[int] = None
 ) -> Tuple[npt.NDArray[np.float32], int]: ...

@@ -203,12 +203,13 @@ def decode(
     duration: Optional[float] = None,
     sr: Optional[int] = None,
 ) -> Tuple[_F32, int]:
-    """A recording as `(samples, rate)`: mono float32 at the file's own rate,
-    decoded by melforge's decoders (WAV, FLAC, MP3, Ogg Vorbis and Opus, MP4
-    AAC), from `offset` seconds for `duration` seconds, as
-    `librosa.load(source, sr=None, offset=, duration=)` reads it. `source` is
-    a path or the file's bytes. `sr` must be None or the file's rate (this
-    build does not resample in-process)."""
+    """A recording as `(samples, rate)`: mono float32, decoded by melforge's
+    decoders (WAV, FLAC, MP3, Ogg Vorbis and Opus, MP4 AAC), from `offset`
+    seconds for `duration` seconds, as `librosa.load(source, sr=sr, offset=,
+    duration=)` reads it: at the file's own rate when `sr` is None, else
+    converted to `sr` Hz through libsoxr HQ (librosa's `soxr_hq`, the
+    conversion `melforge build` makes). `source` is a path or the file's
+    bytes."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     elif isinstance(source, (str, os.PathLike)):
@@ -216,11 +217,12 @@ def decode(
             data = f.read()
     else:
         raise TypeError(f"source: expected a path or bytes, got {type(source).__name__}")
+    if sr is not None and (isinstance(sr, bool) or not isinstance(sr, (int, np.integer))):
+        raise TypeError(f"sr = {sr!r}: expected an int (Hz) or None")
+    if sr is not None and sr <= 0:
+        raise ValueError(f"sr = {sr}: expected a rate > 0 or None")
     samples: _F32
-    samples, rate = _native().decode(data, float(offset), None if duration is None else float(duration))
-    if sr is not None and sr != rate:
-        raise ValueError(
-            f"sr = {sr}: the recording is at {rate} Hz and melforge.decode does not resample "
-            "in-process yet; pass sr=None (or resample with soxr, or let `melforge build` do it)"
-        )
+    samples, rate = _native().decode(
+        data, float(offset), None if duration is None else float(duration), None if sr is None else int(sr)
+    )
     return samples, rate

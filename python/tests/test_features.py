@@ -86,6 +86,12 @@ def test_bad_input_names_the_argument() -> None:
     bad[3] = np.inf
     with pytest.raises(ValueError, match=r"waveforms\[1\].*index 3"):
         F.kaldi_fbank([y, bad])
+    # Past the first blocks of the vectorised check, and in the last, short one.
+    for at in (1000, 3999):
+        late = y.copy()
+        late[at] = np.nan
+        with pytest.raises(ValueError, match=f"index {at}$"):
+            F.log_mel(late)
     with pytest.raises(ValueError, match="fewer than one frame"):
         F.kaldi_fbank(y[:200])
     with pytest.raises(ValueError, match="empty"):

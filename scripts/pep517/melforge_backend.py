@@ -23,11 +23,17 @@ wheel of melforge has to be built.
 
 * **The in-process extension.** maturin packs one kind of artefact per
   wheel (here the binary), so the backend builds the features extension
-  (crates/py, the cdylib `melforge._native`, abi3 for CPython >= 3.9, linking
-  no system library) with cargo in the same target directory and adds it to
-  the repaired wheel as `melforge/_native.abi3.so`, with its RECORD line.
+  (crates/py, the cdylib `melforge._native`, abi3 for CPython >= 3.9) with
+  cargo in the same target directory and adds it to the repaired wheel as
+  `melforge/_native.abi3.so`, with its RECORD line. Its one system library
+  is libsoxr (`melforge.decode(sr=)`), which the repair has already copied
+  into `melforge.libs/` for the binary: the backend rewrites the
+  extension's NEEDED entry to that copy's hashed name and its RPATH to
+  `$ORIGIN/../melforge.libs` (patchelf), so both use the one vendored copy
+  (and its vendored libgomp).
   An editable install gets it beside the sources instead
-  (python/melforge/_native.abi3.so, ignored by git).
+  (python/melforge/_native.abi3.so, ignored by git), linked to the
+  system's libsoxr.
 
 An editable install (`pip install -e .`) goes the same way. Everything else
 (sdist, metadata) is maturin's, unchanged.
@@ -74,6 +80,54 @@ def _build_extension(target: Path) -> Path:
     env = dict(os.environ, CARGO_TARGET_DIR=str(target), CARGO_PROFILE_RELEASE_STRIP="symbols")
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", EXTENSION_PACKAGE], check=True, env=env)
     return target / "release" / EXTENSION_BUILT
+
+
+def _vendored(wheel: Path, library: str) -> tuple[str, str] | None:
+    """Where the repair put `library` (e.g. "libsoxr") in the wheel: its
+    `*.libs/` directory and hashed file name; None where the repair was
+    skipped."""
+    with zipfile.ZipFile(wheel) as z:
+        for n in z.namelist():
+            parts = n.split("/")
+            if len(parts) == 2 and parts[0].endswith(".libs") and parts[1].startswith(library + "-"):
+                return parts[0], parts[1]
+    return None
+
+
+def _pointed_at_vendored(extension: Path, wheel: Path) -> bytes:
+    """The extension's bytes with its libsoxr NEEDED entry renamed to the
+    wheel's vendored copy and RPATH `$ORIGIN/../melforge.libs`; unchanged
+    where the wheel vendors no libsoxr (the repair skipped)."""
+    found = _vendored(wheel, "libsoxr")
+    if found is None:
+        return extension.read_bytes()
+    libs, vendored = found
+    patchelf = shutil.which("patchelf")
+    if patchelf is None:
+        raise RuntimeError("patchelf is not on PATH: the extension cannot be pointed at the wheel's libsoxr")
+    patched = extension.with_name(extension.name + ".wheel")
+    shutil.copyfile(extension, patched)
+    try:
+        needed = subprocess.run([patchelf, "--print-needed", str(patched)], check=True,
+                                capture_output=True, text=True).stdout.split()
+        soxr = [n for n in needed if n.startswith("libsoxr.")]
+        if len(soxr) != 1:
+            raise RuntimeError(f"{extension}: expected one libsoxr among its NEEDED entries, got {needed}")
+        # Two calls: patchelf 0.14 applies only the last of several
+        # operations given at once, and in the wrong place.
+        subprocess.run([patchelf, "--replace-needed", soxr[0], vendored, str(patched)], check=True)
+        # DT_RPATH, not RUNPATH: the vendored libsoxr needs the vendored
+        # libgomp and has no path of its own, and only an RPATH reaches the
+        # libraries a library loads.
+        subprocess.run([patchelf, "--force-rpath", "--set-rpath", f"$ORIGIN/../{libs}", str(patched)],
+                       check=True)
+        needed = subprocess.run([patchelf, "--print-needed", str(patched)], check=True,
+                                capture_output=True, text=True).stdout.split()
+        if vendored not in needed:
+            raise RuntimeError(f"patchelf left {extension} needing {needed}, not {vendored}")
+        return patched.read_bytes()
+    finally:
+        patched.unlink()
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -147,7 +201,8 @@ def _build(
         if editable:
             shutil.copy(extension, Path.cwd() / "python" / EXTENSION_NAME)
         else:
-            _add_to_wheel(Path(wheel_directory) / name, EXTENSION_NAME, extension.read_bytes())
+            wheel = Path(wheel_directory) / name
+            _add_to_wheel(wheel, EXTENSION_NAME, _pointed_at_vendored(extension, wheel))
         return name
     finally:
         _forget_patched_binary(target)
