@@ -180,7 +180,10 @@ def hf_adapter(F, waves, d):
 def decode_check(F, files, d):
     """melforge.decode against librosa.load(sr=None, mono=True, offset=,
     duration=): WAV and FLAC bit for bit, MP3, Ogg Vorbis and Opus within
-    1e-6 with the same length (libsndfile's decoders). M4A is left to
+    1e-6 with the same length (libsndfile's decoders). With sr=, against
+    librosa.load(sr=, res_type="soxr_hq"): the same libsoxr recipe and
+    librosa's length, within RESAMPLE_TOL (python-soxr ships its own libsoxr
+    build, so not necessarily bit for bit). M4A is left to
     scripts/parity_decoders.py (librosa reads it through audioread, which
     keeps the encoder's priming samples; melforge trims them as ffmpeg's
     edit list says). Bad bytes and arguments raise ValueError naming them."""
@@ -194,22 +197,26 @@ def decode_check(F, files, d):
     paths = [files[n] for n in ("speech0-16000", "speech1-44100", "stereo-44100", "short")] + [flac]
     paths += [os.path.join(codecs, f"speech{k}.{ext}") for k in ("16k_mono", "44k_stereo")
               for ext in ("mp3", "ogg", "opus")]
+    # At the file's own rate (sr None), then converted: (sr, offset, duration).
+    cases = [(None, 0.0, None), (None, 0.3, 0.7), (None, 0.25, None), (None, 0.0, 0.01),
+             (8000, 0.0, None), (22050, 0.3, 0.7), (48000, 0.0, None)]
     worst = 0.0
     for path in paths:
         exact = path.endswith((".wav", ".flac"))
-        for offset, duration in ((0.0, None), (0.3, 0.7), (0.25, None), (0.0, 0.01)):
-            y, rate = F.decode(path, offset=offset, duration=duration)
+        for sr, offset, duration in cases:
+            y, rate = F.decode(path, offset=offset, duration=duration, sr=sr)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                want, want_rate = librosa.load(path, sr=None, mono=True, offset=offset, duration=duration)
-            label = f"decode {os.path.basename(path)} offset {offset} duration {duration}"
+                want, want_rate = librosa.load(path, sr=sr, mono=True, offset=offset, duration=duration)
+            label = f"decode {os.path.basename(path)} sr {sr} offset {offset} duration {duration}"
             assert rate == want_rate and y.dtype == np.float32, f"{label}: {rate} Hz {y.dtype}"
             assert y.shape == want.shape, f"{label}: {y.shape} vs librosa's {want.shape}"
-            if exact:
+            if exact and sr is None:
                 assert y.tobytes() == want.tobytes(), f"{label}: not librosa's samples"
             elif y.size:
                 e = float(np.abs(y - want).max())
-                assert e <= 1e-6, f"{label}: differs from librosa by {e}"
+                tol = 1e-6 if sr is None else RESAMPLE_TOL
+                assert e <= tol, f"{label}: differs from librosa by {e}"
                 worst = max(worst, e)
     with open(paths[0], "rb") as f:
         data = f.read()
@@ -221,33 +228,7 @@ def decode_check(F, files, d):
     expect(ValueError, ["sr"], F.decode, data, sr=0)
     expect(TypeError, ["sr"], F.decode, data, sr=8000.5)
     expect(TypeError, ["source"], F.decode, 12)
-    return len(paths), worst + resample_check(F, paths)
-
-
-def resample_check(F, paths):
-    """melforge.decode(sr=) against librosa.load(sr=, res_type="soxr_hq"):
-    the same libsoxr recipe (HQ, one thread, pushed through then drained)
-    and librosa's length; python-soxr ships its own libsoxr build, so the
-    samples agree within RESAMPLE_TOL rather than bit for bit."""
-    import warnings
-
-    import librosa
-
-    worst = 0.0
-    for path in paths:
-        for sr, offset, duration in ((8000, 0.0, None), (22050, 0.3, 0.7), (48000, 0.0, None)):
-            y, rate = F.decode(path, offset=offset, duration=duration, sr=sr)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                want, _ = librosa.load(path, sr=sr, mono=True, offset=offset, duration=duration)
-            label = f"decode {os.path.basename(path)} sr {sr} offset {offset} duration {duration}"
-            assert rate == sr and y.dtype == np.float32, f"{label}: {rate} Hz {y.dtype}"
-            assert y.shape == want.shape, f"{label}: {y.shape} vs librosa's {want.shape}"
-            if y.size:
-                e = float(np.abs(y - want).max())
-                assert e <= RESAMPLE_TOL, f"{label}: differs from librosa by {e}"
-                worst = max(worst, e)
-    return worst
+    return len(paths), worst
 
 
 def random_log_mel(rng, rate):
