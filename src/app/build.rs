@@ -48,9 +48,10 @@ mod lhotse;
 mod rejections;
 mod write;
 mod write_back;
-use crate::plan::input::{self as planner, Items};
+use crate::plan::input::{self as planner, Items, LeftOut};
 pub use crate::plan::input::{Input, PlanReport};
-use rejections::{add_walk_rejections, walk_rejection, write_rejections};
+use crate::plan::spool::Spooled;
+use rejections::{add_walk_rejections, rejected_log_name, report, walk_rejection};
 use write::spawn_writer;
 
 /// A fatal problem: the run cannot complete.
@@ -144,7 +145,15 @@ pub struct Outcomes {
     /// overlap) and from process start to the first read.
     pub startup_s: pipeline::Startup,
     pub outputs: Vec<OutputFile>,
+    /// Every rejection, but of the manifest lines planning left out only
+    /// the first [`crate::plan::spool::SAMPLE`] (every one is in
+    /// `rejected_log`; `report.files_rejected` counts them all), in the
+    /// log's order.
     pub rejected: Vec<Rejection>,
+    /// The lines planning left out, in their file until [`report`] merges
+    /// them into `rejected_log`.
+    #[serde(skip)]
+    pub spooled: Option<Spooled>,
     pub rejected_log: PathBuf,
     /// The manifests written back (`OUT/<split>.jsonl`), for a manifest build.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -371,7 +380,7 @@ struct Planned {
     items: Option<Arc<Items>>,
     /// The walk's plan (its jobs moved out): opens paths, holds the names.
     open: Plan,
-    walk_rejected: Vec<Rejection>,
+    walk_rejected: LeftOut,
     writer: DatasetWriter,
     walk_s: f64,
 }
@@ -387,27 +396,34 @@ fn plan(
 ) -> Result<Planned, Error> {
     let recipe = crate::recipes::build(cfg).map_err(pipeline::Error::from)?;
     let layout = recipe.layout();
+    // A manifest build writes the lines it leaves out as it finds them.
+    let spool_at = out.join(format!("{}.planning.partial", rejected_log_name(shard)));
+    let spool = match input {
+        Input::Manifests(_) | Input::Tarred { .. } => {
+            create_out(out)?;
+            Some(spool_at.as_path())
+        }
+        Input::Tree(_) | Input::Stored(_) => None,
+    };
     let (mut plan, walk_rejected, walk_s, items) = match input {
         Input::Tree(dir) => {
             let (plan, rejected, s) = walk(dir, cfg, shard)?;
-            (plan, rejected, s, None)
+            (plan, rejected.into(), s, None)
         }
         Input::Manifests(files) => planner::read(
             files,
-            shard,
-            spill,
+            (shard, spill, spool),
             cfg,
             planner::first_seconds(layout, cfg),
         )?,
-        Input::Tarred { manifests, shards } => planner::read_tarred(manifests, shards, shard, cfg)?,
+        Input::Tarred { manifests, shards } => {
+            planner::read_tarred(manifests, shards, (shard, spool), cfg)?
+        }
         Input::Stored(sets) => {
             planner::read_stored(sets, shard, spill, Some(&cfg.input.audio_column))?
         }
     };
-    std::fs::create_dir_all(out).map_err(|source| Error::Output {
-        path: out.to_path_buf(),
-        source,
-    })?;
+    create_out(out)?;
     let output = output_plan(out, input.shown(), (cfg, layout), &plan, shard);
     let mut writer = match shard {
         Some(s) => DatasetWriter::create_named(output, |split| s.split_file_name(split))?,
@@ -428,6 +444,14 @@ fn plan(
         walk_rejected,
         writer,
         walk_s,
+    })
+}
+
+/// Creates the output directory.
+fn create_out(out: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(out).map_err(|source| Error::Output {
+        path: out.to_path_buf(),
+        source,
     })
 }
 
@@ -510,12 +534,12 @@ enum Halt {
 /// A build whose threads run.
 struct Running {
     p: Arc<Pipeline>,
-    jobs: Arc<[Job]>,
+    jobs: Arc<Vec<Job>>,
     source: std::thread::JoinHandle<()>,
     writer: std::thread::JoinHandle<Written>,
     endpoint: Option<Endpoint>,
     read_mode: cache::ReadMode,
-    walk_rejected: Vec<Rejection>,
+    walk_rejected: LeftOut,
     walk_s: f64,
 }
 
@@ -552,7 +576,7 @@ fn start(
         queue_ahead,
     )?);
     let open = Arc::new(open);
-    let jobs: Arc<[Job]> = jobs.into();
+    let jobs = Arc::new(jobs);
     let window = reorder_window(cfg);
     let source = spawn_source(&p, &jobs, (Arc::clone(&open), items.clone()), &window);
     let source = source.inspect_err(|_| p.abort())?;
@@ -647,7 +671,7 @@ fn start_compute(
 /// The source: the sorted walk, then the end of the stream (guard dropped).
 fn spawn_source(
     p: &Pipeline,
-    jobs: &Arc<[Job]>,
+    jobs: &Arc<Vec<Job>>,
     (open, items): (Arc<Plan>, Option<Arc<Items>>),
     window: &Arc<Window>,
 ) -> Result<std::thread::JoinHandle<()>, Error> {
@@ -725,7 +749,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
     if let Some(s) = stopped(finished()) {
         return Err(s.into());
     }
-    add_walk_rejections(&mut report, &mut rejected, walk_rejected);
+    let spooled = add_walk_rejections(&mut report, &mut rejected, walk_rejected);
     Ok(Outcomes {
         engine: shape.engine,
         cuda: cuda_report,
@@ -742,6 +766,7 @@ fn supervise(running: Running, opts: &Options, started: Instant) -> Result<Outco
             .map(|(split, path, rows)| OutputFile { split, path, rows })
             .collect(),
         rejected,
+        spooled,
         rejected_log: PathBuf::new(),
         manifests: Vec::new(),
         cuts: Vec::new(),
@@ -769,27 +794,4 @@ fn show_progress(
         std::thread::sleep(progress.poll_interval());
     }
     progress.finish(telemetry);
-}
-
-/// Writes `rejected.jsonl` (or the shard's) and returns the outcomes with
-/// its path. A stop that arrived meanwhile deletes the outputs and the log.
-fn report(mut outcomes: Outcomes, out: &Path, shard: Option<Shard>) -> Result<Outcomes, Error> {
-    let rejected_log = out.join(shard.map_or("rejected.jsonl".into(), |s| s.rejected_file_name()));
-    write_rejections(&rejected_log, &outcomes.rejected).map_err(|source| Error::Output {
-        path: rejected_log.clone(),
-        source,
-    })?;
-    let r = &outcomes.report;
-    let done = r.files_ok + r.files_rejected;
-    if let Some(s) = Stopped::check(done, done, "files") {
-        let outputs = outcomes.outputs.iter().map(|o| o.path.clone()).collect();
-        interrupt::discard(
-            crate::cmvn::files::with_beside(outputs)
-                .into_iter()
-                .chain([rejected_log]),
-        );
-        return Err(s.into());
-    }
-    outcomes.rejected_log = rejected_log;
-    Ok(outcomes)
 }

@@ -555,6 +555,17 @@ fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
             None => tracing::warn!(path = %r.path, reason = %r.reason, "Rejected a file."),
         }
     }
+    let unlisted = done
+        .report
+        .files_rejected
+        .saturating_sub(done.rejected.len() as u64);
+    if unlisted > 0 {
+        tracing::warn!(
+            more = unlisted,
+            log = %done.rejected_log.display(),
+            "More manifest lines were left out than are logged here; every one is in the rejection log."
+        );
+    }
     if json {
         return outln!("{}", serde_json::to_string_pretty(done)?);
     }
@@ -571,7 +582,7 @@ fn print_build(done: &build::Outcomes, json: bool) -> anyhow::Result<()> {
     if !done.rejected.is_empty() {
         outln!(
             "{} file(s) rejected; reasons in {}",
-            done.rejected.len(),
+            done.report.files_rejected,
             done.rejected_log.display()
         )?;
     }
@@ -583,7 +594,7 @@ fn strict_failure(done: &build::Outcomes, format: LogFormat) {
     let first = &done.rejected[0];
     if json_errors(format) {
         tracing::error!(
-            files = done.rejected.len(),
+            files = done.report.files_rejected,
             path = %first.path,
             reason = %first.reason,
             "Files were rejected and --strict was given."
@@ -591,9 +602,7 @@ fn strict_failure(done: &build::Outcomes, format: LogFormat) {
     } else {
         eprintln!(
             "error: {} file(s) rejected and --strict was given (first: {}: {})",
-            done.rejected.len(),
-            first.path,
-            first.reason
+            done.report.files_rejected, first.path, first.reason
         );
     }
 }

@@ -32,7 +32,7 @@ pub fn deliver<S: Sink>(
     let row = match (row, long) {
         (Err(Reject::Read(why @ reader::Error::TooLarge { .. })), Some(l)) => {
             match local.time(Stage::Decode, || {
-                l.streamer.open(l.path, &why, l.segment, l.seed)
+                l.streamer.open(l.path, &why, l.segment.as_ref(), l.seed)
             }) {
                 Ok(Opened::Pieces(pieces)) => {
                     tracing::info!(
@@ -100,7 +100,7 @@ pub type Delivery<'a> = (
 pub struct LongFile<'a> {
     pub streamer: &'a Streamer,
     pub path: &'a std::path::Path,
-    pub segment: Option<&'a Segment>,
+    pub segment: Option<Segment>,
     pub seed: u64,
 }
 

@@ -33,11 +33,12 @@ use serde::Serialize;
 
 use super::manifest::{self, FirstSeconds, Limits, Manifests, Span, SpillDir, Stamp};
 use super::shard::Shard;
-use super::{Job, PathTable, Plan};
+use super::spool::{Spool, Spooled};
+use super::{Extents, Job, PackedText, Plan};
 use crate::compute::Rejection;
 use crate::config::Config;
 use crate::model::Segment;
-use crate::reader::{ReadJob, ReadRange};
+use crate::reader::ReadJob;
 
 /// Why an input cannot be planned at all.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +57,13 @@ pub enum Error {
          rejection log rejected.jsonl: rename it"
     )]
     RejectedSplit(PathBuf),
+    #[error(
+        "cannot write {path}, where the manifest lines left out go as they are found: {source}"
+    )]
+    Spool {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What the planner read beside the readers: headers, seek indexes, tar
@@ -122,15 +130,14 @@ impl Input {
 pub struct Items {
     /// By path index: the item's 1-based manifest line (a stored item's
     /// position in its file).
-    lines: Arc<[u32]>,
-    meta: Arc<PathTable>,
-    segments: Vec<Option<Segment>>,
-    ranges: Vec<Option<ReadRange>>,
+    lines: Arc<Vec<u32>>,
+    meta: Arc<PackedText>,
+    extents: Extents,
     /// By split: its items' path indices (seq q is `start + q`).
     items_of: Vec<Range<u32>>,
     /// By path index: where its manifest line lies (empty for a stored
     /// corpus), and by split, its manifest as planned: the write-back.
-    spans: Arc<[Span]>,
+    spans: Arc<Vec<Span>>,
     stamps: Vec<Option<Stamp>>,
     /// What planning read and spilled.
     pub planned: PlanReport,
@@ -147,8 +154,7 @@ impl Items {
         let items = Items {
             lines: m.lines,
             meta: m.meta,
-            segments: m.segments,
-            ranges: m.ranges,
+            extents: m.extents,
             items_of: m.items_of,
             spans: m.spans,
             stamps: m.stamps,
@@ -163,24 +169,24 @@ impl Items {
     }
 
     /// Job `j`'s segment, if it has one.
-    pub fn segment(&self, j: &Job) -> Option<&Segment> {
-        self.segments[j.path as usize].as_ref()
+    pub fn segment(&self, j: &Job) -> Option<Segment> {
+        self.extents.segment(j.path as usize)
     }
 
     /// Puts job `j`'s segment and byte range on the read job.
     pub fn describe(&self, j: &Job, job: &mut ReadJob) {
-        job.segment = self.segments[j.path as usize];
-        job.range = self.ranges[j.path as usize].clone();
+        job.segment = self.extents.segment(j.path as usize);
+        job.range = self.extents.range(j.path as usize);
     }
 
     /// By path index: each item's metadata, a JSON object.
-    pub fn meta(&self) -> &Arc<PathTable> {
+    pub fn meta(&self) -> &Arc<PackedText> {
         &self.meta
     }
 
     /// By path index: each item's manifest line, when its input has lines
     /// (a stored corpus's positions are not lines).
-    pub fn lines(&self) -> Option<&Arc<[u32]>> {
+    pub fn lines(&self) -> Option<&Arc<Vec<u32>>> {
         self.has_lines.then_some(&self.lines)
     }
 
@@ -210,7 +216,24 @@ impl Items {
 
 /// What [`read`] gives: the plan, the lines left out, the seconds it took,
 /// and the items (the shape of a tree walk's result, items added).
-pub type Read = (Plan, Vec<Rejection>, f64, Option<Arc<Items>>);
+pub type Read = (Plan, LeftOut, f64, Option<Arc<Items>>);
+
+/// What planning left out: held in memory, and a manifest build's lines
+/// spooled to a file as they were found ([`super::spool`]).
+#[derive(Debug, Default)]
+pub struct LeftOut {
+    pub held: Vec<Rejection>,
+    pub spooled: Option<Spooled>,
+}
+
+impl From<Vec<Rejection>> for LeftOut {
+    fn from(held: Vec<Rejection>) -> LeftOut {
+        LeftOut {
+            held,
+            spooled: None,
+        }
+    }
+}
 
 /// The spill folder of a manifest build into `out` (`shard`'s own), its
 /// stale copy removed; None for a tree, or with `input.spill_max_mib = 0`.
@@ -257,12 +280,11 @@ pub fn limits(cfg: &Config) -> Limits {
 /// (`plan::manifest::spill`).
 pub fn read(
     files: &[PathBuf],
-    shard: Option<Shard>,
-    spill: Option<&SpillDir>,
+    (shard, spill, spool): (Option<Shard>, Option<&SpillDir>, Option<&Path>),
     cfg: &Config,
     first: Option<FirstSeconds>,
 ) -> Result<Read, Error> {
-    read_members(files, shard, (spill, cfg, first), None)
+    read_members(files, shard, (spill, cfg, first, spool), None)
 }
 
 /// [`read`] of NeMo tarred-audio manifests: each `audio_filepath` a member
@@ -271,13 +293,13 @@ pub fn read(
 pub fn read_tarred(
     files: &[PathBuf],
     pattern: &str,
-    shard: Option<Shard>,
+    (shard, spool): (Option<Shard>, Option<&Path>),
     cfg: &Config,
 ) -> Result<Read, Error> {
     let shards = super::pattern::expand(pattern).map_err(super::Error::from)?;
     let tarred = super::tarred::Tarred::index(shards);
     let (plan, mut rejected, seconds, items) =
-        read_members(files, shard, (None, cfg, None), Some(&tarred))?;
+        read_members(files, shard, (None, cfg, None, spool), Some(&tarred))?;
     // Every shard of the build indexes all the tars; shard 0 reports them.
     if shard.is_none_or(|s| s.index == 0) {
         for (file, p) in tarred.problems() {
@@ -285,7 +307,8 @@ pub fn read_tarred(
                 || file.display().to_string(),
                 |n| n.to_string_lossy().into(),
             );
-            rejected.extend(super::stored::damage(&name, std::slice::from_ref(p)).map(rejection));
+            let damage = super::stored::damage(&name, std::slice::from_ref(p));
+            rejected.held.extend(damage.map(rejection));
         }
     }
     let items = items.map(|i| {
@@ -299,12 +322,26 @@ pub fn read_tarred(
 fn read_members(
     files: &[PathBuf],
     shard: Option<Shard>,
-    (spill, cfg, first): (Option<&SpillDir>, &Config, Option<FirstSeconds>),
+    (spill, cfg, first, spool_at): (
+        Option<&SpillDir>,
+        &Config,
+        Option<FirstSeconds>,
+        Option<&Path>,
+    ),
     members: Option<&dyn manifest::Members>,
 ) -> Result<Read, Error> {
     let t = Instant::now();
     let share = shard.map(|s| move |lines: usize| s.range(lines));
     let share = share.as_ref().map(|f| f as &dyn Fn(usize) -> Range<usize>);
+    let spool_error = |source| Error::Spool {
+        path: spool_at.map(Path::to_path_buf).unwrap_or_default(),
+        source,
+    };
+    let spool = spool_at
+        .map(Spool::create)
+        .transpose()
+        .map_err(spool_error)?;
+    let push = spool.as_ref().map(|s| move |r| s.push(r));
     let o = manifest::Options {
         share,
         spill,
@@ -312,13 +349,14 @@ fn read_members(
         first,
         members,
         readers: Some(manifest::spill::Readers { io: &cfg.io }),
+        reject: push.as_ref().map(|f| f as &dyn Fn(manifest::LineRejection)),
     };
     let m: Manifests = manifest::plan_with(files, o)?;
     if let Some(i) = m.plan.splits.iter().position(|s| s == "rejected") {
         return Err(Error::RejectedSplit(files[i].clone()));
     }
     let seconds = t.elapsed().as_secs_f64();
-    let rejected = m
+    let held = m
         .rejected
         .iter()
         .map(|r| Rejection {
@@ -328,11 +366,12 @@ fn read_members(
             line: Some(r.line),
         })
         .collect();
+    let spooled = spool.map(Spool::finish).transpose().map_err(spool_error)?;
     tracing::info!(
         items = m.plan.jobs.len(),
-        left_out = m.rejected.len(),
+        left_out = m.left_out,
         splits = m.plan.splits.len(),
-        ranged = m.ranges.iter().filter(|r| r.is_some()).count(),
+        ranged = m.extents.ranged(),
         header_bytes = m.header_bytes,
         spilled = m.spilled,
         spill_bytes = m.spill_bytes,
@@ -341,7 +380,12 @@ fn read_members(
         "Read the manifests."
     );
     let (plan, items) = Items::split(m, true);
-    Ok((plan, rejected, seconds, Some(Arc::new(items))))
+    Ok((
+        plan,
+        LeftOut { held, spooled },
+        seconds,
+        Some(Arc::new(items)),
+    ))
 }
 
 /// The plan of stored corpora (`super::stored`): with `shard`, its
@@ -386,7 +430,7 @@ pub fn read_stored(
         });
     }
     let (plan, items) = Items::split(m, false);
-    Ok((plan, rejected, seconds, Some(Arc::new(items))))
+    Ok((plan, rejected.into(), seconds, Some(Arc::new(items))))
 }
 
 /// A stored item left out, as the build's rejection (no line).

@@ -85,6 +85,9 @@ impl PathTable {
 pub struct Plan {
     /// The input directory as given to the walk.
     pub input: PathBuf,
+    /// By split, the folder its relative paths resolve against, when that
+    /// is not `input` (a manifest's own folder); empty for a tree.
+    pub bases: Vec<PathBuf>,
     /// Every job's relative path, in walk order ([`Job::path`] indexes it).
     pub paths: Arc<PathTable>,
     /// Resolved targets of the jobs that are symbolic links, by path index.
@@ -106,7 +109,10 @@ impl Plan {
     pub fn open_path(&self, job: &Job) -> PathBuf {
         match self.targets.get(&job.path) {
             Some(t) => t.clone(),
-            None => self.input.join(self.rel_path(job)),
+            None => {
+                let base = self.bases.get(job.split as usize).unwrap_or(&self.input);
+                base.join(self.rel_path(job))
+            }
         }
     }
 

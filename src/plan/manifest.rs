@@ -67,7 +67,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::container::{Heads, Window};
-use super::{Job, PathTable, Plan};
+use super::{Extents, Job, PackedText, PathTable, Plan};
 use crate::model::{RejectKind, Segment};
 use crate::reader::{FileKind, ReadRange};
 
@@ -105,7 +105,7 @@ pub enum Error {
     )]
     TooManyLines { path: PathBuf, max: u64 },
     #[error(
-        "manifest {path}, line {line}: the manifests' audio paths or metadata pass 4 GiB in all \
+        "manifest {path}, line {line}: the manifests' audio paths pass 4 GiB in all \
          (a build holds them in memory); build them in shards (build --shard K/N)"
     )]
     TooMuchText { path: PathBuf, line: u64 },
@@ -133,23 +133,25 @@ pub struct Manifests {
     /// The manifests, in split order.
     pub files: Vec<PathBuf>,
     /// By path index: the item's metadata as a JSON object.
-    pub meta: Arc<PathTable>,
+    pub meta: Arc<PackedText>,
     /// By path index: the item's 1-based manifest line.
-    pub lines: Arc<[u32]>,
+    pub lines: Arc<Vec<u32>>,
     /// By path index: where its line's text lies in its manifest (empty
     /// for a stored corpus, whose items are no lines): what the write-back
     /// copies.
-    pub spans: Arc<[Span]>,
+    pub spans: Arc<Vec<Span>>,
     /// By split: its manifest file as it was planned.
     pub stamps: Vec<Option<Stamp>>,
-    /// By path index: the segment, when the item is not the whole file.
-    pub segments: Vec<Option<Segment>>,
-    /// By path index: the bytes to read instead of the whole file.
-    pub ranges: Vec<Option<ReadRange>>,
+    /// By path index: the segment, when the item is not the whole file,
+    /// and the bytes to read instead of the whole file.
+    pub extents: Extents,
     /// By split: the path indices of its items (a split's `seq` q is path
     /// index `start + q`).
     pub items_of: Vec<Range<u32>>,
+    /// The lines left out, when no [`Options::reject`] took them.
     pub rejected: Vec<LineRejection>,
+    /// Lines left out in all.
+    pub left_out: u64,
     /// Bytes read to plan ranges: headers, the frame searches of FLAC
     /// files without seek points, the MP3/Ogg seek indexes, and the
     /// recordings read whole to spill them ([`spill`]).
@@ -178,8 +180,7 @@ impl Manifests {
         if let Some(open) = open {
             self.plan.targets.insert(path, open);
         }
-        self.segments.push(segment);
-        self.ranges.push(range);
+        self.extents.push(segment, range);
         self.plan.jobs.push(Job {
             path,
             split,
@@ -253,6 +254,9 @@ pub struct Options<'a> {
     /// How the spill reads its recordings ([`spill::prepare`]); None: as
     /// `[io]`'s defaults say.
     pub readers: Option<spill::Readers<'a>>,
+    /// Where each line left out goes as it is found (`build`: a
+    /// [`super::spool::Spool`]); None: [`Manifests::rejected`].
+    pub reject: Option<&'a dyn Fn(LineRejection)>,
 }
 
 /// Where a manifest's audio lives when a path names a member of an
@@ -315,6 +319,7 @@ pub fn plan_spilling(
             first,
             members: None,
             readers: None,
+            reject: None,
         },
     )
 }
@@ -329,10 +334,12 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
         first,
         members,
         readers,
+        reject,
     } = o;
     let mut b = Builder {
         first,
         members,
+        reject,
         ..Builder::default()
     };
     for (split, file) in manifests.iter().enumerate() {
@@ -345,6 +352,9 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
             });
         }
         b.m.plan.splits.push(name);
+        b.m.plan
+            .bases
+            .push(file.parent().unwrap_or(Path::new("")).to_path_buf());
         let keep = match share {
             Some(share) => share(count_lines(file, limits)?),
             None => 0..usize::MAX,
@@ -365,10 +375,15 @@ pub fn plan_with(manifests: &[PathBuf], o: Options<'_>) -> Result<Manifests, Err
         pending,
         ..
     } = b;
+    let (mut paths, mut meta) = (paths, meta);
+    paths.shrink_to_fit();
+    meta.shrink_to_fit();
+    m.extents.shrink_to_fit();
+    m.plan.jobs.shrink_to_fit();
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
-    m.lines = lines.into();
-    m.spans = spans.into();
+    m.lines = Arc::new(lines);
+    m.spans = Arc::new(spans);
     m.header_bytes = heads.bytes;
     if let Some(dir) = spill {
         let defaults;
@@ -396,7 +411,7 @@ pub fn count_lines(path: &Path, limits: Limits) -> Result<usize, Error> {
 struct Builder<'a> {
     m: Manifests,
     paths: PathTable,
-    meta: PathTable,
+    meta: PackedText,
     lines: Vec<u32>,
     spans: Vec<Span>,
     heads: Heads,
@@ -404,6 +419,7 @@ struct Builder<'a> {
     pending: spill::Pending,
     first: Option<FirstSeconds>,
     members: Option<&'a dyn Members>,
+    reject: Option<&'a dyn Fn(LineRejection)>,
 }
 
 impl Builder<'_> {
@@ -473,7 +489,7 @@ impl Builder<'_> {
                         })?;
                     seq += 1;
                 }
-                Err((audio, reason)) => self.m.rejected.push(LineRejection {
+                Err((audio, reason)) => self.left_out(LineRejection {
                     split,
                     line: line_no,
                     path: audio.unwrap_or_else(|| file.display().to_string()),
@@ -483,6 +499,15 @@ impl Builder<'_> {
             }
         }
         Ok(lines.stamp())
+    }
+
+    /// A line left out: to [`Options::reject`], else kept.
+    fn left_out(&mut self, r: LineRejection) {
+        self.m.left_out += 1;
+        match self.reject {
+            Some(reject) => reject(r),
+            None => self.m.rejected.push(r),
+        }
     }
 
     /// The archive member a line's audio path names, when the manifest's
@@ -562,8 +587,8 @@ impl Builder<'_> {
         }
         self.meta.push(&meta);
         self.lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
-        let open = (open != Path::new(&item.audio)).then_some(open);
-        self.m.push_job((path, split, seq), open, segment, range);
+        // The plan opens it as its split's folder joined with the path.
+        self.m.push_job((path, split, seq), None, segment, range);
         Some(())
     }
 }

@@ -11,6 +11,9 @@
 //! decoders, compute stages and writer as a file of a tree, and nothing
 //! below this room knows a manifest, a tar or a parquet file exists.
 //!
+//! * [`extents`]: each item's segment and byte range, 24 bytes for a
+//!   plain row; [`packed`]: the metadata, compressed in blocks (a planned
+//!   manifest row costs about 60 bytes besides its path and metadata);
 //! * [`input`]: what the command line names ([`input::Input`]), and the
 //!   plan of each kind with its rejections, in a build's order;
 //! * [`tree`]: the sorted walk of a directory, with the split/label rule;
@@ -19,6 +22,8 @@
 //!   once for its segments without a part ([`manifest::spill`]);
 //! * [`container`]: where a segment lies in a recording: one trait that
 //!   WAV, FLAC, the compressed streams and archive members answer;
+//! * [`spool`]: the manifest lines left out, written to a file as they
+//!   are found and read back in runs for `rejected.jsonl`;
 //! * [`shard`]: `--shard K/N`, the share of lines or files a shard plans;
 //! * [`pattern`]: brace ranges and globs, expanded by melforge itself;
 //! * [`tar`]: a tar archive's members as byte extents, with the damage it
@@ -42,18 +47,23 @@
 //! vocabulary from here.
 
 pub mod container;
+pub mod extents;
 pub mod input;
 pub mod items;
 pub mod manifest;
+pub mod packed;
 pub mod parquet;
 pub mod pattern;
 pub mod shar;
 pub mod shard;
+pub mod spool;
 pub mod stored;
 pub mod tar;
 pub mod tarred;
 pub mod tree;
 pub mod webdataset;
 
+pub use extents::Extents;
 pub use items::{Job, PathTable, Plan};
+pub use packed::PackedText;
 pub use stored::{Error, Kind, Options, Planned, Rejected, Set, plan, sets_of};

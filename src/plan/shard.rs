@@ -103,6 +103,7 @@ impl Shard {
         }
         Plan {
             input: plan.input.clone(),
+            bases: plan.bases.clone(),
             paths: std::sync::Arc::clone(&plan.paths),
             targets: plan.targets.clone(),
             splits: plan.splits.clone(),

@@ -38,8 +38,8 @@ use serde_json::{Map, Value};
 use super::container::Window;
 use super::{parquet, pattern, shar, tar, webdataset};
 use crate::model::RejectKind;
-use crate::plan::PathTable;
 use crate::plan::manifest::{self, Lines, Manifests, SpillDir};
+use crate::plan::{PackedText, PathTable};
 
 /// What one set holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,7 +314,7 @@ pub fn plan(sets: &[Set], o: Options<'_>) -> Planned {
     } = b;
     m.plan.paths = Arc::new(paths);
     m.meta = Arc::new(meta);
-    m.lines = lines.into();
+    m.lines = Arc::new(lines);
     Planned { m, rejected, files }
 }
 
@@ -362,7 +362,7 @@ struct Builder {
     indexed: std::collections::HashMap<usize, std::io::Result<tar::Index>>,
     m: Manifests,
     paths: PathTable,
-    meta: PathTable,
+    meta: PackedText,
     lines: Vec<u32>,
     rejected: Vec<Rejected>,
     files: usize,
@@ -396,7 +396,7 @@ impl Builder {
             self.reject(
                 path.to_string(),
                 RejectKind::BadSample,
-                "the build's paths or metadata pass the 4 GiB a build holds in memory; build the \
+                "the build's paths pass the 4 GiB a build holds in memory; build the \
                  input in shards (build --shard K/N)"
                     .into(),
             );

@@ -97,7 +97,7 @@ fn each_sample_is_a_row_with_its_siblings_as_metadata() {
     assert_eq!(m.plan.paths.get(0), "train-000000.tar/a.flac");
     let bytes = std::fs::read(&p).unwrap();
     for (i, want) in [flac(1), flac(2)].iter().enumerate() {
-        let r = m.ranges[i].as_ref().unwrap();
+        let r = m.extents.range(i).unwrap();
         assert!(r.prefix.is_empty());
         assert_eq!(
             &bytes[r.start as usize..(r.start + r.len) as usize],
@@ -106,7 +106,7 @@ fn each_sample_is_a_row_with_its_siblings_as_metadata() {
         assert_eq!(m.plan.targets[&(i as u32)], p);
         assert_eq!(m.lines[i] as usize, i + 1);
     }
-    let meta: Value = serde_json::from_str(m.meta.get(1)).unwrap();
+    let meta: Value = serde_json::from_str(&m.meta.get(1)).unwrap();
     assert_eq!(
         meta,
         serde_json::json!({"shard": "train-000000.tar", "key": "b", "json": {"n": 2},
@@ -224,7 +224,7 @@ fn a_gzipped_shard_is_spilled_and_read_in_place_there() {
     assert_eq!(out.m.plan.paths.get(1), "train-000000.tar.gz/b.flac");
     let open = &out.m.plan.targets[&1];
     assert!(open.starts_with(spill.path()));
-    let r = out.m.ranges[1].as_ref().unwrap();
+    let r = out.m.extents.range(1).unwrap();
     let bytes = std::fs::read(open).unwrap();
     assert_eq!(
         &bytes[r.start as usize..(r.start + r.len) as usize],
@@ -358,12 +358,12 @@ fn a_shar_folder_builds_each_cut_from_its_member() {
     assert_eq!(m.plan.jobs.len(), 2);
     assert_eq!(m.plan.paths.get(0), "recording.000000.tar/1089-0001.a.flac");
     assert_eq!(&*m.lines, &[1, 2]);
-    let meta: Value = serde_json::from_str(m.meta.get(1)).unwrap();
+    let meta: Value = serde_json::from_str(&m.meta.get(1)).unwrap();
     assert_eq!(meta["id"], "1089-0002");
     assert_eq!(meta["text"], "words of 1089-0002");
     assert_eq!(meta["shard"], "recording.000000.tar");
     let bytes = std::fs::read(shar.join("recording.000000.tar")).unwrap();
-    let r = m.ranges[1].as_ref().unwrap();
+    let r = m.extents.range(1).unwrap();
     assert_eq!(
         &bytes[r.start as usize..(r.start + r.len) as usize],
         flac(2).as_slice()

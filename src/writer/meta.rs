@@ -17,17 +17,17 @@ use hdf5::types::VarLenUnicode;
 
 use super::Error;
 use super::h5::{Context, create_1d};
-use crate::plan::PathTable;
+use crate::plan::PackedText;
 
 /// What to store beside each row, by the row's path index.
 #[derive(Clone, Debug)]
 pub struct RowMeta {
     /// A JSON object per path index.
-    pub json: Arc<PathTable>,
+    pub json: Arc<PackedText>,
     /// A 1-based manifest line per path index; None for inputs without
     /// lines (stored corpora: `meta` says where each row came from), whose
     /// files then have no `line` dataset.
-    pub lines: Option<Arc<[u32]>>,
+    pub lines: Option<Arc<Vec<u32>>>,
 }
 
 /// A row as written: its seq in the split and its frames.
@@ -43,14 +43,22 @@ pub fn chunk_rows(rows: usize) -> usize {
 /// the open split file `file` (at `p`).
 pub(super) fn write(file: &File, p: &Path, meta: &RowMeta, rows: &[u32]) -> Result<(), Error> {
     let chunk = chunk_rows(rows.len());
-    let mut json = Vec::with_capacity(rows.len());
-    for &r in rows {
-        let s = meta.json.get(r);
-        json.push(super::plan_error::storable("metadata", s)?);
-    }
     let ds = create_1d::<VarLenUnicode>(file, "meta", chunk).ctx(p, || "create `meta`".into())?;
     ds.resize(rows.len()).ctx(p, || "size `meta`".into())?;
-    ds.write(&json).ctx(p, || "write `meta`".into())?;
+    // A chunk's strings at a time: the metadata stays compressed in memory
+    // (`PackedText`), and a split of millions of rows never holds all of
+    // it as strings at once.
+    let mut cursor = meta.json.cursor();
+    let mut json = Vec::with_capacity(chunk);
+    for (k, part) in rows.chunks(chunk).enumerate() {
+        json.clear();
+        for &r in part {
+            json.push(super::plan_error::storable("metadata", cursor.get(r))?);
+        }
+        let at = k * chunk;
+        ds.write_slice(&json, at..at + part.len())
+            .ctx(p, || "write `meta`".into())?;
+    }
     let Some(all) = &meta.lines else {
         return Ok(());
     };

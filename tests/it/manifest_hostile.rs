@@ -450,3 +450,57 @@ fn a_file_listed_twice_is_two_rows() {
         [("one".to_string(), 0), ("two".to_string(), 1)]
     );
 }
+
+/// More bad lines than a build keeps in memory: each is in rejected.jsonl,
+/// in line order among the audio the writer rejected, and the spool the
+/// planner wrote them to as it found them is gone.
+#[test]
+fn bad_lines_past_the_sample_are_all_in_the_log_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    audio(d.path());
+    put(d.path(), "bad.wav", b"RIFF\x04\x00\x00\x00WAVE");
+    // Half the lines are left out while planning: 200 past the sample.
+    let n = 2 * melforge::plan::spool::SAMPLE as u64 + 400;
+    let mut text = String::new();
+    for line in 1..=n {
+        text += &match line % 4 {
+            0 => "{\"audio_filepath\": \"a.wav\", \"duration\": 0}\n".to_string(),
+            1 => "not json\n".to_string(),
+            2 => "{\"audio_filepath\": \"bad.wav\", \"duration\": 2.0}\n".to_string(),
+            _ => "{\"audio_filepath\": \"a.wav\", \"duration\": 2.0}\n".to_string(),
+        };
+    }
+    let m = put(d.path(), "train.jsonl", text.as_bytes());
+    let run = build(d.path(), &m, "");
+    assert!(run.ok, "{}", run.stderr);
+    let lines: Vec<u64> = run.rejected.iter().map(|r| r.0).collect();
+    let want: Vec<u64> = (1..=n).filter(|l| l % 4 != 3).collect();
+    assert_eq!(
+        lines, want,
+        "every bad line, planned or written, in line order"
+    );
+    for (line, kind, _) in &run.rejected {
+        let want = if line % 4 == 2 {
+            "malformed"
+        } else {
+            "bad_line"
+        };
+        assert_eq!(kind, want, "line {line}");
+    }
+    let rows: Vec<u32> = run.rows.iter().map(|r| r.0).collect();
+    assert_eq!(
+        rows,
+        (1..=n as u32).filter(|l| l % 4 == 3).collect::<Vec<_>>()
+    );
+    let left: Vec<_> = std::fs::read_dir(&run.out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        run.stderr.contains("More manifest lines were left out"),
+        "{}",
+        run.stderr
+    );
+}

@@ -17,7 +17,7 @@ use crate::writer::DatasetWriter;
 /// The sink: one writer thread.
 pub(super) fn spawn_writer(
     p: &Arc<Pipeline>,
-    jobs: &Arc<[Job]>,
+    jobs: &Arc<Vec<Job>>,
     (open, items): (Arc<Plan>, Option<Arc<Items>>),
     writer: DatasetWriter,
     window: &Arc<Window>,

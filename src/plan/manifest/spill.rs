@@ -306,7 +306,7 @@ fn read_and_spill(
 /// offset), the estimate the free-space check uses.
 fn end_s(m: &Manifests, jobs: &[u32]) -> f64 {
     jobs.iter()
-        .filter_map(|&j| m.segments[j as usize])
+        .filter_map(|&j| m.extents.segment(j as usize))
         .map(|s| s.offset_s + s.duration_s.unwrap_or(0.0))
         .filter(|e| e.is_finite())
         .fold(0.0, f64::max)
@@ -428,16 +428,19 @@ fn plan_jobs(m: &mut Manifests, s: &Spilled, jobs: &[u32]) {
     m.spill_bytes += s.head.bytes.len() as u64 + s.head.frames * u64::from(s.head.block_align);
     for &j in jobs {
         let i = j as usize;
-        let Some(seg) = m.segments[i] else { continue };
+        let Some(seg) = m.extents.segment(i) else {
+            continue;
+        };
         let Some(e) = s.head.extent(&seg) else {
             continue;
         };
-        m.ranges[i] = Some(ReadRange::new(e.prefix, e.start, e.len));
-        m.segments[i] = Some(Segment {
+        let range = ReadRange::new(e.prefix, e.start, e.len);
+        let seg = Segment {
             offset_s: 0.0,
             duration_s: None,
             ..seg
-        });
+        };
+        m.extents.set(i, Some(seg), Some(range));
         m.plan.targets.insert(j, s.file.clone());
     }
 }

@@ -9,7 +9,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn meta(m: &Manifests, path: u32) -> Value {
-    serde_json::from_str(m.meta.get(path)).unwrap()
+    serde_json::from_str(&m.meta.get(path)).unwrap()
 }
 
 #[test]
@@ -55,21 +55,21 @@ fn nemo_lines_become_items_in_line_order() {
     assert_eq!(m.plan.open_path(&m.plan.jobs[0]), d.path().join("b.wav"));
     assert_eq!(m.plan.open_path(&m.plan.jobs[1]), Path::new("/abs/a.flac"));
     assert_eq!(
-        m.segments[0],
+        m.extents.segment(0),
         Some(Segment {
             expect_s: Some(2.5),
             ..Segment::default()
         })
     );
     assert_eq!(
-        m.segments[1],
+        m.extents.segment(1),
         Some(Segment {
             offset_s: 1.25,
             duration_s: Some(0.5),
             ..Segment::default()
         })
     );
-    assert_eq!(m.segments[2], None);
+    assert_eq!(m.extents.segment(2), None);
     assert_eq!(meta(&m, 0)["text"], "naïve café 日本語");
     assert_eq!(meta(&m, 0)["speaker"], 7);
     let got: Vec<(u64, RejectKind, &str)> = m
@@ -140,7 +140,7 @@ fn lhotse_cuts_from_a_gzipped_cutset() {
     assert!(m.rejected.is_empty(), "{:?}", m.rejected);
     assert_eq!(m.plan.splits, ["cuts_dev"]);
     assert_eq!(
-        m.segments[0],
+        m.extents.segment(0),
         Some(Segment {
             offset_s: 1.5,
             duration_s: Some(2.0),
@@ -179,15 +179,15 @@ fn wav_segments_get_byte_ranges_and_others_do_not() {
     .join("\n");
     let f = write(d.path(), "t.jsonl", &text);
     let m = plan(std::slice::from_ref(&f)).unwrap();
-    let r0 = m.ranges[0].as_ref().unwrap();
+    let r0 = m.extents.range(0).unwrap();
     assert_eq!((r0.start, r0.len), (44 + 2 * 4_000, 2 * 8_000));
-    let r1 = m.ranges[1].as_ref().unwrap();
+    let r1 = m.extents.range(1).unwrap();
     assert_eq!((r1.start, r1.len), (44 + 2 * 8_000, 2 * 4_000));
-    assert!(m.ranges[2].is_none() && m.ranges[3].is_none());
+    assert!(m.extents.range(2).is_none() && m.extents.range(3).is_none());
     // A ranged WAV decodes from the start of what is read.
-    assert_eq!(m.segments[0].unwrap().offset_s, 0.0);
-    assert_eq!(m.segments[0].unwrap().duration_s, None);
-    assert_eq!(m.segments[3].unwrap().offset_s, 0.5);
+    assert_eq!(m.extents.segment(0).unwrap().offset_s, 0.0);
+    assert_eq!(m.extents.segment(0).unwrap().duration_s, None);
+    assert_eq!(m.extents.segment(3).unwrap().offset_s, 0.5);
     // One header read for the WAV's two segments, one for the MP3.
     assert!(m.header_bytes <= 44 + 2 * 16_000 + 14, "{}", m.header_bytes);
 }

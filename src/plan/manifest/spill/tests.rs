@@ -32,7 +32,7 @@ fn manifest(dir: &Path, audio: &str, segments: &[(f64, f64)]) -> PathBuf {
 
 /// The bytes a job reads: the prefix, then the range of its file.
 fn job_bytes(m: &Manifests, i: usize) -> Vec<u8> {
-    let r = m.ranges[i].as_ref().expect("a range");
+    let r = m.extents.range(i).expect("a range");
     let file = std::fs::read(m.plan.open_path(&m.plan.jobs[i])).unwrap();
     let mut b = r.prefix.to_vec();
     b.extend_from_slice(&file[r.start as usize..(r.start + r.len) as usize]);
@@ -86,13 +86,13 @@ fn segments_of_an_m4a_are_extents_of_its_spill_bit_for_bit() {
         let channels = compressed::open(&bytes).unwrap().head().channels;
         let mut spilled = 0;
         for (i, &seg) in SEGMENTS.iter().enumerate() {
-            if m.segments[i].unwrap().lossy.is_some() {
+            if m.extents.segment(i).unwrap().lossy.is_some() {
                 assert_eq!(m.plan.open_path(&m.plan.jobs[i]), d.path().join("a.m4a"));
                 continue;
             }
             spilled += 1;
             assert_eq!(m.plan.open_path(&m.plan.jobs[i]), files[0], "{name} {i}");
-            let s = m.segments[i].unwrap();
+            let s = m.extents.segment(i).unwrap();
             assert_eq!((s.offset_s, s.duration_s), (0.0, None));
             let b = job_bytes(&m, i);
             let info = wav::parse(&b).unwrap();
@@ -129,10 +129,11 @@ fn recordings_that_do_not_qualify_keep_their_plan() {
     std::fs::write(d.path().join("cut.m4a"), &bytes[..bytes.len() * 2 / 3]).unwrap();
     // No spill: a segment is read whole, or as its part of the recording.
     let old = |m: &Manifests| {
-        let part_or_whole = |(r, s): (&Option<ReadRange>, &Option<Segment>)| {
-            r.is_none() || s.is_some_and(|s| s.lossy.is_some())
+        let part_or_whole = |i: usize| {
+            let s = m.extents.segment(i);
+            m.extents.range(i).is_none() || s.is_some_and(|s| s.lossy.is_some())
         };
-        m.spilled == 0 && m.ranges.iter().zip(&m.segments).all(part_or_whole)
+        m.spilled == 0 && (0..m.extents.len()).all(part_or_whole)
     };
     type Case<'a> = (&'a str, &'a [(f64, f64)], u64);
     let cases: [Case<'_>; 4] = [
@@ -146,16 +147,20 @@ fn recordings_that_do_not_qualify_keep_their_plan() {
         let spill = SpillDir::new(d.path().join("spill"), max);
         let m = plan_spilling(&[f], None, Some(&spill), None).unwrap();
         assert!(old(&m), "{audio} {} {max}", segs.len());
-        assert_eq!(m.segments[0].unwrap().offset_s, segs[0].0);
+        assert_eq!(m.extents.segment(0).unwrap().offset_s, segs[0].0);
     }
     let f = manifest(d.path(), "a.m4a", &[(0.2, 0.2), (0.3, 0.5), (3600.0, 1.0)]);
     let spill = SpillDir::new(d.path().join("spill"), 1 << 30);
     let m = plan_spilling(&[f], None, Some(&spill), None).unwrap();
     assert_eq!(m.spilled, 1);
-    assert!(m.ranges[0].is_some() && m.ranges[1].is_some() && m.ranges[2].is_none());
-    assert!(m.segments[..2].iter().all(|s| s.unwrap().lossy.is_none()));
+    assert!(
+        m.extents.range(0).is_some()
+            && m.extents.range(1).is_some()
+            && m.extents.range(2).is_none()
+    );
+    assert!((0..2).all(|i| m.extents.segment(i).unwrap().lossy.is_none()));
     assert_eq!(m.plan.open_path(&m.plan.jobs[2]), d.path().join("a.m4a"));
-    assert_eq!(m.segments[2].unwrap().offset_s, 3600.0);
+    assert_eq!(m.extents.segment(2).unwrap().offset_s, 3600.0);
 }
 
 /// A spill folder left by a killed build goes when the next guard of the
@@ -221,7 +226,7 @@ fn the_spill_reads_through_the_configured_readers() {
             .filter(|&i| m.plan.targets.contains_key(&(i as u32)))
             .map(|i| job_bytes(&m, i))
             .collect();
-        (m.spilled, m.spill_bytes, m.segments.clone(), spilled)
+        (m.spilled, m.spill_bytes, m.extents.clone(), spilled)
     };
     let uring = plan(Engine::Uring, 2);
     assert_eq!(uring.0, 3, "every recording is spilled");
