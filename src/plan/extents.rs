@@ -85,7 +85,8 @@ impl Extents {
             self.offsets.resize(self.tags.len(), 0.0);
             self.offsets[i] = offset;
         }
-        if channel != 0 || !self.channels.is_empty() {
+        // Channel 0 is a channel too: the tag says whether there is one.
+        if tag & CHANNEL != 0 || !self.channels.is_empty() {
             self.channels.resize(self.tags.len(), 0);
             self.channels[i] = channel;
         }
@@ -182,6 +183,13 @@ mod tests {
             (Some(seg(0.0, None, None)), None),
             (
                 Some(Segment {
+                    channel: Some(0),
+                    ..seg(0.0, Some(2.0), None)
+                }),
+                None,
+            ),
+            (
+                Some(Segment {
                     channel: Some(3),
                     rounding: Rounding::Lhotse,
                     ..seg(7.0, Some(2.0), None)
@@ -226,6 +234,19 @@ mod tests {
         assert_eq!((e.segment(1), e.range(1)), rows[7].clone());
         e.set(7, None, None);
         assert_eq!((e.segment(7), e.range(7)), (None, None));
+    }
+
+    #[test]
+    fn channel_0_alone_is_a_channel() {
+        let s = Segment {
+            channel: Some(0),
+            rounding: Rounding::Lhotse,
+            ..Segment::default()
+        };
+        let mut e = Extents::default();
+        e.push(None, None);
+        e.push(Some(s), None);
+        assert_eq!((e.segment(0), e.segment(1)), (None, Some(s)));
     }
 
     #[test]

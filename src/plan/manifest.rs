@@ -406,6 +406,31 @@ pub fn count_lines(path: &Path, limits: Limits) -> Result<usize, Error> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
+/// The cut ids a manifest's lines have had, each with its first line: by
+/// a 128-bit hash of the id (two keyed SipHashes), 24 bytes an id however
+/// long it is, where the ids themselves would cost ~80. Two distinct ids
+/// of 100 million share a hash with a chance near 10⁻²³.
+#[derive(Default)]
+struct CutIds {
+    keys: (std::hash::RandomState, std::hash::RandomState),
+    first: HashMap<(u64, u64), u64>,
+}
+
+impl CutIds {
+    /// The line that had `id` first, or None (and `line` is now it).
+    fn first(&mut self, id: &str, line: u64) -> Option<u64> {
+        use std::hash::BuildHasher as _;
+        let key = (self.keys.0.hash_one(id), self.keys.1.hash_one(id));
+        match self.first.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(line);
+                None
+            }
+        }
+    }
+}
+
 /// The plan as it grows, manifest by manifest.
 #[derive(Default)]
 struct Builder<'a> {
@@ -435,7 +460,7 @@ impl Builder<'_> {
     ) -> Result<Option<Stamp>, Error> {
         let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
         let mut seq = 0u32;
-        let mut ids: HashMap<String, u64> = HashMap::new();
+        let mut ids = CutIds::default();
         let mut lines = Lines::open(file, limits)?;
         while let Some((line_no, line)) = lines.next_line()? {
             let i = (line_no - 1) as usize;
@@ -463,7 +488,7 @@ impl Builder<'_> {
                 )),
             };
             let parsed = parsed.and_then(|item| match &item.cut_id {
-                Some(id) => match ids.get(id) {
+                Some(id) => match ids.first(id, line_no) {
                     Some(first) => Err((
                         Some(item.audio.clone()),
                         format!(
@@ -471,10 +496,7 @@ impl Builder<'_> {
                              in a manifest, so this line is left out"
                         ),
                     )),
-                    None => {
-                        ids.insert(id.clone(), line_no);
-                        Ok(item)
-                    }
+                    None => Ok(item),
                 },
                 None => Ok(item),
             });
