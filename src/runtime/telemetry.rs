@@ -65,8 +65,8 @@ impl SerialSlot {
             debug_assert!(false, "stage {} published from another thread", self.name);
             return;
         }
-        self.cpu_ns
-            .store(thread_cpu().as_nanos() as u64, Ordering::Relaxed);
+        let own = thread_cpu().saturating_sub(Duration::from_nanos(STOOD_IN_NS.get()));
+        self.cpu_ns.store(own.as_nanos() as u64, Ordering::Relaxed);
         self.files.fetch_add(files, Ordering::Relaxed);
     }
 }
@@ -75,6 +75,24 @@ impl SerialSlot {
 /// work, without the time it waited.
 pub fn thread_cpu() -> Duration {
     super::sys::thread_cpu_time()
+}
+
+thread_local! {
+    /// CPU time this thread spent standing in for a device ([`stand_in`]).
+    static STOOD_IN_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, which does on this thread what a device does elsewhere (the
+/// CUDA host double's kernels, copies and FFTs), and leaves its CPU time out
+/// of the thread's serial stage ([`SerialStage`]): on a GPU that time is the
+/// device's, not the stage's, so the host double's `cuda` stage shows its
+/// host-side cost alone.
+pub fn stand_in<R>(f: impl FnOnce() -> R) -> R {
+    let before = thread_cpu();
+    let r = f();
+    let spent = thread_cpu().saturating_sub(before).as_nanos() as u64;
+    STOOD_IN_NS.set(STOOD_IN_NS.get() + spent);
+    r
 }
 
 /// A thread's private tally; publish with [`Local::publish`].
@@ -335,7 +353,8 @@ pub struct BusySeconds {
 }
 
 /// One single-threaded stage's own CPU time (`CLOCK_THREAD_CPUTIME_ID`,
-/// not the wall time it waited), and what that costs each file of the run.
+/// not the wall time it waited, nor time spent in a device's stead:
+/// [`stand_in`]), and what that costs each file of the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SerialStage {
     /// The stage's thread: "reader-0", "cuda", "writer", "serve", "append".
@@ -452,5 +471,39 @@ mod tests {
         );
         assert!(r.busy_s.mel >= 0.002);
         assert_eq!(r.files_per_s, 2.0);
+    }
+
+    /// What a thread spends standing in for a device is not its stage's
+    /// CPU time; what it spends on its own is.
+    #[test]
+    fn time_spent_standing_in_for_a_device_is_left_out_of_the_serial_stage() {
+        fn spin(d: Duration) {
+            let end = thread_cpu() + d;
+            while thread_cpu() < end {
+                std::hint::black_box(0u64);
+            }
+        }
+        std::thread::spawn(|| {
+            let shared = Telemetry::default();
+            let mut l = Local::serial(&shared, "cuda");
+            stand_in(|| spin(Duration::from_millis(60)));
+            spin(Duration::from_millis(20));
+            l.publish(&shared);
+            let [stage] = &shared.serial_stages(1)[..] else {
+                panic!("one serial stage");
+            };
+            assert!(
+                stage.cpu_s >= 0.020,
+                "its own 20 ms counts: {}",
+                stage.cpu_s
+            );
+            assert!(
+                stage.cpu_s < 0.060,
+                "the 60 ms stood in do not: {}",
+                stage.cpu_s
+            );
+        })
+        .join()
+        .unwrap();
     }
 }

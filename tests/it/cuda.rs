@@ -184,6 +184,20 @@ fn float16_builds_on_the_cuda_stage_equal_the_cpu_build_bit_for_bit() {
             g.iter().zip(&c).all(|(a, b)| a.to_bits() == b.to_bits()),
             "{split:?}: float16 rows differ"
         );
+        // The CMVN statistics, summed as the stage copies its rows out (not
+        // by the writer), are the CPU workers' to the bit.
+        let stats = |dir: &Path| {
+            let f = hdf5::File::open(dir.join(&split)).unwrap();
+            melforge::writer::stats::read(&f)
+                .unwrap()
+                .expect("statistics")
+        };
+        let (g, c) = (stats(&gpu_out), stats(&cpu_out));
+        assert!(g.frames > 0, "{split:?}");
+        assert_eq!(g.frames, c.frames, "{split:?}");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&g.sum), bits(&c.sum), "{split:?}: cmvn_sum");
+        assert_eq!(bits(&g.sum_square), bits(&c.sum_square), "{split:?}");
     }
 }
 
@@ -409,5 +423,17 @@ fn the_speech_recipes_build_on_the_cuda_stage_as_on_the_cpu() {
             let worst = worst.unwrap_or_else(|e| panic!("{recipe} {p}: differs {e}"));
             eprintln!("{recipe} {p}: worst {worst:e}");
         }
+        // The statistics the stage summed as it copied the rows out describe
+        // the rows stored.
+        let out = d.path().join(format!("{recipe}-auto"));
+        let mut splits = 0;
+        for e in std::fs::read_dir(&out).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            if let Some(split) = name.strip_suffix(".h5") {
+                assert!(crate::cmvn::check_dir(&out, split).frames > 0, "{split}");
+                splits += 1;
+            }
+        }
+        assert!(splits > 0, "{recipe}: no split written");
     }
 }

@@ -228,7 +228,8 @@ impl StageThread {
             staging.close();
         });
         let opened = open_runner(make, self.tables, self.opts).map_err(Error::from);
-        let mut runner = answer(opened, &self.ready)?;
+        let sum = self.wiring.stats.clone();
+        let mut runner = answer(opened, &self.ready)?.summing(sum);
         let mut pageable = false;
         if let Some(a) = self.wiring.arena.as_ref() {
             // SAFETY: the arena stays mapped while `wiring.arena` (an

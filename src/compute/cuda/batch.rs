@@ -163,12 +163,15 @@ pub trait RowSink<T> {
     fn buffer(&mut self) -> Vec<f32> {
         Vec::new()
     }
-    /// The row of the file tagged `tag`.
-    fn row(&mut self, tag: T, row: Vec<f32>);
+    /// The row of the file tagged `tag`, with its CMVN statistics when the
+    /// runner sums them ([`BatchRunner::summing`]).
+    ///
+    /// [`BatchRunner::summing`]: super::orchestrate::BatchRunner::summing
+    fn row(&mut self, tag: T, row: Vec<f32>, stats: Option<crate::cmvn::RowStats>);
 }
 
 impl<T, F: FnMut(T, &[f32])> RowSink<T> for F {
-    fn row(&mut self, tag: T, row: Vec<f32>) {
+    fn row(&mut self, tag: T, row: Vec<f32>, _stats: Option<crate::cmvn::RowStats>) {
         self(tag, &row);
     }
 }

@@ -222,7 +222,7 @@ impl StageThread {
         let kernels = FrameKernels::new(self.tables.clone(), cap);
         let opened = make().and_then(|dev| BatchRunner::new(dev, kernels, cfg));
         let opened = opened.map_err(|e| Error::from(Cause::StartUp(e)));
-        let mut runner = answer(opened, &self.ready)?;
+        let mut runner = answer(opened, &self.ready)?.summing(self.wiring.stats.clone());
         let mut intake = FramesIntake {
             free_samples: Arc::clone(&self.free_samples),
             rate: self.recipe.layout().sample_rate(),

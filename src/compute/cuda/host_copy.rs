@@ -11,14 +11,25 @@
 //! stage thread owns for the time of the call, so scoped threads over
 //! disjoint parts keep them safe Rust; below [`PARALLEL_MIN_BYTES`] a copy
 //! stays on the calling thread (a thread start costs more than it saves).
+//!
+//! The scatter also sums each row's CMVN statistics when the run keeps
+//! them, as the CPU workers do beside their rows: on the CUDA path the
+//! writer used to sum them on its own thread, 27 µs of its 45 a file for
+//! librosa's rows (docs/BENCHMARKS.md, "Issue 50, item 1").
+
+use crate::cmvn::{Bins, RowStats};
 
 /// Copies smaller than this stay on the calling thread.
 pub(super) const PARALLEL_MIN_BYTES: usize = 4 << 20;
 
 /// Threads for the host copies on a machine with `cores` cores: a quarter
-/// of them, 1 to 4 (memory bandwidth, not arithmetic, is what they use).
+/// of them, 2 to 4 (memory bandwidth, not arithmetic, is what they use).
+/// At least two even on few cores: the stage thread waits while they copy,
+/// and it is the one serial thread of the CUDA path; a copy it made itself
+/// (a speech batch's samples, about 0.7 MB an utterance) cost it 160 µs a
+/// file on a 2-core host (docs/BENCHMARKS.md, "Issue 50, item 1").
 pub(super) fn copy_threads(cores: usize) -> usize {
-    (cores / 4).clamp(1, 4)
+    (cores / 4).clamp(2, 4)
 }
 
 /// Splits `sizes` into at most `threads` runs of consecutive items with
@@ -92,22 +103,29 @@ pub(super) fn f32_values(bytes: &[u8], out: &mut Vec<f32>) {
 }
 
 /// Fills each row of `rows` with its source: the values `decode` reads from
-/// `src[i].0`, then the pad value `src[i].1` when there is one. On up to
-/// `threads` threads when the sources hold at least `min_bytes`.
+/// `src[i].0`, then the pad value `src[i].1` when there is one; with `sum`,
+/// each row's CMVN statistics too (`crate::cmvn`, the very sums the CPU
+/// workers make), so no serial thread sums them. On up to `threads`
+/// threads when the sources hold at least `min_bytes`.
 pub(super) fn scatter(
     src: &[(&[u8], Option<f32>)],
-    rows: &mut [Vec<f32>],
-    threads: usize,
-    min_bytes: usize,
+    rows: &mut [(Vec<f32>, Option<RowStats>)],
+    (threads, min_bytes): (usize, usize),
     decode: Decode,
+    sum: Option<&Bins>,
 ) {
     assert_eq!(src.len(), rows.len(), "one row per source");
     let total: usize = src.iter().map(|(v, _)| v.len()).sum();
     if threads <= 1 || total < min_bytes {
-        for ((values, pad), row) in src.iter().zip(rows.iter_mut()) {
+        let mut scratch = sum.map(Bins::acc);
+        for ((values, pad), (row, stats)) in src.iter().zip(rows.iter_mut()) {
             row.clear();
             decode(values, row);
             row.extend(*pad);
+            *stats = match (sum, &mut scratch) {
+                (Some(bins), Some(scratch)) => Some(bins.row(row, scratch)),
+                _ => None,
+            };
         }
         return;
     }
@@ -119,9 +137,21 @@ pub(super) fn scatter(
             rest = tail;
             let group = &src[start..end];
             start = end;
-            s.spawn(move || scatter(group, mine, 1, 0, decode));
+            s.spawn(move || scatter(group, mine, (1, 0), decode, sum));
         }
     });
+}
+
+/// The threads and the smallest batch to spread for a scatter that sums
+/// (`summing`) or only copies. Summing is arithmetic, several times a
+/// copy's cost a byte, so it is spread from a sixteenth of a copy's
+/// threshold, and over at least two threads: the stage thread that calls
+/// the scatter waits for them instead of summing itself.
+pub(super) fn scatter_threads(copy_threads: usize, summing: bool) -> (usize, usize) {
+    match summing {
+        true => (copy_threads.max(2), PARALLEL_MIN_BYTES / 16),
+        false => (copy_threads, PARALLEL_MIN_BYTES),
+    }
 }
 
 #[cfg(test)]
@@ -195,9 +225,9 @@ mod tests {
                 .enumerate()
                 .map(|(i, b)| (b.as_slice(), (i % 2 == 0).then_some(i as f32)))
                 .collect();
-            let mut want_rows = vec![vec![9.0f32; 3]; src.len()];
-            scatter(&src, &mut want_rows, 1, 0, f32_values);
-            for (i, (row, v)) in want_rows.iter().zip(&p).enumerate() {
+            let mut want_rows = vec![(vec![9.0f32; 3], None); src.len()];
+            scatter(&src, &mut want_rows, (1, 0), f32_values, None);
+            for (i, ((row, _), v)) in want_rows.iter().zip(&p).enumerate() {
                 assert_eq!(&row[..v.len()], v.as_slice());
                 assert_eq!(row.len(), v.len() + usize::from(i % 2 == 0));
             }
@@ -205,16 +235,49 @@ mod tests {
                 let mut got = vec![0xEEu8; at + 7];
                 gather(&placed, &mut got, threads, 0);
                 assert_eq!(got, want, "{threads} threads, {lens:?}");
-                let mut rows = vec![vec![9.0f32; 3]; src.len()];
-                scatter(&src, &mut rows, threads, 0, f32_values);
+                let mut rows = vec![(vec![9.0f32; 3], None); src.len()];
+                scatter(&src, &mut rows, (threads, 0), f32_values, None);
                 assert_eq!(rows, want_rows, "{threads} threads, {lens:?}");
             }
         }
     }
 
+    /// With `sum`, every row comes with the statistics `Bins::row` gives it
+    /// (what the CPU workers hand on), bit for bit, on any thread count.
     #[test]
-    fn copy_threads_are_a_quarter_of_the_cores_from_1_to_4() {
-        let got: Vec<usize> = [1, 2, 4, 8, 16, 64].map(copy_threads).to_vec();
-        assert_eq!(got, [1, 1, 1, 2, 4, 4]);
+    fn summed_rows_carry_the_cpu_workers_statistics_on_any_thread_count() {
+        use crate::model::Dtype;
+        let (bins, frames) = (8, 5);
+        for dtype in [Dtype::Float32, Dtype::Float16] {
+            let sum = Bins::mel([1, 2, bins, frames], dtype);
+            let p = parts(&[2 * bins * frames; 7]);
+            let bytes: Vec<Vec<u8>> = (p.iter())
+                .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+                .collect();
+            let src: Vec<(&[u8], Option<f32>)> = bytes.iter().map(|b| (&b[..], None)).collect();
+            for threads in 1..=4 {
+                let mut rows = vec![(Vec::new(), None); src.len()];
+                scatter(&src, &mut rows, (threads, 0), f32_values, Some(&sum));
+                for ((row, stats), want) in rows.iter().zip(&p) {
+                    assert_eq!(row, want);
+                    let expected = sum.row(want, &mut sum.acc());
+                    assert_eq!(stats.as_ref(), Some(&expected), "{threads} threads");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_summing_scatter_spreads_sooner_and_never_on_the_caller_alone() {
+        assert_eq!(scatter_threads(1, false), (1, PARALLEL_MIN_BYTES));
+        assert_eq!(scatter_threads(4, false), (4, PARALLEL_MIN_BYTES));
+        assert_eq!(scatter_threads(1, true), (2, PARALLEL_MIN_BYTES / 16));
+        assert_eq!(scatter_threads(4, true), (4, PARALLEL_MIN_BYTES / 16));
+    }
+
+    #[test]
+    fn copy_threads_are_a_quarter_of_the_cores_from_2_to_4() {
+        let got: Vec<usize> = [1, 2, 4, 8, 12, 16, 64].map(copy_threads).to_vec();
+        assert_eq!(got, [2, 2, 2, 2, 3, 4, 4]);
     }
 }

@@ -168,6 +168,9 @@ pub struct BatchRunner<D: Device, R: Recipe, T, B: HostBytes> {
     /// Their bytes: a copy may still read them, so they are never released
     /// (leaked in Drop — the safe failure).
     stranded: Vec<B>,
+    /// How each row's CMVN statistics are summed as it is copied out
+    /// ([`BatchRunner::summing`]); None: the rows go without them.
+    sum: Option<crate::cmvn::Bins>,
 }
 
 const ALIGN: usize = 256;
@@ -226,6 +229,7 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             errors,
             lost_tags: Vec::new(),
             stranded: Vec::new(),
+            sum: None,
         })
     }
 
@@ -254,6 +258,15 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(e);
+    }
+
+    /// Sums each row's CMVN statistics with `sum` as its batch is copied
+    /// out, on the copy threads ([`host_copy::scatter`]), and hands them to
+    /// the sink with the row, as the CPU workers do: the writer's serial
+    /// thread then only adds them.
+    pub fn summing(mut self, sum: Option<crate::cmvn::Bins>) -> Self {
+        self.sum = sum;
+        self
     }
 
     /// Files in the batch being assembled.
@@ -356,13 +369,13 @@ impl<D: Device, R: Recipe, T, B: HostBytes> BatchRunner<D, R, T, B> {
         let src: Vec<(&[u8], Option<f32>)> = (slot.placed.iter().enumerate())
             .map(|(k, p)| recipe.output(out, k, p))
             .collect();
-        let mut rows: Vec<Vec<f32>> = src.iter().map(|_| sink.buffer()).collect();
-        let threads = self.cfg.copy_threads;
-        let min = host_copy::PARALLEL_MIN_BYTES;
-        host_copy::scatter(&src, &mut rows, threads, min, recipe.decoder());
+        let mut rows: Vec<_> = src.iter().map(|_| (sink.buffer(), None)).collect();
+        let sum = self.sum.as_ref();
+        let spread = host_copy::scatter_threads(self.cfg.copy_threads, sum.is_some());
+        host_copy::scatter(&src, &mut rows, spread, recipe.decoder(), sum);
         slot.placed.clear();
-        for (tag, row) in slot.tags.drain(..).zip(rows) {
-            sink.row(tag, row);
+        for (tag, (row, stats)) in slot.tags.drain(..).zip(rows) {
+            sink.row(tag, row, stats);
         }
     }
 

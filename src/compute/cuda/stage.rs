@@ -66,8 +66,15 @@ impl RowSink<usize> for Rows<'_> {
         self.free_rows.pop().unwrap_or_default()
     }
 
-    fn row(&mut self, job: usize, row: Vec<f32>) {
-        self.send(job, Ok(row));
+    fn row(&mut self, job: usize, row: Vec<f32>, stats: Option<crate::cmvn::RowStats>) {
+        let outcome = Outcome {
+            job,
+            row: Ok(row),
+            stats,
+        };
+        if self.output.push(outcome).is_err() {
+            self.closed = true;
+        }
     }
 }
 

@@ -438,7 +438,13 @@ impl HostDouble {
         Ok(())
     }
 
+    /// Runs one queued operation, its CPU time left out of the calling
+    /// stage's serial clock: it is the device's work (`telemetry::stand_in`).
     fn execute(&mut self, w: &Work) -> Result<()> {
+        crate::runtime::telemetry::stand_in(|| self.execute_now(w))
+    }
+
+    fn execute_now(&mut self, w: &Work) -> Result<()> {
         match w {
             Work::HtoD { dst, off, src, len } => {
                 // SAFETY: the caller of `memcpy_htod_async` promised the source
