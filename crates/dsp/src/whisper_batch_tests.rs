@@ -110,3 +110,30 @@ fn log10_is_within_two_ulp_and_exact_at_the_floor() {
         x *= 1.000_37;
     }
 }
+
+/// The transposing pack gives the values of a pack that gathers each
+/// sample of each frame (`src[2j + 160 l]`, `src[2j + 1 + 160 l]` times
+/// the window), bit for bit.
+#[test]
+fn packing_through_transposed_blocks_equals_gathering_every_sample() {
+    type V = super::Portable32;
+    let l = <V as crate::vector::Vector>::L;
+    let window: Vec<f64> = (0..N_FFT).map(|k| 0.25 + (k as f64 * 0.37).sin()).collect();
+    let ones = vec![1.0f64];
+    let filters = (0..MAX_MELS).map(|k| (k, ones.as_slice()));
+    let b = WhisperBatch::new(&window, filters, Level::Portable);
+    let src = noise(HOP * (l - 1) + N_FFT, 11);
+    let mut bufs = b.buffers();
+    let (mut want_re, mut want_im) = (vec![0f32; M * l], vec![0f32; M * l]);
+    for j in 0..M {
+        for lane in 0..l {
+            want_re[j * l + lane] = src[2 * j + HOP * lane] * window[2 * j] as f32;
+            want_im[j * l + lane] = src[2 * j + 1 + HOP * lane] * window[2 * j + 1] as f32;
+        }
+    }
+    let (re, im) = (&mut bufs.re[0], &mut bufs.im[0]);
+    b.pack::<V>(&src, &mut bufs.block, re, im);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&re[..M * l]), bits(&want_re));
+    assert_eq!(bits(&im[..M * l]), bits(&want_im));
+}
