@@ -14,7 +14,7 @@ use crate::common;
 const FBANK16: &str = "[features]\nrecipe = \"kaldi-fbank\"\nsample_frequency = 4096\n\
                        num_mel_bins = 20\n\n[output]\ndtype = \"float16\"\nchunk_files = 8\n";
 
-fn stats_of(h5: &Path) -> Stats {
+pub(crate) fn stats_of(h5: &Path) -> Stats {
     let f = hdf5::File::open(h5).unwrap();
     melforge::writer::stats::read(&f)
         .unwrap()

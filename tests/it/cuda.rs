@@ -186,12 +186,7 @@ fn float16_builds_on_the_cuda_stage_equal_the_cpu_build_bit_for_bit() {
         );
         // The CMVN statistics, summed as the stage copies its rows out (not
         // by the writer), are the CPU workers' to the bit.
-        let stats = |dir: &Path| {
-            let f = hdf5::File::open(dir.join(&split)).unwrap();
-            melforge::writer::stats::read(&f)
-                .unwrap()
-                .expect("statistics")
-        };
+        let stats = |dir: &Path| crate::cmvn::stats_of(&dir.join(&split));
         let (g, c) = (stats(&gpu_out), stats(&cpu_out));
         assert!(g.frames > 0, "{split:?}");
         assert_eq!(g.frames, c.frames, "{split:?}");

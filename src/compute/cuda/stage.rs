@@ -67,20 +67,21 @@ impl RowSink<usize> for Rows<'_> {
     }
 
     fn row(&mut self, job: usize, row: Vec<f32>, stats: Option<crate::cmvn::RowStats>) {
-        let outcome = Outcome {
+        self.push(Outcome {
             job,
             row: Ok(row),
             stats,
-        };
-        if self.output.push(outcome).is_err() {
-            self.closed = true;
-        }
+        });
     }
 }
 
 impl Rows<'_> {
     fn send(&mut self, job: usize, row: Result<Vec<f32>, Reject>) {
-        if self.output.push(Outcome::new(job, row)).is_err() {
+        self.push(Outcome::new(job, row));
+    }
+
+    fn push(&mut self, outcome: Outcome) {
+        if self.output.push(outcome).is_err() {
             self.closed = true;
         }
     }
