@@ -442,9 +442,22 @@ pub fn fadvise_dontneed_range(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::
 /// Starts writeback of the file's dirty pages without waiting for it
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` over the whole file).
 pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
+    start_writeback_range(fd, 0, 0)
+}
+
+/// [`start_writeback`] of the `len` bytes at `offset` (0: to the end).
+pub fn start_writeback_range(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
     // SAFETY: the descriptor is borrowed, so open; the call only schedules
     // I/O of the file's own pages.
-    if unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
+    if unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) }
+        != 0
+    {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -58,7 +58,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Writes outstanding against one buffer or one file, and the first error.
 #[derive(Default)]
-struct Count {
+pub(super) struct Count {
     state: Mutex<(usize, Option<std::io::Error>)>,
     done: Condvar,
 }
@@ -235,7 +235,7 @@ pub(super) fn lend<B, T: Copy, R>(loaned: &Loaned<B>, data: &[T], f: impl FnOnce
 }
 
 /// The lent buffer's counter, when `[ptr, ptr + len)` lies in it.
-fn lent_for(ptr: usize, len: usize) -> Option<Arc<Count>> {
+pub(super) fn lent_for(ptr: usize, len: usize) -> Option<Arc<Count>> {
     LENT.with(|l| {
         l.borrow()
             .as_ref()
@@ -245,13 +245,35 @@ fn lent_for(ptr: usize, len: usize) -> Option<Arc<Count>> {
 }
 
 /// One open file's queued writes: their byte ranges and the first error.
-struct Flight {
+pub(super) struct Flight {
     file: File,
     ranges: Mutex<Vec<(u64, u64)>>,
     count: Count,
+    /// Start each chunk's writeback once it is written (serve: its flush
+    /// syncs every few milliseconds, and then finds the chunks on their way
+    /// to the disk instead of writing them all back on its own thread).
+    writeback: bool,
 }
 
 impl Flight {
+    /// The queue of `file` (a descriptor of its own), the copiers started;
+    /// `writeback`: see the field.
+    pub(super) fn of(file: &File, writeback: bool) -> std::io::Result<Arc<Flight>> {
+        let file = file.try_clone()?;
+        pool();
+        Ok(Arc::new(Flight {
+            file,
+            ranges: Mutex::default(),
+            count: Count::default(),
+            writeback,
+        }))
+    }
+
+    /// Waits for every queued write; the first error.
+    pub(super) fn wait(&self) -> std::io::Result<()> {
+        self.count.wait()
+    }
+
     fn overlaps(&self, addr: u64, len: u64) -> bool {
         lock(&self.ranges)
             .iter()
@@ -260,7 +282,7 @@ impl Flight {
 
     /// Waits for the queued writes that overlap `[addr, addr + len)` (all
     /// of them: they are few, a chunk each), then returns the first error.
-    fn settle(&self, addr: u64, len: u64) -> std::io::Result<()> {
+    pub(super) fn settle(&self, addr: u64, len: u64) -> std::io::Result<()> {
         if self.overlaps(addr, len) {
             return self.count.wait();
         }
@@ -332,6 +354,15 @@ fn copy_loop(rx: &Mutex<Receiver<Job>>, me: &Copier) {
         // alive and unchanged until `buffer` counts this write done.
         let bytes = unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
         let r = job.flight.file.write_all_at(bytes, job.addr);
+        if r.is_ok() && job.flight.writeback {
+            use std::os::fd::AsFd;
+            // A hint: the flush's fdatasync is what makes the bytes durable.
+            let _ = crate::runtime::sys::start_writeback_range(
+                job.flight.file.as_fd(),
+                job.addr,
+                job.len as u64,
+            );
+        }
         {
             let mut ranges = lock(&job.flight.ranges);
             if let Some(i) = ranges.iter().position(|&r| r == (job.addr, job.len as u64)) {
@@ -389,6 +420,35 @@ fn queue(job: Job) -> std::io::Result<()> {
         return r;
     }
     Ok(())
+}
+
+/// A driver's write of `size` bytes at `buf` to `addr` of `flight`'s file:
+/// queued for a copier when `lent` (the lent buffer's counter, from
+/// [`lent_for`]), else written here. Either way after the queued writes it
+/// overlaps.
+pub(super) fn write_at(
+    flight: &Arc<Flight>,
+    lent: Option<Arc<Count>>,
+    addr: u64,
+    buf: *const c_void,
+    size: usize,
+) -> std::io::Result<()> {
+    flight.settle(addr, size as u64)?;
+    match lent {
+        Some(buffer) => queue(Job {
+            flight: Arc::clone(flight),
+            buffer,
+            addr,
+            ptr: buf as usize,
+            len: size,
+        }),
+        None => {
+            // SAFETY: the driver's caller (HDF5) passes a buffer of `size`
+            // bytes for the call.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), size) };
+            flight.file.write_all_at(bytes, addr)
+        }
+    }
 }
 
 /// Whether this HDF5 can use the driver, or why not (once per process).
@@ -456,13 +516,7 @@ unsafe extern "C" fn open(
 ) -> *mut Public {
     // SAFETY: HDF5 passes the file name as a NUL-terminated string.
     let opened = unsafe { Base::open(name, flags) }.and_then(|base| {
-        let file = base.file.try_clone()?;
-        pool();
-        let flight = Arc::new(Flight {
-            file,
-            ranges: Mutex::default(),
-            count: Count::default(),
-        });
+        let flight = Flight::of(&base.file, false)?;
         Ok(Open { base, flight })
     });
     driver::into_public(opened)
@@ -508,23 +562,7 @@ unsafe extern "C" fn write(
     let lent = (ty == MEM_DRAW)
         .then(|| lent_for(buf as usize, size))
         .flatten();
-    let r = match lent {
-        Some(buffer) => o.flight.settle(addr, size as u64).and_then(|()| {
-            queue(Job {
-                flight: Arc::clone(&o.flight),
-                buffer,
-                addr,
-                ptr: buf as usize,
-                len: size,
-            })
-        }),
-        None => o.flight.settle(addr, size as u64).and_then(|()| {
-            // SAFETY: HDF5 passes a buffer of `size` bytes for the call.
-            let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), size) };
-            o.base.file.write_all_at(bytes, addr)
-        }),
-    };
-    if let Err(e) = r {
+    if let Err(e) = write_at(&o.flight, lent, addr, buf, size) {
         return o.base.fail("write", &e);
     }
     o.base.eof = o.base.eof.max(addr + size as u64);
@@ -567,6 +605,7 @@ mod tests {
             file,
             ranges: Mutex::default(),
             count: Count::default(),
+            writeback: false,
         })
     }
 

@@ -377,7 +377,7 @@ impl Appender {
         let entry = MetaColumn::entry(meta)?;
         // A full chunk is written before the row is taken, so a refusal for
         // lack of space leaves the row with the caller and nothing changed.
-        if self.store.is_full(self.chunk_files) {
+        if self.store.is_full(self.chunk_files, self.rows_written) {
             self.reserve(self.store.rows(), rel_path.len() + entry.as_str().len())?;
             self.guard(|a| a.write_pending())?;
         }
@@ -446,6 +446,9 @@ impl Appender {
             a.write_names()?;
             a.write_pending()?;
             a.cmvn.write(&a.path, a.rows_written)?;
+            // The chunks lent to the copiers land before the metadata that
+            // names them and before the sync.
+            a.store.settle(&a.path)?;
             a.file.flush().ctx(&a.path, || "flush the file".into())?;
             a.sync_file()?;
             // The rewritten chunks and the index that names them are in the
@@ -559,6 +562,10 @@ impl Appender {
             cmvn,
             ..
         } = self;
+        let mut store = store;
+        if let Err(e) = store.settle(&path) {
+            tracing::warn!(error = %e, "A chunk of an abandoned split file was not written.");
+        }
         let armed = armed.map_or_else(
             || {
                 arm(&path).unwrap_or_else(|e| {

@@ -23,7 +23,7 @@ impl Appender {
     ) -> Result<Result<usize, Refusal>, Error> {
         self.check_target(rel_path, label)?;
         let entry = MetaColumn::entry(meta)?;
-        if self.store.is_full(self.chunk_files) {
+        if self.store.is_full(self.chunk_files, self.rows_written) {
             self.reserve(self.store.rows(), rel_path.len() + entry.as_str().len())?;
             self.guard(|a| a.write_pending())?;
         }
@@ -34,7 +34,7 @@ impl Appender {
                 Ok(true) => {
                     self.store.extend_frames(&self.path, piece)?;
                     acc.add_frames(piece);
-                    if self.store.is_full(self.chunk_files) {
+                    if self.store.is_full(self.chunk_files, self.rows_written) {
                         self.reserve(self.store.rows(), 0)?;
                         self.guard(|a| {
                             a.write_pending()?;

@@ -4,6 +4,15 @@
 //! that the appender's journal-facing logic (label names, space
 //! reservations, flush, recovery, undo) is the same for both.
 //!
+//! librosa's rows are written a chunk at a time: the buffer is due at the
+//! next chunk boundary, so once the rows reach one it holds a whole chunk,
+//! which goes to the file by a direct chunk write whose bytes the copiers
+//! put in the file (`crate::writer::lent`, as the build's writer does).
+//! What a flush writes before a boundary (the rows of a partly filled
+//! chunk, then the rest of that chunk at the next write) goes through
+//! `write_slice`. [`Store::settle`] waits for the copiers; the flush calls
+//! it before HDF5's metadata and the `fsync`.
+//!
 //! Recovery cuts both layouts to the journal's rows: the per-row datasets
 //! to the confirmed count, `features` to the end of the last confirmed row
 //! (read from that row's `offsets` and `lengths`, which the confirmed flush
@@ -27,6 +36,7 @@ use hdf5::Dataset;
 use crate::frames::{FrameLayout, RowLayout};
 use crate::writer::Error;
 use crate::writer::chunk::ChunkBuf;
+use crate::writer::direct::MelChunks;
 use crate::writer::frames::{FrameBuf, FrameSets, chunk_frames};
 use crate::writer::h5::{Context, Datasets, Header, PathColumn};
 
@@ -242,8 +252,15 @@ impl Sets {
 pub(super) enum Store {
     Mel {
         ds: Datasets,
+        /// The rows since the last write: up to the next chunk boundary.
         chunk: ChunkBuf,
         row_len: usize,
+        /// Rows per `mel` chunk.
+        chunk_rows: usize,
+        /// Whole chunks go to the file by direct chunk writes, their bytes
+        /// lent to the copiers (`crate::writer::lent`); None where the
+        /// dataset's chunks are not plain rows of `chunk_rows`.
+        direct: Option<MelChunks>,
     },
     Frames {
         ds: FrameSets,
@@ -283,11 +300,22 @@ impl Store {
                     ds,
                 })
             }
-            (Sets::Mel(ds), RowLayout::Fixed(s)) => Ok(Store::Mel {
-                ds,
-                chunk: ChunkBuf::new(spec.dtype, s.row_shape(), spec.chunk_files),
-                row_len: s.row_len(),
-            }),
+            (Sets::Mel(ds), RowLayout::Fixed(s)) => {
+                let chunk_rows = spec.chunk_files;
+                let mut shape = vec![chunk_rows];
+                shape.extend(s.row_shape());
+                let plain = ds.mel.filters().is_empty() && ds.mel.chunk() == Some(shape);
+                let direct = plain
+                    .then(|| MelChunks::new(&ds.mel, chunk_rows, s.row_len(), false))
+                    .flatten();
+                Ok(Store::Mel {
+                    chunk: ChunkBuf::new(spec.dtype, s.row_shape(), chunk_rows),
+                    row_len: s.row_len(),
+                    chunk_rows,
+                    direct,
+                    ds,
+                })
+            }
             _ => Err(crate::writer::PlanError::LayoutMismatch.into()),
         }
     }
@@ -315,9 +343,15 @@ impl Store {
     /// written: each write rewrites the partly filled last chunk, so fewer
     /// writes mean fewer rewrites (each packs a chunk again and leaves the
     /// old one's bytes behind).
-    pub(super) fn is_full(&self, chunk_files: usize) -> bool {
+    ///
+    /// A librosa buffer is due at the next chunk boundary after `written`
+    /// (the rows in the file): a buffer that starts on one is then a whole
+    /// chunk, written directly.
+    pub(super) fn is_full(&self, chunk_files: usize, written: usize) -> bool {
         match self {
-            Store::Mel { chunk, .. } => chunk.is_full(),
+            Store::Mel {
+                chunk, chunk_rows, ..
+            } => chunk.rows() >= chunk_rows - written % chunk_rows,
             Store::Frames {
                 buf, chunk_frames, ..
             } => {
@@ -467,8 +501,15 @@ impl Store {
     /// appender's `writer::strings` column).
     pub(super) fn write(&mut self, p: &Path, rows: usize) -> Result<(), Error> {
         match self {
-            Store::Mel { ds, chunk, .. } => {
-                ds.write_rows(p, rows, chunk, None)?;
+            Store::Mel {
+                ds,
+                chunk,
+                chunk_rows,
+                direct,
+                ..
+            } => {
+                let whole = rows.is_multiple_of(*chunk_rows) && chunk.rows() == *chunk_rows;
+                ds.write_rows(p, rows, chunk, direct.as_mut().filter(|_| whole))?;
                 chunk.clear();
             }
             Store::Frames {
@@ -503,6 +544,21 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Waits until every chunk written directly is in the file (before the
+    /// flush's metadata and `fsync`, and before the undo log is armed).
+    pub(super) fn settle(&mut self, p: &Path) -> Result<(), Error> {
+        match self {
+            Store::Mel {
+                ds,
+                direct: Some(direct),
+                ..
+            } => direct
+                .flush(&ds.mel)
+                .ctx(p, || "write the chunks of dataset `mel`".into()),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -163,6 +163,11 @@ fn disarm(key: Key) {
     }
 }
 
+/// Whether the file `key` is armed: its writes must pass [`record`] first.
+pub(super) fn is_armed(key: Key) -> bool {
+    N_ARMED.load(Ordering::SeqCst) > 0 && armed().as_ref().is_some_and(|m| m.contains_key(&key))
+}
+
 /// Called by the driver before it writes `len` bytes at `addr` of the file
 /// `key` (read through `src`): when that file is armed and the range starts
 /// below its armed length, saves the bytes there to the log and syncs it.

@@ -1,10 +1,18 @@
 //! The HDF5 file driver of serve's split files: POSIX `pread`/`pwrite` like
 //! HDF5's default `sec2` driver (same feature flags, same file format: h5py
-//! and every other reader open the files with `sec2`), plus one hook: before
-//! a write or truncate, the bytes about to go are saved to the file's undo log
-//! when the file is armed (`super::undo`). That is what makes recovery at
-//! open and the close safe against a power loss that tears their in-place
-//! metadata writes.
+//! and every other reader open the files with `sec2`), plus two hooks:
+//!
+//! * before a write or truncate, the bytes about to go are saved to the
+//!   file's undo log when the file is armed (`super::undo`). That is what
+//!   makes recovery at open and the close safe against a power loss that
+//!   tears their in-place metadata writes;
+//! * a whole `mel` chunk the appender lends (`crate::writer::lent`, as the
+//!   build's writer does) is queued for the copier threads instead of being
+//!   written before the call returns, while the file is not armed. A read
+//!   waits for the queued writes it overlaps; a metadata write, a truncate
+//!   and the close wait for all of them, so no chunk index or extent that
+//!   names a chunk reaches the file before the chunk's bytes; the
+//!   appender's flush waits for them before its `fsync`.
 //!
 //! The class and the parts that are `sec2`'s are `writer::driver`'s (HDF5
 //! 1.10.8 to 1.10.x only, [`available`]). Elsewhere the files are opened
@@ -18,19 +26,21 @@
 //! every pair of its writes: the exact places a kill -9 can land.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::os::unix::fs::FileExt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use hdf5_sys::h5::{haddr_t, hbool_t, herr_t};
 use hdf5_sys::h5i::hid_t;
 
 use super::undo;
-use crate::writer::driver::{self, Base, Callbacks, Public};
+use crate::writer::driver::{self, Base, Callbacks, MEM_DRAW, Public};
+use crate::writer::lent::{self, Flight};
 
 /// An open file: `Base` first, so HDF5's `H5FD_t *` is a pointer to it.
 #[repr(C)]
 struct Open {
     base: Base,
+    /// Its chunk writes queued for the copiers.
+    flight: Arc<Flight>,
 }
 
 /// Whether this HDF5 can use the driver, or why not (once per process).
@@ -79,14 +89,21 @@ unsafe extern "C" fn open(
     _maxaddr: haddr_t,
 ) -> *mut Public {
     // SAFETY: HDF5 passes the file name as a NUL-terminated string.
-    driver::into_public(unsafe { Base::open(name, flags) }.map(|base| Open { base }))
+    let opened = unsafe { Base::open(name, flags) }.and_then(|base| {
+        let flight = Flight::of(&base.file, true)?;
+        Ok(Open { base, flight })
+    });
+    driver::into_public(opened)
 }
 
 unsafe extern "C" fn close(f: *mut Public) -> herr_t {
     // SAFETY: `f` came from `open` (Box::into_raw of an Open) and HDF5 closes
-    // it once; the descriptor closes with the box.
-    drop(unsafe { Box::from_raw(f.cast::<Open>()) });
-    0
+    // it once; the descriptors close with the box.
+    let o = unsafe { Box::from_raw(f.cast::<Open>()) };
+    match o.flight.wait() {
+        Ok(()) => 0,
+        Err(e) => o.base.fail("queued chunk write", &e),
+    }
 }
 
 unsafe extern "C" fn read(
@@ -97,39 +114,58 @@ unsafe extern "C" fn read(
     size: usize,
     buf: *mut c_void,
 ) -> herr_t {
-    // SAFETY: an open file of this driver; HDF5 passes a buffer of `size` bytes.
-    unsafe { driver::read_into(&this(f).base, addr, size, buf) }
+    // SAFETY: an open file of this driver.
+    let o = unsafe { this(f) };
+    if let Err(e) = o.flight.settle(addr, size as u64) {
+        return o.base.fail("queued chunk write", &e);
+    }
+    // SAFETY: HDF5 passes a buffer of `size` bytes.
+    unsafe { driver::read_into(&o.base, addr, size, buf) }
 }
 
 unsafe extern "C" fn write(
     f: *mut Public,
-    _type: c_int,
+    ty: c_int,
     _dxpl: hid_t,
     addr: haddr_t,
     size: usize,
     buf: *const c_void,
 ) -> herr_t {
-    // SAFETY: an open file of this driver; HDF5 passes a buffer of `size` bytes.
-    let (o, buf) = unsafe {
-        (
-            &mut this(f).base,
-            std::slice::from_raw_parts(buf.cast::<u8>(), size),
-        )
-    };
+    // SAFETY: an open file of this driver.
+    let o = unsafe { this(f) };
     crash_point();
-    if let Err(e) = undo::record(o.key, &o.file, addr, size as u64) {
-        return o.fail("undo log write", &e);
+    // Raw data of a lent chunk goes to a copier unless the undo log must
+    // see the bytes it replaces first. Metadata waits for every queued
+    // chunk: it may name them.
+    let lent = (ty == MEM_DRAW && !undo::is_armed(o.base.key))
+        .then(|| lent::lent_for(buf as usize, size))
+        .flatten();
+    let settled = match ty == MEM_DRAW {
+        true => o.flight.settle(addr, size as u64),
+        false => o.flight.wait(),
+    };
+    if let Err(e) = settled {
+        return o.base.fail("queued chunk write", &e);
     }
-    if let Err(e) = o.file.write_all_at(buf, addr) {
-        return o.fail("write", &e);
+    if lent.is_none()
+        && let Err(e) = undo::record(o.base.key, &o.base.file, addr, size as u64)
+    {
+        return o.base.fail("undo log write", &e);
     }
-    o.eof = o.eof.max(addr + size as u64);
+    if let Err(e) = lent::write_at(&o.flight, lent, addr, buf, size) {
+        return o.base.fail("write", &e);
+    }
+    o.base.eof = o.base.eof.max(addr + size as u64);
     0
 }
 
 unsafe extern "C" fn truncate(f: *mut Public, _dxpl: hid_t, _closing: hbool_t) -> herr_t {
     // SAFETY: an open file of this driver.
-    let o = &mut unsafe { this(f) }.base;
+    let open = unsafe { this(f) };
+    if let Err(e) = open.flight.wait() {
+        return open.base.fail("queued chunk write", &e);
+    }
+    let o = &mut open.base;
     if o.eoa == o.eof {
         return 0;
     }
