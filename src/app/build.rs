@@ -270,7 +270,7 @@ pub fn build_input(
     // The device probe (0.5–1.5 s with a GPU) and hwloc's topology discovery
     // run while the tree is walked.
     let probe = compute::Probe::spawn(cfg.compute.backend);
-    crate::runtime::pin::discover_in_background();
+    crate::runtime::pin::discover_in_background(compute::may_use_gpu(cfg.compute.backend));
     // Held until the build ends: dropping it removes the spill folder.
     if cfg.output.lhotse {
         match input {

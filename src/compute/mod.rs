@@ -125,6 +125,13 @@ pub fn select(requested: Backend) -> Result<Choice, Error> {
 /// [`select`] with the probe injected (tests).
 /// Whether the test harness asks for the host double (a build with
 /// `host-kernels` and [`HOST_DOUBLE_ENV`]` = 1`).
+/// Whether a run asked for `requested` may compute on a GPU, so that
+/// placing threads near it is worth hwloc's PCI discovery (in the
+/// background, `runtime::pin::discover_in_background`).
+pub fn may_use_gpu(requested: Backend) -> bool {
+    requested != Backend::Cpu
+}
+
 pub fn host_double_requested() -> bool {
     cfg!(feature = "host-kernels") && std::env::var_os(HOST_DOUBLE_ENV).is_some_and(|v| v == "1")
 }
@@ -159,21 +166,25 @@ pub fn select_with(
 /// The choice for `recipe`. The CUDA kernels compute librosa, Kaldi
 /// fbank/MFCC and Whisper, but not every option (dither draws noise on the
 /// CPU): such a recipe runs on the CPU under `auto` (the reason says why)
-/// and fails clearly under `cuda`.
+/// and fails clearly under `cuda`. `host_decode`: every input is decoded or
+/// resampled on the host (compressed files, `input.resample`), which `auto`
+/// weighs ([`cpu_outruns_gpu_from`]).
 pub fn for_recipe(
     choice: Choice,
     requested: Backend,
     recipe: &dyn FrameRecipe,
+    host_decode: bool,
 ) -> Result<Choice, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if choice.target == Target::Cpu {
         return Ok(choice);
     }
     let name = recipe.layout().recipe().to_string();
+    let host = (cores, host_decode);
     let why = match recipe.plan() {
-        RecipePlan::Librosa(_) => return Ok(auto_rule(choice, requested, &name, cores)),
+        RecipePlan::Librosa(_) => return Ok(auto_rule(choice, requested, &name, host)),
         plan => match cuda::frames_exec::FrameTables::new(&plan) {
-            Ok(_) => return Ok(auto_rule(choice, requested, &name, cores)),
+            Ok(_) => return Ok(auto_rule(choice, requested, &name, host)),
             Err(why) => why,
         },
     };
@@ -187,42 +198,56 @@ pub fn for_recipe(
 }
 
 /// The fewest cores at which the CPU backend outruns the CUDA stage for a
-/// recipe (by its `[features] recipe` name), from the full-size `gpu-bench` on the 16-core
-/// H200 box after issue 39 (docs/GPU.md, "Which backend `auto` picks"): the
-/// CPU's rate per core there against the CUDA stage's rate, which its
-/// serial host stages cap whatever the cores. librosa: 28.2k files/s on 16
-/// cores (1.76k a core) against 16.3k on cuda, and 22.6k against 11.4–12.7k
-/// in round 4, so 9 cores pass it; Whisper: 2.77k (173 a core) against
-/// 1.66k, 10; Kaldi fbank: 4.38k (274 a core) against 2.68k, and MFCC 7.93k
-/// (495) against 4.77k, 10 (before the float32 lanes the CPU's Kaldi ran
-/// at half that rate and the GPU led below 21 cores).
-pub fn cpu_outruns_gpu_from(recipe: &str) -> usize {
-    match recipe {
-        "librosa" => 9,
-        _ => 10,
+/// recipe (by its `[features] recipe` name) and its inputs, from the
+/// full-size `gpu-bench` on the H200 box of 2026-11-30, which built every
+/// input on 16 cores and again on 4 (docs/GPU.md, "Which backend `auto`
+/// picks"):
+/// * inputs decoded on the host (`host_decode`: FLAC, resampling): the CPU
+///   at 4 cores already (2.5–3× the CUDA stage, whose decode pool gets
+///   fewer cores), and at 16, so from 1;
+/// * librosa on WAV: the CUDA stage 1.26× the CPU on 4 cores, 0.71× on 16;
+///   the CPU's rate between them (16.9k and 30.9k files/s) passes the CUDA
+///   stage's 21.4k at 8;
+/// * Kaldi fbank and MFCC: the CPU at 4 cores already (0.66× and 0.74×);
+///   its rate per core there (1.07k, 1.12k) passes the CUDA stage's (2.80k,
+///   3.30k) from 3;
+/// * Whisper: a tie at 4 cores (0.97×), the CPU from 4.
+pub fn cpu_outruns_gpu_from(recipe: &str, host_decode: bool) -> usize {
+    match (recipe, host_decode) {
+        (_, true) => 1,
+        ("librosa", false) => 8,
+        ("whisper", false) => 4,
+        _ => 3,
     }
 }
 
 /// `auto` with a real GPU found: the CPU backend where this machine's cores
-/// outrun the CUDA stage for the recipe ([`cpu_outruns_gpu_from`]); the
-/// reason says which rule chose. `cuda` asked, or the host double, is kept.
-fn auto_rule(choice: Choice, requested: Backend, name: &str, cores: usize) -> Choice {
+/// (`host.0`) outrun the CUDA stage for the recipe and inputs (`host.1`:
+/// decoded on the host; [`cpu_outruns_gpu_from`]); the reason says which
+/// rule chose. `cuda` asked, or the host double, is kept.
+fn auto_rule(choice: Choice, requested: Backend, name: &str, host: (usize, bool)) -> Choice {
+    let (cores, host_decode) = host;
     if requested != Backend::Auto || !matches!(choice.target, Target::Gpu(_)) {
         return choice;
     }
-    let from = cpu_outruns_gpu_from(name);
+    let from = cpu_outruns_gpu_from(name, host_decode);
+    let what = match host_decode {
+        true => format!("features.recipe = \"{name}\" on inputs decoded on the host"),
+        false => format!("features.recipe = \"{name}\""),
+    };
     if cores >= from {
+        let plural = if from == 1 { "core" } else { "cores" };
         return Choice::cpu(format!(
-            "auto: {}; but for features.recipe = \"{name}\" the CPU backend outruns the CUDA \
-             stage from {from} cores and this machine has {cores}, so the CPU backend is used \
-             (--backend cuda forces the GPU)",
+            "auto: {}; but for {what} the CPU backend outruns the CUDA stage from {from} \
+             {plural} and this machine has {cores}, so the CPU backend is used (--backend \
+             cuda forces the GPU)",
             choice.reason.trim_start_matches("auto: ")
         ));
     }
     Choice {
         reason: format!(
-            "{}; for features.recipe = \"{name}\" the CUDA stage outruns the CPU below {from} \
-             cores and this machine has {cores}",
+            "{}; for {what} the CUDA stage outruns the CPU below {from} cores and this machine \
+             has {cores}",
             choice.reason
         ),
         ..choice
@@ -403,38 +428,50 @@ mod tests {
     fn auto_picks_the_backend_the_cores_make_faster_and_cuda_forces_the_gpu() {
         let gpu = test_gpu();
         let found = select_with(Backend::Auto, || Ok(gpu.clone())).unwrap();
-        let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, cores);
-        // The H200 box: 16 cores, where the CPU won every recipe (full-size
-        // gpu-bench after issue 39).
+        let pick = |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, (cores, false));
+        let decoded =
+            |recipe, cores| auto_rule(found.clone(), Backend::Auto, recipe, (cores, true));
+        // The H200 box on 16 cores: the CPU won every input (gpu-bench of
+        // 2026-11-30).
         let c = pick("librosa", 16);
         assert_eq!(c.backend, Backend::Cpu);
         assert!(
             c.reason.contains("\"librosa\"")
-                && c.reason.contains("from 9 cores")
+                && c.reason.contains("from 8 cores")
                 && c.reason.contains("has 16")
                 && c.reason.contains("Test GPU"),
             "{}",
             c.reason
         );
-        assert_eq!(pick("whisper", 16).backend, Backend::Cpu);
-        assert_eq!(pick("kaldi-fbank", 16).backend, Backend::Cpu);
-        assert_eq!(pick("kaldi-mfcc", 16).backend, Backend::Cpu);
-        // The speech recipes' crossover is 10 cores.
-        assert_eq!(pick("kaldi-fbank", 9).backend, Backend::Cuda);
-        assert_eq!(pick("kaldi-mfcc", 10).backend, Backend::Cpu);
-        // Fewer cores: the GPU.
-        let c = pick("librosa", 8);
+        for r in ["whisper", "kaldi-fbank", "kaldi-mfcc"] {
+            assert_eq!(pick(r, 16).backend, Backend::Cpu, "{r}");
+        }
+        // On 4 cores: the GPU for librosa on WAV, the CPU for the rest.
+        let c = pick("librosa", 4);
         assert_eq!(c.backend, Backend::Cuda);
         assert!(
-            c.reason.contains("below 9 cores") && c.reason.contains("has 8"),
+            c.reason.contains("below 8 cores") && c.reason.contains("has 4"),
             "{}",
             c.reason
         );
-        assert_eq!(pick("whisper", 9).backend, Backend::Cuda);
-        assert_eq!(pick("kaldi-fbank", 32).backend, Backend::Cpu);
+        for r in ["whisper", "kaldi-fbank", "kaldi-mfcc"] {
+            assert_eq!(pick(r, 4).backend, Backend::Cpu, "{r}");
+        }
+        assert_eq!(pick("kaldi-fbank", 2).backend, Backend::Cuda);
+        assert_eq!(pick("whisper", 3).backend, Backend::Cuda);
+        // Inputs decoded on the host (FLAC, resampling): the CPU on any host.
+        let c = decoded("librosa", 1);
+        assert_eq!(c.backend, Backend::Cpu);
+        assert!(
+            c.reason.contains("on inputs decoded on the host")
+                && c.reason.contains("from 1 core and"),
+            "{}",
+            c.reason
+        );
+        assert_eq!(decoded("kaldi-fbank", 4).backend, Backend::Cpu);
         // Asked for cuda: the GPU, whatever the cores.
         let forced = select_with(Backend::Cuda, || Ok(gpu.clone())).unwrap();
-        let c = auto_rule(forced, Backend::Cuda, "librosa", 64);
+        let c = auto_rule(forced, Backend::Cuda, "librosa", (64, true));
         assert_eq!(c.backend, Backend::Cuda);
         // The host double (tests) is never second-guessed.
         let double = Choice {
@@ -443,7 +480,7 @@ mod tests {
             target: Target::HostDouble,
         };
         assert_eq!(
-            auto_rule(double, Backend::Auto, "librosa", 64).backend,
+            auto_rule(double, Backend::Auto, "librosa", (64, true)).backend,
             Backend::Cuda
         );
     }
@@ -457,14 +494,14 @@ mod tests {
             target: Target::HostDouble,
         };
         let librosa = crate::recipes::librosa(&crate::dsp::Spec::default());
-        let kept = for_recipe(gpu.clone(), Backend::Auto, librosa.as_ref()).unwrap();
+        let kept = for_recipe(gpu.clone(), Backend::Auto, librosa.as_ref(), false).unwrap();
         assert_eq!(kept, gpu, "librosa keeps the GPU");
         let fbank = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Fbank).unwrap();
         let mfcc = crate::recipes::kaldi(&KaldiOptions::default(), Kind::Mfcc).unwrap();
         let whisper = crate::recipes::whisper(128).unwrap();
         for r in [&fbank, &mfcc, &whisper] {
             for asked in [Backend::Auto, Backend::Cuda] {
-                let c = for_recipe(gpu.clone(), asked, r.as_ref()).unwrap();
+                let c = for_recipe(gpu.clone(), asked, r.as_ref(), false).unwrap();
                 assert_eq!(c, gpu, "{} keeps the GPU", r.layout().recipe());
             }
         }
@@ -473,7 +510,7 @@ mod tests {
             ..KaldiOptions::default()
         };
         let dithered = crate::recipes::kaldi(&dithered, Kind::Fbank).unwrap();
-        let c = for_recipe(gpu.clone(), Backend::Auto, dithered.as_ref()).unwrap();
+        let c = for_recipe(gpu.clone(), Backend::Auto, dithered.as_ref(), false).unwrap();
         assert_eq!(c.target, Target::Cpu);
         assert!(
             c.reason
@@ -482,7 +519,7 @@ mod tests {
             "{}",
             c.reason
         );
-        let e = for_recipe(gpu, Backend::Cuda, dithered.as_ref()).unwrap_err();
+        let e = for_recipe(gpu, Backend::Cuda, dithered.as_ref(), false).unwrap_err();
         assert!(
             e.to_string().contains(
                 "features.recipe = \"kaldi-fbank\" cannot run on the CUDA kernels: dither"
@@ -491,7 +528,7 @@ mod tests {
         );
         let cpu = Choice::cpu("asked".into());
         assert_eq!(
-            for_recipe(cpu.clone(), Backend::Cuda, dithered.as_ref()).unwrap(),
+            for_recipe(cpu.clone(), Backend::Cuda, dithered.as_ref(), false).unwrap(),
             cpu
         );
     }

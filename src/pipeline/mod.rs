@@ -131,6 +131,8 @@ impl std::fmt::Display for Startup {
 struct PendingCompute {
     cfg: Config,
     wiring: Wiring,
+    /// Every file is decoded or resampled on the host (`auto` weighs it).
+    host_decode: bool,
 }
 
 /// A running stage graph.
@@ -159,8 +161,14 @@ pub struct Pipeline {
 
 /// Thread placement: hwloc's plan for both roles (near the GPU when one
 /// runs), with an explicit `io.pin` or `compute.pin` overriding its role.
+///
+/// With neither role on `auto`, hwloc's plan is not made at all.
 fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> Placement {
-    let mut placement = pin::plan(&PinPolicy::Auto, cfg.io.threads, workers, gpu_pci_bus_id);
+    let auto = cfg.io.pin == PinPolicy::Auto || cfg.compute.pin == PinPolicy::Auto;
+    let mut placement = match auto {
+        true => pin::plan(&PinPolicy::Auto, cfg.io.threads, workers, gpu_pci_bus_id),
+        false => pin::plan(&PinPolicy::Off, cfg.io.threads, workers, None),
+    };
     if cfg.io.pin != PinPolicy::Auto {
         placement.readers = pin::plan(&cfg.io.pin, cfg.io.threads, 0, None).readers;
     }
@@ -168,6 +176,12 @@ fn place_threads(cfg: &Config, workers: usize, gpu_pci_bus_id: Option<&str>) -> 
         placement.workers = pin::plan(&cfg.compute.pin, 0, workers, None).workers;
     }
     placement
+}
+
+/// Whether every input is decoded or resampled on the host, whichever
+/// backend computes (`compute::for_recipe` weighs it).
+fn host_decode(cfg: &Config, read: &ReadMode) -> bool {
+    read.compressed || cfg.input.policy.resample != crate::decode::policy::Resample::Off
 }
 
 /// The rings and free lists of a stage graph.
@@ -311,7 +325,7 @@ impl Pipeline {
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         // hwloc's discovery beside the probe (0.5–1.5 s with a GPU).
-        crate::runtime::pin::discover_in_background();
+        crate::runtime::pin::discover_in_background(compute::may_use_gpu(cfg.compute.backend));
         let probe = Probe::now(cfg.compute.backend);
         match Pipeline::start_on(cfg, probe, Arc::clone(&telemetry), queue_ahead) {
             Err(Error::Backend(compute::Error::Cuda(e)))
@@ -377,6 +391,7 @@ impl Pipeline {
     ) -> Result<Pipeline, Error> {
         let t = Instant::now();
         let (arena, readers_cpus) = reader_sizing(cfg, read.typical_bytes, probe);
+        tracing::debug!(seconds = t.elapsed().as_secs_f64(), "Readers placed.");
         let Rings {
             jobs,
             loaded,
@@ -435,6 +450,7 @@ impl Pipeline {
             pending: Mutex::new(Some(PendingCompute {
                 cfg: cfg.clone(),
                 wiring,
+                host_decode: host_decode(cfg, read),
             })),
             compute: Mutex::new(None),
             reading,
@@ -469,8 +485,17 @@ impl Pipeline {
         };
         let (choice, device) = probe.wait();
         lock(&self.startup).device = device.as_secs_f64();
-        let PendingCompute { cfg, wiring } = pending;
-        let choice = compute::for_recipe(choice?, cfg.compute.backend, wiring.recipe.as_ref())?;
+        let PendingCompute {
+            cfg,
+            wiring,
+            host_decode,
+        } = pending;
+        let choice = compute::for_recipe(
+            choice?,
+            cfg.compute.backend,
+            wiring.recipe.as_ref(),
+            host_decode,
+        )?;
         let workers = match choice.target {
             compute::Target::Cpu => cfg.compute.workers,
             _ => 0,

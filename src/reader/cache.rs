@@ -41,6 +41,10 @@ pub struct ReadMode {
     /// Mean size of the sampled inputs, when `auto` sampled some: what the
     /// read arena is sized by (`pipeline::arena_bytes`) instead of a guess.
     pub typical_bytes: Option<u64>,
+    /// Most of the inputs are compressed (an extension other than `.wav`),
+    /// so every file is decoded on the host whichever backend computes:
+    /// what `auto` weighs (`compute::for_recipe`). From the names alone.
+    pub compressed: bool,
 }
 
 /// What a sample found.
@@ -99,19 +103,36 @@ pub fn sample(n: usize, path: impl Fn(usize) -> PathBuf) -> std::io::Result<Resi
 
 /// Resolves `io.direct` for a build over `n` inputs.
 pub fn choose(mode: Direct, n: usize, path: impl Fn(usize) -> PathBuf) -> ReadMode {
-    match mode {
+    let compressed = mostly_compressed(n, &path);
+    let mode = match mode {
         Direct::Always => ReadMode {
             direct: true,
             reason: "io.direct = true".into(),
             typical_bytes: None,
+            compressed: false,
         },
         Direct::Never => ReadMode {
             direct: false,
             reason: "io.direct = false".into(),
             typical_bytes: None,
+            compressed: false,
         },
         Direct::Auto => decide(sample(n, path)),
-    }
+    };
+    ReadMode { compressed, ..mode }
+}
+
+/// Whether more than half of up to [`SAMPLE`] of `n` inputs, evenly spread,
+/// have an extension other than `.wav` (any case).
+fn mostly_compressed(n: usize, path: &impl Fn(usize) -> PathBuf) -> bool {
+    let k = n.min(SAMPLE);
+    let other = (0..k)
+        .filter(|j| {
+            let p = path(j * n / k);
+            !p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav"))
+        })
+        .count();
+    2 * other > k
 }
 
 /// Resolves `io.direct` where there is no list of inputs to sample (serve,
@@ -125,6 +146,7 @@ pub fn unsampled(mode: Direct) -> ReadMode {
                      come), so O_DIRECT"
                 .into(),
             typical_bytes: None,
+            compressed: false,
         },
         other => choose(other, 0, |_| PathBuf::new()),
     }
@@ -140,12 +162,14 @@ pub fn decide(sampled: std::io::Result<Residency>) -> ReadMode {
                  needs Linux 6.5), so O_DIRECT"
             ),
             typical_bytes: None,
+            compressed: false,
         },
         Ok(r) => {
             let share = r.share();
             let cached = share >= CACHED_SHARE;
             ReadMode {
                 typical_bytes: (r.files > 0).then(|| r.bytes / r.files as u64),
+                compressed: false,
                 direct: !cached,
                 reason: format!(
                     "io.direct = auto: {:.0}% of {} sampled inputs ({} bytes) are in the page \
@@ -169,6 +193,19 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn inputs_are_compressed_when_most_names_are_not_wav() {
+        let of = |names: &[&str]| {
+            let paths: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+            choose(Direct::Always, paths.len(), |i| paths[i].clone()).compressed
+        };
+        assert!(!of(&["a.wav", "b.WAV", "c.flac"]));
+        assert!(of(&["a.flac", "b.mp3", "c.wav"]));
+        assert!(of(&["a.opus", "noext"]));
+        assert!(!of(&[]));
+        assert!(!unsampled(Direct::Auto).compressed);
+    }
 
     fn drop_from_cache(path: &std::path::Path) {
         let f = std::fs::File::open(path).unwrap();

@@ -128,13 +128,8 @@ impl ReaderStage {
         if cfg.engine == Engine::Uring {
             match uring::probe() {
                 Ok(_) => {
-                    let a = Arena::new(arena_bytes, threads).map_err(SetupError::from)?;
-                    let opts = UringOptions::new(cfg, read);
-                    engines = Some(
-                        (0..threads)
-                            .map(|i| UringEngine::new(&opts, a.part(i)))
-                            .collect::<Result<Vec<_>, _>>()?,
-                    );
+                    let (a, e) = rings((cfg, read), arena_bytes, threads)?;
+                    engines = Some(e);
                     arena = Some(a);
                 }
                 Err(why) if cfg.fallback => tracing::warn!(
@@ -211,6 +206,29 @@ impl ReaderStage {
         }
         ok
     }
+}
+
+/// The arena of `arena_bytes` in `threads` partitions and one ring over
+/// each; how long each step took is logged (debug).
+fn rings(
+    (cfg, read): (&IoConfig, &ReadMode),
+    arena_bytes: u64,
+    threads: usize,
+) -> Result<(Arc<Arena>, Vec<UringEngine>), StartError> {
+    let t = std::time::Instant::now();
+    let arena = Arena::new(arena_bytes, threads).map_err(SetupError::from)?;
+    let mapped = t.elapsed();
+    let opts = UringOptions::new(cfg, read);
+    let engines = (0..threads)
+        .map(|i| UringEngine::new(&opts, arena.part(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    tracing::debug!(
+        arena_s = mapped.as_secs_f64(),
+        rings_s = (t.elapsed() - mapped).as_secs_f64(),
+        arena_bytes,
+        "Reader rings set up."
+    );
+    Ok((arena, engines))
 }
 
 /// Ring engine: one `run` per burst of queued jobs.
