@@ -271,7 +271,7 @@ fn uring_loop(mut engine: UringEngine, ctx: &Ctx, local: &mut Local) {
                 })
                 .is_ok()
         };
-        let ran = engine.run_stream(&mut next, done);
+        let ran = engine.run_stream_until(&mut next, done, &|| ctx.out.is_closed());
         local.handled(handled.get());
         match ran {
             Ok(stats) => {

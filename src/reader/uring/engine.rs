@@ -218,8 +218,22 @@ impl UringEngine {
     /// flight and `next` has nothing (`Later`) or never will (`End`).
     pub fn run_stream<P: AsRef<Path>>(
         &mut self,
+        next: impl FnMut() -> Next<P>,
+        done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
+    ) -> io::Result<RunStats> {
+        self.run_stream_until(next, done, &|| false)
+    }
+
+    /// [`UringEngine::run_stream`] that also stops when `closed()` says the
+    /// files' consumer is gone, which `done` can only say for a file it is
+    /// given: files waiting for room in the arena, which only that consumer
+    /// can free (and a failed GPU stage may never free), are then dropped
+    /// undelivered instead of waited for.
+    pub fn run_stream_until<P: AsRef<Path>>(
+        &mut self,
         mut next: impl FnMut() -> Next<P>,
         mut done: impl FnMut(usize, Result<FileBytes, Error>, Duration) -> bool,
+        closed: &dyn Fn() -> bool,
     ) -> io::Result<RunStats> {
         if self.broken {
             return Err(io::Error::other("the io_uring engine failed earlier"));
@@ -227,7 +241,7 @@ impl UringEngine {
         let started = Instant::now();
         self.stats = RunStats::default();
         self.stopping = false;
-        let r = self.run_loop(&mut next, &mut done);
+        let r = self.run_loop(&mut next, &mut done, closed);
         self.stats.wall = started.elapsed();
         match r {
             Ok(()) => Ok(self.stats.clone()),
@@ -243,6 +257,7 @@ impl UringEngine {
         &mut self,
         next: &mut dyn FnMut() -> Next<P>,
         done: &mut Done<'_>,
+        closed: &dyn Fn() -> bool,
     ) -> io::Result<()> {
         let mut exhausted = false;
         loop {
@@ -270,9 +285,12 @@ impl UringEngine {
                 }
                 self.reap(done)?;
             } else if !self.waiting.is_empty() {
-                // Nothing in flight: only a release by compute can unblock us.
+                // Nothing in flight: only a release by compute can unblock
+                // us, unless compute is gone (the next pass closes them).
                 self.stats.arena_waits += 1;
-                self.part.wait_release(seen, Duration::from_millis(100));
+                if !self.part.wait_release(seen, Duration::from_millis(100)) && closed() {
+                    self.stopping = true;
+                }
             } else {
                 return Err(io::Error::other(
                     "io_uring engine stalled: busy slots but nothing in flight",

@@ -449,6 +449,47 @@ fn tiny_arena_recycles_extents() {
     assert_eq!(arena.bad_releases(), 0);
 }
 
+/// A consumer that keeps every file's bytes (a failed GPU stage whose
+/// buffers leaked) and then goes away: the files waiting for arena room
+/// are dropped once `closed` says so, instead of waited for for ever.
+#[test]
+fn files_waiting_for_room_are_dropped_once_the_consumer_is_gone() {
+    if !usable("files_waiting_for_room_are_dropped_once_the_consumer_is_gone") {
+        return;
+    }
+    let d = disk_dir();
+    let paths = write_files(d.path(), &[30_000; 40]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let arena = Arena::new(256 << 10, 1).unwrap();
+        let mut engine = UringEngine::new(&opts(16, true), arena.part(0)).unwrap();
+        let mut it = paths.iter().enumerate();
+        let mut kept: Vec<FileBytes> = Vec::new();
+        let gone = std::cell::Cell::new(false);
+        let stats = engine.run_stream_until(
+            || match it.next() {
+                Some((i, p)) => Next::Job(i, p.as_path()),
+                None => Next::End,
+            },
+            |_, r, _| {
+                kept.push(r.unwrap());
+                gone.set(kept.len() >= 4);
+                true
+            },
+            &|| gone.get(),
+        );
+        let _ = tx.send((stats.map(|s| s.files_ok), kept.len()));
+    });
+    let (files_ok, kept) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the engine waited for room that could never come");
+    assert!(
+        files_ok.unwrap() < 40,
+        "the arena holds only a few of the files"
+    );
+    assert!(kept >= 4, "{kept}");
+}
+
 #[test]
 fn stopping_early_drains_and_the_engine_runs_again() {
     if !usable("stopping_early_drains_and_the_engine_runs_again") {
