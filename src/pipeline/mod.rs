@@ -45,7 +45,10 @@ use crate::runtime::ring::{Ring, RingStats};
 use crate::runtime::telemetry::Telemetry;
 use crate::writer;
 
+mod arena;
 mod deliver;
+
+pub use arena::{Sampled, arena_bytes};
 pub use deliver::{Delivered, Delivery, LongFile, deliver, too_large};
 
 /// Why the stage graph could not start or did not end cleanly.
@@ -230,12 +233,8 @@ impl Rings {
 /// The readers' arena size and CPUs, from the backend choice when the probe
 /// already made it: an arena sized for what the backend holds in flight,
 /// readers placed beside the workers or near the GPU.
-fn reader_sizing(
-    cfg: &Config,
-    typical: Option<u64>,
-    probe: &mut Probe,
-) -> (u64, Vec<Option<usize>>) {
-    let arena_bytes = |target: &compute::Target| arena_bytes(cfg, target, typical);
+fn reader_sizing(cfg: &Config, read: &ReadMode, probe: &mut Probe) -> (u64, Vec<Option<usize>>) {
+    let arena_bytes = |target: &compute::Target| arena_bytes(cfg, target, read.into());
     let cpu_only = || {
         (
             arena_bytes(&compute::Target::Cpu),
@@ -261,45 +260,6 @@ fn reader_sizing(
             place_threads(cfg, 0, None).readers,
         ),
     }
-}
-
-/// The read arena when `io.arena_bytes` is unset: room for every file that can
-/// be in flight at once, at the size of a typical input, plus a quarter (the
-/// circular allocator frees only in ring order). Resident memory is what the
-/// arena is (registration pins it), so it is sized to need; a file over a
-/// quarter of a reader's share is read into a spill extent instead
-/// (`reader::arena`), so the arena never caps the file size.
-///
-/// In flight: per reader, `io.queue_depth` reads plus the `io.queue_depth`
-/// loaded files queued for compute; then one file per CPU worker, or two
-/// batches of `compute.batch_files` held by the CUDA stage. Typical input:
-/// `typical`, the mean size of the inputs a build sampled (`reader::cache`),
-/// else a 16-bit WAV of `mel.clip_seconds` at `mel.sample_rate` (or 48 kHz
-/// stereo when `input.resample` is on: the source rate is then unknown).
-pub fn arena_bytes(cfg: &Config, target: &compute::Target, typical: Option<u64>) -> u64 {
-    use crate::decode::policy::{Channels, Resample};
-    let readers = cfg.io.threads.max(1) as u64;
-    let compute = match target {
-        compute::Target::Cpu => cfg.compute.workers.max(1),
-        _ => 2 * cfg.compute.batch_files,
-    } as u64;
-    let files = readers * 2 * cfg.io.queue_depth as u64 + compute;
-    let (rate, channels) = match cfg.input.policy.resample {
-        Resample::Off => (cfg.spec.sample_rate as u64, 1),
-        Resample::SoxrHq => ((cfg.spec.sample_rate as u64).max(48_000), 2),
-    };
-    let channels = match cfg.input.policy.channels {
-        Channels::Reject => 1,
-        Channels::Mean | Channels::First => channels,
-    };
-    let samples = (cfg.spec.clip_seconds * rate as f64).ceil() as u64;
-    let data = typical.unwrap_or(samples * 2 * channels);
-    // Header and O_DIRECT rounding: one page on top of the data.
-    let file = data.div_ceil(4096) * 4096 + 4096;
-    (files * file * 5 / 4).clamp(
-        crate::config::defaults::io::ARENA_MIN_AUTO,
-        crate::config::defaults::io::ARENA_MAX_AUTO,
-    )
 }
 
 impl Pipeline {
@@ -390,7 +350,7 @@ impl Pipeline {
         queue_ahead: usize,
     ) -> Result<Pipeline, Error> {
         let t = Instant::now();
-        let (arena, readers_cpus) = reader_sizing(cfg, read.typical_bytes, probe);
+        let (arena, readers_cpus) = reader_sizing(cfg, read, probe);
         tracing::debug!(seconds = t.elapsed().as_secs_f64(), "Readers placed.");
         let Rings {
             jobs,
@@ -730,46 +690,5 @@ mod tests {
         assert!(e.to_string().contains("no CUDA device"), "{e}");
         p.abort();
         p.join().unwrap();
-    }
-
-    /// The default arena is sized to the files in flight, not a fixed 256 MiB
-    /// (which, registered and so resident, was most of a build's RSS).
-    #[test]
-    fn default_arena_fits_the_files_in_flight() {
-        let mut cfg = Config::default();
-        cfg.compute.workers = 2;
-        cfg.io.threads = 1;
-        let cpu = arena_bytes(&cfg, &compute::Target::Cpu, None);
-        // 258 reference files (128 + 128 + 2) of 84 KiB, plus a quarter.
-        assert_eq!(cpu, 258 * 86_016 * 5 / 4);
-        assert!(cpu < 32 << 20, "{cpu}");
-        // Each reader keeps its own files in flight.
-        cfg.io.threads = 2;
-        assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu, None),
-            514 * 86_016 * 5 / 4
-        );
-        cfg.io.threads = 1;
-        // Two CUDA batches of 256 files more; resampling assumes 48 kHz stereo.
-        let gpu = arena_bytes(&cfg, &compute::Target::HostDouble, None);
-        assert_eq!(gpu, (256 + 512) * 86_016 * 5 / 4);
-        cfg.input.policy.resample = crate::decode::clip::Resample::SoxrHq;
-        assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu, None),
-            crate::config::defaults::io::ARENA_MAX_AUTO
-        );
-        // A build that sampled its inputs sizes by what it found (FLAC: a
-        // third of the WAV).
-        assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu, Some(30_000)),
-            258 * (32_768 + 4096) * 5 / 4
-        );
-        // Tiny clips still get the floor.
-        cfg.input.policy.resample = crate::decode::clip::Resample::Off;
-        cfg.spec.clip_seconds = 0.01;
-        assert_eq!(
-            arena_bytes(&cfg, &compute::Target::Cpu, None),
-            crate::config::defaults::io::ARENA_MIN_AUTO
-        );
     }
 }

@@ -45,6 +45,10 @@ pub struct ReadMode {
     /// so every file is decoded on the host whichever backend computes:
     /// what `auto` weighs (`compute::for_recipe`). From the names alone.
     pub compressed: bool,
+    /// `auto` found the sampled inputs in the page cache: each read is a copy
+    /// that completes as it is submitted, so few files need be in flight
+    /// (`pipeline::arena_bytes`).
+    pub cached: bool,
 }
 
 /// What a sample found.
@@ -110,12 +114,14 @@ pub fn choose(mode: Direct, n: usize, path: impl Fn(usize) -> PathBuf) -> ReadMo
             reason: "io.direct = true".into(),
             typical_bytes: None,
             compressed: false,
+            cached: false,
         },
         Direct::Never => ReadMode {
             direct: false,
             reason: "io.direct = false".into(),
             typical_bytes: None,
             compressed: false,
+            cached: false,
         },
         Direct::Auto => decide(sample(n, path)),
     };
@@ -147,6 +153,7 @@ pub fn unsampled(mode: Direct) -> ReadMode {
                 .into(),
             typical_bytes: None,
             compressed: false,
+            cached: false,
         },
         other => choose(other, 0, |_| PathBuf::new()),
     }
@@ -163,6 +170,7 @@ pub fn decide(sampled: std::io::Result<Residency>) -> ReadMode {
             ),
             typical_bytes: None,
             compressed: false,
+            cached: false,
         },
         Ok(r) => {
             let share = r.share();
@@ -170,6 +178,7 @@ pub fn decide(sampled: std::io::Result<Residency>) -> ReadMode {
             ReadMode {
                 typical_bytes: (r.files > 0).then(|| r.bytes / r.files as u64),
                 compressed: false,
+                cached,
                 direct: !cached,
                 reason: format!(
                     "io.direct = auto: {:.0}% of {} sampled inputs ({} bytes) are in the page \

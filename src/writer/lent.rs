@@ -33,8 +33,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -253,6 +252,9 @@ pub(super) struct Flight {
     /// syncs every few milliseconds, and then finds the chunks on their way
     /// to the disk instead of writing them all back on its own thread).
     writeback: bool,
+    /// A copier is writing to the file (changed under the pool's queue
+    /// lock): the others leave its jobs alone (see [`Pool`]).
+    busy: AtomicBool,
 }
 
 impl Flight {
@@ -266,6 +268,7 @@ impl Flight {
             ranges: Mutex::default(),
             count: Count::default(),
             writeback,
+            busy: AtomicBool::new(false),
         }))
     }
 
@@ -303,8 +306,16 @@ struct Job {
 }
 
 /// The copier threads and what each has cost.
+///
+/// A copier takes the oldest queued job whose file no other copier is
+/// writing. A buffered write holds the file's inode lock for the whole copy,
+/// so two copiers on one file only take turns, and the one waiting spins on
+/// the lock first (measured: 4% of a Whisper build's CPU on two cores, the
+/// two copiers on the same split file); a file's jobs go one at a time, and
+/// the other copiers write the other files.
 struct Pool {
-    tx: Mutex<Sender<Job>>,
+    queue: Mutex<VecDeque<Job>>,
+    queued: Condvar,
     stages: Vec<Arc<Copier>>,
 }
 
@@ -320,8 +331,6 @@ static POOL: OnceLock<Pool> = OnceLock::new();
 
 fn pool() -> &'static Pool {
     POOL.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
         let mut stages = Vec::new();
         for i in 0..pool_threads() {
             let copier = Arc::new(Copier {
@@ -329,10 +338,10 @@ fn pool() -> &'static Pool {
                 cpu_ns: AtomicU64::new(0),
                 jobs: AtomicU64::new(0),
             });
-            let (rx, me) = (Arc::clone(&rx), Arc::clone(&copier));
+            let me = Arc::clone(&copier);
             let spawned = std::thread::Builder::new()
                 .name(copier.name.clone())
-                .spawn(move || copy_loop(&rx, &me));
+                .spawn(move || copy_loop(&me));
             // A pool that could not start a thread has fewer; with none,
             // `queue` writes in place.
             if spawned.is_ok() {
@@ -340,16 +349,43 @@ fn pool() -> &'static Pool {
             }
         }
         Pool {
-            tx: Mutex::new(tx),
+            queue: Mutex::default(),
+            queued: Condvar::new(),
             stages,
         }
     })
 }
 
-fn copy_loop(rx: &Mutex<Receiver<Job>>, me: &Copier) {
+/// The oldest job of `queue` whose file no copier is writing, its file
+/// marked busy (the caller holds the queue's lock).
+fn next_job(queue: &mut VecDeque<Job>) -> Option<Job> {
+    let i = queue
+        .iter()
+        .position(|j| !j.flight.busy.load(Ordering::Relaxed))?;
+    let job = queue.remove(i)?;
+    job.flight.busy.store(true, Ordering::Relaxed);
+    Some(job)
+}
+
+fn copy_loop(me: &Copier) {
+    // The pool is set before any job is queued, and this thread is only
+    // started from inside its initialisation.
+    let pool = loop {
+        match POOL.get() {
+            Some(pool) => break pool,
+            None => std::thread::yield_now(),
+        }
+    };
+    let mut queue = lock(&pool.queue);
     loop {
-        let job = lock(rx).recv();
-        let Ok(job) = job else { return };
+        let Some(job) = next_job(&mut queue) else {
+            queue = pool
+                .queued
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            continue;
+        };
+        drop(queue);
         // SAFETY: the job's bytes are a lent buffer that its `Loaned` keeps
         // alive and unchanged until `buffer` counts this write done.
         let bytes = unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
@@ -369,11 +405,15 @@ fn copy_loop(rx: &Mutex<Receiver<Job>>, me: &Copier) {
                 ranges.swap_remove(i);
             }
         }
-        job.flight.count.end(&r);
-        job.buffer.end(&r);
         me.cpu_ns
             .store(thread_cpu().as_nanos() as u64, Ordering::Relaxed);
         me.jobs.fetch_add(1, Ordering::Relaxed);
+        queue = lock(&pool.queue);
+        // This copier looks at the queue again before it sleeps, so the
+        // file's next job, left by the others while it wrote, is taken.
+        job.flight.busy.store(false, Ordering::Relaxed);
+        job.flight.count.end(&r);
+        job.buffer.end(&r);
     }
 }
 
@@ -411,14 +451,8 @@ fn queue(job: Job) -> std::io::Result<()> {
         job.buffer.end(&r);
         return r;
     }
-    if let Err(e) = lock(&pool.tx).send(job) {
-        let job = e.0;
-        let r = Err(std::io::Error::other("the chunk copier threads are gone"));
-        lock(&job.flight.ranges).retain(|&r| r != (job.addr, job.len as u64));
-        job.flight.count.end(&r);
-        job.buffer.end(&r);
-        return r;
-    }
+    lock(&pool.queue).push_back(job);
+    pool.queued.notify_one();
     Ok(())
 }
 
@@ -606,7 +640,35 @@ mod tests {
             ranges: Mutex::default(),
             count: Count::default(),
             writeback: false,
+            busy: AtomicBool::new(false),
         })
+    }
+
+    /// A copier takes the oldest job of a file no other copier writes.
+    #[test]
+    fn a_copier_skips_the_jobs_of_a_file_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            flight(File::create(dir.path().join("a")).unwrap()),
+            flight(File::create(dir.path().join("b")).unwrap()),
+        );
+        let loaned = Loaned::new(vec![1u8; 8]);
+        let mut queue: VecDeque<Job> = [
+            job(&a, &loaned, 0),
+            job(&a, &loaned, 8),
+            job(&b, &loaned, 0),
+        ]
+        .into();
+        let first = next_job(&mut queue).unwrap();
+        assert!(Arc::ptr_eq(&first.flight, &a) && first.addr == 0);
+        // `a` is being written: its next job waits, `b`'s goes.
+        let second = next_job(&mut queue).unwrap();
+        assert!(Arc::ptr_eq(&second.flight, &b));
+        assert!(next_job(&mut queue).is_none());
+        a.busy.store(false, Ordering::Relaxed);
+        let third = next_job(&mut queue).unwrap();
+        assert!(Arc::ptr_eq(&third.flight, &a) && third.addr == 8);
+        assert!(queue.is_empty());
     }
 
     #[test]

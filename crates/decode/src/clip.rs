@@ -256,7 +256,7 @@ impl ClipDecoder {
             .into());
         }
         let n = info.frames.min(self.needed(out.want(), info.sample_rate));
-        self.native.clear();
+        // As in `Out::direct`: `decode` writes all of it.
         self.native.resize(n, 0.0);
         decode(&mut self.native);
         self.convert(info.sample_rate, out)?;
@@ -348,12 +348,13 @@ impl Out<'_> {
     }
 
     /// The slice a decoder of `frames` samples writes into directly (the
-    /// clip, which it pads; or the vector cut to the samples kept).
+    /// clip, which it pads; or the vector cut to the samples kept). The
+    /// vector keeps its old samples: the decoder writes every one of the
+    /// slice, so only its growth is zeroed first.
     fn direct(&mut self, frames: usize) -> &mut [f32] {
         match self {
             Out::Clip(c) => c,
             Out::Natural { out, max } => {
-                out.clear();
                 out.resize(frames.min(*max), 0.0);
                 out
             }

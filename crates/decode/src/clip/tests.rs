@@ -123,6 +123,36 @@ fn natural_length_keeps_every_sample_or_the_first_max_and_resamples_whole() {
     assert_eq!(natural, clip[..200]);
 }
 
+/// The output vector is reused without being cleared: a decode into one that
+/// held a longer file's samples equals a decode into a fresh one.
+#[test]
+fn natural_decode_into_a_used_vector_equals_a_fresh_one() {
+    let fresh = |bytes: &[u8], rate: u32, p: Policy| {
+        let mut out = Vec::new();
+        ClipDecoder::new(rate, p)
+            .decode_natural(bytes, None, &mut out)
+            .unwrap();
+        out
+    };
+    for (rate, p) in [
+        (4096, Policy::default()),
+        (4096, policy(Resample::SoxrHq, Channels::First)),
+        (2048, policy(Resample::SoxrHq, Channels::Mean)),
+    ] {
+        let mut dec = ClipDecoder::new(rate, p);
+        let mut used = Vec::new();
+        for bytes in [
+            wav(4096, 2, 900),
+            wav(4096, 2, 250),
+            wav(4096, 1, 700),
+            wav(4096, 1, 40),
+        ] {
+            dec.decode_natural(&bytes, None, &mut used).unwrap();
+            assert_eq!(used, fresh(&bytes, rate, p), "rate {rate}, {p:?}");
+        }
+    }
+}
+
 /// `seg` of `bytes` at its natural length and native rate (no resampling).
 fn natural(bytes: &[u8], rate: u32, seg: &Segment) -> Vec<f32> {
     let mut d = ClipDecoder::new(rate, policy(Resample::Off, Channels::Mean));
