@@ -310,7 +310,7 @@ struct Job {
 /// A copier takes the oldest queued job whose file no other copier is
 /// writing. A buffered write holds the file's inode lock for the whole copy,
 /// so two copiers on one file only take turns, and the one waiting spins on
-/// the lock first (measured: 4% of a Whisper build's CPU on two cores, the
+/// the lock first (measured: 2–4% of a Whisper build's CPU on two cores, the
 /// two copiers on the same split file); a file's jobs go one at a time, and
 /// the other copiers write the other files.
 struct Pool {
